@@ -1,0 +1,20 @@
+// Element types and devices. Dispatch on dtype happens in one place per op (a switch over
+// DType), never through a global precision typedef.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+namespace forge {
+
+enum class DType : uint8_t { kF32, kF64, kBF16, kF16, kI32, kU16, kU32 };
+enum class Device : uint8_t { kCpu, kCuda };
+
+size_t dtype_size(DType t);
+const char* dtype_name(DType t);   // "f32", "bf16", ...
+const char* device_name(Device d); // "cpu", "cuda"
+// Parses "cpu" / "cuda"; throws forge::Error naming the bad value.
+Device parse_device(const std::string& s);
+
+}  // namespace forge
