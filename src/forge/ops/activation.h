@@ -1,0 +1,29 @@
+// Elementwise activations and the residual add.
+#pragma once
+
+#include <cstdint>
+
+namespace forge::cpu {
+
+// GELU, tanh form (GPT-2's "gelu_new"): 0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³))).
+template <typename T>
+void gelu_fwd(T* out, const T* inp, int64_t n);
+// Accumulates (+=) dinp.
+template <typename T>
+void gelu_bwd(T* dinp, const T* inp, const T* dout, int64_t n);
+
+// SwiGLU gate: out = silu(gate) · up, silu(z) = z·σ(z).
+template <typename T>
+void swiglu_fwd(T* out, const T* gate, const T* up, int64_t n);
+// Accumulates (+=) dgate and dup.
+template <typename T>
+void swiglu_bwd(T* dgate, T* dup, const T* dout, const T* gate, const T* up, int64_t n);
+
+// out = a + b (out may alias a or b).
+template <typename T>
+void residual_fwd(T* out, const T* a, const T* b, int64_t n);
+// Accumulates (+=) dout into da and db.
+template <typename T>
+void residual_bwd(T* da, T* db, const T* dout, int64_t n);
+
+}  // namespace forge::cpu

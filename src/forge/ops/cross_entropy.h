@@ -1,0 +1,21 @@
+// Fused softmax + cross-entropy over a (possibly padded) vocabulary.
+// logits (N, Vp) of which the first V columns are real; the Vp − V padded columns are never
+// predicted: they are left out of the softmax and get zero gradient. targets (N) in [0, V) or
+// −1 (ignore_index: loss 0, gradient 0). Max-subtracted, sums in double.
+#pragma once
+
+#include <cstdint>
+
+namespace forge::cpu {
+
+// losses (N): −log softmax(logits[i, :V])[targets[i]], 0 where ignored.
+template <typename T>
+void cross_entropy_fwd(T* losses, const T* logits, const int32_t* targets, int N, int V, int Vp);
+
+// dlogits (N, Vp) = dloss · (softmax − onehot(target)) on real columns of non-ignored rows,
+// 0 elsewhere. Overwrites (does not accumulate); dlogits may alias logits (in place).
+template <typename T>
+void cross_entropy_bwd(T* dlogits, const T* logits, const int32_t* targets, T dloss, int N,
+                       int V, int Vp);
+
+}  // namespace forge::cpu

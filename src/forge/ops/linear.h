@@ -1,0 +1,22 @@
+// Linear layer: out = inp · W (+ bias), as a matmul with layout flags.
+// Weight layouts: kOutIn is (OC, C) as torch.nn.Linear stores it (Llama); kInOut is (C, OC) as
+// GPT-2's Conv1D stores it. Keeping each family's Hugging Face layout means the flat parameter
+// buffer is the checkpoint, with no transposed copies on import or export.
+#pragma once
+
+namespace forge::cpu {
+
+enum class WeightLayout { kOutIn, kInOut };
+
+// out (N, OC) = inp (N, C) · Wᵀ + bias (OC). bias may be null.
+template <typename T>
+void linear_fwd(T* out, const T* inp, const T* weight, const T* bias, int N, int C, int OC,
+                WeightLayout layout);
+
+// Accumulates (+=): dinp (N, C), dweight (same layout as weight), dbias (OC). dinp and dbias
+// may be null (skipped).
+template <typename T>
+void linear_bwd(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp, const T* weight,
+                int N, int C, int OC, WeightLayout layout);
+
+}  // namespace forge::cpu

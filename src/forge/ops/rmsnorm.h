@@ -1,0 +1,15 @@
+// RMSNorm over the last dimension (Llama): y = x · rstd · weight, rstd = 1/sqrt(mean(x²) + eps).
+#pragma once
+
+namespace forge::cpu {
+
+// out (N, C); saves rstd (N).
+template <typename T>
+void rmsnorm_fwd(T* out, T* rstd, const T* inp, const T* weight, int N, int C, float eps);
+
+// Accumulates (+=) into dinp (N, C), dweight (C).
+template <typename T>
+void rmsnorm_bwd(T* dinp, T* dweight, const T* dout, const T* inp, const T* weight,
+                 const T* rstd, int N, int C);
+
+}  // namespace forge::cpu
