@@ -1,0 +1,231 @@
+#include "forge/model/config.h"
+
+#include <functional>
+#include <map>
+
+#include <nlohmann/json.hpp>
+
+#include "forge/core/error.h"
+
+namespace forge {
+namespace {
+
+ModelConfig gpt2(int V, int T, int L, int C, int NH) {
+  ModelConfig c;
+  c.family = Family::kGpt2;
+  c.vocab_size = V;
+  c.max_seq_len = T;
+  c.n_layer = L;
+  c.n_embd = C;
+  c.n_head = c.n_kv_head = NH;
+  c.ffn_hidden = 4 * C;
+  c.norm_eps = 1e-5f;
+  c.tie_embeddings = true;
+  return c;
+}
+
+ModelConfig llama(int V, int T, int L, int C, int NH, int NKV, int FF, float theta) {
+  ModelConfig c;
+  c.family = Family::kLlama;
+  c.vocab_size = V;
+  c.max_seq_len = T;
+  c.n_layer = L;
+  c.n_embd = C;
+  c.n_head = NH;
+  c.n_kv_head = NKV;
+  c.ffn_hidden = FF;
+  c.norm_eps = 1e-5f;
+  c.rope_theta = theta;
+  c.tie_embeddings = true;
+  return c;
+}
+
+// Parameter counts in the comments include the (tied) embedding at the preset's vocabulary.
+const std::map<std::string, std::function<ModelConfig()>>& presets() {
+  static const std::map<std::string, std::function<ModelConfig()>> p = {
+      // ~1.3M: a CPU-sized GPT-2 (0.79M in blocks + 0.52M embedding at V = 4096).
+      {"tiny", [] { return gpt2(4096, 256, 4, 128, 4); }},
+      {"gpt2-124m", [] { return gpt2(50257, 1024, 12, 768, 12); }},
+      {"gpt2-350m", [] { return gpt2(50257, 1024, 24, 1024, 16); }},
+      // ~8M: 5.9M in blocks + 2.1M embedding.
+      {"llama-10m", [] { return llama(8192, 512, 8, 256, 8, 4, 704, 10000.f); }},
+      // ~22M: 18.9M in blocks + 3.1M embedding.
+      {"llama-25m", [] { return llama(8192, 1024, 12, 384, 6, 2, 1024, 10000.f); }},
+      // ~100M: 75.5M in blocks + 24.6M embedding.
+      {"llama-100m", [] { return llama(32000, 2048, 12, 768, 12, 4, 2048, 10000.f); }},
+      // The SmolLM2-135M shape (HuggingFaceTB/SmolLM2-135M config.json).
+      {"smollm2-135m", [] { return llama(49152, 2048, 30, 576, 9, 3, 1536, 100000.f); }},
+  };
+  return p;
+}
+
+int parse_int(const std::string& key, const std::string& v) {
+  try {
+    size_t pos = 0;
+    const long x = std::stol(v, &pos);
+    if (pos == v.size()) return static_cast<int>(x);
+  } catch (...) {
+  }
+  throw Error(str("override ", key, "=", v, ": expected an integer"));
+}
+
+float parse_float(const std::string& key, const std::string& v) {
+  try {
+    size_t pos = 0;
+    const float x = std::stof(v, &pos);
+    if (pos == v.size()) return x;
+  } catch (...) {
+  }
+  throw Error(str("override ", key, "=", v, ": expected a number"));
+}
+
+bool parse_bool(const std::string& key, const std::string& v) {
+  if (v == "true" || v == "1") return true;
+  if (v == "false" || v == "0") return false;
+  throw Error(str("override ", key, "=", v, ": expected true or false"));
+}
+
+}  // namespace
+
+void ModelConfig::validate() const {
+  auto need = [](bool ok, const std::string& what) {
+    if (!ok) throw Error("model config: " + what);
+  };
+  need(vocab_size > 0, str("vocab_size must be positive, got ", vocab_size));
+  need(max_seq_len > 0, str("max_seq_len must be positive, got ", max_seq_len));
+  need(n_layer > 0, str("n_layer must be positive, got ", n_layer));
+  need(n_embd > 0 && n_head > 0, "n_embd and n_head must be positive");
+  need(n_embd % n_head == 0, str("n_embd ", n_embd, " is not divisible by n_head ", n_head));
+  need(n_kv_head > 0 && n_head % n_kv_head == 0,
+       str("n_head ", n_head, " is not a multiple of n_kv_head ", n_kv_head));
+  need(ffn_hidden > 0, str("ffn_hidden must be positive, got ", ffn_hidden));
+  need(norm_eps > 0, "norm_eps must be positive");
+  need(sliding_window >= 0, "sliding_window must be >= 0");
+  if (family == Family::kGpt2) {
+    need(n_kv_head == n_head, "gpt2 has no grouped-query attention (n_kv_head must equal n_head)");
+    need(tie_embeddings, "gpt2 ties its embeddings (tie_embeddings must be true)");
+  } else {
+    need(head_dim() % 2 == 0, str("RoPE needs an even head dim, got ", head_dim()));
+    need(rope_theta > 0, "rope_theta must be positive");
+  }
+}
+
+ModelConfig preset_config(const std::string& name) {
+  auto it = presets().find(name);
+  if (it == presets().end()) {
+    std::string names;
+    for (const auto& n : preset_names()) names += (names.empty() ? "" : ", ") + n;
+    throw Error(str("unknown preset '", name, "' (known: ", names, ")"));
+  }
+  return it->second();
+}
+
+std::vector<std::string> preset_names() {
+  std::vector<std::string> names;
+  for (const auto& [k, v] : presets()) names.push_back(k);
+  return names;
+}
+
+bool apply_model_override(ModelConfig& c, const std::string& key, const std::string& v) {
+  if (key == "vocab_size") c.vocab_size = parse_int(key, v);
+  else if (key == "max_seq_len") c.max_seq_len = parse_int(key, v);
+  else if (key == "n_layer") c.n_layer = parse_int(key, v);
+  else if (key == "n_embd") c.n_embd = parse_int(key, v);
+  else if (key == "n_head") {
+    c.n_head = parse_int(key, v);
+    if (c.family == Family::kGpt2) c.n_kv_head = c.n_head;  // GPT-2 has no grouped heads
+  }
+  else if (key == "n_kv_head") c.n_kv_head = parse_int(key, v);
+  else if (key == "ffn_hidden") c.ffn_hidden = parse_int(key, v);
+  else if (key == "norm_eps") c.norm_eps = parse_float(key, v);
+  else if (key == "rope_theta") c.rope_theta = parse_float(key, v);
+  else if (key == "tie_embeddings") c.tie_embeddings = parse_bool(key, v);
+  else if (key == "sliding_window") c.sliding_window = parse_int(key, v);
+  else if (key == "rope_style") {
+    if (v == "rotate_half") c.rope_style = cpu::RopeStyle::kRotateHalf;
+    else if (v == "interleaved") c.rope_style = cpu::RopeStyle::kInterleaved;
+    else throw Error(str("override rope_style=", v, ": expected rotate_half or interleaved"));
+  } else {
+    return false;
+  }
+  return true;
+}
+
+nlohmann::json to_hf_config(const ModelConfig& c) {
+  nlohmann::json j;
+  j["vocab_size"] = c.vocab_size;
+  j["torch_dtype"] = "float32";
+  if (c.family == Family::kGpt2) {
+    j["model_type"] = "gpt2";
+    j["architectures"] = {"GPT2LMHeadModel"};
+    j["n_positions"] = c.max_seq_len;
+    j["n_ctx"] = c.max_seq_len;
+    j["n_embd"] = c.n_embd;
+    j["n_layer"] = c.n_layer;
+    j["n_head"] = c.n_head;
+    j["n_inner"] = c.ffn_hidden;
+    j["activation_function"] = "gelu_new";
+    j["layer_norm_epsilon"] = c.norm_eps;
+    j["tie_word_embeddings"] = true;
+  } else {
+    j["model_type"] = c.sliding_window > 0 ? "mistral" : "llama";
+    j["architectures"] = {c.sliding_window > 0 ? "MistralForCausalLM" : "LlamaForCausalLM"};
+    j["max_position_embeddings"] = c.max_seq_len;
+    j["hidden_size"] = c.n_embd;
+    j["intermediate_size"] = c.ffn_hidden;
+    j["num_hidden_layers"] = c.n_layer;
+    j["num_attention_heads"] = c.n_head;
+    j["num_key_value_heads"] = c.n_kv_head;
+    j["head_dim"] = c.head_dim();
+    j["hidden_act"] = "silu";
+    j["rms_norm_eps"] = c.norm_eps;
+    j["rope_theta"] = c.rope_theta;
+    j["tie_word_embeddings"] = c.tie_embeddings;
+    j["attention_bias"] = false;
+    j["mlp_bias"] = false;
+    if (c.sliding_window > 0) j["sliding_window"] = c.sliding_window;
+  }
+  return j;
+}
+
+ModelConfig from_hf_config(const nlohmann::json& j) {
+  auto get_int = [&](const char* key) -> int {
+    if (!j.contains(key) || !j[key].is_number_integer())
+      throw Error(str("config.json: missing or non-integer '", key, "'"));
+    return j[key].get<int>();
+  };
+  if (!j.is_object() || !j.contains("model_type") || !j["model_type"].is_string())
+    throw Error("config.json: missing 'model_type'");
+  const std::string type = j["model_type"].get<std::string>();
+  ModelConfig c;
+  if (type == "gpt2") {
+    c = gpt2(get_int("vocab_size"), get_int("n_positions"), get_int("n_layer"), get_int("n_embd"),
+             get_int("n_head"));
+    if (j.contains("n_inner") && j["n_inner"].is_number_integer()) c.ffn_hidden = get_int("n_inner");
+    if (j.contains("layer_norm_epsilon")) c.norm_eps = j["layer_norm_epsilon"].get<float>();
+  } else if (type == "llama" || type == "mistral") {
+    const int NH = get_int("num_attention_heads");
+    const int NKV = j.contains("num_key_value_heads") ? get_int("num_key_value_heads") : NH;
+    float theta = 10000.0f;
+    if (j.contains("rope_theta")) theta = j["rope_theta"].get<float>();
+    if (j.contains("rope_parameters") && j["rope_parameters"].contains("rope_theta"))
+      theta = j["rope_parameters"]["rope_theta"].get<float>();
+    c = llama(get_int("vocab_size"), get_int("max_position_embeddings"),
+              get_int("num_hidden_layers"), get_int("hidden_size"), NH, NKV,
+              get_int("intermediate_size"), theta);
+    if (j.contains("rms_norm_eps")) c.norm_eps = j["rms_norm_eps"].get<float>();
+    c.tie_embeddings = j.value("tie_word_embeddings", false);
+    if (j.contains("sliding_window") && j["sliding_window"].is_number_integer())
+      c.sliding_window = j["sliding_window"].get<int>();
+    if (j.contains("head_dim") && j["head_dim"].is_number_integer() &&
+        j["head_dim"].get<int>() != c.head_dim())
+      throw Error(str("config.json: head_dim ", j["head_dim"].get<int>(),
+                      " != hidden_size / num_attention_heads (", c.head_dim(), ") is not supported"));
+  } else {
+    throw Error(str("config.json: unsupported model_type '", type, "' (supported: gpt2, llama, mistral)"));
+  }
+  c.validate();
+  return c;
+}
+
+}  // namespace forge

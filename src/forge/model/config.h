@@ -1,0 +1,57 @@
+// ModelConfig: the architecture of a model, for the two families Forge implements.
+//  - gpt2:  learned positions, LayerNorm with bias, GELU (tanh), biases everywhere, tied head.
+//  - llama: RMSNorm, RoPE, SwiGLU, grouped-query attention, no biases, tied or untied head.
+// Presets name common shapes; `key=value` overrides change single fields; config.json in the
+// Hugging Face dialects is read and written here too (one place knows the field names).
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include <nlohmann/json_fwd.hpp>
+
+#include "forge/ops/rope.h"
+
+namespace forge {
+
+enum class Family { kGpt2, kLlama };
+
+struct ModelConfig {
+  Family family = Family::kGpt2;
+  int vocab_size = 50257;   // V: real vocabulary; the embedding is padded to padded_vocab()
+  int max_seq_len = 1024;   // maxT: learned positions (gpt2) / default context (llama)
+  int n_layer = 12;         // L
+  int n_embd = 768;         // C
+  int n_head = 12;          // NH
+  int n_kv_head = 12;       // NKV (grouped-query attention when < NH); gpt2: = NH
+  int ffn_hidden = 3072;    // MLP width: 4C for gpt2, SwiGLU intermediate size for llama
+  float norm_eps = 1e-5f;   // LayerNorm / RMSNorm epsilon
+  float rope_theta = 10000.0f;                      // llama only
+  cpu::RopeStyle rope_style = cpu::RopeStyle::kRotateHalf;  // llama only
+  bool tie_embeddings = true;  // lm_head shares the token embedding
+  int sliding_window = 0;      // 0 = full causal attention (Mistral uses 4096)
+
+  int head_dim() const { return n_embd / n_head; }  // HS
+  // V rounded up to a multiple of 64: GEMM-friendly; padded logits are never predicted.
+  int padded_vocab() const { return (vocab_size + 63) / 64 * 64; }
+  // Throws forge::Error naming the inconsistent field.
+  void validate() const;
+  std::string family_name() const { return family == Family::kGpt2 ? "gpt2" : "llama"; }
+};
+
+// Presets: tiny, gpt2-124m, gpt2-350m, llama-10m, llama-25m, llama-100m, smollm2-135m.
+// Throws forge::Error listing the known names for an unknown one.
+ModelConfig preset_config(const std::string& name);
+std::vector<std::string> preset_names();
+
+// Applies one `key=value` override (vocab_size, max_seq_len, n_layer, n_embd, n_head,
+// n_kv_head, ffn_hidden, norm_eps, rope_theta, rope_style, tie_embeddings, sliding_window).
+// Returns false if the key is not a model field (so the caller can try other config structs).
+bool apply_model_override(ModelConfig& cfg, const std::string& key, const std::string& value);
+
+// Hugging Face config.json (model_type gpt2 or llama/mistral). Reads both the transformers 4
+// dialect (rope_theta at top level) and the transformers 5 one (rope_parameters.rope_theta).
+nlohmann::json to_hf_config(const ModelConfig& cfg);
+ModelConfig from_hf_config(const nlohmann::json& j);
+
+}  // namespace forge

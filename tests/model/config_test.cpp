@@ -1,0 +1,70 @@
+#include "forge/model/config.h"
+
+#include <nlohmann/json.hpp>
+
+#include "forge/core/error.h"
+#include "forge/model/params.h"
+#include "testing.h"
+
+namespace forge {
+namespace {
+
+TEST(ModelConfig, Gpt2PresetsHaveTheirKnownParameterCounts) {
+  // GPT-2 small: 124,439,808 parameters with the 50,257-row embedding (Hugging Face's count).
+  // Ours pads the embedding to 50,304 rows: +47·768.
+  EXPECT_EQ(ParamTable(preset_config("gpt2-124m")).total(), 124439808 + 47 * 768);
+  // GPT-2 medium: 354,823,168 in Hugging Face's count.
+  EXPECT_EQ(ParamTable(preset_config("gpt2-350m")).total(), 354823168 + 47 * 1024);
+}
+
+TEST(ModelConfig, SmolLm2PresetMatchesTheReleasedModel) {
+  // SmolLM2-135M: 134,515,008 parameters (tied embeddings, vocabulary 49,152 = 768·64).
+  EXPECT_EQ(ParamTable(preset_config("smollm2-135m")).total(), 134515008);
+}
+
+TEST(ModelConfig, TinyIsAboutAMillionParameters) {
+  const int64_t n = ParamTable(preset_config("tiny")).total();
+  EXPECT_GT(n, 500000);
+  EXPECT_LT(n, 2000000);
+}
+
+TEST(ModelConfig, UnknownPresetNamesTheKnownOnes) {
+  try {
+    preset_config("gpt5");
+    FAIL() << "no exception";
+  } catch (const Error& e) {
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find("gpt5"), std::string::npos);
+    EXPECT_NE(msg.find("llama-10m"), std::string::npos);
+  }
+}
+
+TEST(ModelConfig, OverridesParseAndValidate) {
+  ModelConfig c = preset_config("tiny");
+  EXPECT_TRUE(apply_model_override(c, "n_layer", "3"));
+  EXPECT_EQ(c.n_layer, 3);
+  EXPECT_FALSE(apply_model_override(c, "lr", "0.1"));
+  EXPECT_THROW(apply_model_override(c, "n_layer", "three"), Error);
+  c.n_head = 5;  // 128 % 5 != 0
+  EXPECT_THROW(c.validate(), Error);
+}
+
+TEST(ModelConfig, HfConfigRoundTripAndBothRopeDialects) {
+  for (const std::string name : {"gpt2-124m", "llama-25m", "smollm2-135m"}) {
+    const ModelConfig c = preset_config(name);
+    const ModelConfig r = from_hf_config(to_hf_config(c));
+    EXPECT_EQ(ParamTable(r).total(), ParamTable(c).total()) << name;
+    EXPECT_EQ(r.n_kv_head, c.n_kv_head) << name;
+    EXPECT_EQ(r.rope_theta, c.rope_theta) << name;
+    EXPECT_EQ(r.tie_embeddings, c.tie_embeddings) << name;
+  }
+  // transformers 5 writes rope_parameters instead of a top-level rope_theta.
+  nlohmann::json j = to_hf_config(preset_config("smollm2-135m"));
+  j.erase("rope_theta");
+  j["rope_parameters"] = {{"rope_theta", 12345.0}, {"rope_type", "default"}};
+  EXPECT_EQ(from_hf_config(j).rope_theta, 12345.0f);
+  EXPECT_THROW(from_hf_config(nlohmann::json{{"model_type", "bert"}}), Error);
+}
+
+}  // namespace
+}  // namespace forge
