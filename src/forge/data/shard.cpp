@@ -1,0 +1,183 @@
+#include "forge/data/shard.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+
+#include "forge/core/error.h"
+
+namespace forge {
+
+namespace fs = std::filesystem;
+
+Shard Shard::open(const std::string& path, int64_t vocab_size) {
+  Shard s;
+  s.path_ = path;
+  if (fs::is_directory(path)) throw Error(str(path, ": is a directory, expected a token shard"));
+  const int fd = ::open(path.c_str(), O_RDONLY);
+  if (fd < 0) throw Error(str(path, ": cannot open token shard: ", std::strerror(errno)));
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) {
+    ::close(fd);
+    throw Error(str(path, ": cannot stat: ", std::strerror(errno)));
+  }
+  const size_t bytes = static_cast<size_t>(st.st_size);
+  const size_t header_bytes = kShardHeaderInts * sizeof(int32_t);
+  if (bytes < header_bytes) {
+    ::close(fd);
+    throw Error(str(path, ": truncated token shard: ", bytes, " bytes, shorter than the ", header_bytes, "-byte header"));
+  }
+  void* map = ::mmap(nullptr, bytes, PROT_READ, MAP_PRIVATE, fd, 0);
+  ::close(fd);
+  if (map == MAP_FAILED) throw Error(str(path, ": cannot mmap: ", std::strerror(errno)));
+  s.map_ = map;
+  s.map_bytes_ = bytes;
+  int32_t header[3];
+  std::memcpy(header, map, sizeof(header));
+  if (header[0] == kShardMagicU16) {
+    if (header[1] != 1) throw Error(str(path, ": token shard magic ", header[0], " with unsupported version ", header[1], " (expected 1)"));
+    s.token_bytes_ = 2;
+  } else if (header[0] == kShardMagicU32) {
+    if (header[1] != 7) throw Error(str(path, ": token shard magic ", header[0], " with unsupported version ", header[1], " (expected 7)"));
+    s.token_bytes_ = 4;
+  } else {
+    throw Error(str(path, ": not a token shard: wrong magic ", header[0], " (expected ", kShardMagicU16, " or ", kShardMagicU32, ")"));
+  }
+  if (header[2] < 0) throw Error(str(path, ": token shard header has a negative token count ", header[2]));
+  s.num_tokens_ = header[2];
+  const size_t expect = header_bytes + static_cast<size_t>(s.num_tokens_) * s.token_bytes_;
+  if (bytes < expect)
+    throw Error(str(path, ": truncated token shard: header says ", s.num_tokens_, " tokens (", expect, " bytes) but the file has ", bytes, " bytes"));
+  if (bytes > expect)
+    throw Error(str(path, ": token shard has ", bytes - expect, " bytes past the ", s.num_tokens_, " tokens its header declares"));
+  s.tokens_ = static_cast<const uint8_t*>(map) + header_bytes;
+  if (vocab_size > 0 && s.num_tokens_ > 0) {
+    const uint32_t mx = s.max_token();
+    if (static_cast<int64_t>(mx) >= vocab_size) {
+      int64_t where = 0;
+      while (s.at(where) != mx) ++where;
+      throw Error(str(path, ": token id ", mx, " at position ", where, " is out of range for vocabulary size ", vocab_size));
+    }
+  }
+  return s;
+}
+
+Shard::Shard(Shard&& o) noexcept { *this = std::move(o); }
+
+Shard& Shard::operator=(Shard&& o) noexcept {
+  if (this != &o) {
+    if (map_) ::munmap(map_, map_bytes_);
+    path_ = std::move(o.path_);
+    map_ = o.map_;
+    map_bytes_ = o.map_bytes_;
+    tokens_ = o.tokens_;
+    num_tokens_ = o.num_tokens_;
+    token_bytes_ = o.token_bytes_;
+    o.map_ = nullptr;
+    o.tokens_ = nullptr;
+  }
+  return *this;
+}
+
+Shard::~Shard() {
+  if (map_) ::munmap(map_, map_bytes_);
+}
+
+uint32_t Shard::at(int64_t i) const {
+  if (token_bytes_ == 2) {
+    uint16_t v;
+    std::memcpy(&v, tokens_ + 2 * i, 2);
+    return v;
+  }
+  uint32_t v;
+  std::memcpy(&v, tokens_ + 4 * i, 4);
+  return v;
+}
+
+void Shard::read(int64_t start, int64_t count, int32_t* out) const {
+  FORGE_CHECK(start >= 0 && count >= 0 && start + count <= num_tokens_, "shard read [", start, ", +", count, ") past ", num_tokens_);
+  for (int64_t i = 0; i < count; ++i) out[i] = static_cast<int32_t>(at(start + i));
+}
+
+uint32_t Shard::max_token() const {
+  uint32_t mx = 0;
+  if (token_bytes_ == 2) {
+    const uint16_t* p = reinterpret_cast<const uint16_t*>(tokens_);  // header is 1024 bytes: aligned
+#pragma omp parallel for reduction(max : mx)
+    for (int64_t i = 0; i < num_tokens_; ++i) mx = std::max<uint32_t>(mx, p[i]);
+  } else {
+    const uint32_t* p = reinterpret_cast<const uint32_t*>(tokens_);
+#pragma omp parallel for reduction(max : mx)
+    for (int64_t i = 0; i < num_tokens_; ++i) mx = std::max<uint32_t>(mx, p[i]);
+  }
+  return mx;
+}
+
+void write_shard(const std::string& path, const std::vector<uint32_t>& tokens) {
+  const uint32_t mx = tokens.empty() ? 0 : *std::max_element(tokens.begin(), tokens.end());
+  const bool wide = mx > 0xFFFF;
+  if (tokens.size() > static_cast<size_t>(INT32_MAX))
+    throw Error(str(path, ": ", tokens.size(), " tokens do not fit one shard (at most 2^31 - 1)"));
+  int32_t header[kShardHeaderInts] = {};
+  header[0] = wide ? kShardMagicU32 : kShardMagicU16;
+  header[1] = wide ? 7 : 1;
+  header[2] = static_cast<int32_t>(tokens.size());
+  std::vector<uint8_t> body(tokens.size() * (wide ? 4 : 2));
+  if (wide) {
+    std::memcpy(body.data(), tokens.data(), body.size());
+  } else {
+    for (size_t i = 0; i < tokens.size(); ++i) {
+      const uint16_t v = static_cast<uint16_t>(tokens[i]);
+      std::memcpy(body.data() + 2 * i, &v, 2);
+    }
+  }
+  const std::string tmp = path + ".tmp";
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  if (fd < 0) throw Error(str(path, ": cannot write token shard: ", std::strerror(errno)));
+  auto write_all = [&](const void* p, size_t n) {
+    const uint8_t* b = static_cast<const uint8_t*>(p);
+    while (n > 0) {
+      const ssize_t w = ::write(fd, b, n);
+      if (w < 0) {
+        if (errno == EINTR) continue;
+        const std::string why = std::strerror(errno);
+        ::close(fd);
+        ::unlink(tmp.c_str());
+        throw Error(str(path, ": write failed: ", why));
+      }
+      b += w;
+      n -= static_cast<size_t>(w);
+    }
+  };
+  write_all(header, sizeof(header));
+  write_all(body.data(), body.size());
+  if (::fsync(fd) != 0 || ::close(fd) != 0) {
+    ::unlink(tmp.c_str());
+    throw Error(str(path, ": cannot flush token shard: ", std::strerror(errno)));
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    ::unlink(tmp.c_str());
+    throw Error(str(path, ": cannot rename into place: ", std::strerror(errno)));
+  }
+}
+
+std::vector<std::string> list_shards(const std::string& data, const std::string& split) {
+  if (!fs::exists(data)) throw Error(str(data, ": no such file or directory"));
+  if (!fs::is_directory(data)) return {data};
+  std::vector<std::string> out;
+  const std::string prefix = split + "_";
+  for (const auto& e : fs::directory_iterator(data)) {
+    const std::string name = e.path().filename().string();
+    if (e.is_regular_file() && name.starts_with(prefix) && name.ends_with(".bin")) out.push_back(e.path().string());
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+}  // namespace forge
