@@ -1,0 +1,50 @@
+// The training loop: micro-batches with gradient accumulation, global-norm clipping, AdamW,
+// the LR schedule, periodic validation, and what a run leaves in its directory:
+//   metrics.jsonl   one JSON object per step (step, loss, lr, grad_norm, tokens_per_s, and
+//                   val_loss on evaluation steps)
+//   loss.svg        the loss curves, redrawn at every evaluation
+//   config.json     the full run configuration (model and training)
+//   model/          the final weights as a Hugging Face model directory
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+
+#include "forge/data/loader.h"
+#include "forge/model/config.h"
+
+namespace forge {
+
+struct TrainConfig {
+  int steps = 1000;           // optimizer steps
+  int batch_size = 8;         // B: sequences per micro-batch
+  int seq_len = 0;            // T: 0 means the model's max_seq_len
+  int grad_accum = 1;         // micro-batches per optimizer step
+  double lr = 6e-4;           // peak learning rate
+  double min_lr_frac = 0.1;   // cosine floor as a fraction of lr
+  int warmup_steps = -1;      // -1: 5% of steps
+  double weight_decay = 0.1;  // AdamW, on tensors with >= 2 dims
+  double beta1 = 0.9, beta2 = 0.95, eps = 1e-8;
+  double grad_clip = 1.0;     // global norm; <= 0 disables
+  int eval_every = 100;       // validation every N steps (and after the last)
+  int eval_windows = 64;      // validation windows of T + 1 tokens per evaluation
+  uint64_t seed = 1337;       // initialisation and data order
+  bool quiet = false;         // no per-step progress lines
+
+  // Applies one key=value override; returns false if the key is not a training field.
+  bool apply_override(const std::string& key, const std::string& value);
+};
+
+struct TrainResult {
+  double first_val_loss = 0, last_val_loss = 0;
+  double last_train_loss = 0;
+  double seconds = 0;
+};
+
+// Trains from scratch (weights initialised from cfg.seed) on `data` (a --data argument),
+// writing the run directory `out`. Throws forge::Error on bad input.
+TrainResult train(const ModelConfig& model, const TrainConfig& cfg, const std::string& data,
+                  const std::string& out);
+
+}  // namespace forge
