@@ -1,0 +1,16 @@
+// One function per subcommand, each in its own cmd_<name>.cpp: parse → call the library → print.
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace forge::cli {
+
+using Argv = std::vector<std::string>;
+
+int cmd_train(const Argv& argv);
+int cmd_eval(const Argv& argv);
+int cmd_generate(const Argv& argv);
+int cmd_quickstart(const Argv& argv);
+
+}  // namespace forge::cli
