@@ -570,6 +570,14 @@ TEST_F(Safetensors, WriteErrorRemovesTempAndKeepsOldFile) {
   EXPECT_FALSE(fs::is_symlink(p + ".tmp"));
 }
 
+// Found by fuzz/fuzz_safetensors (fuzz/regressions/safetensors_number_overflow): a number that
+// overflows a double made nlohmann throw out_of_range instead of a named forge::Error.
+TEST_F(Safetensors, RejectsNumbersThatOverflow) {
+  expect_rejected(path("overflow.safetensors"),
+                  R"({"a":{"dtype":"F32","shape":[1e999],"data_offsets":[0,4]}})", "abcd",
+                  {"overflow.safetensors", "not valid JSON"});
+}
+
 TEST(SafetensorsDType, NamesAndSizes) {
   EXPECT_STREQ(st_dtype_name(StDType::kF32), "F32");
   EXPECT_STREQ(st_dtype_name(StDType::kBF16), "BF16");
