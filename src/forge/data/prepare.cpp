@@ -1,0 +1,303 @@
+// Documents → tokens → shards. Decisions:
+//  - Layout as llm.c's data scripts (fineweb.py): the EOT token comes before every document, so
+//    every document in a shard is delimited and a shard may start with one. Documents are
+//    encoded with encode_ordinary: a literal "<|endoftext|>" inside a text stays text, so a
+//    corpus cannot forge document boundaries. Empty documents are skipped.
+//  - Split: with k = round(1 / val_fraction), document number g (0-based, over all inputs in
+//    order) goes to val when g % k == 1 — so any corpus of two or more documents has a val
+//    document, the choice depends on nothing but the order, and a rerun gives the same split.
+//  - Invalid UTF-8 is an error naming the file and byte offset (a corpus holding it is usually
+//    a mistake: a Latin-1 file, a truncated download); allow_invalid_utf8 tokenizes the bytes
+//    as they are, which byte-level BPE can do. JSONL is checked on the raw line, before parsing.
+//  - An --out that already holds train_*.bin or val_*.bin is refused: nothing saved is lost and
+//    no directory ends up mixing shards of two runs.
+//  - Streaming: documents are read in batches of about kBatchBytes, encoded in parallel
+//    (OpenMP over documents, dynamic schedule since sizes vary), then appended in document order,
+//    so the shards are the same for any thread count. Memory stays about one batch plus one
+//    shard whatever the corpus size.
+#include "forge/data/prepare.h"
+
+#include <omp.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "forge/core/error.h"
+#include "forge/core/timer.h"
+#include "forge/data/shard.h"
+
+namespace forge {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr size_t kBatchBytes = size_t{16} << 20;
+
+// One document as read: its raw bytes and where they came from (for error messages).
+struct RawDoc {
+  std::string text;  // the file, the line, or the JSONL line before parsing
+  int file;
+  int64_t line;    // 1-based; 0 for whole-file documents
+  int64_t offset;  // byte offset of `text` in its file
+};
+
+// Reads the inputs as documents, a batch at a time.
+class DocReader {
+ public:
+  explicit DocReader(const PrepareOptions& o) : o_(o) {}
+
+  // Fills `batch` with about kBatchBytes of documents; false when the inputs are exhausted.
+  bool next(std::vector<RawDoc>& batch, int64_t* bytes) {
+    batch.clear();
+    size_t size = 0;
+    while (size < kBatchBytes && file_ < o_.inputs.size()) {
+      const std::string& path = o_.inputs[file_];
+      if (o_.format == DocFormat::kFile) {
+        std::ifstream f(path, std::ios::binary);
+        if (!f) throw Error(str(path, ": cannot open"));
+        std::string text((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+        *bytes += static_cast<int64_t>(text.size());
+        size += text.size();
+        if (!text.empty()) batch.push_back({std::move(text), static_cast<int>(file_), 0, 0});
+        ++file_;
+        continue;
+      }
+      if (!in_.is_open()) {
+        in_.open(path, std::ios::binary);
+        if (!in_) throw Error(str(path, ": cannot open"));
+        line_ = 0;
+        offset_ = 0;
+      }
+      std::string line;
+      while (size < kBatchBytes && std::getline(in_, line)) {
+        ++line_;
+        const int64_t at = offset_;
+        offset_ += static_cast<int64_t>(line.size()) + 1;
+        *bytes += static_cast<int64_t>(line.size()) + 1;
+        size += line.size() + 1;
+        if (!line.empty() && line.back() == '\r') line.pop_back();
+        const bool blank = o_.format == DocFormat::kJsonl
+                               ? line.find_first_not_of(" \t") == std::string::npos
+                               : line.empty();
+        if (blank) continue;
+        batch.push_back({std::move(line), static_cast<int>(file_), line_, at});
+      }
+      if (in_.bad()) throw Error(str(path, ": read failed"));
+      if (in_.eof()) {
+        in_.close();
+        in_.clear();
+        ++file_;
+      }
+    }
+    return !batch.empty() || file_ < o_.inputs.size();
+  }
+
+ private:
+  const PrepareOptions& o_;
+  size_t file_ = 0;
+  std::ifstream in_;
+  int64_t line_ = 0, offset_ = 0;
+};
+
+// Appends documents to one split and writes a shard whenever shard_tokens are buffered.
+class ShardWriter {
+ public:
+  ShardWriter(std::string dir, std::string split, int64_t limit)
+      : dir_(std::move(dir)), split_(std::move(split)), limit_(limit) {}
+
+  void add(uint32_t eot, const std::vector<uint32_t>& tokens) {
+    buf_.push_back(eot);
+    buf_.insert(buf_.end(), tokens.begin(), tokens.end());
+    tokens_ += 1 + static_cast<int64_t>(tokens.size());
+    ++documents_;
+    while (static_cast<int64_t>(buf_.size()) >= limit_) {
+      write(std::vector<uint32_t>(buf_.begin(), buf_.begin() + limit_));
+      buf_.erase(buf_.begin(), buf_.begin() + limit_);
+    }
+  }
+  void finish() {
+    if (!buf_.empty()) write(buf_);
+    buf_.clear();
+  }
+  // Deletes the shards written so far (after an error, so a rerun finds --out clean).
+  void remove_written() {
+    for (const auto& p : written_) fs::remove(p);
+  }
+  int shards() const { return shards_; }
+  int64_t tokens() const { return tokens_; }
+  int64_t documents() const { return documents_; }
+
+ private:
+  void write(const std::vector<uint32_t>& tokens) {
+    char name[32];
+    std::snprintf(name, sizeof(name), "%s_%06d.bin", split_.c_str(), shards_++);
+    written_.push_back((fs::path(dir_) / name).string());
+    write_shard(written_.back(), tokens);
+  }
+  std::string dir_, split_;
+  int64_t limit_;
+  std::vector<uint32_t> buf_;
+  std::vector<std::string> written_;
+  int shards_ = 0;
+  int64_t tokens_ = 0, documents_ = 0;
+};
+
+// The document's text (the "text" field for JSONL), checked.
+std::string document_text(const RawDoc& d, const PrepareOptions& o) {
+  const std::string& path = o.inputs[d.file];
+  if (!o.allow_invalid_utf8) {
+    const int64_t bad = find_invalid_utf8(d.text);
+    if (bad >= 0)
+      throw Error(str(path, ": invalid UTF-8 at byte ", d.offset + bad,
+                      d.line > 0 ? str(" (line ", d.line, ")") : std::string(),
+                      "; fix the file or pass --allow-invalid-utf8"));
+  }
+  if (o.format != DocFormat::kJsonl) return d.text;
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(d.text);
+  } catch (const nlohmann::json::exception& e) {
+    throw Error(str(path, ":", d.line, ": malformed JSON: ", e.what()));
+  }
+  if (!j.is_object() || !j.contains("text") || !j["text"].is_string())
+    throw Error(str(path, ":", d.line, ": expected a JSON object with a \"text\" string"));
+  return j["text"].get<std::string>();
+}
+
+void check_out_dir(const std::string& dir) {
+  std::error_code ec;
+  if (fs::exists(dir) && !fs::is_directory(dir)) throw Error(str(dir, ": not a directory"));
+  fs::create_directories(dir, ec);
+  if (ec) throw Error(str(dir, ": cannot create (", ec.message(), ")"));
+  for (const auto& e : fs::directory_iterator(dir)) {
+    const std::string name = e.path().filename().string();
+    if ((name.starts_with("train_") || name.starts_with("val_")) && name.ends_with(".bin"))
+      throw Error(
+          str(dir, " already holds shards (", name, "); remove them or choose another --out"));
+  }
+}
+
+}  // namespace
+
+DocFormat parse_doc_format(const std::string& name) {
+  if (name == "file") return DocFormat::kFile;
+  if (name == "lines") return DocFormat::kLines;
+  if (name == "jsonl") return DocFormat::kJsonl;
+  throw Error(str("unknown document format '", name, "' (expected file, lines or jsonl)"));
+}
+
+int64_t find_invalid_utf8(std::string_view s) {
+  const auto* p = reinterpret_cast<const unsigned char*>(s.data());
+  const size_t n = s.size();
+  size_t i = 0;
+  while (i < n) {
+    if (i + 8 <= n) {  // eight ASCII bytes at a time: most text is ASCII
+      uint64_t w;
+      std::memcpy(&w, p + i, 8);
+      if ((w & 0x8080808080808080ull) == 0) {
+        i += 8;
+        continue;
+      }
+    }
+    const unsigned c = p[i];
+    if (c < 0x80) {
+      ++i;
+      continue;
+    }
+    size_t len;
+    uint32_t cp;
+    if (c >= 0xC2 && c <= 0xDF)
+      len = 2, cp = c & 0x1F;
+    else if (c >= 0xE0 && c <= 0xEF)
+      len = 3, cp = c & 0x0F;
+    else if (c >= 0xF0 && c <= 0xF4)
+      len = 4, cp = c & 0x07;
+    else
+      return static_cast<int64_t>(i);
+    if (i + len > n) return static_cast<int64_t>(i);
+    for (size_t k = 1; k < len; ++k) {
+      if ((p[i + k] & 0xC0) != 0x80) return static_cast<int64_t>(i);
+      cp = (cp << 6) | (p[i + k] & 0x3F);
+    }
+    if (len == 3 && (cp < 0x800 || (cp >= 0xD800 && cp <= 0xDFFF))) return static_cast<int64_t>(i);
+    if (len == 4 && (cp < 0x10000 || cp > 0x10FFFF)) return static_cast<int64_t>(i);
+    i += len;
+  }
+  return -1;
+}
+
+PrepareStats prepare_data(const tok::Tokenizer& tokenizer, const PrepareOptions& o) {
+  const Timer timer;
+  if (o.inputs.empty()) throw Error("no input files");
+  if (!(o.val_fraction >= 0 && o.val_fraction <= 0.5))
+    throw Error(str("val fraction ", o.val_fraction, " must be in [0, 0.5]"));
+  if (o.shard_tokens < 1) throw Error(str("shard size ", o.shard_tokens, " must be positive"));
+  const auto eot = tokenizer.special_id(o.eot);
+  if (!eot)
+    throw Error(str("the tokenizer has no special token '", o.eot,
+                    "' to put between documents (name one it has with --eot)"));
+  PrepareStats stats;
+  for (const auto& p : o.inputs) {
+    std::error_code ec;
+    if (!fs::is_regular_file(p, ec)) throw Error(str(p, ": no such file"));
+    stats.bytes += static_cast<int64_t>(fs::file_size(p, ec));
+  }
+  check_out_dir(o.out_dir);
+
+  const int64_t k = o.val_fraction > 0 ? std::max<int64_t>(2, std::llround(1 / o.val_fraction)) : 0;
+  const int threads = o.threads > 0 ? o.threads : omp_get_max_threads();
+  ShardWriter train(o.out_dir, "train", o.shard_tokens), val(o.out_dir, "val", o.shard_tokens);
+  DocReader reader(o);
+  std::vector<RawDoc> batch;
+  std::vector<std::vector<uint32_t>> tokens;
+  std::vector<std::string> errors;
+  int64_t bytes_done = 0;
+  try {
+    while (reader.next(batch, &bytes_done)) {
+      const int64_t n = static_cast<int64_t>(batch.size());
+      tokens.assign(n, {});
+      errors.assign(n, {});
+      // Exceptions must not leave an OpenMP region: keep each document's message, throw the first.
+#pragma omp parallel for schedule(dynamic, 1) num_threads(threads)
+      for (int64_t i = 0; i < n; ++i) {
+        try {
+          const std::vector<int32_t> ids = tokenizer.encode_ordinary(document_text(batch[i], o));
+          tokens[i].assign(ids.begin(), ids.end());
+        } catch (const std::exception& e) {
+          errors[i] = e.what();
+        }
+      }
+      for (int64_t i = 0; i < n; ++i) {
+        if (!errors[i].empty()) throw Error(errors[i]);
+        if (tokens[i].empty()) continue;  // a JSONL record with "text": ""
+        const int64_t g = stats.documents++;
+        (k > 0 && g % k == 1 ? val : train).add(static_cast<uint32_t>(*eot), tokens[i]);
+      }
+      if (o.progress)
+        o.progress({bytes_done, stats.bytes, stats.documents, train.tokens() + val.tokens(),
+                    timer.seconds()});
+    }
+    if (stats.documents == 0) throw Error("the inputs hold no documents");
+    train.finish();
+    val.finish();
+  } catch (const Error&) {
+    train.remove_written();
+    val.remove_written();
+    throw;
+  }
+  stats.train_documents = train.documents();
+  stats.val_documents = val.documents();
+  stats.train_tokens = train.tokens();
+  stats.val_tokens = val.tokens();
+  stats.train_shards = train.shards();
+  stats.val_shards = val.shards();
+  stats.seconds = timer.seconds();
+  return stats;
+}
+
+}  // namespace forge

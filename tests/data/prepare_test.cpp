@@ -1,0 +1,239 @@
+// Data preparation with a byte-level tokenizer (256 byte tokens, no merges, <|endoftext|> = 256),
+// so the expected shards can be written out by hand: EOT then the document's bytes.
+#include "forge/data/prepare.h"
+
+#include <filesystem>
+#include <fstream>
+
+#include "forge/core/error.h"
+#include "forge/data/shard.h"
+#include "testing.h"
+
+namespace forge {
+namespace {
+
+namespace fs = std::filesystem;
+using tok::Tokenizer;
+
+constexpr uint32_t kEot = 256;
+
+Tokenizer byte_tokenizer(std::vector<std::pair<int32_t, int32_t>> merges = {}) {
+  std::vector<std::string> vocab;
+  for (int b = 0; b < 256; ++b) vocab.push_back(std::string(1, static_cast<char>(b)));
+  for (const auto& [l, r] : merges) vocab.push_back(vocab[l] + vocab[r]);
+  const int32_t eot = static_cast<int32_t>(vocab.size());
+  return Tokenizer::from_bpe(vocab, merges, {{"<|endoftext|>", eot}}, tok::SplitPattern::kGpt2);
+}
+
+// EOT followed by the bytes of each document.
+std::vector<uint32_t> bytes_with_eot(const std::vector<std::string>& docs) {
+  std::vector<uint32_t> out;
+  for (const auto& d : docs) {
+    out.push_back(kEot);
+    for (unsigned char c : d) out.push_back(c);
+  }
+  return out;
+}
+
+class PrepareTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() /
+           ("forge_prepare_" + std::to_string(::getpid()) + "_" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  std::string write(const std::string& name, const std::string& content) {
+    const std::string p = (dir_ / name).string();
+    std::ofstream(p, std::ios::binary) << content;
+    return p;
+  }
+  std::string out() const { return (dir_ / "out").string(); }
+  PrepareOptions options(std::vector<std::string> inputs, DocFormat format = DocFormat::kFile) {
+    PrepareOptions o;
+    o.inputs = std::move(inputs);
+    o.out_dir = out();
+    o.format = format;
+    return o;
+  }
+  static std::vector<uint32_t> read_shard(const std::string& path) {
+    const Shard s = Shard::open(path);
+    std::vector<int32_t> t(s.size());
+    s.read(0, s.size(), t.data());
+    return std::vector<uint32_t>(t.begin(), t.end());
+  }
+  std::vector<std::string> files_in(const std::string& d) const {
+    std::vector<std::string> names;
+    for (const auto& e : fs::directory_iterator(d)) names.push_back(e.path().filename().string());
+    std::sort(names.begin(), names.end());
+    return names;
+  }
+
+  fs::path dir_;
+};
+
+TEST_F(PrepareTest, FilesAreDocumentsWithEotBeforeEach) {
+  PrepareOptions o = options({write("a.txt", "ab"), write("b.txt", "c\nd"), write("e.txt", "")});
+  o.val_fraction = 0;
+  const PrepareStats s = prepare_data(byte_tokenizer(), o);
+  EXPECT_EQ(s.documents, 2);     // the empty file is skipped
+  EXPECT_EQ(s.train_tokens, 7);  // EOT a b, EOT c \n d
+  EXPECT_EQ(s.val_documents, 0);
+  EXPECT_EQ(files_in(out()), (std::vector<std::string>{"train_000000.bin"}));
+  EXPECT_EQ(read_shard(out() + "/train_000000.bin"), bytes_with_eot({"ab", "c\nd"}));
+}
+
+TEST_F(PrepareTest, LinesAndValSplit) {
+  // Blank lines are not documents; "\r\n" ends a line like "\n". Documents d0..d5; with
+  // val_fraction 0.5, k = 2 and documents 1, 3, 5 go to val.
+  PrepareOptions o = options({write("l.txt", "d0\n\nd1\r\nd2\nd3"), write("m.txt", "d4\nd5\n")},
+                             DocFormat::kLines);
+  o.val_fraction = 0.5;
+  const PrepareStats s = prepare_data(byte_tokenizer(), o);
+  EXPECT_EQ(s.documents, 6);
+  EXPECT_EQ(s.train_documents, 3);
+  EXPECT_EQ(s.val_documents, 3);
+  EXPECT_EQ(read_shard(out() + "/train_000000.bin"), bytes_with_eot({"d0", "d2", "d4"}));
+  EXPECT_EQ(read_shard(out() + "/val_000000.bin"), bytes_with_eot({"d1", "d3", "d5"}));
+}
+
+TEST_F(PrepareTest, TwoDocumentsAlwaysGiveAValDocument) {
+  // Default fraction 0.005 → k = 200: document 1 is val, then 201, 401, ...
+  const PrepareStats s =
+      prepare_data(byte_tokenizer(), options({write("l.txt", "x\ny\nz\n")}, DocFormat::kLines));
+  EXPECT_EQ(s.val_documents, 1);
+  EXPECT_EQ(read_shard(out() + "/val_000000.bin"), bytes_with_eot({"y"}));
+  EXPECT_EQ(read_shard(out() + "/train_000000.bin"), bytes_with_eot({"x", "z"}));
+}
+
+TEST_F(PrepareTest, ShardsHoldAtMostShardTokens) {
+  PrepareOptions o = options({write("a", "abcd"), write("b", "efg")});
+  o.val_fraction = 0;
+  o.shard_tokens = 3;
+  const PrepareStats s = prepare_data(byte_tokenizer(), o);
+  // Stream: EOT a b c d EOT e f g = 9 tokens → three shards of 3.
+  EXPECT_EQ(s.train_shards, 3);
+  const std::vector<uint32_t> all = bytes_with_eot({"abcd", "efg"});
+  for (int i = 0; i < 3; ++i) {
+    char name[32];
+    std::snprintf(name, sizeof(name), "/train_%06d.bin", i);
+    EXPECT_EQ(read_shard(out() + name),
+              std::vector<uint32_t>(all.begin() + 3 * i, all.begin() + 3 * i + 3));
+  }
+}
+
+TEST_F(PrepareTest, Jsonl) {
+  PrepareOptions o = options({write("d.jsonl",
+                                    "{\"text\": \"h\\u00e9\", \"id\": 1}\n\n"
+                                    "{\"text\": \"<|endoftext|>\"}\n")},
+                             DocFormat::kJsonl);
+  o.val_fraction = 0;
+  prepare_data(byte_tokenizer(), o);
+  // é is two bytes; a special token's text inside a document stays text.
+  EXPECT_EQ(read_shard(out() + "/train_000000.bin"),
+            bytes_with_eot({"h\xc3\xa9", "<|endoftext|>"}));
+}
+
+TEST_F(PrepareTest, JsonlErrorsNameFileAndLine) {
+  const std::string bad = write("bad.jsonl", "{\"text\": \"ok\"}\n{\"text\": \n");
+  try {
+    prepare_data(byte_tokenizer(), options({bad}, DocFormat::kJsonl));
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find(bad + ":2: malformed JSON"), std::string::npos)
+        << e.what();
+  }
+  EXPECT_FALSE(fs::exists(out() + "/train_000000.bin"));
+  const std::string notext = write("n.jsonl", "{\"text\": \"ok\"}\n{\"txt\": \"x\"}\n");
+  try {
+    prepare_data(byte_tokenizer(), options({notext}, DocFormat::kJsonl));
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find(notext + ":2: expected a JSON object with a \"text\""),
+              std::string::npos)
+        << e.what();
+  }
+}
+
+TEST_F(PrepareTest, InvalidUtf8IsAnErrorUnlessAllowed) {
+  const std::string p = write("latin1.txt", "ok\ncaf\xe9\n");
+  try {
+    prepare_data(byte_tokenizer(), options({p}, DocFormat::kLines));
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find(p + ": invalid UTF-8 at byte 6 (line 2)"),
+              std::string::npos)
+        << e.what();
+  }
+  PrepareOptions o = options({p}, DocFormat::kLines);
+  o.allow_invalid_utf8 = true;
+  o.val_fraction = 0;
+  prepare_data(byte_tokenizer(), o);
+  EXPECT_EQ(read_shard(out() + "/train_000000.bin"), bytes_with_eot({"ok", "caf\xe9"}));
+}
+
+TEST_F(PrepareTest, RefusesToOverwriteShards) {
+  const std::string in = write("a.txt", "abc");
+  prepare_data(byte_tokenizer(), options({in}));
+  EXPECT_THROW(prepare_data(byte_tokenizer(), options({in})), Error);
+  EXPECT_EQ(read_shard(out() + "/train_000000.bin"), bytes_with_eot({"abc"}));
+}
+
+TEST_F(PrepareTest, BadInputs) {
+  EXPECT_THROW(prepare_data(byte_tokenizer(), options({(dir_ / "missing.txt").string()})), Error);
+  const std::string in = write("a.txt", "abc");
+  PrepareOptions o = options({in});
+  o.eot = "<|end|>";
+  EXPECT_THROW(prepare_data(byte_tokenizer(), o), Error);
+  o = options({in});
+  o.val_fraction = 0.9;
+  EXPECT_THROW(prepare_data(byte_tokenizer(), o), Error);
+  EXPECT_THROW(prepare_data(byte_tokenizer(), options({write("e.txt", "")})), Error);
+  EXPECT_THROW(parse_doc_format("csv"), Error);
+}
+
+TEST_F(PrepareTest, SameShardsForAnyThreadCount) {
+  // A tokenizer with a few merges and a corpus of many random lines of varied length.
+  const Tokenizer t = byte_tokenizer({{'a', 'b'}, {256, 'c'}, {' ', 'a'}});
+  Rng rng(5, 0);
+  const char* pieces[] = {"a", "b", "c", " ", "ab", "\xc3\xa9"};
+  std::string text;
+  for (int i = 0; i < 3000; ++i) {
+    for (int j = 0, n = static_cast<int>(rng.below(200)); j < n; ++j) text += pieces[rng.below(6)];
+    text.push_back('\n');
+  }
+  const std::string in = write("r.txt", text);
+  std::vector<std::vector<uint32_t>> results;
+  for (int threads : {1, 2, 3}) {
+    PrepareOptions o = options({in}, DocFormat::kLines);
+    o.out_dir = (dir_ / ("t" + std::to_string(threads))).string();
+    o.threads = threads;
+    o.val_fraction = 0.1;
+    prepare_data(t, o);
+    results.push_back(read_shard(o.out_dir + "/train_000000.bin"));
+    const std::vector<uint32_t> v = read_shard(o.out_dir + "/val_000000.bin");
+    results.back().insert(results.back().end(), v.begin(), v.end());
+  }
+  EXPECT_EQ(results[0], results[1]);
+  EXPECT_EQ(results[0], results[2]);
+}
+
+TEST(PrepareUtf8, FindsTheFirstInvalidByte) {
+  EXPECT_EQ(find_invalid_utf8(""), -1);
+  EXPECT_EQ(find_invalid_utf8("plain ascii text, longer than eight bytes"), -1);
+  EXPECT_EQ(find_invalid_utf8("\xc3\xa9\xe2\x82\xac\xf0\x9f\x98\x80 \xf4\x8f\xbf\xbf"), -1);
+  EXPECT_EQ(find_invalid_utf8("0123456789abcdef\x80"), 16);     // lone continuation
+  EXPECT_EQ(find_invalid_utf8("ab\xc0\xaf"), 2);                // overlong '/'
+  EXPECT_EQ(find_invalid_utf8("abc\xe0\x80\xaf"), 3);           // overlong, 3 bytes
+  EXPECT_EQ(find_invalid_utf8("\xed\xa0\x80"), 0);              // surrogate U+D800
+  EXPECT_EQ(find_invalid_utf8("x\xf4\x90\x80\x80"), 1);         // above U+10FFFF
+  EXPECT_EQ(find_invalid_utf8("0123456789\xe2\x82"), 10);       // truncated at the end
+  EXPECT_EQ(find_invalid_utf8("\xe2\x82x"), 0);                 // bad continuation
+  EXPECT_EQ(find_invalid_utf8(std::string("a\0b\xff", 4)), 3);  // NUL is valid
+}
+
+}  // namespace
+}  // namespace forge
