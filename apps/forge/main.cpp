@@ -24,6 +24,11 @@ const Entry kCommands[] = {
     {"train", forge::cli::cmd_train, "pretrain a model on token shards"},
     {"eval", forge::cli::cmd_eval, "mean cross-entropy of a model on token shards"},
     {"generate", forge::cli::cmd_generate, "sample token ids from a model"},
+    {"tokenizer", forge::cli::cmd_tokenizer, "train a BPE tokenizer; encode and decode text"},
+    {"data", forge::cli::cmd_data, "tokenize text documents into train/val token shards"},
+    {"bench", forge::cli::cmd_bench, "benchmarks: tokenizer (gemm, attention, train, generate: not yet)"},
+    {"inspect", forge::cli::cmd_inspect, "show a model directory: config, parameter count, tensors"},
+    {"validate", forge::cli::cmd_validate, "check a model directory: load, save, reload, compare, checksum"},
 };
 
 void usage() {

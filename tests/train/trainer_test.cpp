@@ -1,14 +1,15 @@
 #include "forge/train/trainer.h"
 
 #include <cmath>
+#include <csignal>
 #include <filesystem>
 #include <fstream>
-
 #include <nlohmann/json.hpp>
 
 #include "forge/core/error.h"
 #include "forge/data/shard.h"
 #include "forge/model/model_dir.h"
+#include "forge/train/checkpoint.h"
 #include "forge/train/schedule.h"
 #include "testing.h"
 
@@ -19,9 +20,9 @@ namespace fs = std::filesystem;
 
 TEST(LrSchedule, WarmupThenCosineToTheFloor) {
   const LrSchedule s{1.0, 10, 110, 0.1};
-  EXPECT_DOUBLE_EQ(s.at(0), 0.1);    // (0 + 1) / 10
+  EXPECT_DOUBLE_EQ(s.at(0), 0.1);  // (0 + 1) / 10
   EXPECT_DOUBLE_EQ(s.at(9), 1.0);
-  EXPECT_DOUBLE_EQ(s.at(10), 1.0);   // cosine starts at the peak
+  EXPECT_DOUBLE_EQ(s.at(10), 1.0);     // cosine starts at the peak
   EXPECT_NEAR(s.at(60), 0.55, 1e-12);  // halfway: min + (max − min)/2
   EXPECT_NEAR(s.at(110), 0.1, 1e-12);
 }
@@ -29,8 +30,9 @@ TEST(LrSchedule, WarmupThenCosineToTheFloor) {
 class TrainerTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = fs::temp_directory_path() / ("forge_train_" + std::to_string(::getpid()) + "_" +
-                                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    dir_ = fs::temp_directory_path() /
+           ("forge_train_" + std::to_string(::getpid()) + "_" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
     fs::remove_all(dir_);
     fs::create_directories(dir_ / "data");
     // A learnable language: runs of a random start token counting up mod 16, so the next token
@@ -91,7 +93,8 @@ TEST_F(TrainerTest, LearnsWritesMetricsPlotAndModel) {
   ASSERT_EQ(m.size(), 41u);  // 40 steps + the final evaluation
   for (int s = 0; s < 40; ++s) {
     EXPECT_EQ(m[s]["step"], s);
-    for (const char* k : {"loss", "lr", "grad_norm", "tokens_per_s"}) EXPECT_TRUE(m[s].contains(k)) << k;
+    for (const char* k : {"loss", "lr", "grad_norm", "tokens_per_s"})
+      EXPECT_TRUE(m[s].contains(k)) << k;
     EXPECT_EQ(m[s].contains("val_loss"), s % 10 == 0) << s;
   }
   EXPECT_DOUBLE_EQ(m[40]["val_loss"].get<double>(), r.last_val_loss);
@@ -157,6 +160,90 @@ TEST_F(TrainerTest, RejectsIdsBeyondTheVocabulary) {
   ModelConfig m = model();
   m.vocab_size = 10;  // the data uses ids up to 15
   EXPECT_THROW(train(m, config(), (dir_ / "data").string(), (dir_ / "v").string()), Error);
+}
+
+std::string file_bytes(const fs::path& p) {
+  std::ifstream f(p, std::ios::binary);
+  return std::string((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+}
+
+// Stopped twice and resumed twice (with gradient accumulation and evaluations in between):
+// every logged number and the final weights match a run that never stopped, bit for bit.
+TEST_F(TrainerTest, ResumeIsBitIdentical) {
+  TrainConfig c = config();
+  c.steps = 9;
+  c.grad_accum = 2;
+  c.batch_size = 2;
+  c.eval_every = 4;
+  c.eval_windows = 8;
+  c.save_every = 4;
+  const std::string data = (dir_ / "data").string();
+  train(model(), c, data, (dir_ / "a").string());
+
+  // The stop flag is polled after each step: set from the start, each call runs one step.
+  volatile std::sig_atomic_t stop = 1;
+  RunOptions opt;
+  opt.stop = &stop;
+  opt.quiet = true;
+  const TrainResult r1 = train(model(), c, data, (dir_ / "b").string(), opt);
+  EXPECT_TRUE(r1.interrupted);
+  EXPECT_EQ(r1.steps_done, 1);
+  EXPECT_FALSE(fs::exists(dir_ / "b/model"));
+  ASSERT_EQ(list_checkpoints((dir_ / "b").string()).back().first, 1);
+  const TrainResult r2 = resume((dir_ / "b").string(), 0, "", opt);
+  EXPECT_EQ(r2.steps_done, 2);
+  opt.stop = nullptr;
+  const TrainResult r3 = resume((dir_ / "b").string(), 0, "", opt);
+  EXPECT_FALSE(r3.interrupted);
+  EXPECT_EQ(r3.steps_done, 9);
+
+  const auto a = read_metrics(dir_ / "a"), b = read_metrics(dir_ / "b");
+  ASSERT_EQ(a.size(), 10u);
+  ASSERT_EQ(b.size(), a.size());  // the lines of the stopped attempts were replaced, not repeated
+  for (size_t i = 0; i < a.size(); ++i) {
+    EXPECT_EQ(b[i]["step"], a[i]["step"]);
+    for (const char* k : {"loss", "grad_norm", "lr", "val_loss"}) {
+      ASSERT_EQ(a[i].contains(k), b[i].contains(k)) << i << " " << k;
+      if (a[i].contains(k))
+        EXPECT_EQ(a[i][k].get<double>(), b[i][k].get<double>()) << i << " " << k;
+    }
+  }
+  EXPECT_EQ(file_bytes(dir_ / "a/model/model.safetensors"),
+            file_bytes(dir_ / "b/model/model.safetensors"));
+  // Checkpoints at 4 and 8 (save_every) and 9 (the end); the stops' 1 and 2 were pruned (keep 3).
+  std::vector<int> steps;
+  for (const auto& [s, path] : list_checkpoints((dir_ / "b").string())) steps.push_back(s);
+  EXPECT_EQ(steps, (std::vector<int>{4, 8, 9}));
+  EXPECT_EQ(file_bytes(dir_ / "a/checkpoints/step_000008/optimizer.safetensors"),
+            file_bytes(dir_ / "b/checkpoints/step_000008/optimizer.safetensors"));
+}
+
+TEST_F(TrainerTest, ResumeNeedsACheckpoint) {
+  TrainConfig c = config();
+  c.steps = 2;
+  c.eval_windows = 4;
+  train(model(), c, (dir_ / "data").string(), (dir_ / "r").string());
+  EXPECT_THROW(resume((dir_ / "r").string(), 0), Error);  // trained without --save-every
+  EXPECT_THROW(resume((dir_ / "nothing").string(), 0), Error);
+}
+
+// --init-from: the run starts from the saved weights (its first validation loss is the source
+// run's last), and the source's tokenizer.json travels into the new run's model.
+TEST_F(TrainerTest, InitFromStartsFromTheModelsWeights) {
+  TrainConfig c = config();
+  c.steps = 10;
+  c.eval_windows = 16;
+  const std::string data = (dir_ / "data").string();
+  const TrainResult src = train(model(), c, data, (dir_ / "src").string());
+  std::ofstream(dir_ / "src/model/tokenizer.json") << "{\"model\": {\"type\": \"BPE\"}}";
+  c.steps = 2;
+  c.seed = 99;
+  const TrainResult r = train_from((dir_ / "src/model").string(), c, data, (dir_ / "ft").string());
+  EXPECT_EQ(r.first_val_loss, src.last_val_loss);
+  EXPECT_LT(r.first_val_loss, 0.7 * std::log(16.0));  // not a fresh model
+  EXPECT_EQ(file_bytes(dir_ / "ft/model/tokenizer.json"),
+            file_bytes(dir_ / "src/model/tokenizer.json"));
+  EXPECT_THROW(train_from((dir_ / "none").string(), c, data, (dir_ / "ft2").string()), Error);
 }
 
 }  // namespace

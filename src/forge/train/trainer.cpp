@@ -5,8 +5,9 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
-
 #include <nlohmann/json.hpp>
+#include <sstream>
+#include <type_traits>
 
 #include "forge/core/error.h"
 #include "forge/core/timer.h"
@@ -14,7 +15,9 @@
 #include "forge/model/transformer.h"
 #include "forge/ops/adamw.h"
 #include "forge/ops/grad_norm.h"
+#include "forge/train/checkpoint.h"
 #include "forge/train/plot.h"
+#include "forge/train/runner.h"
 #include "forge/train/schedule.h"
 
 namespace forge {
@@ -46,30 +49,67 @@ double parse_double(const std::string& k, const std::string& v) {
 std::string format_duration(double s) {
   char buf[32];
   const long t = static_cast<long>(std::max(0.0, s) + 0.5);
-  if (t >= 3600) std::snprintf(buf, sizeof(buf), "%ldh%02ldm", t / 3600, t / 60 % 60);
-  else if (t >= 60) std::snprintf(buf, sizeof(buf), "%ldm%02lds", t / 60, t % 60);
-  else std::snprintf(buf, sizeof(buf), "%lds", t);
+  if (t >= 3600)
+    std::snprintf(buf, sizeof(buf), "%ldh%02ldm", t / 3600, t / 60 % 60);
+  else if (t >= 60)
+    std::snprintf(buf, sizeof(buf), "%ldm%02lds", t / 60, t % 60);
+  else
+    std::snprintf(buf, sizeof(buf), "%lds", t);
   return buf;
 }
 
 nlohmann::json train_config_json(const TrainConfig& c) {
-  return {{"steps", c.steps}, {"batch_size", c.batch_size}, {"seq_len", c.seq_len},
-          {"grad_accum", c.grad_accum}, {"lr", c.lr}, {"min_lr_frac", c.min_lr_frac},
-          {"warmup_steps", c.warmup_steps}, {"weight_decay", c.weight_decay},
-          {"beta1", c.beta1}, {"beta2", c.beta2}, {"eps", c.eps}, {"grad_clip", c.grad_clip},
-          {"eval_every", c.eval_every}, {"eval_windows", c.eval_windows}, {"seed", c.seed}};
+  return {{"steps", c.steps},
+          {"batch_size", c.batch_size},
+          {"seq_len", c.seq_len},
+          {"grad_accum", c.grad_accum},
+          {"lr", c.lr},
+          {"min_lr_frac", c.min_lr_frac},
+          {"warmup_steps", c.warmup_steps},
+          {"weight_decay", c.weight_decay},
+          {"beta1", c.beta1},
+          {"beta2", c.beta2},
+          {"eps", c.eps},
+          {"grad_clip", c.grad_clip},
+          {"eval_every", c.eval_every},
+          {"eval_windows", c.eval_windows},
+          {"seed", c.seed},
+          {"save_every", c.save_every},
+          {"keep_checkpoints", c.keep_checkpoints}};
+}
+
+// The inverse of train_config_json, exact (doubles and the u64 seed as stored).
+TrainConfig train_config_from_json(const nlohmann::json& j, const std::string& where) {
+  TrainConfig c;
+  try {
+    auto get = [&](const char* k, auto& field) {
+      if (j.contains(k)) field = j.at(k).get<std::remove_reference_t<decltype(field)>>();
+    };
+    get("steps", c.steps), get("batch_size", c.batch_size), get("seq_len", c.seq_len);
+    get("grad_accum", c.grad_accum), get("lr", c.lr), get("min_lr_frac", c.min_lr_frac);
+    get("warmup_steps", c.warmup_steps), get("weight_decay", c.weight_decay);
+    get("beta1", c.beta1), get("beta2", c.beta2), get("eps", c.eps);
+    get("grad_clip", c.grad_clip), get("eval_every", c.eval_every);
+    get("eval_windows", c.eval_windows), get("seed", c.seed), get("save_every", c.save_every);
+    get("keep_checkpoints", c.keep_checkpoints);
+  } catch (const nlohmann::json::exception& e) {
+    throw Error(str(where, ": bad training configuration: ", e.what()));
+  }
+  return c;
 }
 
 // Mean loss over the first `windows` validation windows (the same ones at every evaluation).
-double evaluate(Transformer<float>& model, const EvalWindows& val, int B, int T_, int windows) {
+double evaluate(StepRunner& model, const EvalWindows& val, int B, int T_, int windows) {
   const int64_t n = std::min<int64_t>(windows, val.count());
   std::vector<int32_t> x(static_cast<size_t>(B) * T_), y(static_cast<size_t>(B) * T_);
   double sum = 0;
   int64_t done = 0;
   while (done < n) {
     const int b = static_cast<int>(std::min<int64_t>(B, n - done));
-    for (int i = 0; i < b; ++i) val.window(done + i, x.data() + static_cast<size_t>(i) * T_, y.data() + static_cast<size_t>(i) * T_);
-    sum += model.forward(x.data(), y.data(), b, T_) * b;
+    for (int i = 0; i < b; ++i)
+      val.window(done + i, x.data() + static_cast<size_t>(i) * T_,
+                 y.data() + static_cast<size_t>(i) * T_);
+    sum += model.eval_loss(x.data(), y.data(), b, T_) * b;
     done += b;
   }
   return sum / static_cast<double>(n);
@@ -78,139 +118,307 @@ double evaluate(Transformer<float>& model, const EvalWindows& val, int B, int T_
 }  // namespace
 
 bool TrainConfig::apply_override(const std::string& k, const std::string& v) {
-  if (k == "steps") steps = parse_int(k, v);
-  else if (k == "batch_size") batch_size = parse_int(k, v);
-  else if (k == "seq_len") seq_len = parse_int(k, v);
-  else if (k == "grad_accum") grad_accum = parse_int(k, v);
-  else if (k == "lr") lr = parse_double(k, v);
-  else if (k == "min_lr_frac") min_lr_frac = parse_double(k, v);
-  else if (k == "warmup_steps") warmup_steps = parse_int(k, v);
-  else if (k == "weight_decay") weight_decay = parse_double(k, v);
-  else if (k == "beta1") beta1 = parse_double(k, v);
-  else if (k == "beta2") beta2 = parse_double(k, v);
-  else if (k == "eps") eps = parse_double(k, v);
-  else if (k == "grad_clip") grad_clip = parse_double(k, v);
-  else if (k == "eval_every") eval_every = parse_int(k, v);
-  else if (k == "eval_windows") eval_windows = parse_int(k, v);
-  else if (k == "seed") seed = static_cast<uint64_t>(parse_double(k, v));
-  else return false;
+  if (k == "steps")
+    steps = parse_int(k, v);
+  else if (k == "batch_size")
+    batch_size = parse_int(k, v);
+  else if (k == "seq_len")
+    seq_len = parse_int(k, v);
+  else if (k == "grad_accum")
+    grad_accum = parse_int(k, v);
+  else if (k == "lr")
+    lr = parse_double(k, v);
+  else if (k == "min_lr_frac")
+    min_lr_frac = parse_double(k, v);
+  else if (k == "warmup_steps")
+    warmup_steps = parse_int(k, v);
+  else if (k == "weight_decay")
+    weight_decay = parse_double(k, v);
+  else if (k == "beta1")
+    beta1 = parse_double(k, v);
+  else if (k == "beta2")
+    beta2 = parse_double(k, v);
+  else if (k == "eps")
+    eps = parse_double(k, v);
+  else if (k == "grad_clip")
+    grad_clip = parse_double(k, v);
+  else if (k == "eval_every")
+    eval_every = parse_int(k, v);
+  else if (k == "eval_windows")
+    eval_windows = parse_int(k, v);
+  else if (k == "seed")
+    seed = static_cast<uint64_t>(parse_double(k, v));
+  else
+    return false;
   return true;
 }
 
-TrainResult train(const ModelConfig& mcfg, const TrainConfig& cfg, const std::string& data,
-                  const std::string& out) {
-  mcfg.validate();
+namespace {
+
+// Where the loop starts: fresh, from a model directory, or from a checkpoint.
+struct RunStart {
+  int step = 0;                  // first step to run
+  uint64_t loader_offset = 0;    // TrainLoader position
+  std::vector<float> m, v;       // Adam moments; empty: zeros
+  bool resumed = false;          // continue metrics.jsonl instead of starting it
+  std::string init_from;         // recorded in the run configuration
+  std::string tokenizer;         // tokenizer.json to copy into the run directory
+  Curve train_curve, val_curve;  // what metrics.jsonl already holds
+  double first_val_loss = NAN;
+};
+
+TrainResult run(Transformer<float>& model, const TrainConfig& cfg, const std::string& data,
+                const std::string& out, RunStart start, const RunOptions& opt) {
+  const ModelConfig& mcfg = model.config();
   if (cfg.steps <= 0) throw Error(str("steps must be positive, got ", cfg.steps));
   if (cfg.batch_size <= 0) throw Error(str("batch_size must be positive, got ", cfg.batch_size));
   if (cfg.grad_accum <= 0) throw Error(str("grad_accum must be positive, got ", cfg.grad_accum));
   if (cfg.eval_every <= 0) throw Error(str("eval_every must be positive, got ", cfg.eval_every));
+  if (cfg.save_every < 0) throw Error(str("save_every must be >= 0, got ", cfg.save_every));
   const int T_ = cfg.seq_len > 0 ? cfg.seq_len : mcfg.max_seq_len;
   if (T_ > mcfg.max_seq_len)
     throw Error(str("seq_len ", T_, " exceeds the model's max_seq_len ", mcfg.max_seq_len));
   const int B = cfg.batch_size;
-  if (fs::exists(out + "/metrics.jsonl"))
-    throw Error(str(out, ": already holds a run (metrics.jsonl); choose another --out"));
+  if (!start.resumed && fs::exists(out + "/metrics.jsonl"))
+    throw Error(
+        str(out, ": already holds a run (metrics.jsonl); choose another --out or --resume it"));
 
   Dataset ds = Dataset::open(data, mcfg.vocab_size);
   TrainLoader loader(&ds.shards, ds.train, T_, cfg.seed);
+  loader.set_rng_offset(start.loader_offset);
   EvalWindows val(&ds.shards, ds.val, T_);
 
   std::error_code ec;
   fs::create_directories(out, ec);
   if (ec) throw Error(str(out, ": cannot create run directory: ", ec.message()));
-  {
-    nlohmann::json j = {{"model", to_hf_config(mcfg)}, {"train", train_config_json(cfg)}, {"data", data}};
-    std::ofstream(out + "/config.json") << j.dump(2) << "\n";
+  nlohmann::json run_config = {
+      {"model", to_hf_config(mcfg)}, {"train", train_config_json(cfg)}, {"data", data}};
+  if (!start.init_from.empty()) run_config["init_from"] = start.init_from;
+  write_file_atomic(out + "/config.json", run_config.dump(2) + "\n");
+  if (!start.tokenizer.empty()) {
+    std::ifstream src(start.tokenizer, std::ios::binary);
+    if (!src) throw Error(str(start.tokenizer, ": cannot open"));
+    std::stringstream text;
+    text << src.rdbuf();
+    write_file_atomic(out + "/tokenizer.json", text.str());
   }
-  std::ofstream metrics(out + "/metrics.jsonl");
+  const std::string tokenizer = fs::exists(out + "/tokenizer.json") ? out + "/tokenizer.json" : "";
+  std::ofstream metrics(out + "/metrics.jsonl", start.resumed ? std::ios::app : std::ios::trunc);
   if (!metrics) throw Error(str(out, "/metrics.jsonl: cannot write"));
 
-  Transformer<float> model(mcfg);
-  model.init_weights(cfg.seed);
   const int64_t P = model.num_params();
-  std::vector<float> m(P, 0.0f), v(P, 0.0f);
-  LrSchedule sched{cfg.lr, cfg.warmup_steps >= 0 ? cfg.warmup_steps : std::max(1, cfg.steps / 20), cfg.steps, cfg.min_lr_frac};
-  std::printf("model %s: %.2fM parameters (L=%d C=%d NH=%d V=%d) | data %.2fM train / %.2fM val tokens\n",
-              mcfg.family_name().c_str(), P / 1e6, mcfg.n_layer, mcfg.n_embd, mcfg.n_head,
-              mcfg.vocab_size, ds.train_tokens() / 1e6, ds.val_tokens() / 1e6);
+  std::vector<float> m = std::move(start.m), v = std::move(start.v);
+  if (m.empty()) m.assign(P, 0.0f);
+  if (v.empty()) v.assign(P, 0.0f);
+  FORGE_CHECK(static_cast<int64_t>(m.size()) == P && static_cast<int64_t>(v.size()) == P,
+              "optimizer state size mismatch");
+  // The steps run on a StepRunner (CPU or GPU); `model` stays the host copy that checkpoints
+  // and the final export read, refreshed from the runner when they need it.
+  std::unique_ptr<StepRunner> runner =
+      opt.device == "cuda" ? make_cuda_runner(mcfg, opt.precision) : make_cpu_runner(mcfg);
+  runner->set_weights(model.weights());
+  runner->set_adam_state(m, v);
+  auto sync_host = [&] {
+    model.weights() = runner->weights();
+    m = runner->adam_m();
+    v = runner->adam_v();
+  };
+  LrSchedule sched{cfg.lr, cfg.warmup_steps >= 0 ? cfg.warmup_steps : std::max(1, cfg.steps / 20),
+                   cfg.steps, cfg.min_lr_frac};
+  const bool quiet = cfg.quiet || opt.quiet;
+  std::printf(
+      "model %s: %.2fM parameters (L=%d C=%d NH=%d V=%d) | data %.2fM train / %.2fM val tokens\n",
+      mcfg.family_name().c_str(), P / 1e6, mcfg.n_layer, mcfg.n_embd, mcfg.n_head, mcfg.vocab_size,
+      ds.train_tokens() / 1e6, ds.val_tokens() / 1e6);
   std::printf("batch %d x %d tokens x %d accum = %d tokens/step, %d steps, lr %.2e, run dir %s\n",
               B, T_, cfg.grad_accum, B * T_ * cfg.grad_accum, cfg.steps, cfg.lr, out.c_str());
+  std::printf("device %s\n", runner->describe().c_str());
   std::fflush(stdout);
 
   std::vector<int32_t> x(static_cast<size_t>(B) * T_), y(static_cast<size_t>(B) * T_);
-  Curve train_curve, val_curve;
+  Curve train_curve = std::move(start.train_curve), val_curve = std::move(start.val_curve);
   TrainResult result;
+  result.first_val_loss = start.first_val_loss;
+  result.steps_done = start.step;
   Timer total;
   double step_time_avg = 0;
   auto run_eval = [&](int step) -> double {
     if (val.count() == 0) return NAN;
-    const double l = evaluate(model, val, B, T_, cfg.eval_windows);
+    const double l = evaluate(*runner, val, B, T_, cfg.eval_windows);
     val_curve.push_back({static_cast<double>(step), l});
-    write_loss_svg(out + "/loss.svg", train_curve, val_curve, "forge: " + mcfg.family_name() + " loss");
+    write_loss_svg(out + "/loss.svg", train_curve, val_curve,
+                   "forge: " + mcfg.family_name() + " loss");
     return l;
   };
+  int last_saved = -1;
+  auto checkpoint = [&](int done) {
+    TrainerState st{done, cfg.seed, loader.rng_offset(), run_config};
+    sync_host();
+    const std::string path = save_checkpoint(out, model, m, v, st, cfg.keep_checkpoints, tokenizer);
+    last_saved = done;
+    if (!quiet) std::printf("checkpoint %s\n", path.c_str());
+  };
 
-  for (int step = 0; step < cfg.steps; ++step) {
+  for (int step = start.step; step < cfg.steps; ++step) {
     double val_loss = NAN;
     if (step % cfg.eval_every == 0) {
       val_loss = run_eval(step);
       if (step == 0) result.first_val_loss = val_loss;
     }
     Timer t;
-    model.zero_grad();
+    runner->zero_grad();
     double loss = 0;
     for (int micro = 0; micro < cfg.grad_accum; ++micro) {
       loader.next_batch(B, x.data(), y.data());
-      loss += model.forward(x.data(), y.data(), B, T_) / cfg.grad_accum;
-      model.backward(1.0 / cfg.grad_accum);
+      loss += runner->micro_step(x.data(), y.data(), B, T_, 1.0 / cfg.grad_accum) / cfg.grad_accum;
     }
-    if (!std::isfinite(loss)) throw Error(str("loss became ", loss, " at step ", step, "; try a lower lr"));
-    const double norm = cpu::global_norm(model.grads().data(), P);
+    if (!std::isfinite(loss))
+      throw Error(str("loss became ", loss, " at step ", step, "; try a lower lr"));
     const double lr = sched.at(step);
     cpu::AdamWParams ap;
     ap.lr = static_cast<float>(lr);
     ap.beta1 = static_cast<float>(cfg.beta1);
     ap.beta2 = static_cast<float>(cfg.beta2);
     ap.eps = static_cast<float>(cfg.eps);
+    ap.weight_decay = static_cast<float>(cfg.weight_decay);  // >= 2-D tensors only
     ap.step = step + 1;
-    ap.grad_scale = static_cast<float>(cpu::clip_scale(norm, cfg.grad_clip));
-    for (const auto& p : model.table().params()) {
-      ap.weight_decay = p.decay ? static_cast<float>(cfg.weight_decay) : 0.0f;
-      cpu::adamw_update(model.weights().data() + p.offset, m.data() + p.offset, v.data() + p.offset,
-                        model.grads().data() + p.offset, p.numel(), ap);
-    }
+    const double norm = runner->optimizer_step(ap, cfg.grad_clip);
     const double dt = t.seconds();
-    step_time_avg = step == 0 ? dt : 0.9 * step_time_avg + 0.1 * dt;
+    step_time_avg = step == start.step ? dt : 0.9 * step_time_avg + 0.1 * dt;
     const double tps = static_cast<double>(B) * T_ * cfg.grad_accum / dt;
     train_curve.push_back({static_cast<double>(step), loss});
     result.last_train_loss = loss;
+    result.steps_done = step + 1;
 
-    nlohmann::json rec = {{"step", step}, {"loss", loss}, {"lr", lr}, {"grad_norm", norm}, {"tokens_per_s", tps}};
+    nlohmann::json rec = {
+        {"step", step}, {"loss", loss}, {"lr", lr}, {"grad_norm", norm}, {"tokens_per_s", tps}};
     if (std::isfinite(val_loss)) rec["val_loss"] = val_loss;
     metrics << rec.dump() << "\n" << std::flush;
-    if (!cfg.quiet) {
+    if (!quiet) {
       std::printf("step %*d/%d | loss %.4f | lr %.2e | norm %.3f | %.0f tok/s | ETA %s%s\n",
                   static_cast<int>(std::to_string(cfg.steps).size()), step + 1, cfg.steps, loss, lr,
                   norm, tps, format_duration(step_time_avg * (cfg.steps - step - 1)).c_str(),
                   std::isfinite(val_loss) ? str(" | val ", val_loss).c_str() : "");
       std::fflush(stdout);
     }
+    const int done = step + 1;
+    if (cfg.save_every > 0 && (done % cfg.save_every == 0 || done == cfg.steps)) checkpoint(done);
+    if (opt.stop && *opt.stop && done < cfg.steps) {
+      if (last_saved != done) checkpoint(done);
+      result.interrupted = true;
+      result.seconds = total.seconds();
+      std::printf(
+          "stopped after step %d of %d; checkpoint written. Continue with: forge train --resume "
+          "%s\n",
+          done, cfg.steps, out.c_str());
+      std::fflush(stdout);
+      return result;
+    }
   }
   // Final evaluation, after the last update.
   const double final_val = run_eval(cfg.steps);
   result.last_val_loss = final_val;
   if (std::isfinite(final_val)) {
-    metrics << nlohmann::json{{"step", cfg.steps}, {"val_loss", final_val}}.dump() << "\n" << std::flush;
+    metrics << nlohmann::json{{"step", cfg.steps}, {"val_loss", final_val}}.dump() << "\n"
+            << std::flush;
   } else {
-    write_loss_svg(out + "/loss.svg", train_curve, val_curve, "forge: " + mcfg.family_name() + " loss");
+    write_loss_svg(out + "/loss.svg", train_curve, val_curve,
+                   "forge: " + mcfg.family_name() + " loss");
   }
-  save_model_dir(out + "/model", model);
+  sync_host();
+  save_model_dir(out + "/model", model, tokenizer);
   result.seconds = total.seconds();
-  std::printf("done in %s: train loss %.4f", format_duration(result.seconds).c_str(), result.last_train_loss);
-  if (std::isfinite(final_val)) std::printf(", val loss %.4f (from %.4f at step 0)", final_val, result.first_val_loss);
-  std::printf("\nmodel saved to %s/model, metrics in %s/metrics.jsonl, plot %s/loss.svg\n", out.c_str(), out.c_str(), out.c_str());
+  std::printf("done in %s: train loss %.4f", format_duration(result.seconds).c_str(),
+              result.last_train_loss);
+  if (std::isfinite(final_val))
+    std::printf(", val loss %.4f (from %.4f at step 0)", final_val, result.first_val_loss);
+  std::printf("\nmodel saved to %s/model, metrics in %s/metrics.jsonl, plot %s/loss.svg\n",
+              out.c_str(), out.c_str(), out.c_str());
   std::fflush(stdout);
   return result;
+}
+
+// Keeps the lines of metrics.jsonl with step < `step` (a torn last line of a killed run is
+// dropped too) and returns the curves they hold.
+void cut_metrics(const std::string& path, int step, RunStart& start) {
+  std::ifstream f(path);
+  std::string line, kept;
+  while (std::getline(f, line)) {
+    nlohmann::json j;
+    try {
+      j = nlohmann::json::parse(line);
+    } catch (const nlohmann::json::exception&) {
+      continue;
+    }
+    if (!j.is_object() || !j.contains("step") || !j["step"].is_number_integer()) continue;
+    const int s = j["step"].get<int>();
+    if (s >= step) continue;
+    kept += line + "\n";
+    if (j.contains("loss") && j["loss"].is_number())
+      start.train_curve.push_back({double(s), j["loss"].get<double>()});
+    if (j.contains("val_loss") && j["val_loss"].is_number()) {
+      start.val_curve.push_back({double(s), j["val_loss"].get<double>()});
+      if (s == 0) start.first_val_loss = j["val_loss"].get<double>();
+    }
+  }
+  write_file_atomic(path, kept);
+}
+
+}  // namespace
+
+TrainResult train(const ModelConfig& mcfg, const TrainConfig& cfg, const std::string& data,
+                  const std::string& out, const RunOptions& opt) {
+  mcfg.validate();
+  Transformer<float> model(mcfg);
+  model.init_weights(cfg.seed);
+  return run(model, cfg, data, out, RunStart{}, opt);
+}
+
+TrainResult train_from(const std::string& model_dir, const TrainConfig& cfg,
+                       const std::string& data, const std::string& out, const RunOptions& opt) {
+  Transformer<float> model = load_model_dir(model_dir);
+  RunStart start;
+  start.init_from = model_dir;
+  if (fs::exists(model_dir + "/tokenizer.json")) start.tokenizer = model_dir + "/tokenizer.json";
+  return run(model, cfg, data, out, std::move(start), opt);
+}
+
+TrainResult resume(const std::string& run_dir, int steps, const std::string& data,
+                   const RunOptions& opt) {
+  if (!fs::is_directory(run_dir)) throw Error(str(run_dir, ": no such run directory"));
+  const auto all = list_checkpoints(run_dir);
+  if (all.empty())
+    throw Error(
+        str(run_dir,
+            ": no checkpoint to resume from (checkpoints/step_NNNNNN; train with --save-every K)"));
+  Checkpoint ck = load_checkpoint(all.back().second);
+  const nlohmann::json& rc = ck.state.config;
+  TrainConfig cfg = train_config_from_json(rc.value("train", nlohmann::json::object()),
+                                           all.back().second + "/trainer_state.json");
+  if (steps > 0) cfg.steps = steps;
+  if (cfg.steps < ck.state.step)
+    throw Error(
+        str("--steps ", cfg.steps, " is before the newest checkpoint (step ", ck.state.step, ")"));
+  if (cfg.seed != ck.state.seed)
+    throw Error(str(all.back().second, ": seed in config and state disagree"));
+  std::string data_path = data;
+  if (data_path.empty()) {
+    if (!rc.contains("data") || !rc["data"].is_string())
+      throw Error(str(all.back().second, "/trainer_state.json: no data path; pass --data"));
+    data_path = rc["data"].get<std::string>();
+  }
+  RunStart start;
+  start.step = ck.state.step;
+  start.loader_offset = ck.state.loader_rng_offset;
+  start.m = std::move(ck.m);
+  start.v = std::move(ck.v);
+  start.resumed = true;
+  if (rc.contains("init_from") && rc["init_from"].is_string())
+    start.init_from = rc["init_from"].get<std::string>();
+  cut_metrics(run_dir + "/metrics.jsonl", start.step, start);
+  std::printf("resuming %s from %s (step %d of %d)\n", run_dir.c_str(), all.back().second.c_str(),
+              start.step, cfg.steps);
+  return run(ck.model, cfg, data_path, run_dir, std::move(start), opt);
 }
 
 }  // namespace forge

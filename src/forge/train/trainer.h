@@ -5,8 +5,18 @@
 //   loss.svg        the loss curves, redrawn at every evaluation
 //   config.json     the full run configuration (model and training)
 //   model/          the final weights as a Hugging Face model directory
+//   checkpoints/    step_NNNNNN/ every save_every steps and when stopped (checkpoint.h)
+//   tokenizer.json  the tokenizer of an --init-from model, copied into every model it saves
+//
+// Three ways in: train() from fresh weights, train_from() from a Hugging Face model directory,
+// resume() from a run's newest checkpoint. All three run the same loop, so a resumed run logs
+// bit-identical losses: metrics.jsonl is cut back to the checkpoint's step and continued.
+//
+// Stopping: when *RunOptions::stop becomes non-zero (the CLI's SIGINT/SIGTERM handler sets
+// it), the loop finishes the current step, writes a checkpoint and returns.
 #pragma once
 
+#include <csignal>
 #include <cstdint>
 #include <functional>
 #include <string>
@@ -26,11 +36,13 @@ struct TrainConfig {
   int warmup_steps = -1;      // -1: 5% of steps
   double weight_decay = 0.1;  // AdamW, on tensors with >= 2 dims
   double beta1 = 0.9, beta2 = 0.95, eps = 1e-8;
-  double grad_clip = 1.0;     // global norm; <= 0 disables
-  int eval_every = 100;       // validation every N steps (and after the last)
-  int eval_windows = 64;      // validation windows of T + 1 tokens per evaluation
-  uint64_t seed = 1337;       // initialisation and data order
-  bool quiet = false;         // no per-step progress lines
+  double grad_clip = 1.0;    // global norm; <= 0 disables
+  int eval_every = 100;      // validation every N steps (and after the last)
+  int eval_windows = 64;     // validation windows of T + 1 tokens per evaluation
+  uint64_t seed = 1337;      // initialisation and data order
+  int save_every = 0;        // checkpoint every K steps (and after the last); 0: never
+  int keep_checkpoints = 3;  // newest checkpoints kept; <= 0 keeps all
+  bool quiet = false;        // no per-step progress lines
 
   // Applies one key=value override; returns false if the key is not a training field.
   bool apply_override(const std::string& key, const std::string& value);
@@ -40,11 +52,32 @@ struct TrainResult {
   double first_val_loss = 0, last_val_loss = 0;
   double last_train_loss = 0;
   double seconds = 0;
+  int steps_done = 0;        // optimizer steps completed, counting those before a resume
+  bool interrupted = false;  // stopped through RunOptions::stop (a checkpoint was written)
+};
+
+struct RunOptions {
+  // Polled after every step; non-zero: checkpoint and return. A signal handler may set it.
+  const volatile std::sig_atomic_t* stop = nullptr;
+  bool quiet = false;  // no per-step progress lines (as TrainConfig::quiet, for resume())
+  std::string device = "cpu";       // "cpu" or "cuda": where the steps run (train/runner.h)
+  std::string precision = "fp32";   // cuda: "fp32" or "bf16"; cpu: "fp32"
 };
 
 // Trains from scratch (weights initialised from cfg.seed) on `data` (a --data argument),
 // writing the run directory `out`. Throws forge::Error on bad input.
 TrainResult train(const ModelConfig& model, const TrainConfig& cfg, const std::string& data,
-                  const std::string& out);
+                  const std::string& out, const RunOptions& opt = {});
+
+// Like train(), starting from the weights (and shape) of the Hugging Face model directory
+// `model_dir`; the optimizer starts fresh. Its tokenizer.json, if any, travels with the run.
+TrainResult train_from(const std::string& model_dir, const TrainConfig& cfg,
+                       const std::string& data, const std::string& out, const RunOptions& opt = {});
+
+// Continues the run in `run_dir` from its newest checkpoint up to `steps` (0: the run's own
+// total; another total stretches the LR schedule, so losses then differ from the original
+// plan). `data` replaces the run's data path when not empty (the shards moved).
+TrainResult resume(const std::string& run_dir, int steps, const std::string& data = "",
+                   const RunOptions& opt = {});
 
 }  // namespace forge

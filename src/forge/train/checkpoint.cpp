@@ -1,0 +1,198 @@
+// Checkpoint directories (see checkpoint.h). The model part is save_model_dir/load_model_dir,
+// so a checkpoint is also a model directory that `forge eval` and transformers read as is.
+#include "forge/train/checkpoint.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+
+#include "forge/core/error.h"
+#include "forge/io/safetensors.h"
+#include "forge/model/model_dir.h"
+
+namespace forge {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr const char* kTmpPrefix = ".tmp-";
+
+// Rows of a parameter in a checkpoint: the embedding (and an untied head) drop their padding.
+Shape saved_shape(const ParamTable& table, const ParamInfo& p, const ModelConfig& cfg) {
+  if (p.offset == table.wte() || p.offset == table.lm_head()) return {cfg.vocab_size, cfg.n_embd};
+  return p.shape;
+}
+
+// Parses "step_000042" -> 42; -1 for anything else.
+int parse_checkpoint_name(const std::string& name) {
+  if (!name.starts_with("step_") || name.size() < 6) return -1;
+  int step = 0;
+  for (size_t i = 5; i < name.size(); ++i) {
+    if (name[i] < '0' || name[i] > '9' || step > 100'000'000) return -1;
+    step = step * 10 + (name[i] - '0');
+  }
+  return step;
+}
+
+nlohmann::json state_json(const TrainerState& s) {
+  return {{"format", "forge-trainer-state"},
+          {"version", 1},
+          {"step", s.step},
+          {"seed", s.seed},
+          {"rng", {{"loader", {{"seed", s.seed}, {"stream", 0}, {"offset", s.loader_rng_offset}}}}},
+          {"data_loader", {{"kind", "random_windows"}, {"rng_offset", s.loader_rng_offset}}},
+          {"config", s.config}};
+}
+
+TrainerState state_from_json(const std::string& path, const nlohmann::json& j) {
+  auto need = [&](bool ok, const char* what) {
+    if (!ok) throw Error(str(path, ": ", what));
+  };
+  need(j.is_object() && j.value("format", "") == "forge-trainer-state",
+       "not a forge trainer state (no \"format\": \"forge-trainer-state\")");
+  need(j.value("version", 0) == 1, "unsupported trainer state version (expected 1)");
+  need(j.contains("step") && j["step"].is_number_integer() && j["step"].get<int64_t>() >= 0,
+       "missing or bad \"step\"");
+  need(j.contains("seed") && j["seed"].is_number_unsigned(), "missing or bad \"seed\"");
+  need(j.contains("data_loader") && j["data_loader"].is_object() &&
+           j["data_loader"].contains("rng_offset") &&
+           j["data_loader"]["rng_offset"].is_number_unsigned(),
+       "missing or bad \"data_loader\": {\"rng_offset\"}");
+  need(j.contains("config") && j["config"].is_object(), "missing \"config\"");
+  TrainerState s;
+  s.step = j["step"].get<int>();
+  s.seed = j["seed"].get<uint64_t>();
+  s.loader_rng_offset = j["data_loader"]["rng_offset"].get<uint64_t>();
+  s.config = j["config"];
+  return s;
+}
+
+}  // namespace
+
+std::string checkpoint_name(int step) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "step_%06d", step);
+  return buf;
+}
+
+std::vector<std::pair<int, std::string>> list_checkpoints(const std::string& run_dir) {
+  std::vector<std::pair<int, std::string>> out;
+  const fs::path dir = fs::path(run_dir) / "checkpoints";
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec)) return out;
+  for (const auto& e : fs::directory_iterator(dir, ec)) {
+    const int step = parse_checkpoint_name(e.path().filename().string());
+    if (step >= 0 && e.is_directory()) out.emplace_back(step, e.path().string());
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+std::string save_checkpoint(const std::string& run_dir, const Transformer<float>& model,
+                            const std::vector<float>& m, const std::vector<float>& v,
+                            const TrainerState& state, int keep,
+                            const std::string& tokenizer_json) {
+  const ParamTable& table = model.table();
+  const ModelConfig& cfg = model.config();
+  FORGE_CHECK(static_cast<int64_t>(m.size()) == table.total() &&
+                  static_cast<int64_t>(v.size()) == table.total(),
+              "optimizer state has ", m.size(), "/", v.size(), " elements, model ", table.total());
+  const fs::path dir = fs::path(run_dir) / "checkpoints";
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec) throw Error(str(dir.string(), ": cannot create directory: ", ec.message()));
+  // Leftovers of a save that crashed.
+  for (const auto& e : fs::directory_iterator(dir))
+    if (e.path().filename().string().starts_with(kTmpPrefix)) fs::remove_all(e.path());
+
+  const std::string name = checkpoint_name(state.step);
+  const fs::path tmp = dir / (kTmpPrefix + name), final_path = dir / name;
+  save_model_dir(tmp.string(), model, tokenizer_json);
+  // The embedding's padding rows are not saved; they must be zero in m and v as in the weights,
+  // or a resumed run would differ. They are (the padded logits get no gradient).
+  for (const auto* buf : {&m, &v}) {
+    for (const int64_t off : {table.wte(), table.lm_head()}) {
+      const int64_t first = off + int64_t{cfg.vocab_size} * cfg.n_embd;
+      const int64_t last = off + int64_t{cfg.padded_vocab()} * cfg.n_embd;
+      for (int64_t i = first; i < last; ++i)
+        FORGE_CHECK((*buf)[i] == 0.0f, "Adam state in the embedding's padding rows is non-zero");
+    }
+  }
+  std::vector<io::TensorToWrite> tensors;
+  std::vector<std::string> names;
+  names.reserve(2 * table.params().size());
+  for (const char* which : {"m.", "v."}) {
+    const std::vector<float>& buf = which[0] == 'm' ? m : v;
+    for (const auto& p : table.params()) {
+      names.push_back(which + p.name);
+      tensors.push_back(
+          {names.back(), io::StDType::kF32, saved_shape(table, p, cfg), buf.data() + p.offset});
+    }
+  }
+  io::write_safetensors((tmp / "optimizer.safetensors").string(), tensors,
+                        {{"format", "forge-adamw"}, {"step", std::to_string(state.step)}});
+  write_file_atomic((tmp / "trainer_state.json").string(), state_json(state).dump(2) + "\n");
+  fsync_dir(tmp.string());
+
+  // Replace a checkpoint of the same step (a run resumed and stopped again at the same place):
+  // move the old one aside first, since rename() cannot replace a non-empty directory.
+  const fs::path old = dir / (kTmpPrefix + name + ".old");
+  if (fs::exists(final_path)) fs::rename(final_path, old);
+  fs::rename(tmp, final_path);
+  fsync_dir(dir.string());
+  fs::remove_all(old);
+
+  if (keep > 0) {
+    auto all = list_checkpoints(run_dir);
+    for (size_t i = 0; i + keep < all.size(); ++i) fs::remove_all(all[i].second);
+  }
+  return final_path.string();
+}
+
+Checkpoint load_checkpoint(const std::string& dir) {
+  const std::string state_path = dir + "/trainer_state.json";
+  std::ifstream f(state_path);
+  if (!f) throw Error(str(state_path, ": cannot open"));
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(f);
+  } catch (const nlohmann::json::exception& e) {
+    throw Error(str(state_path, ": malformed JSON: ", e.what()));
+  }
+  TrainerState state;
+  try {
+    state = state_from_json(state_path, j);
+  } catch (const nlohmann::json::exception& e) {
+    throw Error(str(state_path, ": a field has the wrong type: ", e.what()));
+  }
+  Checkpoint c{load_model_dir(dir), {}, {}, std::move(state)};
+  const ParamTable& table = c.model.table();
+  const ModelConfig& cfg = c.model.config();
+  c.m.assign(table.total(), 0.0f);
+  c.v.assign(table.total(), 0.0f);
+  const auto opt = io::SafetensorsFile::open(dir + "/optimizer.safetensors");
+  for (const char* which : {"m.", "v."}) {
+    std::vector<float>& buf = which[0] == 'm' ? c.m : c.v;
+    for (const auto& p : table.params()) {
+      const std::string name = which + p.name;
+      const io::TensorInfo* t = opt.find(name);
+      if (!t) throw Error(str(opt.path(), ": missing tensor '", name, "'"));
+      if (t->dtype != io::StDType::kF32)
+        throw Error(str(opt.path(), ": tensor '", name, "' is ", io::st_dtype_name(t->dtype),
+                        ", expected F32 (optimizer state is stored exactly)"));
+      if (t->shape != saved_shape(table, p, cfg))
+        throw Error(str(opt.path(), ": tensor '", name, "' has shape ", shape_str(t->shape),
+                        ", expected ", shape_str(saved_shape(table, p, cfg))));
+      const std::vector<float> data = opt.read_f32(name);
+      std::copy(data.begin(), data.end(), buf.begin() + p.offset);
+    }
+  }
+  if (opt.tensors().size() != 2 * table.params().size())
+    throw Error(str(opt.path(), ": holds ", opt.tensors().size(), " tensors, expected ",
+                    2 * table.params().size(), " (m and v of every parameter)"));
+  return c;
+}
+
+}  // namespace forge

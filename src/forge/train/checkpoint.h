@@ -1,0 +1,59 @@
+// Checkpoints: RUNDIR/checkpoints/step_NNNNNN/, a Hugging Face model directory (config.json,
+// model.safetensors, tokenizer.json when the run has one) plus
+//   optimizer.safetensors  Adam's m and v as F32 tensors "m.<name>" and "v.<name>", shaped like
+//                          the parameters in model.safetensors (the f32 weights there are the
+//                          master weights: nothing else to store)
+//   trainer_state.json     {"step", "seed", "rng": {"loader": {"seed", "stream", "offset"}},
+//                          "data_loader": {"rng_offset"}, "config": the full run configuration}
+// "step" counts the optimizer steps completed: resuming runs step `step` next. Everything a step
+// depends on is here exactly (f32 bits, integer counters; the LR is a function of the step), so
+// a resumed run is bit-identical to one that never stopped.
+//
+// Atomicity: a checkpoint is written under checkpoints/.tmp-step_NNNNNN, every file fsync'd,
+// then the directory is renamed and the parent fsync'd. A crash at any moment leaves either the
+// complete checkpoint or a .tmp- directory that readers ignore and the next save removes.
+#pragma once
+
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "forge/model/transformer.h"
+
+namespace forge {
+
+struct TrainerState {
+  int step = 0;                    // optimizer steps completed
+  uint64_t seed = 0;               // the run's seed (initialisation and data order)
+  uint64_t loader_rng_offset = 0;  // TrainLoader's Philox offset: its whole position
+  nlohmann::json config;           // {"model": config.json, "train": {...}, "data": ..., ...}
+};
+
+// What a checkpoint holds, in memory. m and v are flat buffers like model.weights() (padding
+// rows of the embedding zero).
+struct Checkpoint {
+  Transformer<float> model;
+  std::vector<float> m, v;
+  TrainerState state;
+};
+
+// "step_000042".
+std::string checkpoint_name(int step);
+
+// Writes RUNDIR/checkpoints/step_NNNNNN (replacing one of the same step) atomically, then
+// deletes the oldest complete checkpoints until `keep` remain (keep <= 0: keep all). Copies
+// `tokenizer_json` into it when not empty. Returns the checkpoint's path.
+std::string save_checkpoint(const std::string& run_dir, const Transformer<float>& model,
+                            const std::vector<float>& m, const std::vector<float>& v,
+                            const TrainerState& state, int keep,
+                            const std::string& tokenizer_json = "");
+
+// Complete checkpoints of a run, oldest first: (step, path).
+std::vector<std::pair<int, std::string>> list_checkpoints(const std::string& run_dir);
+
+// Reads a checkpoint directory; throws forge::Error naming the file and the problem.
+Checkpoint load_checkpoint(const std::string& dir);
+
+}  // namespace forge

@@ -1,0 +1,196 @@
+// forge train --resume, end to end through the binary: a run killed with SIGKILL mid-way and a
+// run stopped with SIGTERM both continue from their newest checkpoint, and every loss they log
+// equals, exactly, the loss an uninterrupted run logs at that step.
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <thread>
+
+#include "forge/data/shard.h"
+#include "testing.h"
+
+namespace forge {
+namespace {
+
+namespace fs = std::filesystem;
+
+class ResumeTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() /
+           ("forge_resume_" + std::to_string(::getpid()) + "_" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+    std::vector<uint32_t> t(6000);
+    for (size_t i = 0; i < t.size(); ++i) t[i] = static_cast<uint32_t>((i * 7 + i / 13) % 50);
+    write_shard((dir_ / "train_000000.bin").string(), t);
+    t.resize(800);
+    write_shard((dir_ / "val_000000.bin").string(), t);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  // The training command line; every run of a test uses the same settings.
+  std::vector<std::string> train_args(const std::string& run, int steps) const {
+    return {"train",
+            "--data",
+            dir_.string(),
+            "--out",
+            (dir_ / run).string(),
+            "--steps",
+            std::to_string(steps),
+            "--save-every",
+            "3",
+            "--keep-checkpoints",
+            "2",
+            "vocab_size=50",
+            "max_seq_len=16",
+            "seq_len=16",
+            "batch_size=4",
+            "grad_accum=2",
+            "n_layer=2",
+            "n_embd=32",
+            "n_head=4",
+            "ffn_hidden=64",
+            "eval_every=5",
+            "eval_windows=4",
+            "lr=3e-3"};
+  }
+  // Starts forge in the background; stdout/stderr go to files in the test directory.
+  pid_t spawn(const std::vector<std::string>& args, const std::string& log) const {
+    const std::string out = (dir_ / (log + ".out")).string(),
+                      err = (dir_ / (log + ".err")).string();
+    const pid_t pid = fork();
+    if (pid == 0) {
+      if (!freopen(out.c_str(), "w", stdout) || !freopen(err.c_str(), "w", stderr)) _exit(126);
+      setenv("OMP_WAIT_POLICY", "passive", 1);  // forge would re-exec itself to set it
+      std::vector<char*> argv = {const_cast<char*>(FORGE_BIN)};
+      for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+      argv.push_back(nullptr);
+      execv(FORGE_BIN, argv.data());
+      _exit(127);
+    }
+    return pid;
+  }
+  // Exit code, or -signal.
+  static int wait_for(pid_t pid) {
+    int status = 0;
+    waitpid(pid, &status, 0);
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -WTERMSIG(status);
+  }
+  int run(const std::vector<std::string>& args, const std::string& log) const {
+    return wait_for(spawn(args, log));
+  }
+  std::string read(const std::string& name) const {
+    std::ifstream f(dir_ / name);
+    std::stringstream s;
+    s << f.rdbuf();
+    return s.str();
+  }
+  // Polls until pred() holds or `seconds` pass; true if it held.
+  static bool wait_until(const std::function<bool()>& pred, double seconds = 20) {
+    const auto end = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+    while (std::chrono::steady_clock::now() < end) {
+      if (pred()) return true;
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    }
+    return false;
+  }
+  std::vector<nlohmann::json> metrics(const std::string& run) const {
+    std::vector<nlohmann::json> out;
+    std::ifstream f(dir_ / run / "metrics.jsonl");
+    std::string line;
+    while (std::getline(f, line)) out.push_back(nlohmann::json::parse(line));
+    return out;
+  }
+  int lines(const std::string& run) const {
+    std::ifstream f(dir_ / run / "metrics.jsonl");
+    std::string line;
+    int n = 0;
+    while (std::getline(f, line)) ++n;
+    return n;
+  }
+  // Every line of `run` equals the reference's: same steps, bit-identical losses.
+  void expect_same_metrics(const std::string& run, const std::string& ref) const {
+    const auto a = metrics(ref), b = metrics(run);
+    ASSERT_EQ(a.size(), b.size());
+    for (size_t i = 0; i < a.size(); ++i) {
+      EXPECT_EQ(a[i]["step"], b[i]["step"]) << i;
+      for (const char* k : {"loss", "grad_norm", "lr", "val_loss"}) {
+        ASSERT_EQ(a[i].contains(k), b[i].contains(k)) << i << " " << k;
+        if (a[i].contains(k))
+          EXPECT_EQ(a[i][k].get<double>(), b[i][k].get<double>()) << "step " << i << " " << k;
+      }
+    }
+  }
+
+  fs::path dir_;
+};
+
+TEST_F(ResumeTest, SigkillMidRunThenResumeLogsIdenticalLosses) {
+  constexpr int kSteps = 60;
+  ASSERT_EQ(run(train_args("ref", kSteps), "ref"), 0) << read("ref.err");
+
+  const pid_t pid = spawn(train_args("run", kSteps), "run");
+  const bool reached = wait_until([&] { return fs::exists(dir_ / "run/checkpoints/step_000006"); });
+  kill(pid, SIGKILL);
+  ASSERT_EQ(wait_for(pid), -SIGKILL) << "the run finished before it could be killed";
+  ASSERT_TRUE(reached);
+  EXPECT_FALSE(fs::exists(dir_ / "run/model"));
+  EXPECT_LT(lines("run"), kSteps);
+
+  ASSERT_EQ(run({"train", "--resume", (dir_ / "run").string()}, "resume"), 0) << read("resume.err");
+  EXPECT_NE(read("resume.out").find("resuming"), std::string::npos);
+  expect_same_metrics("run", "ref");
+  EXPECT_EQ(read("run/model/model.safetensors"), read("ref/model/model.safetensors"));
+  // --keep-checkpoints 2: the last two remain (57 and 60).
+  EXPECT_TRUE(fs::exists(dir_ / "run/checkpoints/step_000060"));
+  EXPECT_TRUE(fs::exists(dir_ / "run/checkpoints/step_000057"));
+  EXPECT_FALSE(fs::exists(dir_ / "run/checkpoints/step_000054"));
+}
+
+TEST_F(ResumeTest, SigtermCheckpointsAndExitsZeroThenResumes) {
+  constexpr int kSteps = 40;
+  ASSERT_EQ(run(train_args("ref", kSteps), "ref"), 0) << read("ref.err");
+
+  const pid_t pid = spawn(train_args("run", kSteps), "run");
+  ASSERT_TRUE(wait_until([&] { return lines("run") >= 4; }));
+  kill(pid, SIGTERM);
+  ASSERT_EQ(wait_for(pid), 0) << read("run.err");
+  // The checkpoint is at the step reached: as many steps as metrics.jsonl logged.
+  const auto logged = metrics("run");
+  ASSERT_FALSE(logged.empty());
+  const int reached = logged.back()["step"].get<int>() + 1;
+  ASSERT_LT(reached, kSteps) << "the run finished before it could be stopped";
+  char name[32];
+  std::snprintf(name, sizeof name, "run/checkpoints/step_%06d", reached);
+  EXPECT_TRUE(fs::exists(dir_ / name / "trainer_state.json")) << name;
+  EXPECT_NE(read("run.out").find("stopped after step " + std::to_string(reached)),
+            std::string::npos)
+      << read("run.out");
+  EXPECT_FALSE(fs::exists(dir_ / "run/model"));
+
+  ASSERT_EQ(run({"train", "--resume", (dir_ / "run").string()}, "resume"), 0) << read("resume.err");
+  expect_same_metrics("run", "ref");
+}
+
+TEST_F(ResumeTest, ResumeRejectsChangedSettings) {
+  ASSERT_EQ(run(train_args("run", 3), "run"), 0) << read("run.err");
+  EXPECT_EQ(run({"train", "--resume", (dir_ / "run").string(), "lr=1"}, "bad"), 1);
+  EXPECT_NE(read("bad.err").find("drop 'lr=1'"), std::string::npos) << read("bad.err");
+  EXPECT_EQ(run({"train", "--resume", (dir_ / "nothing").string()}, "none"), 1);
+  EXPECT_NE(read("none.err").find("no such run directory"), std::string::npos) << read("none.err");
+  EXPECT_EQ(run({"train", "--resume", (dir_ / "run").string(), "--steps", "2"}, "back"), 1);
+  EXPECT_NE(read("back.err").find("before the newest checkpoint"), std::string::npos)
+      << read("back.err");
+}
+
+}  // namespace
+}  // namespace forge

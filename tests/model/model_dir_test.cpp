@@ -1,0 +1,246 @@
+// Hugging Face model directories: exact save/load round trips for every family, what other
+// writers produce (bf16 weights, shards, no lm_head, no "transformer." prefix, inv_freq
+// buffers, the transformers 5 config dialect), and a named error for everything Forge cannot
+// load faithfully.
+#include "forge/model/model_dir.h"
+
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "forge/core/error.h"
+#include "forge/io/bf16.h"
+#include "forge/io/safetensors.h"
+#include "testing.h"
+
+namespace forge {
+namespace {
+
+namespace fs = std::filesystem;
+
+class ModelDirTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() /
+           ("forge_mdir_" + std::to_string(::getpid()) + "_" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  static ModelConfig llama(bool tied, int window = 0) {
+    ModelConfig c = preset_config("llama-10m");
+    c.vocab_size = 100;
+    c.max_seq_len = 16;
+    c.n_layer = 2;
+    c.n_embd = 32;
+    c.n_head = 4;
+    c.n_kv_head = 2;
+    c.ffn_hidden = 40;
+    c.tie_embeddings = tied;
+    c.sliding_window = window;
+    return c;
+  }
+  static ModelConfig gpt2() {
+    ModelConfig c = preset_config("tiny");
+    c.vocab_size = 100;
+    c.max_seq_len = 16;
+    c.n_layer = 2;
+    c.n_embd = 32;
+    c.n_head = 4;
+    c.n_kv_head = 4;
+    c.ffn_hidden = 128;
+    return c;
+  }
+  // The model's tensors as a checkpoint holds them (V rows for the embedding), by name.
+  static std::map<std::string, std::pair<Shape, std::vector<float>>> tensors(
+      const Transformer<float>& m) {
+    std::map<std::string, std::pair<Shape, std::vector<float>>> out;
+    const ModelConfig& c = m.config();
+    for (const auto& p : m.table().params()) {
+      Shape s = p.shape;
+      if (p.offset == m.table().wte() || p.offset == m.table().lm_head()) s[0] = c.vocab_size;
+      const float* w = m.weights().data() + p.offset;
+      out[p.name] = {s, std::vector<float>(w, w + shape_numel(s))};
+    }
+    return out;
+  }
+  // Writes config.json (given) and model.safetensors holding `ts` in F32.
+  void write_dir(const fs::path& d, const nlohmann::json& config,
+                 const std::map<std::string, std::pair<Shape, std::vector<float>>>& ts,
+                 io::StDType dtype = io::StDType::kF32) {
+    fs::create_directories(d);
+    std::ofstream(d / "config.json") << config.dump();
+    std::vector<std::vector<uint16_t>> half;
+    std::vector<io::TensorToWrite> w;
+    half.reserve(ts.size());
+    for (const auto& [name, t] : ts) {
+      if (dtype == io::StDType::kBF16) {
+        half.emplace_back();
+        for (float x : t.second) half.back().push_back(f32_to_bf16(x));
+        w.push_back({name, dtype, t.first, half.back().data()});
+      } else {
+        w.push_back({name, io::StDType::kF32, t.first, t.second.data()});
+      }
+    }
+    io::write_safetensors((d / "model.safetensors").string(), w);
+  }
+  void expect_error(const std::string& d, const std::string& needle) {
+    try {
+      load_model_dir(d);
+      ADD_FAILURE() << "loaded; expected an error containing: " << needle;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(needle), std::string::npos)
+          << needle << " in: " << e.what();
+      EXPECT_EQ(std::string(e.what()).find('\n'), std::string::npos) << e.what();
+    }
+  }
+
+  fs::path dir_;
+};
+
+TEST_F(ModelDirTest, SaveLoadRoundTripIsExactForEveryFamily) {
+  for (const ModelConfig& c : {llama(false), llama(true), llama(false, 4), gpt2()}) {
+    Transformer<float> m(c);
+    m.init_weights(11);
+    const std::string d = (dir_ / (c.family_name() + std::to_string(c.tie_embeddings) +
+                                   std::to_string(c.sliding_window)))
+                              .string();
+    save_model_dir(d, m);
+    const Transformer<float> back = load_model_dir(d);
+    EXPECT_EQ(back.weights(), m.weights()) << d;
+    EXPECT_EQ(back.config().tie_embeddings, c.tie_embeddings);
+    EXPECT_EQ(back.config().sliding_window, c.sliding_window);
+    EXPECT_EQ(back.config().n_kv_head, c.n_kv_head);
+    // What transformers reads: a tied model has no lm_head.weight; the embedding has V rows.
+    const auto st = io::SafetensorsFile::open(d + "/model.safetensors");
+    EXPECT_EQ(st.find("lm_head.weight") != nullptr,
+              c.family == Family::kLlama && !c.tie_embeddings);
+    const std::string emb =
+        c.family == Family::kGpt2 ? "transformer.wte.weight" : "model.embed_tokens.weight";
+    EXPECT_EQ(st.find(emb)->shape, (Shape{100, 32}));
+  }
+}
+
+TEST_F(ModelDirTest, ReadsWhatOtherWritersProduce) {
+  Transformer<float> m(llama(false));
+  m.init_weights(3);
+  auto ts = tensors(m);
+  nlohmann::json cfg = to_hf_config(m.config());
+  // transformers 5 dialect: rope_parameters instead of a top-level rope_theta.
+  cfg.erase("rope_theta");
+  cfg["rope_parameters"] = {{"rope_theta", 5000.0}, {"rope_type", "default"}};
+  cfg["rope_scaling"] = nullptr;
+  // bf16 weights (rounded here, so the expected f32 values are exact), plus an inv_freq buffer.
+  for (auto& [name, t] : ts)
+    for (float& x : t.second) x = bf16_to_f32(f32_to_bf16(x));
+  ts["model.layers.0.self_attn.rotary_emb.inv_freq"] = {{4}, {1, 2, 3, 4}};
+  write_dir(dir_ / "bf16", cfg, ts, io::StDType::kBF16);
+  const Transformer<float> a = load_model_dir((dir_ / "bf16").string());
+  EXPECT_FLOAT_EQ(a.config().rope_theta, 5000.0f);
+  for (const auto& [name, t] : ts) {
+    const ParamInfo* p = a.table().find(name);
+    if (!p) continue;
+    EXPECT_TRUE(std::equal(t.second.begin(), t.second.end(), a.weights().begin() + p->offset))
+        << name;
+  }
+
+  // No lm_head.weight although config.json says untied: tied, as transformers would load it.
+  ts.erase("lm_head.weight");
+  ts.erase("model.layers.0.self_attn.rotary_emb.inv_freq");
+  write_dir(dir_ / "notied", to_hf_config(m.config()), ts);
+  EXPECT_TRUE(load_model_dir((dir_ / "notied").string()).config().tie_embeddings);
+
+  // Shards with an index.
+  fs::create_directories(dir_ / "sharded");
+  std::ofstream(dir_ / "sharded/config.json") << to_hf_config(m.config()).dump();
+  nlohmann::json map;
+  std::vector<io::TensorToWrite> s1, s2;
+  const auto full = tensors(m);
+  for (const auto& [name, t] : full) {
+    const bool first = name.find("layers.1") == std::string::npos;
+    (first ? s1 : s2).push_back({name, io::StDType::kF32, t.first, t.second.data()});
+    map[name] = first ? "model-00001-of-00002.safetensors" : "model-00002-of-00002.safetensors";
+  }
+  io::write_safetensors((dir_ / "sharded/model-00001-of-00002.safetensors").string(), s1);
+  io::write_safetensors((dir_ / "sharded/model-00002-of-00002.safetensors").string(), s2);
+  std::ofstream(dir_ / "sharded/model.safetensors.index.json")
+      << nlohmann::json{{"metadata", {}}, {"weight_map", map}}.dump();
+  EXPECT_EQ(load_model_dir((dir_ / "sharded").string()).weights(), m.weights());
+  const ModelDirInfo info = inspect_model_dir((dir_ / "sharded").string());
+  EXPECT_EQ(info.tensors.size(), full.size());
+  // A weight_map naming the wrong shard.
+  map["model.norm.weight"] = "model-00002-of-00002.safetensors";
+  std::ofstream(dir_ / "sharded/model.safetensors.index.json")
+      << nlohmann::json{{"weight_map", map}}.dump();
+  expect_error((dir_ / "sharded").string(), "'model.norm.weight' is not in model-00002-of-00002");
+
+  // Original OpenAI GPT-2 exports: no "transformer." prefix, attention-mask buffers.
+  Transformer<float> g(gpt2());
+  g.init_weights(5);
+  std::map<std::string, std::pair<Shape, std::vector<float>>> bare;
+  for (auto& [name, t] : tensors(g)) bare[name.substr(12)] = t;
+  bare["h.0.attn.bias"] = {{1, 1, 2, 2}, {1, 0, 1, 1}};
+  write_dir(dir_ / "gpt2", to_hf_config(g.config()), bare);
+  EXPECT_EQ(load_model_dir((dir_ / "gpt2").string()).weights(), g.weights());
+}
+
+TEST_F(ModelDirTest, WhatCannotBeLoadedFaithfullyIsANamedError) {
+  Transformer<float> m(llama(false));
+  m.init_weights(3);
+  const nlohmann::json cfg = to_hf_config(m.config());
+  auto write = [&](const std::string& name, nlohmann::json c, auto edit) {
+    auto ts = tensors(m);
+    edit(ts);
+    write_dir(dir_ / name, c, ts);
+    return (dir_ / name).string();
+  };
+  auto none = [](auto&) {};
+  expect_error(
+      write("missing", cfg, [](auto& ts) { ts.erase("model.layers.1.mlp.up_proj.weight"); }),
+      "missing tensor 'model.layers.1.mlp.up_proj.weight'");
+  expect_error(
+      write("extra", cfg,
+            [](auto& ts) {
+              ts["model.layers.0.self_attn.q_norm.weight"] = {{32}, std::vector<float>(32)};
+            }),
+      "unexpected tensor 'model.layers.0.self_attn.q_norm.weight'");
+  nlohmann::json wide = cfg;
+  wide["intermediate_size"] = 48;
+  expect_error(write("shape", wide, none), "has shape [40, 32] but config.json implies [48, 32]");
+  nlohmann::json scaled = cfg;
+  scaled["rope_scaling"] = {{"rope_type", "llama3"}, {"factor", 8.0}};
+  expect_error(write("scaled", scaled, none), "rope_scaling type 'llama3'");
+  nlohmann::json yarn = cfg;
+  yarn["rope_parameters"] = {{"rope_theta", 1e4}, {"rope_type", "yarn"}};
+  expect_error(write("yarn", yarn, none), "rope_parameters type 'yarn'");
+  nlohmann::json bias = cfg;
+  bias["attention_bias"] = true;
+  expect_error(write("bias", bias, none), "attention_bias");
+  nlohmann::json act = cfg;
+  act["hidden_act"] = "gelu";
+  expect_error(write("act", act, none), "hidden_act 'gelu'");
+  nlohmann::json wrong_type = cfg;
+  wrong_type["rms_norm_eps"] = "small";
+  expect_error(write("type", wrong_type, none), "config.json: a field has the wrong type");
+
+  // dtype: an integer tensor where weights belong.
+  const std::string d = write("dtype", cfg, none);
+  {
+    auto ts = tensors(m);
+    std::vector<io::TensorToWrite> w;
+    for (const auto& [name, t] : ts)
+      w.push_back({name, name == "model.norm.weight" ? io::StDType::kI32 : io::StDType::kF32,
+                   t.first, t.second.data()});
+    io::write_safetensors(d + "/model.safetensors", w);
+  }
+  expect_error(d, "'model.norm.weight' is I32");
+  std::ofstream(d + "/config.json") << "{\"model_type\": \"llama\",";
+  expect_error(d, "config.json: malformed JSON");
+  expect_error((dir_ / "nowhere").string(), "not a model directory");
+}
+
+}  // namespace
+}  // namespace forge
