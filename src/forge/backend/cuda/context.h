@@ -1,0 +1,42 @@
+// The one explicit CUDA context (STYLE.md: no hidden globals): device, stream, cuBLASLt handle
+// and workspace, the caching allocator. Everything that launches work takes a Context&; all of
+// it goes to the one stream, in order, so nothing in a training step needs a host sync.
+#pragma once
+
+#include <cublasLt.h>
+#include <cuda_runtime.h>
+
+#include "forge/backend/cuda/allocator.h"
+
+namespace forge::cuda {
+
+class Context {
+ public:
+  // Throws forge::Error when the device does not exist.
+  explicit Context(int device = 0);
+  ~Context();
+  Context(const Context&) = delete;
+  Context& operator=(const Context&) = delete;
+
+  int device() const { return device_; }
+  cudaStream_t stream() const { return stream_; }
+  cublasLtHandle_t lt() const { return lt_; }
+  void* workspace() const { return workspace_; }
+  size_t workspace_bytes() const { return workspace_bytes_; }
+  Allocator& allocator() { return allocator_; }
+  const cudaDeviceProp& props() const { return props_; }
+  int num_sms() const { return props_.multiProcessorCount; }
+  // Waits for everything enqueued so far.
+  void synchronize();
+
+ private:
+  int device_;
+  cudaDeviceProp props_{};
+  cudaStream_t stream_ = nullptr;
+  cublasLtHandle_t lt_ = nullptr;
+  void* workspace_ = nullptr;
+  size_t workspace_bytes_ = 0;
+  Allocator allocator_;
+};
+
+}  // namespace forge::cuda

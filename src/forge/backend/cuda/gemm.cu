@@ -1,0 +1,214 @@
+// cuBLASLt wrapper (design in gemm.h). A plan — operation descriptor, three matrix layouts and
+// the heuristic's algorithm — is built once per distinct (shape, transposes, types, epilogue,
+// batch, strides, leading dimensions, operand alignments, beta ≠ 0) and cached for the process;
+// a training step uses a few dozen shapes, so the cache stays small and every later call is a
+// map lookup plus cublasLtMatmul.
+//
+// Determinism: every cuBLASLt reduction scheme (none, in-place with ordering counters, or a
+// separate reduction over a workspace) sums in a fixed order, and the algorithm for a key never
+// changes within a process, so equal inputs give bit-identical outputs.
+#include <algorithm>
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <tuple>
+#include <utility>
+
+#include "forge/backend/cuda/check.h"
+#include "forge/backend/cuda/gemm.h"
+#include "forge/core/error.h"
+
+namespace forge::cuda {
+
+namespace {
+
+cudaDataType_t to_cuda(DType t) {
+  switch (t) {
+    case DType::kF32:
+      return CUDA_R_32F;
+    case DType::kBF16:
+      return CUDA_R_16BF;
+    case DType::kF16:
+      return CUDA_R_16F;
+    default:
+      FORGE_CHECK(false, "[gemm] unsupported dtype ", dtype_name(t));
+  }
+  return CUDA_R_32F;
+}
+
+struct Plan {
+  cublasLtMatmulDesc_t op = nullptr;
+  cublasLtMatrixLayout_t la = nullptr, lb = nullptr, lc = nullptr;
+  cublasLtMatmulAlgo_t algo{};
+};
+
+// Byte alignments of the three operands as cuBLASLt sees them (its "A" is our B).
+struct Alignment {
+  uint32_t a, b, c;
+};
+
+using PlanKey = std::tuple<int, int, int, bool, bool, int, int, int, int, int64_t, int64_t, int64_t,
+                           int64_t, int64_t, int64_t, uint32_t, uint32_t, uint32_t, bool>;
+
+// Largest power of two ≤ 256 dividing the address, the row stride and (batched) the batch stride,
+// all in bytes: what an algorithm may assume about every row of every batch entry.
+uint32_t alignment_of(const void* p, int64_t ld, int64_t stride, int batch, size_t elt) {
+  uint64_t bits = reinterpret_cast<uintptr_t>(p) | static_cast<uint64_t>(ld) * elt | 256u;
+  if (batch > 1) bits |= static_cast<uint64_t>(stride) * elt;
+  return static_cast<uint32_t>(bits & (~bits + 1));  // lowest set bit
+}
+
+// Layout of a row-major (rows, cols) matrix with row stride ld, seen column-major as (cols, rows).
+cublasLtMatrixLayout_t layout(DType t, int rows, int cols, int64_t ld, int batch, int64_t stride) {
+  cublasLtMatrixLayout_t l;
+  FORGE_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&l, to_cuda(t), cols, rows, ld));
+  if (batch > 1) {
+    FORGE_CUBLAS_CHECK(cublasLtMatrixLayoutSetAttribute(l, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT,
+                                                        &batch, sizeof(batch)));
+    FORGE_CUBLAS_CHECK(cublasLtMatrixLayoutSetAttribute(
+        l, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &stride, sizeof(stride)));
+  }
+  return l;
+}
+
+// Stored (row-major) shapes: A is (M, K) or (K, M); B is (K, N) or (N, K); C is (M, N).
+struct Stored {
+  int a_rows, a_cols, b_rows, b_cols;
+  int64_t lda, ldb, ldc;
+};
+
+Stored stored_shapes(const GemmArgs& g) {
+  Stored s;
+  s.a_rows = g.trans_a ? g.K : g.M;
+  s.a_cols = g.trans_a ? g.M : g.K;
+  s.b_rows = g.trans_b ? g.N : g.K;
+  s.b_cols = g.trans_b ? g.K : g.N;
+  s.lda = g.lda ? g.lda : s.a_cols;
+  s.ldb = g.ldb ? g.ldb : s.b_cols;
+  s.ldc = g.ldc ? g.ldc : g.N;
+  return s;
+}
+
+Plan make_plan(Context& ctx, const GemmArgs& g, const Stored& st, const Alignment& al) {
+  Plan p;
+  const cublasComputeType_t compute = CUBLAS_COMPUTE_32F;  // f32 accumulate; no TF32 for f32
+  FORGE_CUBLAS_CHECK(cublasLtMatmulDescCreate(&p.op, compute, CUDA_R_32F));
+  // Column-major Cᵀ = op(B)ᵀ·op(A)ᵀ: "A" of cuBLASLt is our B, "B" is our A.
+  const cublasOperation_t ta = g.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
+  const cublasOperation_t tb = g.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
+  FORGE_CUBLAS_CHECK(
+      cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta)));
+  FORGE_CUBLAS_CHECK(
+      cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb)));
+  cublasLtEpilogue_t ep = CUBLASLT_EPILOGUE_DEFAULT;
+  switch (g.epilogue) {
+    case GemmEpilogue::kNone:
+      break;
+    case GemmEpilogue::kBias:
+      ep = CUBLASLT_EPILOGUE_BIAS;
+      break;
+    case GemmEpilogue::kGelu:
+      ep = CUBLASLT_EPILOGUE_GELU;
+      break;
+    case GemmEpilogue::kBiasGelu:
+      ep = CUBLASLT_EPILOGUE_GELU_BIAS;
+      break;
+    case GemmEpilogue::kBiasGeluAux:
+      ep = CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
+      break;
+  }
+  FORGE_CUBLAS_CHECK(
+      cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_EPILOGUE, &ep, sizeof(ep)));
+  if (g.epilogue == GemmEpilogue::kBiasGeluAux) {
+    const int64_t ld = g.N;
+    FORGE_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD,
+                                                      &ld, sizeof(ld)));
+  }
+  if (g.epilogue != GemmEpilogue::kNone && g.epilogue != GemmEpilogue::kGelu) {
+    const cudaDataType_t bt = to_cuda(g.c_type);
+    FORGE_CUBLAS_CHECK(
+        cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bt, sizeof(bt)));
+  }
+  p.la = layout(g.ab_type, st.b_rows, st.b_cols, st.ldb, g.batch, g.stride_b);
+  p.lb = layout(g.ab_type, st.a_rows, st.a_cols, st.lda, g.batch, g.stride_a);
+  p.lc = layout(g.c_type, g.M, g.N, st.ldc, g.batch, g.stride_c);
+
+  cublasLtMatmulPreference_t pref;
+  FORGE_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
+  const size_t ws = ctx.workspace_bytes();
+  FORGE_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
+      pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)));
+  const std::pair<cublasLtMatmulPreferenceAttributes_t, uint32_t> aligns[] = {
+      {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, al.a},
+      {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, al.b},
+      {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, al.c},
+      {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, al.c}};
+  for (const auto& [attr, bytes] : aligns)
+    FORGE_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, attr, &bytes, sizeof(bytes)));
+  cublasLtMatmulHeuristicResult_t result{};
+  int found = 0;
+  FORGE_CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(ctx.lt(), p.op, p.la, p.lb, p.lc, p.lc, pref, 1,
+                                                    &result, &found));
+  cublasLtMatmulPreferenceDestroy(pref);
+  FORGE_CHECK(found > 0, "[gemm] cuBLASLt has no algorithm for M=", g.M, " N=", g.N, " K=", g.K,
+              " alignments ", al.b, "/", al.a, "/", al.c, " bytes");
+  p.algo = result.algo;
+  return p;
+}
+
+}  // namespace
+
+void gemm(Context& ctx, const GemmArgs& g, const void* a, const void* b, void* c) {
+  FORGE_CHECK(g.M > 0 && g.N > 0 && g.K > 0 && g.batch > 0, "[gemm] bad shape M=", g.M, " N=", g.N,
+              " K=", g.K);
+  FORGE_CHECK(
+      g.epilogue == GemmEpilogue::kNone || g.epilogue == GemmEpilogue::kGelu || g.bias != nullptr,
+      "[gemm] bias epilogue without a bias");
+  const Stored st = stored_shapes(g);
+  FORGE_CHECK(st.lda >= st.a_cols && st.ldb >= st.b_cols && st.ldc >= g.N,
+              "[gemm] row strides lda=", st.lda, " ldb=", st.ldb, " ldc=", st.ldc,
+              " below the stored widths ", st.a_cols, " ", st.b_cols, " ", g.N);
+  const Alignment al{alignment_of(b, st.ldb, g.stride_b, g.batch, dtype_size(g.ab_type)),
+                     alignment_of(a, st.lda, g.stride_a, g.batch, dtype_size(g.ab_type)),
+                     alignment_of(c, st.ldc, g.stride_c, g.batch, dtype_size(g.c_type))};
+  // Plans are cached per shape and type; descriptors live for the process (a few dozen shapes).
+  static std::map<PlanKey, Plan> plans;
+  static std::mutex mu;
+  const PlanKey key{g.M,
+                    g.N,
+                    g.K,
+                    g.trans_a,
+                    g.trans_b,
+                    static_cast<int>(g.ab_type),
+                    static_cast<int>(g.c_type),
+                    static_cast<int>(g.epilogue),
+                    g.batch,
+                    g.stride_a,
+                    g.stride_b,
+                    g.stride_c,
+                    st.lda,
+                    st.ldb,
+                    st.ldc,
+                    al.a,
+                    al.b,
+                    al.c,
+                    g.beta != 0.0f};
+  Plan* plan;
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    auto it = plans.find(key);
+    if (it == plans.end()) it = plans.emplace(key, make_plan(ctx, g, st, al)).first;
+    plan = &it->second;
+  }
+  if (g.bias)
+    FORGE_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
+                                                      &g.bias, sizeof(g.bias)));
+  if (g.aux)
+    FORGE_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(
+        plan->op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &g.aux, sizeof(g.aux)));
+  FORGE_CUBLAS_CHECK(cublasLtMatmul(ctx.lt(), plan->op, &g.alpha, b, plan->la, a, plan->lb, &g.beta,
+                                    c, plan->lc, c, plan->lc, &plan->algo, ctx.workspace(),
+                                    ctx.workspace_bytes(), ctx.stream()));
+}
+
+}  // namespace forge::cuda

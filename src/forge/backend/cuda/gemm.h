@@ -1,0 +1,52 @@
+// Matrix products through cuBLASLt, row-major like the CPU matmul (ops/matmul.h): transposes,
+// bias and GELU are layout flags and epilogues, never extra passes or copies.
+//
+// Row-major C (M, N) = op(A) · op(B) is computed as the column-major product
+// Cᵀ (N, M) = op(B)ᵀ · op(A)ᵀ: a row-major matrix is its transpose in column-major order, so
+// the operands swap places and keep their transpose flags. Bias (N) is then per row of Cᵀ,
+// which is what cuBLASLt's bias epilogue adds.
+//
+// Strided views: lda/ldb/ldc are the row strides (elements) of the stored row-major matrices,
+// 0 = packed (the number of stored columns). They let a per-head view of a (B, T, NH, HS)
+// activation — T rows of HS values, row stride NH·HS — be a GEMM operand without a copy.
+//
+// Alignment: cuBLASLt's heuristic assumes 256-byte-aligned operands unless told otherwise, and a
+// view such as q + h·HS is not. gemm() measures the alignment of every operand (pointer, row
+// stride and batch stride, capped at 256 bytes), passes it to the heuristic and keys the plan
+// cache on it, so such views get an algorithm that is valid for them.
+#pragma once
+
+#include <cstdint>
+
+#include "forge/backend/cuda/context.h"
+#include "forge/core/dtype.h"
+
+namespace forge::cuda {
+
+enum class GemmEpilogue {
+  kNone,
+  kBias,         // C = αAB + βC + bias
+  kGelu,         // C = gelu(αAB + βC), tanh form
+  kBiasGelu,     // C = gelu(αAB + βC + bias)
+  kBiasGeluAux,  // as kBiasGelu, and the pre-GELU values go to `aux` (for the backward)
+};
+
+struct GemmArgs {
+  int M = 0, N = 0, K = 0;
+  bool trans_a = false, trans_b = false;
+  DType ab_type = DType::kF32;  // A and B: kF32 (true fp32 compute, no TF32) or kBF16
+  DType c_type = DType::kF32;   // C: kF32 or kBF16 (f32 accumulation either way)
+  float alpha = 1.0f, beta = 0.0f;
+  GemmEpilogue epilogue = GemmEpilogue::kNone;
+  const void* bias = nullptr;  // (N), of c_type
+  void* aux = nullptr;         // (M, N) of c_type, for kBiasGeluAux
+  int batch = 1;
+  int64_t stride_a = 0, stride_b = 0, stride_c = 0;  // elements, for batch > 1
+  int64_t lda = 0, ldb = 0, ldc = 0;  // row strides in elements of the stored A, B, C; 0 = packed
+};
+
+// Enqueues C = op(A)·op(B) on the context's stream. Algorithms are chosen once per shape by
+// cuBLASLt's heuristic and cached.
+void gemm(Context& ctx, const GemmArgs& g, const void* a, const void* b, void* c);
+
+}  // namespace forge::cuda

@@ -1,0 +1,333 @@
+// Device helpers shared by the memory-bound kernels (elementwise, embedding, norms, RoPE,
+// AdamW). Private to src/forge/backend/cuda/*.cu: it includes CUDA headers, ops.h does not.
+//
+//  - dtype handling: every kernel is a template over the storage type T (float or
+//    __nv_bfloat16) and computes in f32. load()/store() move N elements between memory and a
+//    float[N] in registers; when N·sizeof(T) is a multiple of 16 they use 16-byte accesses
+//    (float4 for f32, 8 × bf16 packed in an int4), otherwise element by element. kVec<T> is the
+//    number of elements of one 16-byte access (4 f32, 8 bf16).
+//  - dispatch_dtype(): the one place an op turns its DType into T (STYLE.md: a lambda over a
+//    type tag); other dtypes are a FORGE_CHECK failure naming the op.
+//  - warp_sum / block_sum: f32 butterfly reductions, fixed order, so deterministic.
+//  - norm_wgrad(): the deterministic weight (and bias) gradient of LayerNorm and RMSNorm,
+//    shared by layernorm.cu and rmsnorm.cu (described at its definition).
+//  - philox4x32_10: bit-identical to forge::philox4x32_10 (core/rng.cpp), so a stream drawn on
+//    the GPU equals the CPU's forge::Rng stream.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "forge/backend/cuda/check.h"
+#include "forge/backend/cuda/context.h"
+#include "forge/core/dtype.h"
+#include "forge/core/error.h"
+
+namespace forge::cuda::kernels {
+
+using bf16 = __nv_bfloat16;
+
+// Elements of T per 16-byte access.
+template <typename T>
+inline constexpr int kVec = 16 / static_cast<int>(sizeof(T));
+
+template <typename T>
+__device__ __forceinline__ float to_f32(T x);
+template <>
+__device__ __forceinline__ float to_f32<float>(float x) {
+  return x;
+}
+template <>
+__device__ __forceinline__ float to_f32<bf16>(bf16 x) {
+  return __bfloat162float(x);
+}
+
+// f32 → T, round to nearest even for bf16 (the CPU's f32_to_bf16).
+template <typename T>
+__device__ __forceinline__ T from_f32(float x);
+template <>
+__device__ __forceinline__ float from_f32<float>(float x) {
+  return x;
+}
+template <>
+__device__ __forceinline__ bf16 from_f32<bf16>(float x) {
+  return __float2bfloat16_rn(x);
+}
+
+// Two f32 → two bf16 (round to nearest even) packed in one word, `lo` at the lower address.
+__device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) {
+  return static_cast<uint32_t>(__bfloat16_as_ushort(__float2bfloat16_rn(lo))) |
+         (static_cast<uint32_t>(__bfloat16_as_ushort(__float2bfloat16_rn(hi))) << 16);
+}
+
+// 16 bytes ↔ f32 registers. A bf16 is the top half of an f32, so widening is a shift or a mask.
+__device__ __forceinline__ void unpack16(const int4& r, float* o, float) {
+  o[0] = __int_as_float(r.x), o[1] = __int_as_float(r.y);
+  o[2] = __int_as_float(r.z), o[3] = __int_as_float(r.w);
+}
+__device__ __forceinline__ void unpack16(const int4& r, float* o, bf16) {
+  const uint32_t w[4] = {static_cast<uint32_t>(r.x), static_cast<uint32_t>(r.y),
+                         static_cast<uint32_t>(r.z), static_cast<uint32_t>(r.w)};
+#pragma unroll
+  for (int k = 0; k < 4; ++k) {
+    o[2 * k] = __uint_as_float(w[k] << 16);
+    o[2 * k + 1] = __uint_as_float(w[k] & 0xffff0000u);
+  }
+}
+__device__ __forceinline__ int4 pack16(const float* v, float) {
+  return make_int4(__float_as_int(v[0]), __float_as_int(v[1]), __float_as_int(v[2]),
+                   __float_as_int(v[3]));
+}
+__device__ __forceinline__ int4 pack16(const float* v, bf16) {
+  return make_int4(
+      static_cast<int>(pack_bf16x2(v[0], v[1])), static_cast<int>(pack_bf16x2(v[2], v[3])),
+      static_cast<int>(pack_bf16x2(v[4], v[5])), static_cast<int>(pack_bf16x2(v[6], v[7])));
+}
+
+// Loads N consecutive elements at p into f32. With N·sizeof(T) % 16 == 0, p must be 16-byte
+// aligned and the loads are 16 bytes wide (all issued before any is used).
+template <typename T, int N>
+__device__ __forceinline__ void load(const T* p, float (&out)[N]) {
+  if constexpr ((N * sizeof(T)) % 16 == 0) {
+    constexpr int kQ = N / kVec<T>;
+    int4 raw[kQ];
+#pragma unroll
+    for (int q = 0; q < kQ; ++q) raw[q] = reinterpret_cast<const int4*>(p)[q];
+#pragma unroll
+    for (int q = 0; q < kQ; ++q) unpack16(raw[q], out + q * kVec<T>, T{});
+  } else {
+#pragma unroll
+    for (int k = 0; k < N; ++k) out[k] = to_f32(p[k]);
+  }
+}
+
+// Stores N f32 values to p as T (same alignment rule as load()).
+template <typename T, int N>
+__device__ __forceinline__ void store(T* p, const float (&v)[N]) {
+  if constexpr ((N * sizeof(T)) % 16 == 0) {
+    constexpr int kQ = N / kVec<T>;
+#pragma unroll
+    for (int q = 0; q < kQ; ++q) reinterpret_cast<int4*>(p)[q] = pack16(v + q * kVec<T>, T{});
+  } else {
+#pragma unroll
+    for (int k = 0; k < N; ++k) p[k] = from_f32<T>(v[k]);
+  }
+}
+
+__device__ __forceinline__ float warp_sum(float x) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) x += __shfl_xor_sync(0xffffffffu, x, o);
+  return x;
+}
+
+// Sum over the block (blockDim.x a multiple of 32, ≤ 1024), returned to every thread. `scratch`
+// is 32 floats of shared memory; the function may be called repeatedly with the same scratch.
+__device__ __forceinline__ float block_sum(float x, float* scratch) {
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
+  x = warp_sum(x);
+  __syncthreads();  // scratch may still be read by a previous call
+  if (lane == 0) scratch[warp] = x;
+  __syncthreads();
+  x = lane < warps ? scratch[lane] : 0.0f;
+  return warp_sum(x);
+}
+
+// Philox4x32-10, the same rounds as forge::philox4x32_10 (core/rng.cpp), word for word.
+__device__ __forceinline__ uint4 philox4x32_10(uint4 c, uint2 k) {
+  constexpr uint32_t kM0 = 0xD2511F53u, kM1 = 0xCD9E8D57u;
+  constexpr uint32_t kW0 = 0x9E3779B9u, kW1 = 0xBB67AE85u;
+#pragma unroll
+  for (int round = 0; round < 10; ++round) {
+    const uint32_t hi0 = __umulhi(kM0, c.x), lo0 = kM0 * c.x;
+    const uint32_t hi1 = __umulhi(kM1, c.z), lo1 = kM1 * c.z;
+    c = make_uint4(hi1 ^ c.y ^ k.x, lo1, hi0 ^ c.w ^ k.y, lo0);
+    k.x += kW0;
+    k.y += kW1;
+  }
+  return c;
+}
+
+// Block `block` of forge::Rng(seed, stream): words 4·block … 4·block + 3 of that stream.
+__device__ __forceinline__ uint4 philox_block(uint64_t seed, uint32_t stream, uint64_t block) {
+  return philox4x32_10(
+      make_uint4(static_cast<uint32_t>(block), static_cast<uint32_t>(block >> 32), stream, 0u),
+      make_uint2(static_cast<uint32_t>(seed), static_cast<uint32_t>(seed >> 32)));
+}
+
+// f32 → bf16 bits by stochastic rounding: add 16 uniform random bits below the kept half, then
+// truncate. The result rounds up with probability (dropped bits)/2^16, so E[result] = x for
+// every x between two bf16 neighbours. NaN stays a quiet NaN; values that round past the
+// largest finite bf16 become inf, as with round to nearest.
+__device__ __forceinline__ uint16_t bf16_bits_stochastic(float x, uint32_t rand16) {
+  const uint32_t bits = __float_as_uint(x);
+  if ((bits & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((bits >> 16) | 0x0040u);
+  return static_cast<uint16_t>((bits + (rand16 & 0xffffu)) >> 16);
+}
+
+// ---- host side ------------------------------------------------------------------------------
+
+// Calls f(T{}) with T = float for kF32 and __nv_bfloat16 for kBF16; anything else is a broken
+// invariant reported with the op's name.
+template <typename F>
+void dispatch_dtype(DType dt, const char* op, F&& f) {
+  switch (dt) {
+    case DType::kF32:
+      f(float{});
+      return;
+    case DType::kBF16:
+      f(bf16{});
+      return;
+    default:
+      FORGE_CHECK(false, "[", op, "] unsupported dtype ", dtype_name(dt), " (want f32 or bf16)");
+  }
+}
+
+inline bool aligned16(const void* p) {
+  return (reinterpret_cast<uintptr_t>(p) & 15u) == 0;
+}
+
+// Blocks for a grid-stride loop over `work` items with `threads` per block: enough to cover the
+// work, at most `per_sm` resident blocks' worth per SM (beyond that a block would only start
+// after another finished, and the stride loop does the same with less launch overhead).
+inline int grid_for(int64_t work, int threads, int num_sms, int per_sm = 8) {
+  const int64_t need = (work + threads - 1) / threads;
+  const int64_t cap = static_cast<int64_t>(num_sms) * per_sm;
+  return static_cast<int>(need < cap ? (need > 0 ? need : 1) : cap);
+}
+
+// ---- norm weight gradients, deterministic --------------------------------------------------
+// dweight[c] += Σ_n dout[n, c]·norm[n, c] and (LayerNorm) dbias[c] += Σ_n dout[n, c], with
+// norm = (x − mean)·rstd (LayerNorm) or x·rstd (RMSNorm), no atomics, bit-identical run to run.
+//
+// Pass 1 (norm_wgrad_partial_kernel): the rows are cut into `splits` fixed ranges of
+// rows_per_split rows and the channels into strips of 32·kN; one block of 32 × 8 threads per
+// (strip, split). Thread (x, y) owns kN consecutive channels for the whole split, so its
+// accumulators are kN registers whatever C is (no shared-memory budget that grows with C); the 8
+// row-threads y take rows y, y + 8, ... and are then summed in y order through shared memory.
+// Each warp reads 32 · 16 contiguous bytes of one row per step, fully coalesced. Result:
+// partial (splits, kAcc, C) f32, scratch from the context's allocator.
+// Pass 2 (norm_wgrad_finish_kernel): 32 channels × 8 split-groups per block; group y sums
+// splits y, y + 8, ... in order, then the 8 groups are added in order and the total is added
+// (+=) to dweight / dbias.
+// The split sizes depend only on N, so the summation order (and result) is a function of the
+// inputs alone. Pass 1 re-reads dout and inp after the row kernel that computed dinp; at the
+// sizes of a training step (a few MB per tensor) those reads are mostly L2 hits on an H200
+// (50 MB of L2), which is what makes the simple split affordable.
+
+inline constexpr int kWgradRows = 8;  // row-threads per block (blockDim.y)
+
+template <typename T, int kN, bool kLayerNorm>
+__global__ void __launch_bounds__(32 * kWgradRows)
+    norm_wgrad_partial_kernel(float* __restrict__ partial, const T* __restrict__ dout,
+                              const T* __restrict__ inp, const float* __restrict__ mean,
+                              const float* __restrict__ rstd, int N, int C, int rows_per_split) {
+  constexpr int kAcc = kLayerNorm ? 2 : 1;
+  constexpr int kStrip = 32 * kN;
+  __shared__ float sh[kAcc][kWgradRows][kStrip];  // [acc][y][k·32 + x]: conflict-free
+  const int tx = threadIdx.x, ty = threadIdx.y;
+  const int c0 = (blockIdx.x * 32 + tx) * kN;  // first channel of this thread (C % kN == 0)
+  const int r0 = blockIdx.y * rows_per_split;
+  const int r1 = min(N, r0 + rows_per_split);
+  float dw[kN], db[kN];
+#pragma unroll
+  for (int k = 0; k < kN; ++k) dw[k] = 0.0f, db[k] = 0.0f;
+  if (c0 < C) {
+#pragma unroll 2
+    for (int r = r0 + ty; r < r1; r += kWgradRows) {
+      const int64_t off = static_cast<int64_t>(r) * C + c0;
+      float dy[kN], x[kN];
+      load<T, kN>(dout + off, dy);
+      load<T, kN>(inp + off, x);
+      const float m = kLayerNorm ? mean[r] : 0.0f, s = rstd[r];
+#pragma unroll
+      for (int k = 0; k < kN; ++k) {
+        dw[k] += dy[k] * ((x[k] - m) * s);
+        db[k] += dy[k];
+      }
+    }
+  }
+#pragma unroll
+  for (int k = 0; k < kN; ++k) {
+    sh[0][ty][k * 32 + tx] = dw[k];
+    if constexpr (kLayerNorm) sh[kAcc - 1][ty][k * 32 + tx] = db[k];
+  }
+  __syncthreads();
+  if (ty == 0 && c0 < C) {
+#pragma unroll
+    for (int a = 0; a < kAcc; ++a) {
+      float* out = partial + (static_cast<int64_t>(blockIdx.y) * kAcc + a) * C + c0;
+#pragma unroll
+      for (int k = 0; k < kN; ++k) {
+        float t = 0.0f;
+#pragma unroll
+        for (int y = 0; y < kWgradRows; ++y) t += sh[a][y][k * 32 + tx];
+        out[k] = t;
+      }
+    }
+  }
+}
+
+template <int kAcc>
+__global__ void __launch_bounds__(32 * kWgradRows)
+    norm_wgrad_finish_kernel(float* __restrict__ dweight, float* __restrict__ dbias,
+                             const float* __restrict__ partial, int splits, int C) {
+  __shared__ float sh[kAcc][kWgradRows][33];
+  const int tx = threadIdx.x, ty = threadIdx.y;
+  const int c = blockIdx.x * 32 + tx;
+  float acc[kAcc];
+#pragma unroll
+  for (int a = 0; a < kAcc; ++a) acc[a] = 0.0f;
+  if (c < C) {
+    for (int s = ty; s < splits; s += kWgradRows) {
+#pragma unroll
+      for (int a = 0; a < kAcc; ++a)
+        acc[a] += partial[(static_cast<int64_t>(s) * kAcc + a) * C + c];
+    }
+  }
+#pragma unroll
+  for (int a = 0; a < kAcc; ++a) sh[a][ty][tx] = acc[a];
+  __syncthreads();
+  if (ty == 0 && c < C) {
+#pragma unroll
+    for (int a = 0; a < kAcc; ++a) {
+      float t = 0.0f;
+#pragma unroll
+      for (int y = 0; y < kWgradRows; ++y) t += sh[a][y][tx];
+      (a == 0 ? dweight : dbias)[c] += t;
+    }
+  }
+}
+
+// Enqueues both passes. dbias/mean are used only for LayerNorm. `vec`: C % kVec<T> == 0 and
+// dout, inp 16-byte aligned.
+template <typename T, bool kLayerNorm>
+void norm_wgrad(Context& ctx, float* dweight, float* dbias, const T* dout, const T* inp,
+                const float* mean, const float* rstd, int N, int C, bool vec) {
+  constexpr int kAcc = kLayerNorm ? 2 : 1;
+  constexpr int kMaxSplits = 512, kMinRows = 64;
+  int splits = (N + kMinRows - 1) / kMinRows;
+  if (splits > kMaxSplits) splits = kMaxSplits;
+  const int rows_per_split = (N + splits - 1) / splits;
+  DeviceBuffer<float> partial(ctx.allocator(), static_cast<size_t>(splits) * kAcc * C);
+  const dim3 block(32, kWgradRows);
+  if (vec) {
+    constexpr int kN = kVec<T>;
+    const dim3 grid((C + 32 * kN - 1) / (32 * kN), splits);
+    norm_wgrad_partial_kernel<T, kN, kLayerNorm><<<grid, block, 0, ctx.stream()>>>(
+        partial.data(), dout, inp, mean, rstd, N, C, rows_per_split);
+  } else {
+    const dim3 grid((C + 31) / 32, splits);
+    norm_wgrad_partial_kernel<T, 1, kLayerNorm><<<grid, block, 0, ctx.stream()>>>(
+        partial.data(), dout, inp, mean, rstd, N, C, rows_per_split);
+  }
+  FORGE_CUDA_CHECK_LAUNCH();
+  norm_wgrad_finish_kernel<kAcc>
+      <<<(C + 31) / 32, block, 0, ctx.stream()>>>(dweight, dbias, partial.data(), splits, C);
+  FORGE_CUDA_CHECK_LAUNCH();
+  // `partial` goes back to the allocator here; it is reused only by work enqueued later on the
+  // same stream, i.e. after these kernels.
+}
+
+}  // namespace forge::cuda::kernels

@@ -1,0 +1,190 @@
+// CUDA LayerNorm (GPT-2), forward and backward; the GPU twin of backend/cpu/layernorm.cpp.
+//
+// Forward: one warp per row, 8 rows per 256-thread block. Three sweeps over the row: Σx → mean,
+// Σ(x − mean)² → rstd (two passes, as the CPU, so a large row mean does not cancel), then
+// y = (x − mean)·rstd·w + b. Only the first sweep comes from DRAM: a bf16 row of C = 768 is
+// 1.5 KB and the block's 8 rows stay in L1 for the next two. Statistics in f32, saved as f32
+// mean/rstd (N) for the backward. Each lane moves 16 bytes per access (kN = kVec<T> elements)
+// when C is a multiple of kVec<T> and every pointer is 16-byte aligned; otherwise the kN = 1
+// instantiation walks the row element by element (still coalesced across the warp).
+//
+// Backward: the row kernel (one warp per row) computes
+//   dinp += rstd·(dnorm − mean(dnorm) − norm·mean(dnorm·norm)),  dnorm = dout·w,
+// in two sweeps; dweight/dbias go through kernels::norm_wgrad (kernel_utils.cuh): per-block
+// partial sums over fixed row ranges into allocator scratch, then a fixed-order reduction — no
+// atomics, so two runs are bit-identical.
+//
+// ptxas (sm_90a, CUDA 13.0, -Xptxas=-v): registers, spill stores, stack frame per kernel
+// (<T, kN, ...>: kN = 1 is the element-by-element instantiation):
+//   layernorm_bwd_kernel<bf16, 1>                         27 regs, 0 spill, 0 stack
+//   layernorm_bwd_kernel<bf16, 8>                         40 regs, 0 spill, 0 stack
+//   layernorm_bwd_kernel<float, 1>                        27 regs, 0 spill, 0 stack
+//   layernorm_bwd_kernel<float, 4>                        40 regs, 0 spill, 0 stack
+//   layernorm_fwd_kernel<bf16, 1>                         24 regs, 0 spill, 0 stack
+//   layernorm_fwd_kernel<bf16, 8>                         32 regs, 0 spill, 0 stack
+//   layernorm_fwd_kernel<float, 1>                        29 regs, 0 spill, 0 stack
+//   layernorm_fwd_kernel<float, 4>                        32 regs, 0 spill, 0 stack
+//   norm_wgrad_partial_kernel<bf16, 1, true>              32 regs, 0 spill, 0 stack
+//   norm_wgrad_partial_kernel<bf16, 8, true>              48 regs, 0 spill, 0 stack
+//   norm_wgrad_finish_kernel<2>                           32 regs, 0 spill, 0 stack
+//   norm_wgrad_partial_kernel<float, 1, true>             30 regs, 0 spill, 0 stack
+//   norm_wgrad_partial_kernel<float, 4, true>             40 regs, 0 spill, 0 stack
+#include <cuda_runtime.h>
+
+#include "forge/backend/cuda/context.h"
+#include "forge/backend/cuda/kernel_utils.cuh"
+#include "forge/backend/cuda/ops.h"
+
+namespace forge::cuda {
+namespace {
+
+using namespace kernels;
+
+constexpr int kRowsPerBlock = 8;  // one warp per row
+constexpr int kThreads = 32 * kRowsPerBlock;
+
+template <typename T, int kN>
+__global__ void __launch_bounds__(kThreads)
+    layernorm_fwd_kernel(T* __restrict__ out, float* __restrict__ mean, float* __restrict__ rstd,
+                         const T* __restrict__ inp, const T* __restrict__ weight,
+                         const T* __restrict__ bias, int N, int C, float eps) {
+  const int lane = threadIdx.x % 32;
+  const int row = blockIdx.x * kRowsPerBlock + threadIdx.x / 32;
+  if (row >= N) return;  // whole warp exits together: no shuffles are left half-empty
+  const T* x = inp + static_cast<int64_t>(row) * C;  // (C)
+  T* y = out + static_cast<int64_t>(row) * C;        // (C)
+
+  float sum = 0.0f;
+#pragma unroll 4
+  for (int c = lane * kN; c < C; c += 32 * kN) {
+    float v[kN];
+    load<T, kN>(x + c, v);
+#pragma unroll
+    for (int k = 0; k < kN; ++k) sum += v[k];
+  }
+  const float m = warp_sum(sum) / C;
+
+  float sq = 0.0f;
+#pragma unroll 4
+  for (int c = lane * kN; c < C; c += 32 * kN) {
+    float v[kN];
+    load<T, kN>(x + c, v);
+#pragma unroll
+    for (int k = 0; k < kN; ++k) sq += (v[k] - m) * (v[k] - m);
+  }
+  const float s = 1.0f / sqrtf(warp_sum(sq) / C + eps);  // biased variance, as torch
+
+#pragma unroll 2
+  for (int c = lane * kN; c < C; c += 32 * kN) {
+    float v[kN], w[kN], b[kN], o[kN];
+    load<T, kN>(x + c, v);
+    load<T, kN>(weight + c, w);
+    load<T, kN>(bias + c, b);
+#pragma unroll
+    for (int k = 0; k < kN; ++k) o[k] = (v[k] - m) * s * w[k] + b[k];
+    store<T, kN>(y + c, o);
+  }
+  if (lane == 0) mean[row] = m, rstd[row] = s;
+}
+
+template <typename T, int kN>
+__global__ void __launch_bounds__(kThreads)
+    layernorm_bwd_kernel(T* __restrict__ dinp, const T* __restrict__ dout,
+                         const T* __restrict__ inp, const T* __restrict__ weight,
+                         const float* __restrict__ mean, const float* __restrict__ rstd, int N,
+                         int C) {
+  const int lane = threadIdx.x % 32;
+  const int row = blockIdx.x * kRowsPerBlock + threadIdx.x / 32;
+  if (row >= N) return;
+  const int64_t off = static_cast<int64_t>(row) * C;
+  const T* x = inp + off;    // (C)
+  const T* dy = dout + off;  // (C)
+  T* dx = dinp + off;        // (C)
+  const float m = mean[row], s = rstd[row];
+
+  float dnorm_sum = 0.0f, dnorm_norm_sum = 0.0f;
+#pragma unroll 2
+  for (int c = lane * kN; c < C; c += 32 * kN) {
+    float v[kN], g[kN], w[kN];
+    load<T, kN>(x + c, v);
+    load<T, kN>(dy + c, g);
+    load<T, kN>(weight + c, w);
+#pragma unroll
+    for (int k = 0; k < kN; ++k) {
+      const float dnorm = g[k] * w[k];
+      dnorm_sum += dnorm;
+      dnorm_norm_sum += dnorm * ((v[k] - m) * s);
+    }
+  }
+  const float dnorm_mean = warp_sum(dnorm_sum) / C;
+  const float dnorm_norm_mean = warp_sum(dnorm_norm_sum) / C;
+
+#pragma unroll 2
+  for (int c = lane * kN; c < C; c += 32 * kN) {
+    float v[kN], g[kN], w[kN], d[kN];
+    load<T, kN>(x + c, v);
+    load<T, kN>(dy + c, g);
+    load<T, kN>(weight + c, w);
+    load<T, kN>(dx + c, d);
+#pragma unroll
+    for (int k = 0; k < kN; ++k) {
+      const float norm = (v[k] - m) * s;
+      d[k] += (g[k] * w[k] - dnorm_mean - norm * dnorm_norm_mean) * s;
+    }
+    store<T, kN>(dx + c, d);
+  }
+}
+
+}  // namespace
+
+void layernorm_fwd(Context& ctx, DType dt, void* out, float* mean, float* rstd, const void* inp,
+                   const void* weight, const void* bias, int N, int C, float eps) {
+  FORGE_CHECK(N >= 0 && C > 0, "[layernorm_fwd] bad dims N=", N, " C=", C);
+  if (N == 0) return;
+  dispatch_dtype(dt, "layernorm_fwd", [&](auto tag) {
+    using T = decltype(tag);
+    const bool vec = C % kVec<T> == 0 && aligned16(out) && aligned16(inp) && aligned16(weight) &&
+                     aligned16(bias);
+    const int grid = (N + kRowsPerBlock - 1) / kRowsPerBlock;
+    auto args = [&](auto kernel) {
+      kernel<<<grid, kThreads, 0, ctx.stream()>>>(
+          static_cast<T*>(out), mean, rstd, static_cast<const T*>(inp),
+          static_cast<const T*>(weight), static_cast<const T*>(bias), N, C, eps);
+    };
+    if (vec) {
+      args(layernorm_fwd_kernel<T, kVec<T>>);
+    } else {
+      args(layernorm_fwd_kernel<T, 1>);
+    }
+    FORGE_CUDA_CHECK_LAUNCH();
+  });
+}
+
+void layernorm_bwd(Context& ctx, DType dt, void* dinp, float* dweight, float* dbias,
+                   const void* dout, const void* inp, const void* weight, const float* mean,
+                   const float* rstd, int N, int C) {
+  FORGE_CHECK(N >= 0 && C > 0, "[layernorm_bwd] bad dims N=", N, " C=", C);
+  if (N == 0) return;
+  dispatch_dtype(dt, "layernorm_bwd", [&](auto tag) {
+    using T = decltype(tag);
+    const bool vec = C % kVec<T> == 0 && aligned16(dinp) && aligned16(dout) && aligned16(inp) &&
+                     aligned16(weight);
+    const int grid = (N + kRowsPerBlock - 1) / kRowsPerBlock;
+    auto args = [&](auto kernel) {
+      kernel<<<grid, kThreads, 0, ctx.stream()>>>(
+          static_cast<T*>(dinp), static_cast<const T*>(dout), static_cast<const T*>(inp),
+          static_cast<const T*>(weight), mean, rstd, N, C);
+    };
+    if (vec) {
+      args(layernorm_bwd_kernel<T, kVec<T>>);
+    } else {
+      args(layernorm_bwd_kernel<T, 1>);
+    }
+    FORGE_CUDA_CHECK_LAUNCH();
+    norm_wgrad<T, true>(ctx, dweight, dbias, static_cast<const T*>(dout),
+                        static_cast<const T*>(inp), mean, rstd, N, C,
+                        C % kVec<T> == 0 && aligned16(dout) && aligned16(inp));
+  });
+}
+
+}  // namespace forge::cuda

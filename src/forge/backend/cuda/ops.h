@@ -1,0 +1,99 @@
+// The CUDA op set: the GPU twin of every CPU op in ops/*.h, same contracts and shapes, on the
+// Context's stream. Nothing here includes CUDA headers, so the model and tests can declare
+// against it freely; the definitions exist only when Forge is built with CUDA.
+//
+// Conventions (all ops):
+//  - `dt` is the dtype of activations and of the working copy of the weights: kF32 (fp32 mode,
+//    the parity reference) or kBF16. Pointers typed void* hold `dt` elements; float* are always
+//    f32 (norm statistics, weight gradients, master weights, optimizer state).
+//  - Every *_bwd ACCUMULATES (+=) into its gradient outputs, exactly like the CPU ops; weight
+//    gradients are f32.
+//  - No floating-point atomics anywhere: parameter-gradient reductions over rows go through a
+//    scratch buffer of per-block partials and a second pass in fixed order, so two runs are
+//    bit-identical.
+//  - Memory-bound kernels use 16-byte vector loads/stores where the row length allows.
+#pragma once
+
+#include <cstdint>
+
+#include "forge/core/dtype.h"
+#include "forge/ops/adamw.h"
+#include "forge/ops/attention.h"
+#include "forge/ops/rope.h"
+
+namespace forge::cuda {
+
+class Context;
+
+// ---- conversions and elementwise ------------------------------------------------------------
+// dst = src converted (f32 <-> bf16, or a copy when the types agree); round to nearest even.
+void convert(Context& ctx, DType dst_t, void* dst, DType src_t, const void* src, int64_t n);
+// out = a + b (out may alias a or b).
+void residual_fwd(Context& ctx, DType dt, void* out, const void* a, const void* b, int64_t n);
+// dst += src.
+void add_inplace(Context& ctx, DType dt, void* dst, const void* src, int64_t n);
+void gelu_fwd(Context& ctx, DType dt, void* out, const void* inp, int64_t n);
+void gelu_bwd(Context& ctx, DType dt, void* dinp, const void* inp, const void* dout, int64_t n);
+void swiglu_fwd(Context& ctx, DType dt, void* out, const void* gate, const void* up, int64_t n);
+void swiglu_bwd(Context& ctx, DType dt, void* dgate, void* dup, const void* dout, const void* gate,
+                const void* up, int64_t n);
+
+// ---- embedding ------------------------------------------------------------------------------
+// out (B, T, C) = wte[tokens] + wpe[t] (wpe may be null).
+void embedding_fwd(Context& ctx, DType dt, void* out, const int32_t* tokens, const void* wte,
+                   const void* wpe, int B, int T_, int C);
+// dwte (V, C) += rows of dout gathered by token; dwpe (maxT, C) += sum over the batch (may be
+// null). Deterministic without atomics (e.g. sort positions by token with CUB, then one
+// segment per distinct token summed in position order).
+void embedding_bwd(Context& ctx, DType dt, float* dwte, float* dwpe, const void* dout,
+                   const int32_t* tokens, int B, int T_, int C);
+
+// ---- norms ----------------------------------------------------------------------------------
+void layernorm_fwd(Context& ctx, DType dt, void* out, float* mean, float* rstd, const void* inp,
+                   const void* weight, const void* bias, int N, int C, float eps);
+void layernorm_bwd(Context& ctx, DType dt, void* dinp, float* dweight, float* dbias,
+                   const void* dout, const void* inp, const void* weight, const float* mean,
+                   const float* rstd, int N, int C);
+void rmsnorm_fwd(Context& ctx, DType dt, void* out, float* rstd, const void* inp,
+                 const void* weight, int N, int C, float eps);
+void rmsnorm_bwd(Context& ctx, DType dt, void* dinp, float* dweight, const void* dout,
+                 const void* inp, const void* weight, const float* rstd, int N, int C);
+
+// ---- RoPE (in place on (B, T, H, HS)) -------------------------------------------------------
+void rope_fwd(Context& ctx, DType dt, void* x, int B, int T_, int H, int HS, float base,
+              cpu::RopeStyle style, int pos0 = 0);
+void rope_bwd(Context& ctx, DType dt, void* dx, int B, int T_, int H, int HS, float base,
+              cpu::RopeStyle style, int pos0 = 0);
+
+// ---- attention (unfused: batched GEMMs + softmax kernels) ----------------------------------
+// Same contract as cpu::attention_fwd/bwd; att (B, NH, T, T) holds the probabilities in dt.
+void attention_fwd(Context& ctx, DType dt, void* out, void* att, const void* q, const void* k,
+                   const void* v, const cpu::AttentionShape& s);
+void attention_bwd(Context& ctx, DType dt, void* dq, void* dk, void* dv, const void* dout,
+                   const void* q, const void* k, const void* v, const void* att,
+                   const cpu::AttentionShape& s);
+
+// ---- LM head + cross-entropy, fused over vocabulary chunks ----------------------------------
+// x (N, C) final hidden states; w (Vp, C) head weight (dt); targets (N), −1 = ignore.
+// Forward: losses (N, f32) = −log softmax(x·wᵀ)[target] over the first V columns (0 where
+// ignored). The N×Vp logits are never stored: the vocabulary is processed in chunks with
+// online max / sum-exp. With dx/dw non-null, also the backward of Σ losses · dloss:
+// dx (N, C, dt) += dloss·(softmax − onehot)·w and dw (Vp, C, f32) += its transpose product.
+// `dloss` is read from device memory (one f32) so the step needs no host sync.
+void lm_head_cross_entropy(Context& ctx, DType dt, float* losses, void* dx, float* dw,
+                           const void* x, const void* w, const int32_t* targets,
+                           const float* dloss, int N, int C, int V, int Vp);
+
+// ---- optimizer ------------------------------------------------------------------------------
+// out[0] = Σ g² over n elements (f32 result, f64-free two-pass tree in fixed order).
+void sum_squares(Context& ctx, float* out, const float* g, int64_t n);
+// AdamW (cpu::adamw_update's formula) over one tensor. The clip factor is computed on the
+// device from *global_sq (Σ g² of all gradients): min(1, max_norm / (sqrt(sq) + 1e-6)), times
+// p.grad_scale; max_norm <= 0 disables clipping. When `work` is non-null the updated weights are
+// also written there as `work_dt` (the bf16 working copy), with stochastic rounding when
+// `sr_seed` != 0 (Philox stream keyed by sr_seed and element index).
+void adamw_update(Context& ctx, float* param, float* m, float* v, const float* grad, void* work,
+                  DType work_dt, int64_t n, const cpu::AdamWParams& p, const float* global_sq,
+                  float max_norm, uint64_t sr_seed);
+
+}  // namespace forge::cuda

@@ -1,0 +1,164 @@
+// CUDA RMSNorm (Llama), forward and backward; the GPU twin of backend/cpu/rmsnorm.cpp.
+//
+// Forward: one warp per row, 8 rows per 256-thread block. Σx² → rstd = 1/sqrt(mean(x²) + eps)
+// in f32, then y = (x·rstd)·w (Hugging Face's order: normalise, then scale); the second sweep
+// re-reads the row from L1 (a bf16 row of C = 576..2048 is 1–4 KB). rstd (N) is saved as f32.
+// 16-byte accesses (kN = kVec<T> elements per lane) when C % kVec<T> == 0 and all pointers are
+// 16-byte aligned, else the element-by-element instantiation kN = 1.
+//
+// Backward, with norm = x·rstd and dnorm = dout·w:
+//   dinp += rstd·(dnorm − norm·mean(dnorm·norm))
+// by the same one-warp-per-row kernel (two sweeps), and dweight += Σ_rows dout·norm through
+// kernels::norm_wgrad (kernel_utils.cuh): fixed row ranges → per-block partials in allocator
+// scratch → fixed-order reduction. No atomics; two runs are bit-identical.
+//
+// ptxas (sm_90a, CUDA 13.0, -Xptxas=-v): registers, spill stores, stack frame per kernel
+// (<T, kN, ...>: kN = 1 is the element-by-element instantiation):
+//   rmsnorm_bwd_kernel<bf16, 1>                           24 regs, 0 spill, 0 stack
+//   rmsnorm_bwd_kernel<bf16, 8>                           48 regs, 0 spill, 0 stack
+//   rmsnorm_bwd_kernel<float, 1>                          24 regs, 0 spill, 0 stack
+//   rmsnorm_bwd_kernel<float, 4>                          32 regs, 0 spill, 0 stack
+//   rmsnorm_fwd_kernel<bf16, 1>                           21 regs, 0 spill, 0 stack
+//   rmsnorm_fwd_kernel<bf16, 8>                           32 regs, 0 spill, 0 stack
+//   rmsnorm_fwd_kernel<float, 1>                          22 regs, 0 spill, 0 stack
+//   rmsnorm_fwd_kernel<float, 4>                          31 regs, 0 spill, 0 stack
+//   norm_wgrad_partial_kernel<bf16, 1, false>             29 regs, 0 spill, 0 stack
+//   norm_wgrad_partial_kernel<bf16, 8, false>             40 regs, 0 spill, 0 stack
+//   norm_wgrad_finish_kernel<1>                           24 regs, 0 spill, 0 stack
+//   norm_wgrad_partial_kernel<float, 1, false>            26 regs, 0 spill, 0 stack
+//   norm_wgrad_partial_kernel<float, 4, false>            32 regs, 0 spill, 0 stack
+#include <cuda_runtime.h>
+
+#include "forge/backend/cuda/context.h"
+#include "forge/backend/cuda/kernel_utils.cuh"
+#include "forge/backend/cuda/ops.h"
+
+namespace forge::cuda {
+namespace {
+
+using namespace kernels;
+
+constexpr int kRowsPerBlock = 8;  // one warp per row
+constexpr int kThreads = 32 * kRowsPerBlock;
+
+template <typename T, int kN>
+__global__ void __launch_bounds__(kThreads)
+    rmsnorm_fwd_kernel(T* __restrict__ out, float* __restrict__ rstd, const T* __restrict__ inp,
+                       const T* __restrict__ weight, int N, int C, float eps) {
+  const int lane = threadIdx.x % 32;
+  const int row = blockIdx.x * kRowsPerBlock + threadIdx.x / 32;
+  if (row >= N) return;                              // the whole warp exits together
+  const T* x = inp + static_cast<int64_t>(row) * C;  // (C)
+  T* y = out + static_cast<int64_t>(row) * C;        // (C)
+
+  float sq = 0.0f;
+#pragma unroll 4
+  for (int c = lane * kN; c < C; c += 32 * kN) {
+    float v[kN];
+    load<T, kN>(x + c, v);
+#pragma unroll
+    for (int k = 0; k < kN; ++k) sq += v[k] * v[k];
+  }
+  const float s = 1.0f / sqrtf(warp_sum(sq) / C + eps);
+
+#pragma unroll 2
+  for (int c = lane * kN; c < C; c += 32 * kN) {
+    float v[kN], w[kN], o[kN];
+    load<T, kN>(x + c, v);
+    load<T, kN>(weight + c, w);
+#pragma unroll
+    for (int k = 0; k < kN; ++k) o[k] = v[k] * s * w[k];
+    store<T, kN>(y + c, o);
+  }
+  if (lane == 0) rstd[row] = s;
+}
+
+template <typename T, int kN>
+__global__ void __launch_bounds__(kThreads)
+    rmsnorm_bwd_kernel(T* __restrict__ dinp, const T* __restrict__ dout, const T* __restrict__ inp,
+                       const T* __restrict__ weight, const float* __restrict__ rstd, int N, int C) {
+  const int lane = threadIdx.x % 32;
+  const int row = blockIdx.x * kRowsPerBlock + threadIdx.x / 32;
+  if (row >= N) return;
+  const int64_t off = static_cast<int64_t>(row) * C;
+  const T* x = inp + off;    // (C)
+  const T* dy = dout + off;  // (C)
+  T* dx = dinp + off;        // (C)
+  const float s = rstd[row];
+
+  float dnorm_norm_sum = 0.0f;
+#pragma unroll 2
+  for (int c = lane * kN; c < C; c += 32 * kN) {
+    float v[kN], g[kN], w[kN];
+    load<T, kN>(x + c, v);
+    load<T, kN>(dy + c, g);
+    load<T, kN>(weight + c, w);
+#pragma unroll
+    for (int k = 0; k < kN; ++k) dnorm_norm_sum += (g[k] * w[k]) * (v[k] * s);
+  }
+  const float dnorm_norm_mean = warp_sum(dnorm_norm_sum) / C;
+
+#pragma unroll 2
+  for (int c = lane * kN; c < C; c += 32 * kN) {
+    float v[kN], g[kN], w[kN], d[kN];
+    load<T, kN>(x + c, v);
+    load<T, kN>(dy + c, g);
+    load<T, kN>(weight + c, w);
+    load<T, kN>(dx + c, d);
+#pragma unroll
+    for (int k = 0; k < kN; ++k) d[k] += (g[k] * w[k] - v[k] * s * dnorm_norm_mean) * s;
+    store<T, kN>(dx + c, d);
+  }
+}
+
+}  // namespace
+
+void rmsnorm_fwd(Context& ctx, DType dt, void* out, float* rstd, const void* inp,
+                 const void* weight, int N, int C, float eps) {
+  FORGE_CHECK(N >= 0 && C > 0, "[rmsnorm_fwd] bad dims N=", N, " C=", C);
+  if (N == 0) return;
+  dispatch_dtype(dt, "rmsnorm_fwd", [&](auto tag) {
+    using T = decltype(tag);
+    const bool vec = C % kVec<T> == 0 && aligned16(out) && aligned16(inp) && aligned16(weight);
+    const int grid = (N + kRowsPerBlock - 1) / kRowsPerBlock;
+    auto args = [&](auto kernel) {
+      kernel<<<grid, kThreads, 0, ctx.stream()>>>(static_cast<T*>(out), rstd,
+                                                  static_cast<const T*>(inp),
+                                                  static_cast<const T*>(weight), N, C, eps);
+    };
+    if (vec) {
+      args(rmsnorm_fwd_kernel<T, kVec<T>>);
+    } else {
+      args(rmsnorm_fwd_kernel<T, 1>);
+    }
+    FORGE_CUDA_CHECK_LAUNCH();
+  });
+}
+
+void rmsnorm_bwd(Context& ctx, DType dt, void* dinp, float* dweight, const void* dout,
+                 const void* inp, const void* weight, const float* rstd, int N, int C) {
+  FORGE_CHECK(N >= 0 && C > 0, "[rmsnorm_bwd] bad dims N=", N, " C=", C);
+  if (N == 0) return;
+  dispatch_dtype(dt, "rmsnorm_bwd", [&](auto tag) {
+    using T = decltype(tag);
+    const bool vec = C % kVec<T> == 0 && aligned16(dinp) && aligned16(dout) && aligned16(inp) &&
+                     aligned16(weight);
+    const int grid = (N + kRowsPerBlock - 1) / kRowsPerBlock;
+    auto args = [&](auto kernel) {
+      kernel<<<grid, kThreads, 0, ctx.stream()>>>(
+          static_cast<T*>(dinp), static_cast<const T*>(dout), static_cast<const T*>(inp),
+          static_cast<const T*>(weight), rstd, N, C);
+    };
+    if (vec) {
+      args(rmsnorm_bwd_kernel<T, kVec<T>>);
+    } else {
+      args(rmsnorm_bwd_kernel<T, 1>);
+    }
+    FORGE_CUDA_CHECK_LAUNCH();
+    norm_wgrad<T, false>(ctx, dweight, nullptr, static_cast<const T*>(dout),
+                         static_cast<const T*>(inp), nullptr, rstd, N, C,
+                         C % kVec<T> == 0 && aligned16(dout) && aligned16(inp));
+  });
+}
+
+}  // namespace forge::cuda

@@ -1,0 +1,75 @@
+// CUDA test fixture: skips cleanly without a device (CI compiles these tests but has no GPU),
+// and moves data between host vectors and device buffers. The CPU twin in backend/cpu is the
+// reference; inputs are rounded to the kernel's dtype before the reference sees them, so the
+// tolerance measures the kernel, not the rounding (STYLE.md, after ThunderKittens).
+#pragma once
+
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "forge/backend/cuda/check.h"
+#include "forge/backend/cuda/context.h"
+#include "forge/backend/cuda/runtime.h"
+#include "forge/io/bf16.h"
+#include "testing.h"
+
+namespace forge::cuda::testing {
+
+using forge::testing::all_close;
+using forge::testing::random_normal;
+
+// bf16 tolerance: 8 mantissa bits per input, f32 accumulation → ~1e-2 relative.
+inline constexpr forge::testing::Tol kTolBf16{1e-2, 2e-2};
+
+class CudaTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!available()) GTEST_SKIP() << "no CUDA device: " << device_summary();
+    ctx_ = std::make_unique<Context>(0);
+  }
+
+  Context& ctx() { return *ctx_; }
+
+  template <typename T>
+  DeviceBuffer<T> upload(const std::vector<T>& host) {
+    DeviceBuffer<T> d(ctx().allocator(), host.size());
+    FORGE_CUDA_CHECK(cudaMemcpy(d.data(), host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice));
+    return d;
+  }
+  // A device buffer filled with NaN-patterned bytes, so an element a kernel forgets to write
+  // fails the comparison instead of passing as zero.
+  template <typename T>
+  DeviceBuffer<T> poisoned(size_t n) {
+    DeviceBuffer<T> d(ctx().allocator(), n);
+    FORGE_CUDA_CHECK(cudaMemset(d.data(), 0xFF, n * sizeof(T)));
+    return d;
+  }
+  template <typename T>
+  std::vector<T> download(const DeviceBuffer<T>& d) {
+    ctx().synchronize();
+    std::vector<T> host(d.size());
+    FORGE_CUDA_CHECK(cudaMemcpy(host.data(), d.data(), d.bytes(), cudaMemcpyDeviceToHost));
+    return host;
+  }
+
+  std::unique_ptr<Context> ctx_;
+};
+
+inline std::vector<uint16_t> to_bf16(const std::vector<float>& v) {
+  std::vector<uint16_t> out(v.size());
+  for (size_t i = 0; i < v.size(); ++i) out[i] = f32_to_bf16(v[i]);
+  return out;
+}
+inline std::vector<float> from_bf16(const std::vector<uint16_t>& v) {
+  std::vector<float> out(v.size());
+  for (size_t i = 0; i < v.size(); ++i) out[i] = bf16_to_f32(v[i]);
+  return out;
+}
+// v rounded to bf16 and back: what a bf16 kernel actually sees.
+inline std::vector<float> round_bf16(const std::vector<float>& v) { return from_bf16(to_bf16(v)); }
+
+}  // namespace forge::cuda::testing

@@ -1,0 +1,149 @@
+// CUDA LayerNorm and RMSNorm against their CPU twins, f32 and bf16. Shapes (N, C): (1, 8);
+// (37, 201) — C not a multiple of 4 or 8, the element-by-element kernels; (37, 200) — vector
+// kernels on a small case; (1000, 520) — several row splits with a short last one and a partial
+// channel strip in the weight-gradient pass; (4096, 768) — the GPT-2 size. The backward takes
+// the CPU forward's mean/rstd as input, so both sides start from identical statistics.
+#include "forge/backend/cuda/ops.h"
+#include "forge/ops/layernorm.h"
+#include "forge/ops/rmsnorm.h"
+#include "op_testing.h"
+
+namespace forge::cuda {
+namespace {
+
+using namespace forge::cuda::testing;
+
+class NormTest : public DtypeTest<CudaTest> {};
+
+struct Shape {
+  int N, C;
+};
+const Shape kShapes[] = {{1, 8}, {37, 201}, {37, 200}, {1000, 520}, {4096, 768}};
+
+std::string where(const Shape& s) {
+  return "N=" + std::to_string(s.N) + " C=" + std::to_string(s.C);
+}
+
+// Rows with a nonzero mean (0.5): the two-pass variance must not cancel.
+std::vector<float> rows(const Shape& s, uint64_t seed) {
+  auto x = random_normal<float>(static_cast<size_t>(s.N) * s.C, seed);
+  for (auto& v : x) v += 0.5f;
+  return x;
+}
+std::vector<float> gains(int C, uint64_t seed) {
+  auto w = random_normal<float>(C, seed, 0.2);
+  for (auto& v : w) v += 1.0f;
+  return w;
+}
+
+TEST_P(NormTest, LayerNormFwdMatchesCpu) {
+  uint64_t seed = 10;
+  for (const Shape& s : kShapes) {
+    const size_t n = static_cast<size_t>(s.N) * s.C;
+    const auto x = as_dt(dt(), rows(s, seed++));
+    const auto w = as_dt(dt(), gains(s.C, seed++));
+    const auto b = as_dt(dt(), random_normal<float>(s.C, seed++, 0.2));
+    std::vector<float> ref(n), ref_mean(s.N), ref_rstd(s.N);
+    cpu::layernorm_fwd<float>(ref.data(), ref_mean.data(), ref_rstd.data(), x.data(), w.data(),
+                              b.data(), s.N, s.C, 1e-5f);
+    auto dx = up(x), dw = up(w), db = up(b), dy = poison(n);
+    auto dmean = poisoned<float>(s.N), drstd = poisoned<float>(s.N);
+    layernorm_fwd(ctx(), dt(), dy.data(), dmean.data(), drstd.data(), dx.data(), dw.data(),
+                  db.data(), s.N, s.C, 1e-5f);
+    EXPECT_TRUE(all_close(down(dy), ref, tol_for(dt()))) << where(s);
+    // Statistics are f32 in both modes, from the same (rounded) inputs.
+    EXPECT_TRUE(all_close(download(dmean), ref_mean, forge::testing::kTolF32)) << where(s);
+    EXPECT_TRUE(all_close(download(drstd), ref_rstd, forge::testing::kTolF32)) << where(s);
+  }
+}
+
+TEST_P(NormTest, LayerNormBwdMatchesCpuAndIsDeterministic) {
+  uint64_t seed = 20;
+  for (const Shape& s : kShapes) {
+    const size_t n = static_cast<size_t>(s.N) * s.C;
+    const auto x = as_dt(dt(), rows(s, seed++));
+    const auto w = as_dt(dt(), gains(s.C, seed++));
+    const auto b = as_dt(dt(), random_normal<float>(s.C, seed++, 0.2));
+    const auto dout = as_dt(dt(), random_normal<float>(n, seed++));
+    const auto dinp0 = as_dt(dt(), random_normal<float>(n, seed++));
+    const auto dw0 = random_normal<float>(s.C, seed++), db0 = random_normal<float>(s.C, seed++);
+    std::vector<float> y(n), mean(s.N), rstd(s.N);
+    cpu::layernorm_fwd<float>(y.data(), mean.data(), rstd.data(), x.data(), w.data(), b.data(), s.N,
+                              s.C, 1e-5f);
+    std::vector<float> ref_dinp = dinp0, ref_dw = dw0, ref_db = db0;
+    cpu::layernorm_bwd<float>(ref_dinp.data(), ref_dw.data(), ref_db.data(), dout.data(), x.data(),
+                              w.data(), mean.data(), rstd.data(), s.N, s.C);
+    auto dx = up(x), dwt = up(w), ddout = up(dout);
+    auto dmean = upload(mean), drstd = upload(rstd);
+    std::vector<float> got_dinp[2], got_dw[2], got_db[2];
+    for (int run = 0; run < 2; ++run) {
+      auto ddinp = up(dinp0);
+      auto ddw = upload(dw0), ddb = upload(db0);
+      layernorm_bwd(ctx(), dt(), ddinp.data(), ddw.data(), ddb.data(), ddout.data(), dx.data(),
+                    dwt.data(), dmean.data(), drstd.data(), s.N, s.C);
+      got_dinp[run] = down(ddinp);
+      got_dw[run] = download(ddw);
+      got_db[run] = download(ddb);
+    }
+    EXPECT_TRUE(all_close(got_dinp[0], ref_dinp, tol_for(dt()))) << "dinp " << where(s);
+    EXPECT_TRUE(all_close(got_dw[0], ref_dw, kTolWgrad)) << "dweight " << where(s);
+    EXPECT_TRUE(all_close(got_db[0], ref_db, kTolWgrad)) << "dbias " << where(s);
+    EXPECT_TRUE(bit_identical(got_dinp[0], got_dinp[1])) << where(s);
+    EXPECT_TRUE(bit_identical(got_dw[0], got_dw[1])) << where(s);
+    EXPECT_TRUE(bit_identical(got_db[0], got_db[1])) << where(s);
+  }
+}
+
+TEST_P(NormTest, RmsNormFwdMatchesCpu) {
+  uint64_t seed = 30;
+  for (const Shape& s : kShapes) {
+    const size_t n = static_cast<size_t>(s.N) * s.C;
+    const auto x = as_dt(dt(), rows(s, seed++));
+    const auto w = as_dt(dt(), gains(s.C, seed++));
+    std::vector<float> ref(n), ref_rstd(s.N);
+    cpu::rmsnorm_fwd<float>(ref.data(), ref_rstd.data(), x.data(), w.data(), s.N, s.C, 1e-6f);
+    auto dx = up(x), dw = up(w), dy = poison(n);
+    auto drstd = poisoned<float>(s.N);
+    rmsnorm_fwd(ctx(), dt(), dy.data(), drstd.data(), dx.data(), dw.data(), s.N, s.C, 1e-6f);
+    EXPECT_TRUE(all_close(down(dy), ref, tol_for(dt()))) << where(s);
+    EXPECT_TRUE(all_close(download(drstd), ref_rstd, forge::testing::kTolF32)) << where(s);
+  }
+}
+
+TEST_P(NormTest, RmsNormBwdMatchesCpuAndIsDeterministic) {
+  uint64_t seed = 40;
+  for (const Shape& s : kShapes) {
+    const size_t n = static_cast<size_t>(s.N) * s.C;
+    const auto x = as_dt(dt(), rows(s, seed++));
+    const auto w = as_dt(dt(), gains(s.C, seed++));
+    const auto dout = as_dt(dt(), random_normal<float>(n, seed++));
+    const auto dinp0 = as_dt(dt(), random_normal<float>(n, seed++));
+    const auto dw0 = random_normal<float>(s.C, seed++);
+    std::vector<float> y(n), rstd(s.N);
+    cpu::rmsnorm_fwd<float>(y.data(), rstd.data(), x.data(), w.data(), s.N, s.C, 1e-6f);
+    std::vector<float> ref_dinp = dinp0, ref_dw = dw0;
+    cpu::rmsnorm_bwd<float>(ref_dinp.data(), ref_dw.data(), dout.data(), x.data(), w.data(),
+                            rstd.data(), s.N, s.C);
+    auto dx = up(x), dwt = up(w), ddout = up(dout);
+    auto drstd = upload(rstd);
+    std::vector<float> got_dinp[2], got_dw[2];
+    for (int run = 0; run < 2; ++run) {
+      auto ddinp = up(dinp0);
+      auto ddw = upload(dw0);
+      rmsnorm_bwd(ctx(), dt(), ddinp.data(), ddw.data(), ddout.data(), dx.data(), dwt.data(),
+                  drstd.data(), s.N, s.C);
+      got_dinp[run] = down(ddinp);
+      got_dw[run] = download(ddw);
+    }
+    EXPECT_TRUE(all_close(got_dinp[0], ref_dinp, tol_for(dt()))) << "dinp " << where(s);
+    EXPECT_TRUE(all_close(got_dw[0], ref_dw, kTolWgrad)) << "dweight " << where(s);
+    EXPECT_TRUE(bit_identical(got_dinp[0], got_dinp[1])) << where(s);
+    EXPECT_TRUE(bit_identical(got_dw[0], got_dw[1])) << where(s);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Dtypes, NormTest, ::testing::Values(DType::kF32, DType::kBF16),
+                         [](const auto& info) { return std::string(dt_name(info.param)); });
+
+}  // namespace
+}  // namespace forge::cuda
