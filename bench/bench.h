@@ -1,0 +1,25 @@
+// Benchmarks behind `forge bench <what>`. Each prints a table that states the shape, dtype,
+// device and the comparison figure, and writes the same numbers as JSON when asked. CUDA
+// benchmarks live in *_cuda.cpp files, built only with the CUDA backend.
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace forge::bench {
+
+struct BenchOptions {
+  std::string preset = "gpt2-124m";
+  int batch = 64;         // micro-batch B
+  int seq_len = 1024;     // T
+  int steps = 20;         // timed steps (after warm-up)
+  int warmup = 3;
+  std::string precision = "bf16";
+  std::string json_out;   // write results here when non-empty
+};
+
+// Throw forge::Error when Forge was built without CUDA or no GPU is present.
+void gemm_cuda(const BenchOptions& o);
+void train_cuda(const BenchOptions& o);
+
+}  // namespace forge::bench

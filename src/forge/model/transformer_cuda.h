@@ -1,0 +1,98 @@
+// The whole model on the CUDA backend: the same forward and backward as Transformer<T> (the CPU
+// reference), op for op, on the Context's stream. Buffers:
+//   master (P, f32)   the weights AdamW updates (HF layout, same ParamTable as the CPU model)
+//   work   (P, dt)    what the kernels read: a bf16 copy in bf16 mode, the master itself in fp32
+//   grads  (P, f32)   accumulated by every backward; m, v (P, f32) Adam's moments
+// Activations are dt (f32 statistics), planned once per (B, T) shape.
+//
+// The LM head and cross-entropy are fused (cuda::lm_head_cross_entropy): with a device dloss
+// given, forward() already produces the head's gradients, as llm.c does, and backward() carries
+// on from the final norm. Nothing here synchronises the host.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "forge/backend/cuda/allocator.h"
+#include "forge/backend/cuda/context.h"
+#include "forge/core/dtype.h"
+#include "forge/model/config.h"
+#include "forge/model/params.h"
+#include "forge/ops/adamw.h"
+
+namespace forge {
+
+class CudaTransformer {
+ public:
+  // dt: kF32 (fp32 mode, for parity with the CPU) or kBF16.
+  CudaTransformer(cuda::Context& ctx, const ModelConfig& cfg, DType dt);
+
+  const ModelConfig& config() const { return cfg_; }
+  const ParamTable& table() const { return table_; }
+  DType dtype() const { return dt_; }
+  int64_t num_params() const { return table_.total(); }
+
+  // Host f32 weights (P) → master and working copy.
+  void set_weights(const std::vector<float>& host);
+  std::vector<float> weights_host();
+  std::vector<float> grads_host();
+  // Adam's moments (P each), for checkpoints.
+  std::vector<float> adam_m_host();
+  std::vector<float> adam_v_host();
+  void set_adam_state(const std::vector<float>& m, const std::vector<float>& v);
+  void zero_grad();
+
+  // tokens, targets: device (B, T) int32; targets may be null (logits-free inference is not
+  // supported yet: the head is fused with the loss). dloss: device f32 holding the gradient of
+  // the summed per-position losses (scale / count); null = forward only.
+  void forward(const int32_t* tokens, const int32_t* targets, const float* dloss, int B, int T_);
+  // Per-position losses of the last forward, device (B·T) f32; 0 at ignored targets.
+  const float* losses() const { return losses_.data(); }
+  // Continues the backward from the final norm; needs a forward with dloss.
+  void backward();
+
+  // Global-norm clipping + AdamW over every tensor (weight decay on >= 2-D tensors only); the
+  // norm is computed and applied on the device. Returns nothing: the norm stays on the device
+  // (grad_norm_sq()) until the caller reads it.
+  void optimizer_step(const cpu::AdamWParams& p, float max_norm, uint64_t sr_seed);
+  const float* grad_norm_sq() const { return norm_sq_.data(); }
+
+ private:
+  template <typename T>
+  using Buf = cuda::DeviceBuffer<T>;
+  struct LayerActs {
+    Buf<uint8_t> x_in, ln1, q, k, v, att, atty, x_mid, ln2, fc, up, hidden;
+    Buf<float> ln1_mean, ln1_rstd, ln2_mean, ln2_rstd;
+  };
+
+  void plan(int B, int T_);
+  void* w(int64_t off) const;       // working-copy pointer to a tensor
+  float* g(int64_t off) const { return grads_.data() + off; }
+  void* act(const Buf<uint8_t>& b) const { return b.data(); }
+  void linear_fwd(void* out, const void* inp, int64_t w_off, int64_t b_off, int N, int C, int OC, bool in_out);
+  void linear_bwd(void* dinp, int64_t w_off, int64_t b_off, const void* dout, const void* inp, int N, int C, int OC, bool in_out);
+  void norm_fwd(void* out, float* mean, float* rstd, const void* inp, int64_t w_off, int64_t b_off, int N);
+  void norm_bwd(void* dinp, const void* dout, const void* inp, const float* mean, const float* rstd, int64_t w_off, int64_t b_off, int N);
+  void zero(Buf<uint8_t>& b);
+
+  cuda::Context& ctx_;
+  ModelConfig cfg_;
+  ParamTable table_;
+  DType dt_;
+  size_t es_;  // bytes per dt element
+  Buf<float> master_, grads_, m_, v_;
+  Buf<uint8_t> work_;  // bf16 working copy (empty in fp32 mode)
+  Buf<float> norm_sq_;
+  Buf<uint8_t> ones_;  // (N) of dt: bias gradients as onesᵀ·dout GEMMs
+
+  int B_ = 0, T_ = 0;
+  std::vector<LayerActs> acts_;
+  Buf<uint8_t> x_out_, lnf_, tmp_, qkv_, d_res_, d_ln_, d_atty_, d_q_, d_k_, d_v_, d_qkv_, d_fc_, d_up_, d_hidden_;
+  Buf<float> lnf_mean_, lnf_rstd_, losses_;
+  const int32_t* tokens_ = nullptr;
+  bool have_head_grad_ = false;
+  int64_t step_ = 0;
+};
+
+}  // namespace forge
