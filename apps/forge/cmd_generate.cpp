@@ -1,4 +1,6 @@
 #include <cstdio>
+#include <filesystem>
+#include <optional>
 
 #include <nlohmann/json.hpp>
 
@@ -6,7 +8,9 @@
 #include "commands.h"
 #include "forge/core/dtype.h"
 #include "forge/core/error.h"
+#include "forge/data/corpus.h"
 #include "forge/generate/sampler.h"
+#include "forge/tokenizer/tokenizer.h"
 #include "forge/model/model_dir.h"
 
 namespace forge::cli {
@@ -17,7 +21,7 @@ const Command kGenerate = {
     "generate",
     "sample token ids from a model",
     {{"model", "DIR", "model directory"},
-     {"prompt", "TEXT", "prompt text (needs a tokenizer: not in this version)"},
+     {"prompt", "TEXT", "prompt text (encoded with the model directory's tokenizer.json)"},
      {"ids", "1,2,3", "prompt token ids"},
      {"max-new-tokens", "N", "tokens to generate (default 64)"},
      {"temperature", "T", "0 = greedy (default 1.0)"},
@@ -26,7 +30,9 @@ const Command kGenerate = {
      {"seed", "S", "sampling seed (default 0)"},
      {"device", "D", "cpu (default) or cuda"},
      {"json", "", "print one JSON object with the new ids"}},
-    false};
+    false,
+    "",
+    "At temperature 0 the most likely token is taken (greedy)."};
 
 }  // namespace
 
@@ -38,9 +44,19 @@ int cmd_generate(const Argv& argv) {
   }
   if (parse_device(a.get("device", "cpu")) != Device::kCpu)
     throw Error("--device cuda: this build generates on the CPU only");
-  if (a.has("prompt")) throw Error("--prompt needs a tokenizer, which this version does not have yet; use --ids");
-  const std::vector<int> ids = parse_id_list(a.require("ids"));
-  Transformer<float> model = load_model_dir(a.require("model"));
+  if (a.has("prompt") == a.has("ids")) throw Error("give exactly one of --prompt TEXT and --ids 1,2,3");
+  const std::string dir = a.require("model");
+  Transformer<float> model = load_model_dir(dir);
+  std::optional<tok::Tokenizer> tokenizer;
+  if (std::filesystem::exists(dir + "/tokenizer.json")) tokenizer = tok::Tokenizer::load(dir + "/tokenizer.json");
+  std::vector<int> ids;
+  if (a.has("prompt")) {
+    if (!tokenizer) throw Error(str(dir, ": no tokenizer.json, so --prompt cannot be encoded; use --ids"));
+    for (int32_t id : tokenizer->encode(a.get("prompt"))) ids.push_back(id);
+    if (ids.empty()) throw Error("--prompt is empty");
+  } else {
+    ids = parse_id_list(a.get("ids"));
+  }
   for (int id : ids)
     if (id >= model.config().vocab_size)
       throw Error(str("--ids: token id ", id, " is out of range for vocabulary size ", model.config().vocab_size));
@@ -53,8 +69,13 @@ int cmd_generate(const Argv& argv) {
   if (opt.max_new_tokens < 0) throw Error("--max-new-tokens must be >= 0");
   if (opt.top_p <= 0 || opt.top_p > 1) throw Error("--top-p must be in (0, 1]");
   const auto out = generate(model, std::vector<int32_t>(ids.begin(), ids.end()), opt);
+  const std::string text = tokenizer ? sanitize_utf8(tokenizer->decode(out)) : "";
   if (a.has("json")) {
-    std::printf("%s\n", nlohmann::json{{"ids", out}}.dump().c_str());
+    nlohmann::json j = {{"ids", out}};
+    if (tokenizer) j["text"] = text;
+    std::printf("%s\n", j.dump().c_str());
+  } else if (tokenizer) {
+    std::printf("%s\n", text.c_str());
   } else {
     for (size_t i = 0; i < out.size(); ++i) std::printf("%s%d", i ? "," : "", out[i]);
     std::printf("\n");

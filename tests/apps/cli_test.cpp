@@ -136,6 +136,13 @@ TEST_F(CliTest, QuickstartRunsOnASmallCorpus) {
   const CmdResult r = forge("quickstart --corpus " + p("corpus") + " --out " + p("qs") + " --steps 4");
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_NE(r.out.find("400 documents"), std::string::npos) << r.out;
+  EXPECT_TRUE(fs::exists(p("qs/model/tokenizer.json")));  // the trained tokenizer travels with the model
+  const CmdResult g = forge("generate --model " + p("qs/model") + " --prompt 'A stitch in' --max-new-tokens 6 --temperature 0 --json");
+  ASSERT_EQ(g.code, 0) << g.err;
+  const auto j = nlohmann::json::parse(g.out);
+  EXPECT_EQ(j["ids"].size(), 6u);
+  EXPECT_TRUE(j["text"].is_string());
+  expect_user_error(forge("generate --model " + p("qs/model") + " --prompt x --ids 1"), "exactly one of");
   EXPECT_NE(r.out.find("samples"), std::string::npos) << r.out;
   EXPECT_TRUE(fs::exists(p("qs/metrics.jsonl")));
   EXPECT_TRUE(fs::exists(p("qs/data/train_000000.bin")));

@@ -50,7 +50,10 @@ std::vector<uint32_t> byte_encode(const std::vector<std::string>& docs) {
 std::string byte_decode(const std::vector<int32_t>& ids) {
   std::string raw;
   for (int32_t id : ids) raw += id >= 0 && id < 256 ? static_cast<char>(id) : '\n';
-  // Validate UTF-8, replacing each bad sequence's first byte with U+FFFD.
+  return sanitize_utf8(raw);
+}
+
+std::string sanitize_utf8(std::string_view raw) {
   std::string out;
   size_t i = 0;
   while (i < raw.size()) {
@@ -65,7 +68,7 @@ std::string byte_decode(const std::vector<int32_t>& ids) {
       ok = cp >= min_cp[len] && cp <= 0x10FFFF && !(cp >= 0xD800 && cp <= 0xDFFF);
     }
     if (ok) {
-      out.append(raw, i, len);
+      out.append(raw.substr(i, len));
       i += len;
     } else {
       out += "\xEF\xBF\xBD";

@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace forge {
@@ -22,5 +23,9 @@ std::vector<uint32_t> byte_encode(const std::vector<std::string>& docs);
 // Bytes back to text; ids >= 256 become "\n" (a document boundary). Invalid UTF-8 sequences
 // are replaced by U+FFFD so the result is always valid UTF-8.
 std::string byte_decode(const std::vector<int32_t>& ids);
+
+// `bytes` with every invalid UTF-8 sequence's first byte replaced by U+FFFD (for printing
+// model output, which may stop inside a character).
+std::string sanitize_utf8(std::string_view bytes);
 
 }  // namespace forge

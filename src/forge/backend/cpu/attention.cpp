@@ -20,6 +20,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <type_traits>
 #include <cstdint>
 #include <vector>
 
@@ -107,7 +108,9 @@ void attention_fwd(T* out, T* att, const T* q, const T* k, const T* v, const Att
             }
             double sum = 0;
             for (int j = r.lo; j < r.hi; ++j) {
-              score[j] = std::exp(score[j] - mx);
+              // expf for the float path: the double exp cost ~5% of a CPU step; sums stay double.
+              score[j] = std::is_same_v<T, float> ? std::exp(static_cast<float>(score[j] - mx))
+                                                  : std::exp(score[j] - mx);
               sum += score[j];
             }
             for (int j = r.lo; j < r.hi; ++j) {
