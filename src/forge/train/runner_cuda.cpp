@@ -47,9 +47,13 @@ class CudaRunner final : public StepRunner {
   }
 
   double optimizer_step(const cpu::AdamWParams& p, double max_norm) override {
-    // Stochastic rounding of the bf16 working copy, a fresh Philox key every step.
-    const uint64_t sr = model_.dtype() == DType::kBF16 ? 0x9E3779B97F4A7C15ull * static_cast<uint64_t>(p.step) : 0;
-    model_.optimizer_step(p, static_cast<float>(max_norm), sr);
+    // The bf16 working copy is the master rounded to nearest (sr_seed 0), a pure function of
+    // the f32 master: a checkpoint (which stores the master) then restores it exactly, and a
+    // resumed run is bit-identical. Stochastic rounding (llm.c's choice when it has no f32
+    // master) would make the copy depend on the step's random key; with a master it buys
+    // nothing, since sub-ulp updates accumulate in f32. Measured on the H200: with stochastic
+    // rounding a SIGKILL + resume diverged in the last bits; with round-to-nearest it does not.
+    model_.optimizer_step(p, static_cast<float>(max_norm), /*sr_seed=*/0);
     float sq = 0;
     FORGE_CUDA_CHECK(cudaMemcpyAsync(&sq, model_.grad_norm_sq(), 4, cudaMemcpyDeviceToHost, ctx_.stream()));
     ctx_.synchronize();
