@@ -98,10 +98,31 @@ void train_cuda(const BenchOptions& o) {
               cuda::device_summary().c_str(), o.steps, o.warmup);
   std::printf("%-14s %12s %8s %14s %12s %10s\n", "", "tokens/s", "MFU", "step (ms)", "peak (GB)", "loss");
   std::printf("%-14s %12.0f %7.1f%% %14.1f %12.1f %10.4f\n", "forge", tps, 100 * mfu, step_s * 1e3, peak_gb, loss);
-  std::printf("%-14s %12s %8s\n", "llm.c (cuDNN)", "496,700", "40.4%");
-  std::printf("%-14s %12s %8s\n", "torch.compile", "534,800", "43.4%");
-  std::printf("\nMFU = tokens/s x (6N + 6LCT) / 989 TFLOP/s; comparison rows: ANCHORS.md, same GPU model,\n"
-              "GPT-2 124M, micro-batch 64 x 1024, bf16 (measured 2026-11-30, not in this run).\n");
+  // Comparison rows: ANCHORS.md, measured on the same GPU model (not in this run).
+  struct Anchor {
+    const char* preset;
+    const char* who;
+    const char* tps;
+    const char* mfu;
+    const char* settings;
+  };
+  static const Anchor anchors[] = {
+      {"gpt2-124m", "llm.c (cuDNN)", "496,700", "40.4%", "micro-batch 64 x 1024"},
+      {"gpt2-124m", "torch.compile", "534,800", "43.4%", "micro-batch 64 x 1024"},
+      {"gpt2-124m", "PyTorch eager", "416,800", "33.8%", "micro-batch 64 x 1024"},
+      {"gpt2-350m", "llm.c (cuDNN)", "193,300", "44.6%", "micro-batch 32 x 1024"},
+      {"smollm2-135m", "HF + compile", "240,400", "24.8%", "micro-batch 32 x 2048"},
+      {"smollm2-135m", "HF eager", "162,900", "16.8%", "micro-batch 32 x 2048"},
+  };
+  const char* settings = nullptr;
+  for (const auto& a : anchors) {
+    if (o.preset != a.preset) continue;
+    std::printf("%-14s %12s %8s\n", a.who, a.tps, a.mfu);
+    settings = a.settings;
+  }
+  std::printf("\nMFU = tokens/s x (6N + 6LCT) / 989 TFLOP/s.%s%s%s\n",
+              settings ? " Comparison rows: ANCHORS.md, same GPU model, bf16, " : "",
+              settings ? settings : "", settings ? " (measured 2026-11-30, not in this run)." : "");
   if (!o.json_out.empty())
     std::ofstream(o.json_out) << nlohmann::json{{"bench", "train"}, {"preset", o.preset}, {"precision", o.precision},
                                                 {"batch", B}, {"seq_len", T}, {"tokens_per_s", tps}, {"mfu", mfu},
