@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "forge/core/error.h"
+#include "forge/core/parse.h"
 
 namespace forge {
 namespace {
@@ -59,31 +60,11 @@ const std::map<std::string, std::function<ModelConfig()>>& presets() {
   return p;
 }
 
-int parse_int(const std::string& key, const std::string& v) {
-  try {
-    size_t pos = 0;
-    const long x = std::stol(v, &pos);
-    if (pos == v.size()) return static_cast<int>(x);
-  } catch (...) {
-  }
-  throw Error(str("override ", key, "=", v, ": expected an integer"));
+int parse_int(const std::string& k, const std::string& v) { return parse_setting_int(k, v); }
+float parse_float(const std::string& k, const std::string& v) {
+  return static_cast<float>(parse_setting_double(k, v));
 }
-
-float parse_float(const std::string& key, const std::string& v) {
-  try {
-    size_t pos = 0;
-    const float x = std::stof(v, &pos);
-    if (pos == v.size()) return x;
-  } catch (...) {
-  }
-  throw Error(str("override ", key, "=", v, ": expected a number"));
-}
-
-bool parse_bool(const std::string& key, const std::string& v) {
-  if (v == "true" || v == "1") return true;
-  if (v == "false" || v == "0") return false;
-  throw Error(str("override ", key, "=", v, ": expected true or false"));
-}
+bool parse_bool(const std::string& k, const std::string& v) { return parse_setting_bool(k, v); }
 
 }  // namespace
 

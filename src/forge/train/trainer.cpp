@@ -10,6 +10,7 @@
 #include <type_traits>
 
 #include "forge/core/error.h"
+#include "forge/core/parse.h"
 #include "forge/core/timer.h"
 #include "forge/model/model_dir.h"
 #include "forge/model/transformer.h"
@@ -26,25 +27,8 @@ namespace fs = std::filesystem;
 
 namespace {
 
-int parse_int(const std::string& k, const std::string& v) {
-  try {
-    size_t pos = 0;
-    const long x = std::stol(v, &pos);
-    if (pos == v.size()) return static_cast<int>(x);
-  } catch (...) {
-  }
-  throw Error(str("override ", k, "=", v, ": expected an integer"));
-}
-
-double parse_double(const std::string& k, const std::string& v) {
-  try {
-    size_t pos = 0;
-    const double x = std::stod(v, &pos);
-    if (pos == v.size()) return x;
-  } catch (...) {
-  }
-  throw Error(str("override ", k, "=", v, ": expected a number"));
-}
+int parse_int(const std::string& k, const std::string& v) { return parse_setting_int(k, v); }
+double parse_double(const std::string& k, const std::string& v) { return parse_setting_double(k, v); }
 
 std::string format_duration(double s) {
   char buf[32];
