@@ -37,6 +37,7 @@ void fill_random(cuda::Context& ctx, void* dst, size_t n, uint64_t seed) {
   for (size_t i = 0; i < n; ++i) h[i] = philox_normal(seed, 3, i);
   cuda::DeviceBuffer<float> tmp(ctx.allocator(), n);
   FORGE_CUDA_CHECK(cudaMemcpy(tmp.data(), h.data(), n * 4, cudaMemcpyHostToDevice));
+  FORGE_CUDA_CHECK(cudaDeviceSynchronize());  // the DMA must land before convert() reads it
   cuda::convert(ctx, DType::kBF16, dst, DType::kF32, tmp.data(), n);
   ctx.synchronize();
 }

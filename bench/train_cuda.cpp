@@ -51,6 +51,7 @@ void train_cuda(const BenchOptions& o) {
   FORGE_CUDA_CHECK(cudaMemcpy(dx.data(), x.data(), n * 4, cudaMemcpyHostToDevice));
   FORGE_CUDA_CHECK(cudaMemcpy(dy.data(), x.data() + 1, n * 4, cudaMemcpyHostToDevice));
   FORGE_CUDA_CHECK(cudaMemcpy(dloss.data(), &dl, 4, cudaMemcpyHostToDevice));
+  FORGE_CUDA_CHECK(cudaDeviceSynchronize());  // pageable copies may still be in flight
   const int accum = 1;
   cpu::AdamWParams p;
   p.lr = 6e-4f;

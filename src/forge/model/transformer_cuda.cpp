@@ -65,8 +65,11 @@ std::vector<float> CudaTransformer::adam_v_host() { return to_host(ctx_, v_); }
 
 void CudaTransformer::set_adam_state(const std::vector<float>& m, const std::vector<float>& v) {
   FORGE_CHECK(m.size() == m_.size() && v.size() == v_.size(), "set_adam_state: wrong sizes");
-  FORGE_CUDA_CHECK(cudaMemcpy(m_.data(), m.data(), m_.bytes(), cudaMemcpyHostToDevice));
-  FORGE_CUDA_CHECK(cudaMemcpy(v_.data(), v.data(), v_.bytes(), cudaMemcpyHostToDevice));
+  // On our stream (a pageable cudaMemcpy may return before its DMA lands, and our stream does
+  // not wait for the default one), then waited for: the host vectors may go away.
+  FORGE_CUDA_CHECK(cudaMemcpyAsync(m_.data(), m.data(), m_.bytes(), cudaMemcpyHostToDevice, ctx_.stream()));
+  FORGE_CUDA_CHECK(cudaMemcpyAsync(v_.data(), v.data(), v_.bytes(), cudaMemcpyHostToDevice, ctx_.stream()));
+  ctx_.synchronize();
 }
 
 void CudaTransformer::zero_grad() {

@@ -63,6 +63,7 @@ class CrossEntropyTest : public CudaTest {
     const std::vector<uint16_t> h16 = dt == DType::kBF16 ? to_bf16(v) : std::vector<uint16_t>{};
     const void* src = dt == DType::kBF16 ? static_cast<const void*>(h16.data()) : v.data();
     FORGE_CUDA_CHECK(cudaMemcpy(d.data(), src, d.bytes(), cudaMemcpyHostToDevice));
+    FORGE_CUDA_CHECK(cudaDeviceSynchronize());  // the DMA must land before the stream's kernels
     return d;
   }
   std::vector<float> to_host(DType dt, const DeviceBuffer<char>& d) {

@@ -37,7 +37,12 @@ class CudaTest : public ::testing::Test {
   template <typename T>
   DeviceBuffer<T> upload(const std::vector<T>& host) {
     DeviceBuffer<T> d(ctx().allocator(), host.size());
-    FORGE_CUDA_CHECK(cudaMemcpy(d.data(), host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice));
+    // On the context's stream and waited for: a plain cudaMemcpy from pageable memory may
+    // return before its DMA lands, and the kernels run on a non-blocking stream that does not
+    // wait for the legacy default stream (seen on the H200: a test read half-copied inputs).
+    FORGE_CUDA_CHECK(cudaMemcpyAsync(d.data(), host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice,
+                                     ctx().stream()));
+    ctx().synchronize();
     return d;
   }
   // A device buffer filled with NaN-patterned bytes, so an element a kernel forgets to write
@@ -45,7 +50,7 @@ class CudaTest : public ::testing::Test {
   template <typename T>
   DeviceBuffer<T> poisoned(size_t n) {
     DeviceBuffer<T> d(ctx().allocator(), n);
-    FORGE_CUDA_CHECK(cudaMemset(d.data(), 0xFF, n * sizeof(T)));
+    FORGE_CUDA_CHECK(cudaMemsetAsync(d.data(), 0xFF, n * sizeof(T), ctx().stream()));
     return d;
   }
   template <typename T>
