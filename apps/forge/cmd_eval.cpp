@@ -1,5 +1,6 @@
 #include <cmath>
 #include <cstdio>
+#include <memory>
 
 #include <nlohmann/json.hpp>
 
@@ -10,6 +11,7 @@
 #include "forge/core/timer.h"
 #include "forge/data/loader.h"
 #include "forge/model/model_dir.h"
+#include "forge/train/runner.h"
 
 namespace forge::cli {
 
@@ -36,8 +38,7 @@ int cmd_eval(const Argv& argv) {
     print_help(kEval);
     return 0;
   }
-  if (parse_device(a.get("device", "cpu")) != Device::kCpu)
-    throw Error("--device cuda: this build evaluates on the CPU only");
+  const Device device = parse_device(a.get("device", "cpu"));
   Transformer<float> model = load_model_dir(a.require("model"));
   const ModelConfig& cfg = model.config();
   const int T_ = a.get_int("seq-len", cfg.max_seq_len);
@@ -59,13 +60,20 @@ int cmd_eval(const Argv& argv) {
   EvalWindows windows(&shards, ranges, T_);
   if (windows.count() == 0) throw Error(str(data, ": fewer than ", T_ + 1, " tokens: no window to score"));
 
+  // The GPU evaluates in fp32 (the precision the checkpoint is stored in) through the same
+  // StepRunner the trainer uses; the CPU model is the reference.
+  std::unique_ptr<StepRunner> gpu;
+  if (device == Device::kCuda) {
+    gpu = make_cuda_runner(cfg, "fp32");
+    gpu->set_weights(model.weights());
+  }
   std::vector<int32_t> x(static_cast<size_t>(B) * T_), y(static_cast<size_t>(B) * T_);
   double sum = 0;
   Timer timer;
   for (int64_t done = 0; done < windows.count();) {
     const int b = static_cast<int>(std::min<int64_t>(B, windows.count() - done));
     for (int i = 0; i < b; ++i) windows.window(done + i, x.data() + static_cast<size_t>(i) * T_, y.data() + static_cast<size_t>(i) * T_);
-    sum += model.forward(x.data(), y.data(), b, T_) * b * T_;
+    sum += (gpu ? gpu->eval_loss(x.data(), y.data(), b, T_) : model.forward(x.data(), y.data(), b, T_)) * b * T_;
     done += b;
     if (!a.has("json") && timer.seconds() > 2.0) {
       std::fprintf(stderr, "\r%lld/%lld windows", static_cast<long long>(done), static_cast<long long>(windows.count()));
