@@ -34,27 +34,6 @@ const cpu::AttentionShape kShapes[] = {
 
 class AttentionTest : public CudaTest {
  protected:
-  // A device copy of v in dtype dt.
-  DeviceBuffer<char> to_device(DType dt, const std::vector<float>& v) {
-    DeviceBuffer<char> d(ctx().allocator(), v.size() * dtype_size(dt));
-    const std::vector<uint16_t> h16 = dt == DType::kBF16 ? to_bf16(v) : std::vector<uint16_t>{};
-    const void* src = dt == DType::kBF16 ? static_cast<const void*>(h16.data()) : v.data();
-    FORGE_CUDA_CHECK(cudaMemcpy(d.data(), src, d.bytes(), cudaMemcpyHostToDevice));
-    FORGE_CUDA_CHECK(cudaDeviceSynchronize());  // the DMA must land before the stream's kernels
-    return d;
-  }
-  std::vector<float> to_host(DType dt, const DeviceBuffer<char>& d) {
-    const std::vector<char> raw = download(d);
-    const size_t n = raw.size() / dtype_size(dt);
-    if (dt == DType::kF32) {
-      std::vector<float> out(n);
-      std::memcpy(out.data(), raw.data(), raw.size());
-      return out;
-    }
-    std::vector<uint16_t> h(n);
-    std::memcpy(h.data(), raw.data(), raw.size());
-    return from_bf16(h);
-  }
   static std::vector<float> rounded(DType dt, std::vector<float> v) {
     return dt == DType::kBF16 ? round_bf16(v) : v;
   }

@@ -58,26 +58,6 @@ std::vector<double> abs_of(const std::vector<double>& v) {
 
 class CrossEntropyTest : public CudaTest {
  protected:
-  DeviceBuffer<char> to_device(DType dt, const std::vector<float>& v) {
-    DeviceBuffer<char> d(ctx().allocator(), v.size() * dtype_size(dt));
-    const std::vector<uint16_t> h16 = dt == DType::kBF16 ? to_bf16(v) : std::vector<uint16_t>{};
-    const void* src = dt == DType::kBF16 ? static_cast<const void*>(h16.data()) : v.data();
-    FORGE_CUDA_CHECK(cudaMemcpy(d.data(), src, d.bytes(), cudaMemcpyHostToDevice));
-    FORGE_CUDA_CHECK(cudaDeviceSynchronize());  // the DMA must land before the stream's kernels
-    return d;
-  }
-  std::vector<float> to_host(DType dt, const DeviceBuffer<char>& d) {
-    const std::vector<char> raw = download(d);
-    std::vector<float> out(raw.size() / dtype_size(dt));
-    if (dt == DType::kF32) {
-      std::memcpy(out.data(), raw.data(), raw.size());
-      return out;
-    }
-    std::vector<uint16_t> h(out.size());
-    std::memcpy(h.data(), raw.data(), raw.size());
-    return from_bf16(h);
-  }
-
   struct Inputs {
     std::vector<float> x, w, dx0, dw0;
     std::vector<int32_t> targets;

@@ -8,22 +8,40 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <cstring>
 #include <memory>
 #include <vector>
 
 #include "forge/backend/cuda/check.h"
 #include "forge/backend/cuda/context.h"
 #include "forge/backend/cuda/runtime.h"
+#include "forge/core/dtype.h"
 #include "forge/io/bf16.h"
 #include "testing.h"
 
 namespace forge::cuda::testing {
+
+using forge::DType;
+using forge::dtype_size;
 
 using forge::testing::all_close;
 using forge::testing::random_normal;
 
 // bf16 tolerance: 8 mantissa bits per input, f32 accumulation → ~1e-2 relative.
 inline constexpr forge::testing::Tol kTolBf16{1e-2, 2e-2};
+
+inline std::vector<uint16_t> to_bf16(const std::vector<float>& v) {
+  std::vector<uint16_t> out(v.size());
+  for (size_t i = 0; i < v.size(); ++i) out[i] = f32_to_bf16(v[i]);
+  return out;
+}
+inline std::vector<float> from_bf16(const std::vector<uint16_t>& v) {
+  std::vector<float> out(v.size());
+  for (size_t i = 0; i < v.size(); ++i) out[i] = bf16_to_f32(v[i]);
+  return out;
+}
+// v rounded to bf16 and back: what a bf16 kernel actually sees.
+inline std::vector<float> round_bf16(const std::vector<float>& v) { return from_bf16(to_bf16(v)); }
 
 class CudaTest : public ::testing::Test {
  protected:
@@ -61,20 +79,29 @@ class CudaTest : public ::testing::Test {
     return host;
   }
 
+  // A device copy of v in dtype dt (f32, or rounded to bf16), and back to f32 values.
+  DeviceBuffer<char> to_device(DType dt, const std::vector<float>& v) {
+    DeviceBuffer<char> d(ctx().allocator(), v.size() * dtype_size(dt));
+    const std::vector<uint16_t> h16 = dt == DType::kBF16 ? to_bf16(v) : std::vector<uint16_t>{};
+    const void* src = dt == DType::kBF16 ? static_cast<const void*>(h16.data()) : v.data();
+    FORGE_CUDA_CHECK(cudaMemcpyAsync(d.data(), src, d.bytes(), cudaMemcpyHostToDevice, ctx().stream()));
+    ctx().synchronize();  // see upload()
+    return d;
+  }
+  std::vector<float> to_host(DType dt, const DeviceBuffer<char>& d) {
+    const std::vector<char> raw = download(d);
+    const size_t n = raw.size() / dtype_size(dt);
+    std::vector<float> out(n);
+    if (dt == DType::kF32) {
+      std::memcpy(out.data(), raw.data(), raw.size());
+      return out;
+    }
+    std::vector<uint16_t> h(n);
+    std::memcpy(h.data(), raw.data(), raw.size());
+    return from_bf16(h);
+  }
+
   std::unique_ptr<Context> ctx_;
 };
-
-inline std::vector<uint16_t> to_bf16(const std::vector<float>& v) {
-  std::vector<uint16_t> out(v.size());
-  for (size_t i = 0; i < v.size(); ++i) out[i] = f32_to_bf16(v[i]);
-  return out;
-}
-inline std::vector<float> from_bf16(const std::vector<uint16_t>& v) {
-  std::vector<float> out(v.size());
-  for (size_t i = 0; i < v.size(); ++i) out[i] = bf16_to_f32(v[i]);
-  return out;
-}
-// v rounded to bf16 and back: what a bf16 kernel actually sees.
-inline std::vector<float> round_bf16(const std::vector<float>& v) { return from_bf16(to_bf16(v)); }
 
 }  // namespace forge::cuda::testing
