@@ -46,6 +46,7 @@
 #include "forge/backend/cuda/check.h"
 #include "forge/backend/cuda/context.h"
 #include "forge/backend/cuda/gemm.h"
+#include "forge/backend/cuda/kernel_utils.cuh"
 #include "forge/backend/cuda/ops.h"
 #include "forge/core/error.h"
 
@@ -56,22 +57,9 @@ using bf16 = __nv_bfloat16;
 
 constexpr int kRowsPerBlock = 4;  // warps per block, one row each
 
-__device__ __forceinline__ float to_f32(float x) {
-  return x;
-}
-__device__ __forceinline__ float to_f32(bf16 x) {
-  return __bfloat162float(x);
-}
-template <typename T>
-__device__ __forceinline__ T from_f32(float x);
-template <>
-__device__ __forceinline__ float from_f32<float>(float x) {
-  return x;
-}
-template <>
-__device__ __forceinline__ bf16 from_f32<bf16>(float x) {
-  return __float2bfloat16_rn(x);
-}
+// dtype conversions shared with the other kernels.
+using kernels::from_f32;
+using kernels::to_f32;
 
 // kVec consecutive elements in one access (16 bytes for 4 floats, 8 for 4 bf16).
 template <typename T, int kVec>

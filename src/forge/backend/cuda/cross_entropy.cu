@@ -42,6 +42,7 @@
 #include "forge/backend/cuda/check.h"
 #include "forge/backend/cuda/context.h"
 #include "forge/backend/cuda/gemm.h"
+#include "forge/backend/cuda/kernel_utils.cuh"
 #include "forge/backend/cuda/ops.h"
 #include "forge/core/error.h"
 
@@ -54,19 +55,9 @@ constexpr int kThreads = 256;  // per row block
 constexpr int kWarps = kThreads / 32;
 constexpr size_t kScratchBytes = size_t{256} << 20;  // bound on the (N, Vc) f32 logits
 
-__device__ __forceinline__ float to_f32(bf16 x) {
-  return __bfloat162float(x);
-}
-template <typename T>
-__device__ __forceinline__ T from_f32(float x);
-template <>
-__device__ __forceinline__ float from_f32<float>(float x) {
-  return x;
-}
-template <>
-__device__ __forceinline__ bf16 from_f32<bf16>(float x) {
-  return __float2bfloat16_rn(x);
-}
+// dtype conversions shared with the other kernels.
+using kernels::from_f32;
+using kernels::to_f32;
 
 template <typename T>
 struct alignas(sizeof(T) * 4) Pack4 {
