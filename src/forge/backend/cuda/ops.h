@@ -73,6 +73,28 @@ void attention_bwd(Context& ctx, DType dt, void* dq, void* dk, void* dv, const v
                    const void* q, const void* k, const void* v, const void* att,
                    const cpu::AttentionShape& s);
 
+// ---- flash attention (fused, tensor cores: mma.sync m16n8k16; bf16 or f16) ------------------
+// The same mathematics as attention_fwd/bwd without the T×T probabilities: FlashAttention-2's
+// online softmax in the forward, and a backward that recomputes P from the saved log-sum-exp in
+// two kernels (dQ over query tiles, dK/dV over key tiles), no atomics, bit-identical reruns.
+// HS must be 64 or 128 (flash_attention_supported); q/k/v/out/dout 16-byte aligned.
+//
+// Token strides: elements between consecutive tokens of one tensor, so q, k and v may be
+// column slices of one fused (B, T, 3C) qkv buffer (GPT-2). 0 = dense: NH·HS for q and out,
+// NKV·HS for k and v. dq, dk, dv use the strides of q, k, v; dout uses out's.
+struct AttentionStrides {
+  int64_t q = 0, k = 0, v = 0, o = 0;
+};
+bool flash_attention_supported(DType dt, int HS);
+// out (B, T, NH, HS); lse (B, NH, T) f32 = ln Σ_visible exp(q·k/sqrt(HS)) per query row
+// (−FLT_MAX for a row with no visible key, whose output is 0).
+void flash_attention_fwd(Context& ctx, DType dt, void* out, float* lse, const void* q, const void* k,
+                         const void* v, const cpu::AttentionShape& s, const AttentionStrides& st = {});
+// Writes (does not accumulate) dq, dk, dv. delta: (B, NH, T) f32 scratch for D = rowsum(dO∘O).
+void flash_attention_bwd(Context& ctx, DType dt, void* dq, void* dk, void* dv, const void* dout,
+                         const void* q, const void* k, const void* v, const void* out, const float* lse,
+                         float* delta, const cpu::AttentionShape& s, const AttentionStrides& st = {});
+
 // ---- LM head + cross-entropy, fused over vocabulary chunks ----------------------------------
 // x (N, C) final hidden states; w (Vp, C) head weight (dt); targets (N), −1 = ignore.
 // Forward: losses (N, f32) = −log softmax(x·wᵀ)[target] over the first V columns (0 where

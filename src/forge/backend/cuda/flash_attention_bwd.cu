@@ -1,0 +1,431 @@
+// Flash attention backward on tensor cores, without atomics (FlashAttention-2's mathematics,
+// split the way the seeds' section 6 and MFA do it so that every output has one writer):
+//   preprocess   D_i = rowsum(dO_i ∘ O_i)          (flash_attention.cu, one warp per row)
+//   dQ kernel    one block per (query tile, query head, batch), looping over key tiles:
+//                S = Q·Kᵀ, P = exp2(S·scale·log2e − lse_i·log2e), dP = dO·Vᵀ,
+//                dS = P ∘ (dP − D_i),  dQ += dS·K;  finally dQ ·= scale
+//   dK/dV kernel one block per (key tile, kv head, batch), looping over the NH/NKV query heads
+//                of its group and their query tiles, computing the transposed products:
+//                Sᵀ = K·Qᵀ, Pᵀ, dV += Pᵀ·dO, dPᵀ = V·dOᵀ, dSᵀ = Pᵀ ∘ (dPᵀ − D), dK += dSᵀ·Q
+// Both recompute P from the forward's log-sum-exp. Each warp owns 16 rows of its block's output
+// tile and keeps them in f32 registers for the whole loop; every sum runs in a fixed order, so
+// two runs are bit-identical, and GQA's sum over the group's query heads happens in registers
+// (no K/V copies, no dK/dV scratch). The price of having no atomics is recomputing S and dP in
+// both kernels: 7 tile products where FlashAttention-2's atomic dQ needs 5.
+//
+// Masking as in the forward (flash_attention.cu), except that masked entries of P are set to 0
+// directly: lse of a row with no visible key is −FLT_MAX and must not enter an exp2.
+#include <cfloat>
+
+#include "forge/backend/cuda/check.h"
+#include "forge/backend/cuda/context.h"
+#include "forge/backend/cuda/flash_mma.cuh"
+#include "forge/backend/cuda/ops.h"
+
+namespace forge::cuda {
+namespace flash {
+
+void launch_delta(Context& ctx, DType dt, const FlashParams& p);  // flash_attention.cu
+int tune_variant();                                               // flash_attention.cu
+
+namespace {
+
+constexpr float kLog2e = 1.4426950408889634f;
+
+// ---- dQ ------------------------------------------------------------------------------------
+
+template <int D, int kWarps, int BK>
+struct DqConfig {
+  static constexpr int kThreads = kWarps * 32;
+  static constexpr int BQ = kWarps * 16;
+  static constexpr int kStageBytes = 2 * BK * D * 2;  // K then V
+  static constexpr int kSmem = 2 * BQ * D * 2 + 2 * kStageBytes;  // Q, dO, two stages
+};
+
+template <typename T, int D, int kWarps, int BK>
+__global__ void __launch_bounds__(kWarps * 32) flash_bwd_dq_kernel(FlashParams p) {
+  using Cfg = DqConfig<D, kWarps, BK>;
+  constexpr int BQ = Cfg::BQ, NT = BK / 8, DT = D / 8, kThreads = Cfg::kThreads;
+  extern __shared__ __align__(128) uint8_t smem[];
+  const uint32_t sQ = smem_addr(smem);
+  const uint32_t sdO = sQ + BQ * D * 2;
+  const uint32_t sKV = sdO + BQ * D * 2;
+
+  const int T_ = p.T_;
+  const int n_qt = (T_ + BQ - 1) / BQ;
+  const int qt = p.causal ? n_qt - 1 - static_cast<int>(blockIdx.x) : static_cast<int>(blockIdx.x);
+  const int h = blockIdx.y, b = blockIdx.z, kvh = h / (p.NH / p.NKV);
+  const int q0 = qt * BQ;
+  const int64_t bT = static_cast<int64_t>(b) * T_;
+  const T* q = static_cast<const T*>(p.q) + bT * p.ld_q + h * D;
+  const T* dout = static_cast<const T*>(p.dout) + bT * p.ld_o + h * D;
+  const T* k = static_cast<const T*>(p.k) + bT * p.ld_k + kvh * D;
+  const T* v = static_cast<const T*>(p.v) + bT * p.ld_v + kvh * D;
+
+  const int k_end = p.causal ? min(T_, q0 + BQ) : T_;
+  const int k_begin = p.window > 0 ? max(0, q0 - p.window + 1) : 0;
+  const int kt_begin = k_begin / BK, kt_end = (k_end + BK - 1) / BK;
+
+  load_tile<BQ, D, kThreads>(sQ, q, p.ld_q, q0, T_);
+  load_tile<BQ, D, kThreads>(sdO, dout, p.ld_o, q0, T_);
+  if (kt_begin < kt_end) {
+    load_tile<BK, D, kThreads>(sKV, k, p.ld_k, kt_begin * BK, T_);
+    load_tile<BK, D, kThreads>(sKV + BK * D * 2, v, p.ld_v, kt_begin * BK, T_);
+  }
+  cp_async_commit();
+
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int g = lane / 4, c = 2 * (lane % 4);
+  const int wrow = warp * 16;
+  const int wq_lo = q0 + wrow, wq_hi = wq_lo + 15;
+  const Visibility vis{T_, p.causal, p.window};
+  const float sl2 = p.scale_log2;
+
+  // Per-row statistics of rows g and g + 8.
+  float lse2[2], dlt[2];
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int i = wq_lo + g + 8 * r;
+    const int64_t at = (static_cast<int64_t>(b) * p.NH + h) * T_ + i;
+    lse2[r] = i < T_ ? p.lse[at] * kLog2e : 0.0f;
+    dlt[r] = i < T_ ? p.delta[at] : 0.0f;
+  }
+
+  float dq[DT][4];
+#pragma unroll
+  for (int dt = 0; dt < DT; ++dt) dq[dt][0] = dq[dt][1] = dq[dt][2] = dq[dt][3] = 0.0f;
+
+  for (int kt = kt_begin; kt < kt_end; ++kt) {
+    const uint32_t sK = sKV + ((kt - kt_begin) & 1) * Cfg::kStageBytes;
+    const uint32_t sV = sK + BK * D * 2;
+    if (kt + 1 < kt_end) {
+      const uint32_t nK = sKV + ((kt + 1 - kt_begin) & 1) * Cfg::kStageBytes;
+      load_tile<BK, D, kThreads>(nK, k, p.ld_k, (kt + 1) * BK, T_);
+      load_tile<BK, D, kThreads>(nK + BK * D * 2, v, p.ld_v, (kt + 1) * BK, T_);
+    }
+    cp_async_commit();
+    cp_async_wait<1>();
+    __syncthreads();
+
+    const int k0 = kt * BK;
+    const bool skip = (p.causal && k0 > wq_hi) || (p.window > 0 && k0 + BK - 1 <= wq_lo - p.window);
+    if (!skip) {
+      float s[NT][4], dp[NT][4];
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) s[nt][e] = dp[nt][e] = 0.0f;
+#pragma unroll
+      for (int ks = 0; ks < D / 16; ++ks) {
+        uint32_t qa[4], da[4];
+        load_a<D>(qa, sQ, wrow, ks * 16, lane);
+        load_a<D>(da, sdO, wrow, ks * 16, lane);
+#pragma unroll
+        for (int np = 0; np < NT / 2; ++np) {
+          uint32_t kb[4], vb[4];
+          load_b<D>(kb, sK, np * 16, ks * 16, lane);
+          load_b<D>(vb, sV, np * 16, ks * 16, lane);
+          mma<T>(s[2 * np], qa, kb[0], kb[1]);
+          mma<T>(s[2 * np + 1], qa, kb[2], kb[3]);
+          mma<T>(dp[2 * np], da, vb[0], vb[1]);
+          mma<T>(dp[2 * np + 1], da, vb[2], vb[3]);
+        }
+      }
+      const bool masked = k0 + BK > T_ || wq_hi >= T_ || (p.causal && k0 + BK - 1 > wq_lo) ||
+                          (p.window > 0 && k0 <= wq_hi - p.window);
+      // dS = P ∘ (dP − D), into s.
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int r = e >> 1;
+          float pv = exp2f(fmaf(s[nt][e], sl2, -lse2[r]));
+          if (masked && !vis(wq_lo + g + 8 * r, k0 + nt * 8 + c + (e & 1))) pv = 0.0f;
+          s[nt][e] = pv * (dp[nt][e] - dlt[r]);
+        }
+      // dQ += dS·K.
+#pragma unroll
+      for (int kk = 0; kk < BK / 16; ++kk) {
+        uint32_t a[4];
+        acc_to_a<T, NT>(a, s, kk);
+#pragma unroll
+        for (int dp2 = 0; dp2 < D / 16; ++dp2) {
+          uint32_t kb[4];
+          load_b_t<D>(kb, sK, kk * 16, dp2 * 16, lane);
+          mma<T>(dq[2 * dp2], a, kb[0], kb[1]);
+          mma<T>(dq[2 * dp2 + 1], a, kb[2], kb[3]);
+        }
+      }
+    }
+    __syncthreads();
+  }
+  cp_async_wait<0>();
+
+  T* dqo = static_cast<T*>(p.dq) + bT * p.ld_q + h * D;
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int i = wq_lo + g + 8 * r;
+    if (i >= T_) continue;
+    T* row = dqo + static_cast<int64_t>(i) * p.ld_q;
+#pragma unroll
+    for (int dt = 0; dt < DT; ++dt)
+      *reinterpret_cast<uint32_t*>(row + dt * 8 + c) = pack2<T>(dq[dt][2 * r] * p.scale, dq[dt][2 * r + 1] * p.scale);
+  }
+}
+
+// ---- dK, dV --------------------------------------------------------------------------------
+
+template <int D, int kWarps, int BQ>
+struct DkvConfig {
+  static constexpr int kThreads = kWarps * 32;
+  static constexpr int BK = kWarps * 16;
+  // Q, dO, then lse and D of the tile's BQ rows.
+  static constexpr int kStageBytes = 2 * BQ * D * 2 + 2 * BQ * 4;
+  static constexpr int kSmem = 2 * BK * D * 2 + 2 * kStageBytes;  // K, V, two stages
+};
+
+// BQ f32 values src[row0 ..] into shared memory (0 past T), 4 bytes per cp.async.
+template <int BQ, int kThreads>
+__device__ __forceinline__ void load_row_stats(uint32_t dst, const float* __restrict__ src, int row0, int T_) {
+  for (int r = threadIdx.x; r < BQ; r += kThreads) {
+    const bool in = row0 + r < T_;
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(dst + r * 4),
+                 "l"(in ? src + row0 + r : src), "r"(in ? 4 : 0));
+  }
+}
+
+template <typename T, int D, int kWarps, int BQ>
+__global__ void __launch_bounds__(kWarps * 32) flash_bwd_dkv_kernel(FlashParams p) {
+  using Cfg = DkvConfig<D, kWarps, BQ>;
+  constexpr int BK = Cfg::BK, NT = BQ / 8, DT = D / 8, kThreads = Cfg::kThreads;
+  extern __shared__ __align__(128) uint8_t smem[];
+  const uint32_t sK = smem_addr(smem);
+  const uint32_t sV = sK + BK * D * 2;
+  const uint32_t sStage = sV + BK * D * 2;
+  const float* stage_f = reinterpret_cast<const float*>(smem + 2 * BK * D * 2);
+
+  const int T_ = p.T_;
+  const int kt = blockIdx.x, kvh = blockIdx.y, b = blockIdx.z;
+  const int group = p.NH / p.NKV;
+  const int k0 = kt * BK;
+  const int64_t bT = static_cast<int64_t>(b) * T_;
+  const T* k = static_cast<const T*>(p.k) + bT * p.ld_k + kvh * D;
+  const T* v = static_cast<const T*>(p.v) + bT * p.ld_v + kvh * D;
+
+  const int q_begin = p.causal ? k0 : 0;
+  const int q_end = p.window > 0 ? min(T_, k0 + BK - 1 + p.window) : T_;
+  const int qt_begin = q_begin / BQ, qt_end = (q_end + BQ - 1) / BQ;
+  const int n_qt = max(0, qt_end - qt_begin);
+  const int n_it = n_qt * group;
+
+  // Iteration it covers query head h0 + it / n_qt, query tile qt_begin + it % n_qt.
+  auto issue = [&](int it) {
+    const int h = kvh * group + it / n_qt, qt = qt_begin + it % n_qt;
+    const uint32_t st = sStage + (it & 1) * Cfg::kStageBytes;
+    const T* q = static_cast<const T*>(p.q) + bT * p.ld_q + h * D;
+    const T* dout = static_cast<const T*>(p.dout) + bT * p.ld_o + h * D;
+    const int64_t at = (static_cast<int64_t>(b) * p.NH + h) * T_;
+    load_tile<BQ, D, kThreads>(st, q, p.ld_q, qt * BQ, T_);
+    load_tile<BQ, D, kThreads>(st + BQ * D * 2, dout, p.ld_o, qt * BQ, T_);
+    load_row_stats<BQ, kThreads>(st + 2 * BQ * D * 2, p.lse + at, qt * BQ, T_);
+    load_row_stats<BQ, kThreads>(st + 2 * BQ * D * 2 + BQ * 4, p.delta + at, qt * BQ, T_);
+  };
+
+  load_tile<BK, D, kThreads>(sK, k, p.ld_k, k0, T_);
+  load_tile<BK, D, kThreads>(sV, v, p.ld_v, k0, T_);
+  if (n_it > 0) issue(0);
+  cp_async_commit();
+
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int g = lane / 4, c = 2 * (lane % 4);
+  const int wrow = warp * 16;
+  const int wk_lo = k0 + wrow, wk_hi = wk_lo + 15;  // the warp's key range
+  const Visibility vis{T_, p.causal, p.window};
+  const float sl2 = p.scale_log2;
+
+  float dk[DT][4], dv[DT][4];
+#pragma unroll
+  for (int dt = 0; dt < DT; ++dt)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) dk[dt][e] = dv[dt][e] = 0.0f;
+
+  for (int it = 0; it < n_it; ++it) {
+    const uint32_t sQ = sStage + (it & 1) * Cfg::kStageBytes;
+    const uint32_t sdO = sQ + BQ * D * 2;
+    const float* s_lse = stage_f + (it & 1) * (Cfg::kStageBytes / 4) + 2 * BQ * D * 2 / 4;
+    const float* s_dlt = s_lse + BQ;
+    if (it + 1 < n_it) issue(it + 1);
+    cp_async_commit();
+    cp_async_wait<1>();
+    __syncthreads();
+
+    const int q0 = (qt_begin + it % n_qt) * BQ, q_hi = q0 + BQ - 1;
+    const bool skip = (p.causal && wk_lo > q_hi) || (p.window > 0 && wk_hi <= q0 - p.window);
+    if (!skip) {
+      // Sᵀ = K·Qᵀ, then Pᵀ (in s).
+      float s[NT][4];
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt) s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.0f;
+#pragma unroll
+      for (int ks = 0; ks < D / 16; ++ks) {
+        uint32_t ka[4];
+        load_a<D>(ka, sK, wrow, ks * 16, lane);
+#pragma unroll
+        for (int np = 0; np < NT / 2; ++np) {
+          uint32_t qb[4];
+          load_b<D>(qb, sQ, np * 16, ks * 16, lane);
+          mma<T>(s[2 * np], ka, qb[0], qb[1]);
+          mma<T>(s[2 * np + 1], ka, qb[2], qb[3]);
+        }
+      }
+      const bool masked = wk_hi >= T_ || q0 + BQ > T_ || (p.causal && wk_hi > q0) ||
+                          (p.window > 0 && wk_lo <= q_hi - p.window);
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int iq = nt * 8 + c + (e & 1);  // query within the tile: the column
+          float pv = exp2f(fmaf(s[nt][e], sl2, -s_lse[iq] * kLog2e));
+          if (masked && !vis(q0 + iq, wk_lo + g + 8 * (e >> 1))) pv = 0.0f;
+          s[nt][e] = pv;
+        }
+      // dV += Pᵀ·dO.
+#pragma unroll
+      for (int kk = 0; kk < BQ / 16; ++kk) {
+        uint32_t a[4];
+        acc_to_a<T, NT>(a, s, kk);
+#pragma unroll
+        for (int dp2 = 0; dp2 < D / 16; ++dp2) {
+          uint32_t ob[4];
+          load_b_t<D>(ob, sdO, kk * 16, dp2 * 16, lane);
+          mma<T>(dv[2 * dp2], a, ob[0], ob[1]);
+          mma<T>(dv[2 * dp2 + 1], a, ob[2], ob[3]);
+        }
+      }
+      // dPᵀ = V·dOᵀ, then dSᵀ = Pᵀ ∘ (dPᵀ − D) (in s).
+      float dp[NT][4];
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt) dp[nt][0] = dp[nt][1] = dp[nt][2] = dp[nt][3] = 0.0f;
+#pragma unroll
+      for (int ks = 0; ks < D / 16; ++ks) {
+        uint32_t va[4];
+        load_a<D>(va, sV, wrow, ks * 16, lane);
+#pragma unroll
+        for (int np = 0; np < NT / 2; ++np) {
+          uint32_t ob[4];
+          load_b<D>(ob, sdO, np * 16, ks * 16, lane);
+          mma<T>(dp[2 * np], va, ob[0], ob[1]);
+          mma<T>(dp[2 * np + 1], va, ob[2], ob[3]);
+        }
+      }
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) s[nt][e] *= dp[nt][e] - s_dlt[nt * 8 + c + (e & 1)];
+      // dK += dSᵀ·Q.
+#pragma unroll
+      for (int kk = 0; kk < BQ / 16; ++kk) {
+        uint32_t a[4];
+        acc_to_a<T, NT>(a, s, kk);
+#pragma unroll
+        for (int dp2 = 0; dp2 < D / 16; ++dp2) {
+          uint32_t qb[4];
+          load_b_t<D>(qb, sQ, kk * 16, dp2 * 16, lane);
+          mma<T>(dk[2 * dp2], a, qb[0], qb[1]);
+          mma<T>(dk[2 * dp2 + 1], a, qb[2], qb[3]);
+        }
+      }
+    }
+    __syncthreads();
+  }
+  cp_async_wait<0>();
+
+  T* dko = static_cast<T*>(p.dk) + bT * p.ld_k + kvh * D;
+  T* dvo = static_cast<T*>(p.dv) + bT * p.ld_v + kvh * D;
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int j = wk_lo + g + 8 * r;
+    if (j >= T_) continue;
+    T* krow = dko + static_cast<int64_t>(j) * p.ld_k;
+    T* vrow = dvo + static_cast<int64_t>(j) * p.ld_v;
+#pragma unroll
+    for (int dt = 0; dt < DT; ++dt) {
+      *reinterpret_cast<uint32_t*>(krow + dt * 8 + c) = pack2<T>(dk[dt][2 * r] * p.scale, dk[dt][2 * r + 1] * p.scale);
+      *reinterpret_cast<uint32_t*>(vrow + dt * 8 + c) = pack2<T>(dv[dt][2 * r], dv[dt][2 * r + 1]);
+    }
+  }
+}
+
+template <typename Kernel>
+void allow_smem(Kernel kernel, int bytes) {
+  FORGE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+}
+
+template <typename T, int D, int kWarps, int BK>
+void launch_dq(Context& ctx, const FlashParams& p) {
+  using Cfg = DqConfig<D, kWarps, BK>;
+  auto kernel = flash_bwd_dq_kernel<T, D, kWarps, BK>;
+  static const bool once = (allow_smem(kernel, Cfg::kSmem), true);
+  (void)once;
+  const dim3 grid((p.T_ + Cfg::BQ - 1) / Cfg::BQ, p.NH, p.B);
+  kernel<<<grid, Cfg::kThreads, Cfg::kSmem, ctx.stream()>>>(p);
+  FORGE_CUDA_CHECK(cudaGetLastError());
+}
+
+template <typename T, int D, int kWarps, int BQ>
+void launch_dkv(Context& ctx, const FlashParams& p) {
+  using Cfg = DkvConfig<D, kWarps, BQ>;
+  auto kernel = flash_bwd_dkv_kernel<T, D, kWarps, BQ>;
+  static const bool once = (allow_smem(kernel, Cfg::kSmem), true);
+  (void)once;
+  const dim3 grid((p.T_ + Cfg::BK - 1) / Cfg::BK, p.NKV, p.B);
+  kernel<<<grid, Cfg::kThreads, Cfg::kSmem, ctx.stream()>>>(p);
+  FORGE_CUDA_CHECK(cudaGetLastError());
+}
+
+template <typename T>
+void bwd_dispatch(Context& ctx, const FlashParams& p) {
+  const int var = tune_variant();
+  if (p.HS == 64) {
+    if (var == 1) launch_dq<T, 64, 4, 32>(ctx, p);
+    else launch_dq<T, 64, 4, 64>(ctx, p);
+    if (var == 1) launch_dkv<T, 64, 4, 32>(ctx, p);
+    else if (var == 2) launch_dkv<T, 64, 8, 64>(ctx, p);
+    else launch_dkv<T, 64, 4, 64>(ctx, p);
+  } else {
+    if (var == 1) launch_dq<T, 128, 4, 32>(ctx, p);
+    else launch_dq<T, 128, 4, 64>(ctx, p);
+    if (var == 2) launch_dkv<T, 128, 8, 32>(ctx, p);
+    else launch_dkv<T, 128, 4, 32>(ctx, p);
+  }
+}
+
+}  // namespace
+}  // namespace flash
+
+void flash_attention_bwd(Context& ctx, DType dt, void* dq, void* dk, void* dv, const void* dout,
+                         const void* q, const void* k, const void* v, const void* out, const float* lse,
+                         float* delta, const cpu::AttentionShape& s, const AttentionStrides& st) {
+  const char* what = "flash_attention_bwd";
+  flash::FlashParams p{};
+  flash::fill_shape(p, dt, s, st.q, st.k, st.v, st.o, what);
+  const void* ptrs[] = {dq, dk, dv, dout, q, k, v, out};
+  const char* names[] = {"dq", "dk", "dv", "dout", "q", "k", "v", "out"};
+  for (int i = 0; i < 8; ++i) flash::check_aligned(ptrs[i], what, names[i]);
+  if (s.B == 0 || s.T == 0) return;
+  p.q = q;
+  p.k = k;
+  p.v = v;
+  p.o = const_cast<void*>(out);  // read only in the backward
+  p.dout = dout;
+  p.dq = dq;
+  p.dk = dk;
+  p.dv = dv;
+  p.lse = const_cast<float*>(lse);
+  p.delta = delta;
+  flash::launch_delta(ctx, dt, p);
+  if (dt == DType::kBF16) flash::bwd_dispatch<flash::bf16>(ctx, p);
+  else flash::bwd_dispatch<flash::f16>(ctx, p);
+}
+
+}  // namespace forge::cuda

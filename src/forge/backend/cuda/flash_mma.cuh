@@ -1,0 +1,212 @@
+// Tensor-core building blocks of the flash-attention kernels (sm_80+ instructions, run on the
+// H200 as mma.sync): cp.async tile loads into swizzled shared memory, ldmatrix fragment loads
+// and the m16n8k16 MMA with f32 accumulators, for bf16 and f16.
+//
+// Shared-memory tiles are R rows × D columns of 16-bit elements, stored row by row with the
+// 16-byte chunks of a row permuted by XOR with (row mod 8). ldmatrix reads eight rows at the
+// same logical chunk; the swizzle puts them in eight different bank groups, so neither the
+// cp.async writes nor the ldmatrix reads conflict (D·2 bytes is a multiple of 128 for D ≥ 64).
+//
+// Fragment layouts (PTX ISA, "mma.m16n8k16", lane = threadIdx.x % 32, g = lane / 4,
+// c = 2·(lane % 4)):
+//   A 16×16 (row-major):   a0 = A[g][c..c+1]  a1 = A[g+8][c..]  a2 = A[g][c+8..]  a3 = A[g+8][c+8..]
+//   B 16×8  (k × n):       b0 = B[c..c+1][g]  b1 = B[c+8..c+9][g]
+//   C 16×8  (f32):         c0,c1 = C[g][c..c+1]   c2,c3 = C[g+8][c..c+1]
+// The three loaders below produce them from a tile:
+//   load_a     A = tile[m0.., k0..]                     (rows are m)
+//   load_b     B[k][n] = tile[n0 + n][k0 + k]  (no trans: rows are n; Q·Kᵀ, dO·Vᵀ, K·Qᵀ)
+//   load_b_t   B[k][n] = tile[k0 + k][n0 + n]  (.trans:  rows are k; P·V, dS·K, Pᵀ·dO)
+// each load_b* giving two adjacent 8-column n-tiles (b[0..1] and b[2..3]).
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cmath>
+#include <cstdint>
+
+#include "forge/core/dtype.h"
+#include "forge/core/error.h"
+#include "forge/ops/attention.h"
+
+namespace forge::cuda {
+struct AttentionStrides;
+}
+
+namespace forge::cuda::flash {
+
+using bf16 = __nv_bfloat16;
+using f16 = __half;
+
+__device__ __forceinline__ uint32_t smem_addr(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+// Byte address of element (row, col) of a swizzled tile with D columns; col % 8 == 0.
+template <int D>
+__device__ __forceinline__ uint32_t swz(uint32_t base, int row, int col) {
+  return base + row * (D * 2) + ((((col >> 3) ^ (row & 7))) << 4);
+}
+
+// 16 bytes global → shared, asynchronously; src_bytes 0 zero-fills (rows past the end).
+__device__ __forceinline__ void cp_async16(uint32_t dst, const void* src, int src_bytes) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+}
+
+// Rows [row0, row0 + R) of a (T, ·) matrix with token stride `ld` (elements) into a swizzled
+// R × D tile; rows ≥ T are zero-filled. All kThreads threads of the block take part.
+template <int R, int D, int kThreads, typename T>
+__device__ __forceinline__ void load_tile(uint32_t tile, const T* __restrict__ src, int64_t ld, int row0,
+                                          int T_) {
+  constexpr int kChunks = R * D / 8;
+  static_assert(kChunks % kThreads == 0, "tile chunks must divide evenly over the block");
+#pragma unroll
+  for (int it = 0; it < kChunks / kThreads; ++it) {
+    const int idx = it * kThreads + static_cast<int>(threadIdx.x);
+    const int r = idx / (D / 8), ch = idx % (D / 8);
+    const bool in = row0 + r < T_;
+    const T* p = in ? src + static_cast<int64_t>(row0 + r) * ld + ch * 8 : src;
+    cp_async16(swz<D>(tile, r, ch * 8), p, in ? 16 : 0);
+  }
+}
+
+__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], uint32_t addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
+}
+__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], uint32_t addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
+}
+
+template <int D>
+__device__ __forceinline__ void load_a(uint32_t (&a)[4], uint32_t tile, int m0, int k0, int lane) {
+  ldmatrix_x4(a, swz<D>(tile, m0 + (lane & 15), k0 + (lane >> 4) * 8));
+}
+template <int D>
+__device__ __forceinline__ void load_b(uint32_t (&b)[4], uint32_t tile, int n0, int k0, int lane) {
+  ldmatrix_x4(b, swz<D>(tile, n0 + (lane & 7) + ((lane >> 4) << 3), k0 + ((lane >> 3) & 1) * 8));
+}
+template <int D>
+__device__ __forceinline__ void load_b_t(uint32_t (&b)[4], uint32_t tile, int k0, int n0, int lane) {
+  ldmatrix_x4_trans(b, swz<D>(tile, k0 + (lane & 7) + ((lane >> 3) & 1) * 8, n0 + (lane >> 4) * 8));
+}
+
+// d += a·b, 16×8×16, f32 accumulate.
+template <typename T>
+__device__ __forceinline__ void mma(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1);
+
+template <>
+__device__ __forceinline__ void mma<bf16>(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+      "{%0, %1, %2, %3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+template <>
+__device__ __forceinline__ void mma<f16>(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+      "{%0, %1, %2, %3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// Two f32 → one register of two 16-bit values (x in the low half), rounded to nearest.
+template <typename T>
+__device__ __forceinline__ uint32_t pack2(float x, float y);
+template <>
+__device__ __forceinline__ uint32_t pack2<bf16>(float x, float y) {
+  const __nv_bfloat162 v = __floats2bfloat162_rn(x, y);
+  return *reinterpret_cast<const uint32_t*>(&v);
+}
+template <>
+__device__ __forceinline__ uint32_t pack2<f16>(float x, float y) {
+  const __half2 v = __floats2half2_rn(x, y);
+  return *reinterpret_cast<const uint32_t*>(&v);
+}
+
+// The A fragment of k-step kk of a product whose left operand is a 16 × N f32 accumulator
+// tile c[N/8][4] (P in P·V, dS in dS·K): columns 16kk..16kk+15 are n-tiles 2kk and 2kk+1.
+template <typename T, int NT>
+__device__ __forceinline__ void acc_to_a(uint32_t (&a)[4], const float (&c)[NT][4], int kk) {
+  a[0] = pack2<T>(c[2 * kk][0], c[2 * kk][1]);
+  a[1] = pack2<T>(c[2 * kk][2], c[2 * kk][3]);
+  a[2] = pack2<T>(c[2 * kk + 1][0], c[2 * kk + 1][1]);
+  a[3] = pack2<T>(c[2 * kk + 1][2], c[2 * kk + 1][3]);
+}
+
+// Keys visible from query i: [lo, hi) (ops/attention.h).
+struct Visibility {
+  int T_;
+  bool causal;
+  int window;
+  __device__ __forceinline__ bool operator()(int i, int j) const {
+    return j < T_ && i < T_ && (!causal || j <= i) && (window <= 0 || j > i - window);
+  }
+};
+
+// Kernel arguments shared by the three passes. Pointers are to element 0 of the tensors;
+// token strides are in elements (see ops.h, AttentionStrides).
+struct FlashParams {
+  const void* q;
+  const void* k;
+  const void* v;
+  void* o;            // forward: output (written); backward: the forward's output (read)
+  const void* dout;
+  void* dq;
+  void* dk;
+  void* dv;
+  float* lse;         // (B, NH, T)
+  float* delta;       // (B, NH, T)
+  int64_t ld_q, ld_k, ld_v, ld_o;
+  int B, T_, NH, NKV, HS;
+  bool causal;
+  int window;
+  float scale_log2;   // log2(e) / sqrt(HS)
+  float scale;        // 1 / sqrt(HS)
+};
+
+// Shape, strides and alignment checks shared by the forward and backward launchers; fills the
+// shape fields of p (pointers are set by the caller). `what` names the op in errors.
+inline void fill_shape(FlashParams& p, DType dt, const cpu::AttentionShape& s, int64_t ld_q, int64_t ld_k,
+                       int64_t ld_v, int64_t ld_o, const char* what) {
+  FORGE_CHECK(dt == DType::kBF16 || dt == DType::kF16, what, ": dtype ", dtype_name(dt),
+              " is not supported (bf16 or f16)");
+  FORGE_CHECK(s.HS == 64 || s.HS == 128, what, ": head size ", s.HS, " is not supported (64 or 128)");
+  FORGE_CHECK(s.B >= 0 && s.T >= 0 && s.NH > 0 && s.NKV > 0 && s.NH % s.NKV == 0, what, ": bad shape B=", s.B,
+              " T=", s.T, " NH=", s.NH, " NKV=", s.NKV);
+  FORGE_CHECK(s.window >= 0, what, ": negative window ", s.window);
+  p.ld_q = ld_q ? ld_q : static_cast<int64_t>(s.NH) * s.HS;
+  p.ld_k = ld_k ? ld_k : static_cast<int64_t>(s.NKV) * s.HS;
+  p.ld_v = ld_v ? ld_v : static_cast<int64_t>(s.NKV) * s.HS;
+  p.ld_o = ld_o ? ld_o : static_cast<int64_t>(s.NH) * s.HS;
+  FORGE_CHECK(p.ld_q % 8 == 0 && p.ld_k % 8 == 0 && p.ld_v % 8 == 0 && p.ld_o % 8 == 0, what,
+              ": token strides must be multiples of 8 elements (16 bytes)");
+  FORGE_CHECK(p.ld_q >= static_cast<int64_t>(s.NH) * s.HS && p.ld_o >= static_cast<int64_t>(s.NH) * s.HS &&
+                  p.ld_k >= static_cast<int64_t>(s.NKV) * s.HS && p.ld_v >= static_cast<int64_t>(s.NKV) * s.HS,
+              what, ": a token stride is smaller than the row it holds");
+  p.B = s.B;
+  p.T_ = s.T;
+  p.NH = s.NH;
+  p.NKV = s.NKV;
+  p.HS = s.HS;
+  p.causal = s.causal;
+  p.window = s.window;
+  p.scale = 1.0f / std::sqrt(static_cast<float>(s.HS));
+  p.scale_log2 = p.scale * 1.4426950408889634f;
+}
+
+inline void check_aligned(const void* ptr, const char* what, const char* name) {
+  FORGE_CHECK(reinterpret_cast<uintptr_t>(ptr) % 16 == 0, what, ": ", name, " is not 16-byte aligned");
+}
+
+}  // namespace forge::cuda::flash
