@@ -43,6 +43,23 @@ inline std::vector<float> from_bf16(const std::vector<uint16_t>& v) {
 // v rounded to bf16 and back: what a bf16 kernel actually sees.
 inline std::vector<float> round_bf16(const std::vector<float>& v) { return from_bf16(to_bf16(v)); }
 
+inline std::vector<uint16_t> to_f16(const std::vector<float>& v) {
+  std::vector<uint16_t> out(v.size());
+  for (size_t i = 0; i < v.size(); ++i) out[i] = f32_to_f16(v[i]);
+  return out;
+}
+inline std::vector<float> from_f16(const std::vector<uint16_t>& v) {
+  std::vector<float> out(v.size());
+  for (size_t i = 0; i < v.size(); ++i) out[i] = f16_to_f32(v[i]);
+  return out;
+}
+// v as a kernel of dtype dt sees it: rounded to bf16 or f16 and back (f32: unchanged).
+inline std::vector<float> round_to(DType dt, const std::vector<float>& v) {
+  if (dt == DType::kBF16) return round_bf16(v);
+  if (dt == DType::kF16) return from_f16(to_f16(v));
+  return v;
+}
+
 class CudaTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -79,11 +96,13 @@ class CudaTest : public ::testing::Test {
     return host;
   }
 
-  // A device copy of v in dtype dt (f32, or rounded to bf16), and back to f32 values.
+  // A device copy of v in dtype dt (f32, or rounded to bf16 / f16), and back to f32 values.
   DeviceBuffer<char> to_device(DType dt, const std::vector<float>& v) {
     DeviceBuffer<char> d(ctx().allocator(), v.size() * dtype_size(dt));
-    const std::vector<uint16_t> h16 = dt == DType::kBF16 ? to_bf16(v) : std::vector<uint16_t>{};
-    const void* src = dt == DType::kBF16 ? static_cast<const void*>(h16.data()) : v.data();
+    const std::vector<uint16_t> h16 = dt == DType::kBF16  ? to_bf16(v)
+                                      : dt == DType::kF16 ? to_f16(v)
+                                                          : std::vector<uint16_t>{};
+    const void* src = dt == DType::kF32 ? static_cast<const void*>(v.data()) : h16.data();
     FORGE_CUDA_CHECK(cudaMemcpyAsync(d.data(), src, d.bytes(), cudaMemcpyHostToDevice, ctx().stream()));
     ctx().synchronize();  // see upload()
     return d;
@@ -98,7 +117,7 @@ class CudaTest : public ::testing::Test {
     }
     std::vector<uint16_t> h(n);
     std::memcpy(h.data(), raw.data(), raw.size());
-    return from_bf16(h);
+    return dt == DType::kF16 ? from_f16(h) : from_bf16(h);
   }
 
   std::unique_ptr<Context> ctx_;
