@@ -3,6 +3,7 @@
 // benchmarks live in *_cuda.cpp files, built only with the CUDA backend.
 #pragma once
 
+#include <array>
 #include <string>
 #include <vector>
 
@@ -18,8 +19,18 @@ struct BenchOptions {
   std::string json_out;   // write results here when non-empty
 };
 
+// forge bench attention: flash attention forward and backward timings.
+struct AttentionBenchOptions {
+  std::vector<std::array<int, 4>> shapes;  // {B, H, T, D}; empty: the ANCHORS.md shapes
+  std::string causal = "both";             // yes, no or both
+  int iters = 10;                          // timed calls per measurement (median reported)
+  int warmup = 3;                          // untimed calls before them
+  std::string json_out;                    // write results here when non-empty
+};
+
 // Throw forge::Error when Forge was built without CUDA or no GPU is present.
 void gemm_cuda(const BenchOptions& o);
 void train_cuda(const BenchOptions& o);
+void attention_cuda(const AttentionBenchOptions& o);
 
 }  // namespace forge::bench

@@ -2,7 +2,7 @@
 // `tokenizer` is here: BPE training time and encode throughput (one thread, then all threads
 // over ~1 MB blocks of the input), beside the reference figures of shared/ANCHORS.md, which were
 // measured on another machine (bench/tokenizer_compare.py measures tiktoken and Hugging Face
-// tokenizers on this one). gemm and train (GPU) are in cmd_bench_gpu.cpp.
+// tokenizers on this one). gemm, attention and train (GPU) are in cmd_bench_gpu.cpp.
 #include <omp.h>
 
 #include <algorithm>
@@ -185,15 +185,16 @@ int cmd_bench(const Argv& argv) {
         "usage: forge bench tokenizer|gemm|attention|train|generate [options]\n\n"
         "  tokenizer  BPE training time and encode throughput\n"
         "  gemm       cuBLASLt TFLOP/s on a preset's GEMM shapes (CUDA)\n"
+        "  attention  flash attention fwd/bwd TFLOP/s beside PyTorch flash and cuDNN (CUDA)\n"
         "  train      training tokens/s, MFU, step time, memory (CUDA)\n\n"
-        "`forge bench tokenizer --help` describes it.\n");
+        "`forge bench <what> --help` describes each one's options.\n");
     return argv.empty() ? 1 : 0;
   }
   const std::string& what = argv[0];
   if (what == "tokenizer") return bench_tokenizer(Argv(argv.begin() + 1, argv.end()));
-  if (what == "gemm" || what == "train") return bench_gpu(what, Argv(argv.begin() + 1, argv.end()));
-  if (what == "attention" || what == "generate")
-    throw Error(str("bench ", what, ": not implemented yet"));
+  if (what == "gemm" || what == "train" || what == "attention")
+    return bench_gpu(what, Argv(argv.begin() + 1, argv.end()));
+  if (what == "generate") throw Error(str("bench ", what, ": not implemented yet"));
   throw Error(str("unknown benchmark '", what,
                   "' (expected tokenizer, gemm, attention, train or generate)"));
 }

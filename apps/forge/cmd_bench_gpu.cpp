@@ -1,5 +1,9 @@
-// forge bench gemm | train: the GPU benchmarks (bench/*_cuda.cpp). Option parsing lives here so
-// that a build without CUDA still answers --help and says plainly why it cannot run them.
+// forge bench gemm | train | attention: the GPU benchmarks (bench/*_cuda.cpp). Option parsing
+// lives here so that a build without CUDA still answers --help and says plainly why it cannot
+// run them.
+#include <array>
+#include <sstream>
+
 #include "args.h"
 #include "bench.h"
 #include "commands.h"
@@ -24,9 +28,69 @@ const Command kBenchGpu = {
     "train reports tokens/s, MFU (6N + 6LCT FLOPs per token over 989 TFLOP/s), step time and\n"
     "peak memory, beside llm.c's and torch.compile's figures on the same GPU model (ANCHORS.md)."};
 
+const Command kBenchAttention = {
+    "bench attention",
+    "flash attention forward and backward TFLOP/s beside PyTorch's flash and cuDNN kernels",
+    {{"shapes", "BxHxTxD,...",
+      "shapes to run (default 4x16x4096x128,8x12x2048x64,2x32x8192x128)"},
+     {"causal", "yes|no|both", "masking (default both)"},
+     {"iters", "N", "timed calls per measurement, median reported (default 10)"},
+     {"device", "cuda", "the only device this benchmark runs on"},
+     {"json-out", "FILE", "also write the numbers as JSON"}},
+    false,
+    "",
+    "bf16, dense (B, T, H, D) q/k/v/out with as many kv heads as query heads. FLOPs: forward\n"
+    "4*B*H*T^2*D, backward 2.5x the forward, halved when causal (the formula of the PyTorch\n"
+    "figures in shared/ANCHORS.md, printed beside each row). On 8x12x2048x64 the unfused v1\n"
+    "kernels (attention_fwd/bwd, materialising the probabilities) are timed as well."};
+
+// "4x16x4096x128,8x12x2048x64" -> {{4, 16, 4096, 128}, {8, 12, 2048, 64}}.
+std::vector<std::array<int, 4>> parse_shapes(const std::string& list) {
+  std::vector<std::array<int, 4>> shapes;
+  std::stringstream ss(list);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    std::array<int, 4> s{};
+    char x1 = 0, x2 = 0, x3 = 0;
+    std::istringstream is(item);
+    if (!(is >> s[0] >> x1 >> s[1] >> x2 >> s[2] >> x3 >> s[3]) || x1 != 'x' || x2 != 'x' ||
+        x3 != 'x' || !is.eof() || s[0] <= 0 || s[1] <= 0 || s[2] <= 0 || s[3] <= 0)
+      throw Error("--shapes: '" + item +
+                  "' is not BxHxTxD with positive integers (e.g. 4x16x4096x128)");
+    shapes.push_back(s);
+  }
+  if (shapes.empty())
+    throw Error("--shapes: empty list (expected e.g. 4x16x4096x128,8x12x2048x64)");
+  return shapes;
+}
+
+int bench_attention(const Argv& argv) {
+  const Args a = parse_args(kBenchAttention, argv);
+  if (a.help()) {
+    print_help(kBenchAttention);
+    return 0;
+  }
+  if (a.get("device", "cuda") != "cuda") throw Error("bench attention runs on --device cuda only");
+  bench::AttentionBenchOptions o;
+  if (a.has("shapes")) o.shapes = parse_shapes(a.get("shapes"));
+  o.causal = a.get("causal", o.causal);
+  if (o.causal != "yes" && o.causal != "no" && o.causal != "both")
+    throw Error("--causal must be yes, no or both, not '" + o.causal + "'");
+  o.iters = a.get_int("iters", o.iters);
+  if (o.iters <= 0) throw Error("--iters must be positive");
+  o.json_out = a.get("json-out", "");
+#ifdef FORGE_HAVE_CUDA
+  bench::attention_cuda(o);
+  return 0;
+#else
+  throw Error("bench attention needs the CUDA backend, and this forge was built without nvcc");
+#endif
+}
+
 }  // namespace
 
 int bench_gpu(const std::string& what, const Argv& argv) {
+  if (what == "attention") return bench_attention(argv);
   const Args a = parse_args(kBenchGpu, argv);
   if (a.help()) {
     print_help(kBenchGpu);

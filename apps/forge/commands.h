@@ -12,7 +12,7 @@ int cmd_train(const Argv& argv);
 int cmd_eval(const Argv& argv);
 int cmd_generate(const Argv& argv);
 int cmd_quickstart(const Argv& argv);
-// forge bench gemm|train (cmd_bench_gpu.cpp), called by cmd_bench.
+// forge bench gemm|train|attention (cmd_bench_gpu.cpp), called by cmd_bench.
 int bench_gpu(const std::string& what, const Argv& argv);
 int cmd_tokenizer(const Argv& argv);
 int cmd_data(const Argv& argv);
