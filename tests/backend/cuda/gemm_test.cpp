@@ -80,6 +80,34 @@ TEST_F(GemmTest, GeluEpilogueMatchesCpuGelu) {
   EXPECT_TRUE(all_close(download(dc), ref, {1e-4, 1e-3}));
 }
 
+// The GELU backward fused into the dX product (cuBLASLt's DGELU epilogue), as the MLP's
+// backward uses it: C = (A·B) ∘ gelu'(aux) against the CPU's gelu_bwd of the same product, in
+// f32 and bf16 (inputs rounded to bf16 first; bf16 output: 2^-8 relative plus accumulation).
+TEST_F(GemmTest, DGeluEpilogueMatchesCpuGeluBackward) {
+  const int M = 64, N = 96, K = 40;
+  for (DType dt : {DType::kF32, DType::kBF16}) {
+    SCOPED_TRACE(dtype_name(dt));
+    const bool f32 = dt == DType::kF32;
+    auto rounded = [f32](std::vector<float> v) { return f32 ? v : round_bf16(v); };
+    const auto a = rounded(random_normal<float>(M * K, 31, 0.3));
+    const auto b = rounded(random_normal<float>(K * N, 32, 0.3));
+    const auto pre = rounded(random_normal<float>(M * N, 33, 1.5));  // the saved pre-GELU values
+    auto da = to_device(dt, a), db = to_device(dt, b), daux = to_device(dt, pre);
+    auto dc = to_device(dt, std::vector<float>(M * N, 1e30f));  // beta 0: must be overwritten
+    GemmArgs g;
+    g.M = M, g.N = N, g.K = K;
+    g.ab_type = g.c_type = dt;
+    g.epilogue = GemmEpilogue::kDGelu;
+    g.aux = daux.data();
+    gemm(ctx(), g, da.data(), db.data(), dc.data());
+    std::vector<float> dy(M * N), ref(M * N, 0.0f);
+    cpu::matmul_reference<float>(dy.data(), a.data(), b.data(), M, N, K, false, false);
+    cpu::gelu_bwd<float>(ref.data(), pre.data(), dy.data(), M * N);
+    // f32: cuBLASLt's tanh differs from std::tanh in the last bits.
+    EXPECT_TRUE(all_close(to_host(dt, dc), ref, f32 ? forge::testing::Tol{1e-4, 1e-3} : kTolBf16));
+  }
+}
+
 // Strided views (lda/ldb/ldc with batch strides), as attention uses for per-head slices of a
 // (B, T, NH, HS) tensor: every transpose combination, views that start off the 256-byte
 // alignment cuBLASLt assumes by default (4 bytes in f32, 8 in bf16), row strides that are not a

@@ -22,6 +22,10 @@ namespace forge::cuda {
 
 namespace {
 
+bool uses_bias(GemmEpilogue e) {
+  return e == GemmEpilogue::kBias || e == GemmEpilogue::kBiasGelu || e == GemmEpilogue::kBiasGeluAux;
+}
+
 cudaDataType_t to_cuda(DType t) {
   switch (t) {
     case DType::kF32:
@@ -116,15 +120,18 @@ Plan make_plan(Context& ctx, const GemmArgs& g, const Stored& st, const Alignmen
     case GemmEpilogue::kBiasGeluAux:
       ep = CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
       break;
+    case GemmEpilogue::kDGelu:
+      ep = CUBLASLT_EPILOGUE_DGELU;
+      break;
   }
   FORGE_CUBLAS_CHECK(
       cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_EPILOGUE, &ep, sizeof(ep)));
-  if (g.epilogue == GemmEpilogue::kBiasGeluAux) {
+  if (g.epilogue == GemmEpilogue::kBiasGeluAux || g.epilogue == GemmEpilogue::kDGelu) {
     const int64_t ld = g.N;
     FORGE_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD,
                                                       &ld, sizeof(ld)));
   }
-  if (g.epilogue != GemmEpilogue::kNone && g.epilogue != GemmEpilogue::kGelu) {
+  if (uses_bias(g.epilogue)) {
     const cudaDataType_t bt = to_cuda(g.c_type);
     FORGE_CUBLAS_CHECK(
         cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bt, sizeof(bt)));
@@ -161,9 +168,11 @@ Plan make_plan(Context& ctx, const GemmArgs& g, const Stored& st, const Alignmen
 void gemm(Context& ctx, const GemmArgs& g, const void* a, const void* b, void* c) {
   FORGE_CHECK(g.M > 0 && g.N > 0 && g.K > 0 && g.batch > 0, "[gemm] bad shape M=", g.M, " N=", g.N,
               " K=", g.K);
-  FORGE_CHECK(
-      g.epilogue == GemmEpilogue::kNone || g.epilogue == GemmEpilogue::kGelu || g.bias != nullptr,
-      "[gemm] bias epilogue without a bias");
+  FORGE_CHECK(!uses_bias(g.epilogue) || g.bias != nullptr, "[gemm] bias epilogue without a bias");
+  const bool needs_aux = g.epilogue == GemmEpilogue::kBiasGeluAux || g.epilogue == GemmEpilogue::kDGelu;
+  FORGE_CHECK(!needs_aux || g.aux != nullptr, "[gemm] GELU aux epilogue without an aux buffer");
+  FORGE_CHECK(g.epilogue != GemmEpilogue::kDGelu || (g.beta == 0.0f && g.batch == 1),
+              "[gemm] the DGELU epilogue needs beta = 0 and no batch");
   const Stored st = stored_shapes(g);
   FORGE_CHECK(st.lda >= st.a_cols && st.ldb >= st.b_cols && st.ldc >= g.N,
               "[gemm] row strides lda=", st.lda, " ldb=", st.ldb, " ldc=", st.ldc,

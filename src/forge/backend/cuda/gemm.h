@@ -29,6 +29,8 @@ enum class GemmEpilogue {
   kGelu,         // C = gelu(αAB + βC), tanh form
   kBiasGelu,     // C = gelu(αAB + βC + bias)
   kBiasGeluAux,  // as kBiasGelu, and the pre-GELU values go to `aux` (for the backward)
+  kDGelu,        // C = (αAB) ∘ gelu'(aux): the GELU backward fused into the dX product; aux
+                 // (M, N) of c_type holds the pre-GELU values kBiasGeluAux saved; beta must be 0
 };
 
 struct GemmArgs {
@@ -39,7 +41,7 @@ struct GemmArgs {
   float alpha = 1.0f, beta = 0.0f;
   GemmEpilogue epilogue = GemmEpilogue::kNone;
   const void* bias = nullptr;  // (N), of c_type
-  void* aux = nullptr;         // (M, N) of c_type, for kBiasGeluAux
+  void* aux = nullptr;         // (M, N) of c_type, for kBiasGeluAux and kDGelu
   int batch = 1;
   int64_t stride_a = 0, stride_b = 0, stride_c = 0;  // elements, for batch > 1
   int64_t lda = 0, ldb = 0, ldc = 0;  // row strides in elements of the stored A, B, C; 0 = packed
