@@ -29,6 +29,7 @@ CudaTransformer::CudaTransformer(cuda::Context& ctx, const ModelConfig& cfg, DTy
   v_ = Buf<float>(a, P);
   if (dt_ != DType::kF32) work_ = Buf<uint8_t>(a, P * es_);
   norm_sq_ = Buf<float>(a, 1);
+  factors_ = Buf<cpu::AdamWFactors>(a, 2);
   FORGE_CUDA_CHECK(cudaMemsetAsync(m_.data(), 0, m_.bytes(), ctx_.stream()));
   FORGE_CUDA_CHECK(cudaMemsetAsync(v_.data(), 0, v_.bytes(), ctx_.stream()));
   zero_grad();
@@ -299,17 +300,28 @@ void CudaTransformer::backward() {
   cuda::embedding_bwd(ctx_, dt_, g(table_.wte()), gpt2 ? g(table_.wpe()) : nullptr, act(d_res_), tokens_, B, T_, C);
 }
 
-void CudaTransformer::optimizer_step(const cpu::AdamWParams& p, float max_norm, uint64_t sr_seed) {
+std::array<cpu::AdamWFactors, 2> CudaTransformer::optimizer_factors(const cpu::AdamWParams& p, uint64_t sr_seed) {
+  cpu::AdamWParams no_decay = p;
+  no_decay.weight_decay = 0.0f;
+  return {cpu::adamw_factors(p, sr_seed), cpu::adamw_factors(no_decay, sr_seed)};
+}
+
+void CudaTransformer::optimizer_step(const cpu::AdamWFactors* factors, float max_norm) {
   cuda::sum_squares(ctx_, norm_sq_.data(), grads_.data(), table_.total());
-  cpu::AdamWParams q = p;
   for (const auto& info : table_.params()) {
-    q.weight_decay = info.decay ? p.weight_decay : 0.0f;
     void* work = dt_ == DType::kF32 ? nullptr : work_.data() + info.offset * es_;
     cuda::adamw_update(ctx_, master_.data() + info.offset, m_.data() + info.offset, v_.data() + info.offset,
-                       grads_.data() + info.offset, work, dt_, info.numel(), q, norm_sq_.data(), max_norm,
-                       sr_seed ? sr_seed + static_cast<uint64_t>(info.offset) : 0);
+                       grads_.data() + info.offset, work, dt_, info.numel(), factors + (info.decay ? 0 : 1),
+                       static_cast<uint64_t>(info.offset), norm_sq_.data(), max_norm);
   }
   ++step_;
+}
+
+void CudaTransformer::optimizer_step(const cpu::AdamWParams& p, float max_norm, uint64_t sr_seed) {
+  // A pageable cudaMemcpyAsync returns once the source is staged, so the local array may go.
+  const std::array<cpu::AdamWFactors, 2> f = optimizer_factors(p, sr_seed);
+  FORGE_CUDA_CHECK(cudaMemcpyAsync(factors_.data(), f.data(), sizeof(f), cudaMemcpyHostToDevice, ctx_.stream()));
+  optimizer_step(factors_.data(), max_norm);
 }
 
 }  // namespace forge

@@ -10,6 +10,7 @@
 // on from the final norm. Nothing here synchronises the host.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <memory>
 #include <vector>
@@ -54,8 +55,15 @@ class CudaTransformer {
 
   // Global-norm clipping + AdamW over every tensor (weight decay on >= 2-D tensors only); the
   // norm is computed and applied on the device. Returns nothing: the norm stays on the device
-  // (grad_norm_sq()) until the caller reads it.
+  // (grad_norm_sq()) until the caller reads it. The step's scalars are read from device memory,
+  // factors (2): [0] for tensors with weight decay, [1] for the others (optimizer_factors()), so
+  // a captured CUDA graph of this call replays with each step's lr and t.
+  void optimizer_step(const cpu::AdamWFactors* factors, float max_norm);
+  // The same from host parameters: uploads optimizer_factors(p, sr_seed) first (not capturable).
   void optimizer_step(const cpu::AdamWParams& p, float max_norm, uint64_t sr_seed);
+  // p.weight_decay for decaying tensors; sr_seed != 0: stochastic rounding of the bf16 copy,
+  // keyed per tensor by sr_seed + the tensor's offset.
+  static std::array<cpu::AdamWFactors, 2> optimizer_factors(const cpu::AdamWParams& p, uint64_t sr_seed);
   const float* grad_norm_sq() const { return norm_sq_.data(); }
 
  private:
@@ -84,6 +92,7 @@ class CudaTransformer {
   Buf<float> master_, grads_, m_, v_;
   Buf<uint8_t> work_;  // bf16 working copy (empty in fp32 mode)
   Buf<float> norm_sq_;
+  Buf<cpu::AdamWFactors> factors_;  // (2) for optimizer_step(const AdamWParams&, ...)
   Buf<uint8_t> ones_;  // (N) of dt: bias gradients as onesᵀ·dout GEMMs
 
   int B_ = 0, T_ = 0;

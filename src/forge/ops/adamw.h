@@ -22,4 +22,20 @@ struct AdamWParams {
 template <typename T>
 void adamw_update(T* param, T* m, T* v, const T* grad, int64_t n, const AdamWParams& p);
 
+// The scalars of one f32 update, computed on the host in double exactly as adamw_update does and
+// rounded once to f32. The CUDA kernel reads them from device memory rather than taking them as
+// arguments, so a captured CUDA graph replays with each step's lr and t.
+struct AdamWFactors {
+  float decay;                  // 1 − lr·wd
+  float one_minus_beta1;        // 1 − β1
+  float beta2;                  // β2
+  float one_minus_beta2;        // 1 − β2
+  float step_size;              // lr / (1 − β1ᵗ)
+  float bias_correction2_sqrt;  // sqrt(1 − β2ᵗ)
+  float eps;
+  float grad_scale;
+  uint64_t sr_seed;  // CUDA: stochastic rounding of a bf16 working copy (0: round to nearest)
+};
+AdamWFactors adamw_factors(const AdamWParams& p, uint64_t sr_seed = 0);
+
 }  // namespace forge::cpu

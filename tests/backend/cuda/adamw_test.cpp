@@ -19,7 +19,17 @@ namespace {
 
 using namespace forge::cuda::testing;
 
-class OptimizerTest : public CudaTest {};
+class OptimizerTest : public CudaTest {
+ protected:
+  // adamw_update from host parameters: the factors uploaded first, as
+  // CudaTransformer::optimizer_step(const AdamWParams&, ...) does.
+  void adamw(float* param, float* m, float* v, const float* grad, void* work, DType work_dt,
+             int64_t n, const cpu::AdamWParams& p, const float* global_sq, float max_norm,
+             uint64_t sr_seed) {
+    auto f = upload(std::vector<cpu::AdamWFactors>{cpu::adamw_factors(p, sr_seed)});
+    adamw_update(ctx(), param, m, v, grad, work, work_dt, n, f.data(), 0, global_sq, max_norm);
+  }
+};
 
 // f32 sums of squares (no cancellation) over ≤ ~2500 terms per thread chain: relative error well
 // under 1e-5 against the double sum.
@@ -82,8 +92,8 @@ TEST_F(OptimizerTest, AdamWThreeStepsMatchCpu) {
           p.step = step;
           const auto grad = random_normal<float>(total, seed++);
           auto dgrad = upload(grad);
-          adamw_update(ctx(), dparam.data() + offset, dm.data() + offset, dv.data() + offset,
-                       dgrad.data() + offset, work, work_dt, n, p, dsq.data(), cc.max_norm, 0);
+          adamw(dparam.data() + offset, dm.data() + offset, dv.data() + offset,
+                dgrad.data() + offset, work, work_dt, n, p, dsq.data(), cc.max_norm, 0);
           cpu::AdamWParams q = p;
           q.grad_scale = static_cast<float>(
               static_cast<double>(p.grad_scale) *
@@ -131,8 +141,8 @@ TEST_F(OptimizerTest, AdamWMisalignedWorkCopyMatchesCpu) {
   auto dsq = upload(std::vector<float>{1e4f});
   auto work = poisoned<uint16_t>(n + 2);
   cpu::AdamWParams p;
-  adamw_update(ctx(), dparam.data() + 1, dm.data() + 1, dv.data() + 1, dgrad.data() + 1,
-               work.data() + 2, DType::kBF16, n, p, dsq.data(), 1.0f, 0);
+  adamw(dparam.data() + 1, dm.data() + 1, dv.data() + 1, dgrad.data() + 1, work.data() + 2,
+        DType::kBF16, n, p, dsq.data(), 1.0f, 0);
   cpu::AdamWParams q = p;
   q.grad_scale = static_cast<float>(cpu::clip_scale(std::sqrt(1e4), 1.0));
   cpu::adamw_update<float>(param.data() + 1, m.data() + 1, v.data() + 1, grad.data() + 1, n, q);
@@ -158,9 +168,8 @@ TEST_F(OptimizerTest, StochasticRoundingIsReproducibleAndUnbiased) {
     auto work = poisoned<uint16_t>(total);
     cpu::AdamWParams p;
     p.lr = 0.0f;
-    adamw_update(ctx(), dparam.data() + offset, dm.data() + offset, dv.data() + offset,
-                 dgrad.data() + offset, work.data() + offset, DType::kBF16, n, p, nullptr, 0.0f,
-                 sr_seed);
+    adamw(dparam.data() + offset, dm.data() + offset, dv.data() + offset, dgrad.data() + offset,
+          work.data() + offset, DType::kBF16, n, p, nullptr, 0.0f, sr_seed);
     const auto w = download(work);
     ASSERT_TRUE(bit_identical(download(dparam), param)) << "lr = 0 must not move the weights";
     int64_t not_neighbour = 0, not_reproduced = 0, inexact = 0;
@@ -204,8 +213,8 @@ TEST_F(OptimizerTest, StochasticRoundingKeepsSubStepValuesOnAverage) {
   auto work = poisoned<uint16_t>(n);
   cpu::AdamWParams p;
   p.lr = 0.0f;
-  adamw_update(ctx(), dparam.data(), dm.data(), dv.data(), dgrad.data(), work.data(), DType::kBF16,
-               n, p, nullptr, 0.0f, /*sr_seed=*/7);
+  adamw(dparam.data(), dm.data(), dv.data(), dgrad.data(), work.data(), DType::kBF16, n, p, nullptr,
+        0.0f, /*sr_seed=*/7);
   const auto w = download(work);
   double sum = 0;
   for (uint16_t b : w) sum += bf16_to_f32(b);

@@ -44,6 +44,26 @@ void adamw_update(T* param, T* m, T* v, const T* grad, int64_t n, const AdamWPar
   }
 }
 
+AdamWFactors adamw_factors(const AdamWParams& p, uint64_t sr_seed) {
+  FORGE_CHECK(p.step >= 1, "[adamw_factors] step is 1-based, got ", p.step);
+  // Term for term the expressions of adamw_update above, with T = float.
+  const double lr = p.lr, beta1 = p.beta1, beta2 = p.beta2;
+  const double t = static_cast<double>(p.step);
+  const double bias_correction1 = 1.0 - std::pow(beta1, t);
+  const double bias_correction2 = 1.0 - std::pow(beta2, t);
+  AdamWFactors f{};
+  f.decay = static_cast<float>(1.0 - lr * static_cast<double>(p.weight_decay));
+  f.one_minus_beta1 = static_cast<float>(1.0 - beta1);
+  f.beta2 = static_cast<float>(beta2);
+  f.one_minus_beta2 = static_cast<float>(1.0 - beta2);
+  f.step_size = static_cast<float>(lr / bias_correction1);
+  f.bias_correction2_sqrt = static_cast<float>(std::sqrt(bias_correction2));
+  f.eps = p.eps;
+  f.grad_scale = p.grad_scale;
+  f.sr_seed = sr_seed;
+  return f;
+}
+
 template void adamw_update<float>(float*, float*, float*, const float*, int64_t,
                                   const AdamWParams&);
 template void adamw_update<double>(double*, double*, double*, const double*, int64_t,

@@ -16,14 +16,17 @@
 // double, rounded once to f32, as the CPU trainer forms its grad_scale. The element update uses
 // __fmul_rn/__fadd_rn/__fdiv_rn/__fsqrt_rn so nvcc cannot contract it into FMAs: it is the CPU
 // formula in PyTorch's order, bit for bit, with the host-side factors (1 − lr·wd, step size,
-// sqrt(1 − β2ᵗ), …) computed in double exactly as the CPU does.
+// sqrt(1 − β2ᵗ), …) computed in double exactly as the CPU does (cpu::adamw_factors). The factors
+// sit in device memory and every thread loads them (one 40-byte broadcast, from L2 after the
+// first block): a CUDA graph that captured the launch then replays with each step's lr and t.
 // Parameter tensors sit at arbitrary offsets of one flat buffer, so a tensor may start off a
 // 16-byte boundary: the first `head` (< 4) elements are done one by one, then the aligned body
 // in float4s, then the tail. If the four f32 arrays are not equally misaligned, or `work` is
 // not aligned for 4-element stores after the head, everything goes element by element.
 //
-// Stochastic rounding (sr_seed != 0, bf16 work copy): element i takes the 32-bit word i of the
-// counter-based stream forge::Rng(sr_seed, /*stream=*/0) — word i % 4 of Philox4x32-10 block
+// Stochastic rounding (sr_seed = factors->sr_seed + sr_offset when factors->sr_seed != 0, bf16
+// work copy): element i takes the 32-bit word i of the counter-based stream
+// forge::Rng(sr_seed, /*stream=*/0) — word i % 4 of Philox4x32-10 block
 // (counter {i / 4, 0, 0} as (lo, hi, stream, 0), key = sr_seed) — and adds its low 16 bits to
 // the f32 bit pattern before truncating to bf16 (kernels::bf16_bits_stochastic): the result is
 // one of the two neighbouring bf16 values, rounding up with probability equal to the dropped
@@ -32,10 +35,10 @@
 //
 // ptxas (sm_90a, CUDA 13.0, -Xptxas=-v): registers, spill stores, stack frame per kernel
 // (<T, kN, ...>: kN = 1 is the element-by-element instantiation):
-//   adamw_kernel<bf16, false>                             36 regs, 0 spill, 0 stack
-//   adamw_kernel<bf16, true>                              46 regs, 0 spill, 0 stack
-//   adamw_kernel<float, false>                            40 regs, 0 spill, 0 stack
-//   adamw_kernel<float, true>                             60 regs, 0 spill, 0 stack
+//   adamw_kernel<bf16, false>                             32 regs, 0 spill, 0 stack
+//   adamw_kernel<bf16, true>                              48 regs, 0 spill, 0 stack
+//   adamw_kernel<float, false>                            36 regs, 0 spill, 0 stack
+//   adamw_kernel<float, true>                             54 regs, 0 spill, 0 stack
 //   sum_squares_final_kernel                              16 regs, 0 spill, 0 stack
 //   sum_squares_partial_kernel                            32 regs, 0 spill, 0 stack
 #include <cuda_runtime.h>
@@ -95,17 +98,23 @@ struct AdamWArgs {
   const float* grad;  // (n)
   void* work;         // (n) of the work dtype, or null
   int64_t n;
-  int head;  // elements before the aligned body (vector path only)
-  float decay, one_minus_beta1, beta2, one_minus_beta2, step_size, bias_correction2_sqrt, eps;
-  float grad_scale;
-  const float* global_sq;  // (1) Σ g² over all gradients
-  float max_norm;          // <= 0: no clipping
-  uint64_t sr_seed;        // 0: round to nearest even
+  int head;                          // elements before the aligned body (vector path only)
+  const cpu::AdamWFactors* factors;  // (1) device: the step's scalars
+  uint64_t sr_offset;                // added to factors->sr_seed when that is non-zero
+  const float* global_sq;            // (1) Σ g² over all gradients
+  float max_norm;                    // <= 0: no clipping
+};
+
+// What one thread reads from AdamWArgs::factors: the step's scalars and its rounding key.
+struct AdamWStep : cpu::AdamWFactors {
+  __device__ explicit AdamWStep(const AdamWArgs& a) : cpu::AdamWFactors(*a.factors) {
+    sr_seed = sr_seed != 0 ? sr_seed + a.sr_offset : 0;
+  }
 };
 
 // The CPU update for one element, without FMA contraction. g is already scaled.
 __device__ __forceinline__ float adamw_element(float g, float& p, float& m, float& v,
-                                               const AdamWArgs& a) {
+                                               const AdamWStep& a) {
   const float pi = __fmul_rn(p, a.decay);
   const float mi = __fadd_rn(m, __fmul_rn(a.one_minus_beta1, __fsub_rn(g, m)));
   const float vi = __fadd_rn(__fmul_rn(v, a.beta2), __fmul_rn(__fmul_rn(a.one_minus_beta2, g), g));
@@ -144,29 +153,31 @@ __device__ __forceinline__ void store_work1(TW* w, int64_t i, float p, uint64_t 
 }
 
 template <typename TW>
-__device__ __forceinline__ void adamw_scalar(const AdamWArgs& a, int64_t i, float scale) {
+__device__ __forceinline__ void adamw_scalar(const AdamWArgs& a, const AdamWStep& f, int64_t i,
+                                             float scale) {
   float p = a.param[i], m = a.m[i], v = a.v[i];
   const float g = __fmul_rn(a.grad[i], scale);
-  adamw_element(g, p, m, v, a);
+  adamw_element(g, p, m, v, f);
   a.param[i] = p, a.m[i] = m, a.v[i] = v;
-  if (a.work != nullptr) store_work1(static_cast<TW*>(a.work), i, p, a.sr_seed);
+  if (a.work != nullptr) store_work1(static_cast<TW*>(a.work), i, p, f.sr_seed);
 }
 
 template <typename TW, bool kVecPath>
 __global__ void __launch_bounds__(256) adamw_kernel(const AdamWArgs a) {
+  const AdamWStep f(a);
   // The clip factor, from the device-side Σ g²: every thread computes the same value.
   double clip = 1.0;
   if (a.max_norm > 0.0f) {
     const double s = a.max_norm / (sqrt(static_cast<double>(*a.global_sq)) + 1e-6);
     clip = s < 1.0 ? s : 1.0;
   }
-  const float scale = static_cast<float>(static_cast<double>(a.grad_scale) * clip);
+  const float scale = static_cast<float>(static_cast<double>(f.grad_scale) * clip);
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   const int64_t tid = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if constexpr (!kVecPath) {
-    for (int64_t i = tid; i < a.n; i += stride) adamw_scalar<TW>(a, i, scale);
+    for (int64_t i = tid; i < a.n; i += stride) adamw_scalar<TW>(a, f, i, scale);
   } else {
-    if (tid < a.head) adamw_scalar<TW>(a, tid, scale);
+    if (tid < a.head) adamw_scalar<TW>(a, f, tid, scale);
     const int64_t chunks = (a.n - a.head) / 4;
     for (int64_t c = tid; c < chunks; c += stride) {
       const int64_t e0 = a.head + 4 * c;
@@ -174,18 +185,18 @@ __global__ void __launch_bounds__(256) adamw_kernel(const AdamWArgs a) {
       float4 m = *reinterpret_cast<const float4*>(a.m + e0);
       float4 v = *reinterpret_cast<const float4*>(a.v + e0);
       const float4 g = *reinterpret_cast<const float4*>(a.grad + e0);
-      adamw_element(__fmul_rn(g.x, scale), p.x, m.x, v.x, a);
-      adamw_element(__fmul_rn(g.y, scale), p.y, m.y, v.y, a);
-      adamw_element(__fmul_rn(g.z, scale), p.z, m.z, v.z, a);
-      adamw_element(__fmul_rn(g.w, scale), p.w, m.w, v.w, a);
+      adamw_element(__fmul_rn(g.x, scale), p.x, m.x, v.x, f);
+      adamw_element(__fmul_rn(g.y, scale), p.y, m.y, v.y, f);
+      adamw_element(__fmul_rn(g.z, scale), p.z, m.z, v.z, f);
+      adamw_element(__fmul_rn(g.w, scale), p.w, m.w, v.w, f);
       *reinterpret_cast<float4*>(a.param + e0) = p;
       *reinterpret_cast<float4*>(a.m + e0) = m;
       *reinterpret_cast<float4*>(a.v + e0) = v;
       if (a.work != nullptr) {
         if constexpr (std::is_same_v<TW, bf16>) {
           uint2 out;
-          if (a.sr_seed != 0) {
-            const uint4 r = sr_words4(a.sr_seed, e0);
+          if (f.sr_seed != 0) {
+            const uint4 r = sr_words4(f.sr_seed, e0);
             out.x = bf16_bits_stochastic(p.x, r.x) |
                     (static_cast<uint32_t>(bf16_bits_stochastic(p.y, r.y)) << 16);
             out.y = bf16_bits_stochastic(p.z, r.z) |
@@ -200,7 +211,8 @@ __global__ void __launch_bounds__(256) adamw_kernel(const AdamWArgs a) {
         }
       }
     }
-    for (int64_t i = a.head + 4 * chunks + tid; i < a.n; i += stride) adamw_scalar<TW>(a, i, scale);
+    for (int64_t i = a.head + 4 * chunks + tid; i < a.n; i += stride)
+      adamw_scalar<TW>(a, f, i, scale);
   }
 }
 
@@ -248,31 +260,19 @@ void sum_squares(Context& ctx, float* out, const float* g, int64_t n) {
 }
 
 void adamw_update(Context& ctx, float* param, float* m, float* v, const float* grad, void* work,
-                  DType work_dt, int64_t n, const cpu::AdamWParams& p, const float* global_sq,
-                  float max_norm, uint64_t sr_seed) {
+                  DType work_dt, int64_t n, const cpu::AdamWFactors* factors, uint64_t sr_offset,
+                  const float* global_sq, float max_norm) {
   FORGE_CHECK(n >= 0, "[adamw_update] negative size ", n);
-  FORGE_CHECK(p.step >= 1, "[adamw_update] step is 1-based, got ", p.step);
+  FORGE_CHECK(factors != nullptr, "[adamw_update] needs the step's factors in device memory");
   FORGE_CHECK(global_sq != nullptr || max_norm <= 0.0f,
               "[adamw_update] clipping needs the device Σ g² (global_sq is null)");
   if (n == 0) return;
-  // Host-side factors exactly as cpu::adamw_update computes them (double, then rounded to f32).
-  const double lr = p.lr, beta1 = p.beta1, beta2 = p.beta2;
-  const double t = static_cast<double>(p.step);
-  const double bias_correction1 = 1.0 - std::pow(beta1, t);
-  const double bias_correction2 = 1.0 - std::pow(beta2, t);
   AdamWArgs a{};
   a.param = param, a.m = m, a.v = v, a.grad = grad, a.work = work, a.n = n;
-  a.decay = static_cast<float>(1.0 - lr * static_cast<double>(p.weight_decay));
-  a.one_minus_beta1 = static_cast<float>(1.0 - beta1);
-  a.beta2 = static_cast<float>(beta2);
-  a.one_minus_beta2 = static_cast<float>(1.0 - beta2);
-  a.step_size = static_cast<float>(lr / bias_correction1);
-  a.bias_correction2_sqrt = static_cast<float>(std::sqrt(bias_correction2));
-  a.eps = p.eps;
-  a.grad_scale = p.grad_scale;
+  a.factors = factors;
+  a.sr_offset = sr_offset;
   a.global_sq = global_sq;
   a.max_norm = max_norm;
-  a.sr_seed = sr_seed;
   if (work == nullptr) {
     launch_adamw<float>(ctx, a);
     return;

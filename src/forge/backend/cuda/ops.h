@@ -109,13 +109,15 @@ void lm_head_cross_entropy(Context& ctx, DType dt, float* losses, void* dx, floa
 // ---- optimizer ------------------------------------------------------------------------------
 // out[0] = Σ g² over n elements (f32 result, f64-free two-pass tree in fixed order).
 void sum_squares(Context& ctx, float* out, const float* g, int64_t n);
-// AdamW (cpu::adamw_update's formula) over one tensor. The clip factor is computed on the
-// device from *global_sq (Σ g² of all gradients): min(1, max_norm / (sqrt(sq) + 1e-6)), times
-// p.grad_scale; max_norm <= 0 disables clipping. When `work` is non-null the updated weights are
-// also written there as `work_dt` (the bf16 working copy), with stochastic rounding when
-// `sr_seed` != 0 (Philox stream keyed by sr_seed and element index).
+// AdamW (cpu::adamw_update's formula) over one tensor. The step's scalars are read from device
+// memory: `factors` points to one cpu::AdamWFactors (cpu::adamw_factors), so a captured graph
+// picks up each step's lr and t. The clip factor is computed on the device from *global_sq (Σ g²
+// of all gradients): min(1, max_norm / (sqrt(sq) + 1e-6)), times factors->grad_scale; max_norm
+// <= 0 disables clipping. When `work` is non-null the updated weights are also written there as
+// `work_dt` (the bf16 working copy), with stochastic rounding when factors->sr_seed != 0 (Philox
+// stream keyed by factors->sr_seed + sr_offset and the element index).
 void adamw_update(Context& ctx, float* param, float* m, float* v, const float* grad, void* work,
-                  DType work_dt, int64_t n, const cpu::AdamWParams& p, const float* global_sq,
-                  float max_norm, uint64_t sr_seed);
+                  DType work_dt, int64_t n, const cpu::AdamWFactors* factors, uint64_t sr_offset,
+                  const float* global_sq, float max_norm);
 
 }  // namespace forge::cuda
