@@ -120,4 +120,9 @@ void adamw_update(Context& ctx, float* param, float* m, float* v, const float* g
                   DType work_dt, int64_t n, const cpu::AdamWFactors* factors, uint64_t sr_offset,
                   const float* global_sq, float max_norm);
 
+// ---- reductions -----------------------------------------------------------------------------
+// out[0] = Σ x[i] in f64, in index order (cpu::sum_in_order's loop, bit for bit): one thread, so
+// use it for short vectors such as the (B·T) per-position losses of a step.
+void sum_in_order(Context& ctx, double* out, const float* x, int64_t n);
+
 }  // namespace forge::cuda
