@@ -24,6 +24,7 @@ class Context {
   void* workspace() const { return workspace_; }
   size_t workspace_bytes() const { return workspace_bytes_; }
   Allocator& allocator() { return allocator_; }
+  const Allocator& allocator() const { return allocator_; }
   const cudaDeviceProp& props() const { return props_; }
   int num_sms() const { return props_.multiProcessorCount; }
   // Waits for everything enqueued so far.
