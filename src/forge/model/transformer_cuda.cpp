@@ -83,6 +83,7 @@ void CudaTransformer::zero(Buf<uint8_t>& b) {
 
 void CudaTransformer::plan(int B, int T_) {
   if (B == B_ && T_ == this->T_) return;
+  ++plan_generation_;
   ctx_.synchronize();  // buffers below may be in use by enqueued work of the old shape
   B_ = B;
   this->T_ = T_;

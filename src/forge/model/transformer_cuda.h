@@ -66,6 +66,10 @@ class CudaTransformer {
   static std::array<cpu::AdamWFactors, 2> optimizer_factors(const cpu::AdamWParams& p, uint64_t sr_seed);
   const float* grad_norm_sq() const { return norm_sq_.data(); }
 
+  // Changes whenever the activation buffers are allocated anew (a forward with a new B or T):
+  // a CUDA graph that captured forward/backward is stale when it has changed.
+  int64_t plan_generation() const { return plan_generation_; }
+
  private:
   template <typename T>
   using Buf = cuda::DeviceBuffer<T>;
@@ -102,6 +106,7 @@ class CudaTransformer {
   const int32_t* tokens_ = nullptr;
   bool have_head_grad_ = false;
   int64_t step_ = 0;
+  int64_t plan_generation_ = 0;
 };
 
 }  // namespace forge

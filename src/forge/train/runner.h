@@ -3,6 +3,7 @@
 // written once against this interface.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -15,6 +16,15 @@
 
 namespace forge {
 
+// What one optimizer step measured: the trainer's metrics line.
+struct StepReport {
+  std::vector<double> micro_losses;  // mean loss of each micro-batch, in order
+  double grad_norm = 0;              // global gradient norm before clipping
+};
+
+// One step is zero_grad(), micro_step() per micro-batch, optimizer_step(). A runner may only
+// queue that work (the GPU one does: DESIGN.md's "the host reads the loss one step late"), so
+// results come separately, from take_report(), up to report_lag() steps after the step ended.
 class StepRunner {
  public:
   virtual ~StepRunner() = default;
@@ -22,14 +32,20 @@ class StepRunner {
   virtual std::string describe() const = 0;  // "cpu fp32", "cuda bf16 on NVIDIA H200 ..."
 
   virtual void zero_grad() = 0;
-  // Forward + backward of one micro-batch (host tokens and targets, (B, T)); gradients of
-  // scale · (mean loss) accumulate. Returns the micro-batch's mean loss.
-  virtual double micro_step(const int32_t* x, const int32_t* y, int B, int T_, double scale) = 0;
-  // Mean loss without gradients.
+  // Forward + backward of one micro-batch (host tokens and targets, (B, T), which may be reused
+  // when this returns); gradients of scale · (mean loss) accumulate. Throws forge::Error for a
+  // token or target id outside the vocabulary.
+  virtual void micro_step(const int32_t* x, const int32_t* y, int B, int T_, double scale) = 0;
+  // Ends the step: global-norm clipping to max_norm (<= 0: none) and AdamW with p
+  // (p.weight_decay applies to >= 2-D tensors only; p.step is t).
+  virtual void optimizer_step(const cpu::AdamWParams& p, double max_norm) = 0;
+  // How many ended steps may still be unreported when the next one starts: 0 when every call
+  // has finished its work on return (CPU), 1 when the host queues step s + 1 while step s runs.
+  virtual int report_lag() const = 0;
+  // The report of the oldest ended step not yet reported, waiting for that step to finish.
+  virtual StepReport take_report() = 0;
+  // Mean loss without gradients (waits for its result, so for every step queued before it).
   virtual double eval_loss(const int32_t* x, const int32_t* y, int B, int T_) = 0;
-  // Global-norm clipping to max_norm (<= 0: none) and AdamW with p (p.weight_decay applies to
-  // >= 2-D tensors only; p.step is t). Returns the gradient norm before clipping.
-  virtual double optimizer_step(const cpu::AdamWParams& p, double max_norm) = 0;
 
   // Host copies for checkpoints and export (f32, the parameter table's layout).
   virtual std::vector<float> weights() = 0;
@@ -37,11 +53,16 @@ class StepRunner {
   virtual std::vector<float> adam_m() = 0;
   virtual std::vector<float> adam_v() = 0;
   virtual void set_adam_state(const std::vector<float>& m, const std::vector<float>& v) = 0;
+
+  // Peak bytes of device memory held (0 on the CPU).
+  virtual size_t peak_device_bytes() const { return 0; }
 };
 
 std::unique_ptr<StepRunner> make_cpu_runner(const ModelConfig& cfg);
 // precision: "fp32" or "bf16". Throws forge::Error when Forge was built without CUDA, there is
-// no GPU, or the precision is not supported.
+// no GPU, or the precision is not supported. The training step is captured as a CUDA graph once
+// its shapes repeat and replayed from then on; FORGE_CUDA_GRAPH=0 in the environment runs every
+// step eagerly instead (same kernels, same results).
 std::unique_ptr<StepRunner> make_cuda_runner(const ModelConfig& cfg, const std::string& precision);
 
 }  // namespace forge

@@ -1,6 +1,8 @@
 // The CPU StepRunner: Transformer<float>, f32 AdamW state in host vectors.
+#include <deque>
 #include <memory>
 
+#include "forge/core/error.h"
 #include "forge/model/transformer.h"
 #include "forge/ops/grad_norm.h"
 #include "forge/train/runner.h"
@@ -18,17 +20,17 @@ class CpuRunner final : public StepRunner {
   std::string describe() const override { return "cpu fp32"; }
   void zero_grad() override { model_.zero_grad(); }
 
-  double micro_step(const int32_t* x, const int32_t* y, int B, int T_, double scale) override {
-    const double loss = model_.forward(x, y, B, T_);
+  // Every call finishes its work before it returns: the report is ready at once.
+  void micro_step(const int32_t* x, const int32_t* y, int B, int T_, double scale) override {
+    report_.micro_losses.push_back(model_.forward(x, y, B, T_));
     model_.backward(scale);
-    return loss;
   }
 
   double eval_loss(const int32_t* x, const int32_t* y, int B, int T_) override {
     return model_.forward(x, y, B, T_);
   }
 
-  double optimizer_step(const cpu::AdamWParams& p, double max_norm) override {
+  void optimizer_step(const cpu::AdamWParams& p, double max_norm) override {
     const double norm = cpu::global_norm(model_.grads().data(), model_.num_params());
     cpu::AdamWParams q = p;
     q.grad_scale = static_cast<float>(p.grad_scale * cpu::clip_scale(norm, max_norm));
@@ -37,7 +39,17 @@ class CpuRunner final : public StepRunner {
       cpu::adamw_update(model_.weights().data() + info.offset, m_.data() + info.offset, v_.data() + info.offset,
                         model_.grads().data() + info.offset, info.numel(), q);
     }
-    return norm;
+    report_.grad_norm = norm;
+    ended_.push_back(std::move(report_));
+    report_ = {};
+  }
+
+  int report_lag() const override { return 0; }
+  StepReport take_report() override {
+    FORGE_CHECK(!ended_.empty(), "take_report: no ended step to report");
+    StepReport r = std::move(ended_.front());
+    ended_.pop_front();
+    return r;
   }
 
   std::vector<float> weights() override { return model_.weights(); }
@@ -52,6 +64,8 @@ class CpuRunner final : public StepRunner {
  private:
   Transformer<float> model_;
   std::vector<float> m_, v_;
+  StepReport report_;             // of the step in progress
+  std::deque<StepReport> ended_;  // ended steps not yet reported
 };
 
 }  // namespace

@@ -1,15 +1,44 @@
-// The CUDA StepRunner: CudaTransformer on one GPU. Each micro-step uploads its (B, T) tokens
-// and reads the per-position losses back (one sync per micro-batch); the loss one step late
-// and CUDA-graph replay come with the performance work.
+// The CUDA StepRunner: CudaTransformer on one GPU, every step queued without a host sync and
+// reported one step late (DESIGN.md, "One training step").
+//
+// Per step the host validates and stages inputs, enqueues, and moves on:
+//   micro_step      range-checks the ids (a bad id is a forge::Error here, not a fault on the
+//                   GPU), copies tokens and targets into a pinned staging slot, counts targets
+//                   and stores dloss = scale / targets next to them
+//   optimizer_step  writes AdamW's factors ([decay, no decay], cpu::adamw_factors) into the slot,
+//                   then enqueues: one host→device copy of the slot into the device input block;
+//                   the step (zero_grad, per micro-batch forward + backward + the in-order sum of
+//                   its losses, clipping + AdamW); device→host copies of the loss sums and Σ g²
+//                   into the slot; an event
+//   take_report     waits for a step's event (the trainer asks after queueing the next step, so
+//                   the GPU stays busy), then mean loss = sum / targets and norm = sqrt(Σ g²) in
+//                   double, exactly as the synchronous runner computed them
+// Two slots: the host fills one while the GPU may still be copying from the other. Before a
+// slot is refilled, the step that last used it is waited for (it finished long ago in practice).
+//
+// CUDA graph: between the two copies the step is a function of fixed device pointers only —
+// everything that changes per step (tokens, targets, dloss, lr, t) is in the input block, read
+// by the kernels at run time. The first step of a shape runs eagerly (activations planned,
+// cuBLASLt plans and the allocator's cache warm), the second is captured (backend/cuda/graph.h)
+// and launched, later steps replay it. A new B, T, micro-batch count or clip setting, or a
+// re-plan of the activations (an evaluation with another batch size), drops the graph and starts
+// over. A replay runs the same kernels on the same buffers as eager execution, so results are
+// bit-identical; FORGE_CUDA_GRAPH=0 runs every step eagerly.
 #include <cuda_runtime.h>
 
 #include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <deque>
 #include <memory>
 
 #include "forge/backend/cuda/check.h"
 #include "forge/backend/cuda/context.h"
+#include "forge/backend/cuda/graph.h"
+#include "forge/backend/cuda/ops.h"
 #include "forge/backend/cuda/runtime.h"
 #include "forge/core/error.h"
+#include "forge/core/log.h"
 #include "forge/model/transformer_cuda.h"
 #include "forge/train/runner.h"
 
@@ -17,47 +46,172 @@ namespace forge {
 
 namespace {
 
+bool graphs_enabled() {
+  const char* e = std::getenv("FORGE_CUDA_GRAPH");
+  return !(e != nullptr && std::strcmp(e, "0") == 0);
+}
+
+// Range check and count of real targets, the one place host ids are validated.
+int64_t check_ids(const int32_t* x, const int32_t* y, size_t n, int V) {
+  int64_t count = 0;
+  for (size_t i = 0; i < n; ++i) {
+    if (x[i] < 0 || x[i] >= V)
+      throw Error(str("token id ", x[i], " at position ", i, " is out of range [0, ", V, ")"));
+    if (y[i] < -1 || y[i] >= V)
+      throw Error(str("target id ", y[i], " at position ", i, " is out of range [0, ", V, ")"));
+    count += y[i] >= 0;
+  }
+  return count;
+}
+
+// The input block, host (pinned slot) and device alike:
+//   [0, 256)                 AdamWFactors[2]
+//   256 + i·stride + …       micro-batch i: tokens (N int32), targets (N int32), dloss (f32)
+struct InputLayout {
+  static constexpr size_t kHead = 256;
+  size_t N = 0;    // B·T positions per micro-batch
+  int micros = 0;  // capacity in micro-batches
+  size_t stride() const { return (8 * N + 4 + 255) / 256 * 256; }
+  size_t bytes() const { return kHead + micros * stride(); }
+  size_t tokens(int i) const { return kHead + i * stride(); }
+  size_t targets(int i) const { return tokens(i) + 4 * N; }
+  size_t dloss(int i) const { return tokens(i) + 8 * N; }
+};
+
+// What the captured work depends on besides the input block's contents.
+struct StepKey {
+  int B = 0, T = 0, micros = 0;
+  bool zero = false;
+  float max_norm = 0;
+  int64_t plan_generation = -1;
+  int64_t layout_version = -1;  // the input block moves when it grows
+  bool operator==(const StepKey&) const = default;
+};
+
 class CudaRunner final : public StepRunner {
  public:
-  CudaRunner(const ModelConfig& cfg, DType dt) : ctx_(0), model_(ctx_, cfg, dt), dloss_(ctx_.allocator(), 1) {}
+  CudaRunner(const ModelConfig& cfg, DType dt)
+      : ctx_(0),
+        model_(ctx_, cfg, dt),
+        graphs_(graphs_enabled()),
+        eval_sum_dev_(ctx_.allocator(), 1),
+        eval_sum_(1) {
+    for (Slot& s : slots_)
+      FORGE_CUDA_CHECK(cudaEventCreateWithFlags(&s.done, cudaEventDisableTiming));
+  }
+  ~CudaRunner() override {
+    graph_.reset();
+    ctx_.synchronize();
+    for (Slot& s : slots_) cudaEventDestroy(s.done);
+  }
 
   const ParamTable& table() const override { return model_.table(); }
   std::string describe() const override {
-    return str("cuda ", model_.dtype() == DType::kF32 ? "fp32" : "bf16", " on ", cuda::device_summary());
+    return str("cuda ", model_.dtype() == DType::kF32 ? "fp32" : "bf16", " on ",
+               cuda::device_summary(), graphs_ ? ", CUDA graph" : ", eager (FORGE_CUDA_GRAPH=0)");
   }
-  void zero_grad() override { model_.zero_grad(); }
+  void zero_grad() override {
+    FORGE_CHECK(micro_ == 0, "zero_grad() in the middle of a step");
+    zero_ = true;
+  }
 
-  double micro_step(const int32_t* x, const int32_t* y, int B, int T_, double scale) override {
-    const size_t n = upload(x, y, B, T_);
-    int64_t count = 0;
-    for (size_t i = 0; i < n; ++i) count += y[i] >= 0;
+  void micro_step(const int32_t* x, const int32_t* y, int B, int T_, double scale) override {
+    const size_t n = static_cast<size_t>(B) * T_;
+    if (micro_ == 0) {
+      begin_slot();
+      B_ = B, T_step_ = T_;
+    }
+    FORGE_CHECK(B == B_ && T_ == T_step_, "micro-batches of one step must share B and T");
+    const int64_t count = check_ids(x, y, n, model_.config().vocab_size);
+    reserve(n, micro_ + 1);
+    Slot& s = slots_[cur_];
+    uint8_t* in = s.in.data();
+    std::memcpy(in + layout_.tokens(micro_), x, n * 4);
+    std::memcpy(in + layout_.targets(micro_), y, n * 4);
     const float dl = count > 0 ? static_cast<float>(scale / static_cast<double>(count)) : 0.0f;
-    FORGE_CUDA_CHECK(cudaMemcpyAsync(dloss_.data(), &dl, 4, cudaMemcpyHostToDevice, ctx_.stream()));
-    model_.forward(x_.data(), y_.data(), dloss_.data(), B, T_);
-    model_.backward();
-    return mean_loss(n, count);
+    std::memcpy(in + layout_.dloss(micro_), &dl, 4);
+    s.counts.push_back(count);
+    ++micro_;
   }
 
-  double eval_loss(const int32_t* x, const int32_t* y, int B, int T_) override {
-    const size_t n = upload(x, y, B, T_);
-    int64_t count = 0;
-    for (size_t i = 0; i < n; ++i) count += y[i] >= 0;
-    model_.forward(x_.data(), y_.data(), nullptr, B, T_);
-    return mean_loss(n, count);
-  }
-
-  double optimizer_step(const cpu::AdamWParams& p, double max_norm) override {
+  void optimizer_step(const cpu::AdamWParams& p, double max_norm) override {
+    FORGE_CHECK(micro_ > 0, "optimizer_step() without a micro_step()");
+    Slot& s = slots_[cur_];
     // The bf16 working copy is the master rounded to nearest (sr_seed 0), a pure function of
     // the f32 master: a checkpoint (which stores the master) then restores it exactly, and a
     // resumed run is bit-identical. Stochastic rounding (llm.c's choice when it has no f32
     // master) would make the copy depend on the step's random key; with a master it buys
     // nothing, since sub-ulp updates accumulate in f32. Measured on the H200: with stochastic
     // rounding a SIGKILL + resume diverged in the last bits; with round-to-nearest it does not.
-    model_.optimizer_step(p, static_cast<float>(max_norm), /*sr_seed=*/0);
-    float sq = 0;
-    FORGE_CUDA_CHECK(cudaMemcpyAsync(&sq, model_.grad_norm_sq(), 4, cudaMemcpyDeviceToHost, ctx_.stream()));
-    ctx_.synchronize();
-    return std::sqrt(static_cast<double>(sq));
+    const auto factors = CudaTransformer::optimizer_factors(p, /*sr_seed=*/0);
+    std::memcpy(s.in.data(), factors.data(), sizeof(factors));
+    const StepKey key{B_,
+                      T_step_,
+                      micro_,
+                      zero_,
+                      static_cast<float>(max_norm),
+                      model_.plan_generation(),
+                      layout_version_};
+    cudaStream_t st = ctx_.stream();
+    FORGE_CUDA_CHECK(cudaMemcpyAsync(in_dev_.data(), s.in.data(), layout_.tokens(micro_),
+                                     cudaMemcpyHostToDevice, st));
+    if (graphs_ && !graph_.empty() && graph_key_ == key) {
+      graph_.launch();
+    } else if (graphs_ && eager_key_ == key) {
+      graph_.capture(ctx_, [&] { enqueue_step(key); });
+      graph_key_ = key;
+      log_debug("cuda: training step captured as a CUDA graph (B=", key.B, " T=", key.T,
+                " micro-batches=", key.micros, ")");
+      graph_.launch();
+    } else {
+      graph_.reset();  // stale: its pool goes back to the cache for the eager step
+      enqueue_step(key);
+      eager_key_ = key;
+      eager_key_.plan_generation = model_.plan_generation();  // after a forward that re-planned
+    }
+    FORGE_CUDA_CHECK(cudaMemcpyAsync(s.loss_sums.data(), loss_sums_dev_.data(),
+                                     micro_ * sizeof(double), cudaMemcpyDeviceToHost, st));
+    FORGE_CUDA_CHECK(cudaMemcpyAsync(s.norm_sq.data(), model_.grad_norm_sq(), sizeof(float),
+                                     cudaMemcpyDeviceToHost, st));
+    FORGE_CUDA_CHECK(cudaEventRecord(s.done, st));
+    s.in_flight = true;
+    pending_.push_back(cur_);
+    cur_ ^= 1;
+    micro_ = 0;
+    zero_ = false;
+  }
+
+  int report_lag() const override { return 1; }
+
+  StepReport take_report() override {
+    if (!ready_.empty()) {
+      StepReport r = std::move(ready_.front());
+      ready_.pop_front();
+      return r;
+    }
+    FORGE_CHECK(!pending_.empty(), "take_report: no ended step to report");
+    return collect_oldest();
+  }
+
+  double eval_loss(const int32_t* x, const int32_t* y, int B, int T_) override {
+    const size_t n = static_cast<size_t>(B) * T_;
+    const int64_t count = check_ids(x, y, n, model_.config().vocab_size);
+    if (eval_in_.size() < 2 * n) {
+      ctx_.synchronize();  // the old buffers may still be read
+      eval_in_ = cuda::PinnedBuffer<int32_t>(2 * n);
+      eval_dev_ = cuda::DeviceBuffer<int32_t>(ctx_.allocator(), 2 * n);
+    }
+    std::memcpy(eval_in_.data(), x, n * 4);
+    std::memcpy(eval_in_.data() + n, y, n * 4);
+    cudaStream_t st = ctx_.stream();
+    FORGE_CUDA_CHECK(
+        cudaMemcpyAsync(eval_dev_.data(), eval_in_.data(), 2 * n * 4, cudaMemcpyHostToDevice, st));
+    model_.forward(eval_dev_.data(), eval_dev_.data() + n, nullptr, B, T_);
+    cuda::sum_in_order(ctx_, eval_sum_dev_.data(), model_.losses(), static_cast<int64_t>(n));
+    FORGE_CUDA_CHECK(cudaMemcpyAsync(eval_sum_.data(), eval_sum_dev_.data(), sizeof(double),
+                                     cudaMemcpyDeviceToHost, st));
+    ctx_.synchronize();  // also the staging buffer's copy, before the next call rewrites it
+    return count > 0 ? eval_sum_.data()[0] / static_cast<double>(count) : 0.0;
   }
 
   std::vector<float> weights() override { return model_.weights_host(); }
@@ -67,45 +221,113 @@ class CudaRunner final : public StepRunner {
   void set_adam_state(const std::vector<float>& m, const std::vector<float>& v) override {
     model_.set_adam_state(m, v);
   }
-
- private:
-  size_t upload(const int32_t* x, const int32_t* y, int B, int T_) {
-    const size_t n = static_cast<size_t>(B) * T_;
-    if (x_.size() < n) {
-      x_ = cuda::DeviceBuffer<int32_t>(ctx_.allocator(), n);
-      y_ = cuda::DeviceBuffer<int32_t>(ctx_.allocator(), n);
-    }
-    const int V = model_.config().vocab_size;
-    for (size_t i = 0; i < n; ++i) {
-      if (x[i] < 0 || x[i] >= V) throw Error(str("token id ", x[i], " at position ", i, " is out of range [0, ", V, ")"));
-      if (y[i] < -1 || y[i] >= V) throw Error(str("target id ", y[i], " at position ", i, " is out of range [0, ", V, ")"));
-    }
-    FORGE_CUDA_CHECK(cudaMemcpyAsync(x_.data(), x, n * 4, cudaMemcpyHostToDevice, ctx_.stream()));
-    FORGE_CUDA_CHECK(cudaMemcpyAsync(y_.data(), y, n * 4, cudaMemcpyHostToDevice, ctx_.stream()));
-    return n;
+  size_t peak_device_bytes() const override {
+    return ctx_.allocator().stats().peak_reserved + ctx_.workspace_bytes();
   }
 
-  double mean_loss(size_t n, int64_t count) {
-    losses_.resize(n);
-    FORGE_CUDA_CHECK(cudaMemcpyAsync(losses_.data(), model_.losses(), n * 4, cudaMemcpyDeviceToHost, ctx_.stream()));
+ private:
+  struct Slot {
+    cuda::PinnedBuffer<uint8_t> in;        // InputLayout: what the step reads
+    cuda::PinnedBuffer<double> loss_sums;  // (micro-batches) Σ per-position losses
+    cuda::PinnedBuffer<float> norm_sq;     // (1) Σ g²
+    std::vector<int64_t> counts;           // targets per micro-batch
+    cudaEvent_t done = nullptr;            // after the step's device→host copies
+    bool in_flight = false;                // ended and not yet collected
+  };
+
+  // The step between the input and output copies; captured as a graph or run eagerly.
+  void enqueue_step(const StepKey& k) {
+    uint8_t* in = in_dev_.data();
+    const int64_t n = static_cast<int64_t>(k.B) * k.T;
+    if (k.zero) model_.zero_grad();
+    for (int i = 0; i < k.micros; ++i) {
+      model_.forward(reinterpret_cast<const int32_t*>(in + layout_.tokens(i)),
+                     reinterpret_cast<const int32_t*>(in + layout_.targets(i)),
+                     reinterpret_cast<const float*>(in + layout_.dloss(i)), k.B, k.T);
+      model_.backward();
+      cuda::sum_in_order(ctx_, loss_sums_dev_.data() + i, model_.losses(), n);
+    }
+    model_.optimizer_step(reinterpret_cast<const cpu::AdamWFactors*>(in), k.max_norm);
+  }
+
+  // Starts filling slot cur_: its previous step must be done (its input copy read the slot).
+  void begin_slot() {
+    Slot& s = slots_[cur_];
+    while (s.in_flight) ready_.push_back(collect_oldest());  // a caller that lags more than 1
+    FORGE_CUDA_CHECK(cudaEventSynchronize(s.done));
+    s.counts.clear();
+  }
+
+  StepReport collect_oldest() {
+    Slot& s = slots_[pending_.front()];
+    pending_.pop_front();
+    FORGE_CUDA_CHECK(cudaEventSynchronize(s.done));
+    s.in_flight = false;
+    StepReport r;
+    for (size_t i = 0; i < s.counts.size(); ++i)
+      r.micro_losses.push_back(
+          s.counts[i] > 0 ? s.loss_sums.data()[i] / static_cast<double>(s.counts[i]) : 0.0);
+    r.grad_norm = std::sqrt(static_cast<double>(s.norm_sq.data()[0]));
+    return r;
+  }
+
+  // Room for `micros` micro-batches of n positions. Growing moves every buffer, so it waits for
+  // the queued steps (collecting their reports) and drops the graph; the micro-batches staged
+  // so far are carried over.
+  void reserve(size_t n, int micros) {
+    if (n <= layout_.N && micros <= layout_.micros) return;
+    InputLayout next = layout_;
+    if (n > next.N) next.N = n;
+    while (next.micros < micros) next.micros = next.micros == 0 ? 1 : 2 * next.micros;
+    graph_.reset();
     ctx_.synchronize();
-    double sum = 0;
-    for (float l : losses_) sum += l;
-    return count > 0 ? sum / static_cast<double>(count) : 0.0;
+    while (!pending_.empty()) ready_.push_back(collect_oldest());  // before their slots go
+    for (int k = 0; k < 2; ++k) {
+      Slot& s = slots_[k];
+      cuda::PinnedBuffer<uint8_t> in(next.bytes());
+      std::memset(in.data(), 0, in.bytes());
+      if (k == cur_) {  // carry over the step being filled (its micro-batches have N = n)
+        for (int i = 0; i < micro_; ++i)
+          std::memcpy(in.data() + next.tokens(i), s.in.data() + layout_.tokens(i), 8 * n + 4);
+      }
+      s.in = std::move(in);
+      s.loss_sums = cuda::PinnedBuffer<double>(next.micros);
+      if (s.norm_sq.size() == 0) s.norm_sq = cuda::PinnedBuffer<float>(1);
+    }
+    in_dev_ = cuda::DeviceBuffer<uint8_t>(ctx_.allocator(), next.bytes());
+    loss_sums_dev_ = cuda::DeviceBuffer<double>(ctx_.allocator(), next.micros);
+    layout_ = next;
+    ++layout_version_;
   }
 
   cuda::Context ctx_;
   CudaTransformer model_;
-  cuda::DeviceBuffer<float> dloss_;
-  cuda::DeviceBuffer<int32_t> x_, y_;
-  std::vector<float> losses_;
+  const bool graphs_;
+  InputLayout layout_;
+  int64_t layout_version_ = 0;
+  Slot slots_[2];
+  int cur_ = 0;                               // slot of the step being filled
+  std::deque<int> pending_;                   // slots of ended steps, oldest first
+  std::deque<StepReport> ready_;              // collected early (see begin_slot), oldest first
+  int micro_ = 0;                             // micro-batches staged in the current step
+  bool zero_ = false;                         // zero_grad() requested for the current step
+  int B_ = 0, T_step_ = 0;                    // shape of the current step
+  cuda::DeviceBuffer<uint8_t> in_dev_;        // InputLayout on the device
+  cuda::DeviceBuffer<double> loss_sums_dev_;  // (micro-batches)
+  cuda::Graph graph_;
+  StepKey graph_key_, eager_key_;         // what graph_ captured; what the last eager step ran
+  cuda::DeviceBuffer<int32_t> eval_dev_;  // (2·B·T) tokens, targets
+  cuda::PinnedBuffer<int32_t> eval_in_;
+  cuda::DeviceBuffer<double> eval_sum_dev_;
+  cuda::PinnedBuffer<double> eval_sum_;
 };
 
 }  // namespace
 
 std::unique_ptr<StepRunner> make_cuda_runner(const ModelConfig& cfg, const std::string& precision) {
   if (!cuda::available()) throw Error("--device cuda: " + cuda::device_summary());
-  if (precision == "fp16") throw Error("--precision fp16 is not supported yet on CUDA (use bf16 or fp32)");
+  if (precision == "fp16")
+    throw Error("--precision fp16 is not supported yet on CUDA (use bf16 or fp32)");
   if (precision != "fp32" && precision != "bf16")
     throw Error(str("unknown precision '", precision, "' (expected fp32, bf16 or fp16)"));
   return std::make_unique<CudaRunner>(cfg, precision == "fp32" ? DType::kF32 : DType::kBF16);

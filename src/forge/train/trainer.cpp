@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <deque>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -243,21 +244,69 @@ TrainResult run(Transformer<float>& model, const TrainConfig& cfg, const std::st
     if (!quiet) std::printf("checkpoint %s\n", path.c_str());
   };
 
+  // A step's metrics line is written when the runner reports it: at once on the CPU, one step
+  // late on the GPU (the line for step s after step s + 1 is queued), and always before an
+  // evaluation, a checkpoint or the end of the loop (flush), which must see every line.
+  struct Pending {
+    int step;
+    double lr, val_loss;
+    double begin;  // total.seconds() when the step started
+  };
+  std::deque<Pending> pending;
+  double last_reported = 0;  // total.seconds() when the previous step's report arrived
+  auto report = [&] {
+    const Pending ps = pending.front();
+    pending.pop_front();
+    const StepReport r = runner->take_report();
+    const double now = total.seconds();
+    double loss = 0;
+    for (double l : r.micro_losses) loss += l / cfg.grad_accum;
+    if (!std::isfinite(loss))
+      throw Error(str("loss became ", loss, " at step ", ps.step, "; try a lower lr"));
+    const double norm = r.grad_norm;
+    // The step's time: from its start, or from the previous step's end when the GPU was still
+    // busy with that one (steps queued back to back).
+    const double dt = now - std::max(ps.begin, last_reported);
+    last_reported = now;
+    step_time_avg = ps.step == start.step ? dt : 0.9 * step_time_avg + 0.1 * dt;
+    const double tps = static_cast<double>(B) * T_ * cfg.grad_accum / dt;
+    train_curve.push_back({static_cast<double>(ps.step), loss});
+    result.last_train_loss = loss;
+    result.steps_done = ps.step + 1;
+
+    nlohmann::json rec = {{"step", ps.step},
+                          {"loss", loss},
+                          {"lr", ps.lr},
+                          {"grad_norm", norm},
+                          {"tokens_per_s", tps}};
+    if (std::isfinite(ps.val_loss)) rec["val_loss"] = ps.val_loss;
+    metrics << rec.dump() << "\n" << std::flush;
+    if (!quiet) {
+      std::printf("step %*d/%d | loss %.4f | lr %.2e | norm %.3f | %.0f tok/s | ETA %s%s\n",
+                  static_cast<int>(std::to_string(cfg.steps).size()), ps.step + 1, cfg.steps, loss,
+                  ps.lr, norm, tps,
+                  format_duration(step_time_avg * (cfg.steps - ps.step - 1)).c_str(),
+                  std::isfinite(ps.val_loss) ? str(" | val ", ps.val_loss).c_str() : "");
+      std::fflush(stdout);
+    }
+  };
+  auto flush = [&] {
+    while (!pending.empty()) report();
+  };
+
   for (int step = start.step; step < cfg.steps; ++step) {
     double val_loss = NAN;
     if (step % cfg.eval_every == 0) {
+      flush();
       val_loss = run_eval(step);
       if (step == 0) result.first_val_loss = val_loss;
     }
-    Timer t;
+    const double begin = total.seconds();
     runner->zero_grad();
-    double loss = 0;
     for (int micro = 0; micro < cfg.grad_accum; ++micro) {
       loader.next_batch(B, x.data(), y.data());
-      loss += runner->micro_step(x.data(), y.data(), B, T_, 1.0 / cfg.grad_accum) / cfg.grad_accum;
+      runner->micro_step(x.data(), y.data(), B, T_, 1.0 / cfg.grad_accum);
     }
-    if (!std::isfinite(loss))
-      throw Error(str("loss became ", loss, " at step ", step, "; try a lower lr"));
     const double lr = sched.at(step);
     cpu::AdamWParams ap;
     ap.lr = static_cast<float>(lr);
@@ -266,28 +315,17 @@ TrainResult run(Transformer<float>& model, const TrainConfig& cfg, const std::st
     ap.eps = static_cast<float>(cfg.eps);
     ap.weight_decay = static_cast<float>(cfg.weight_decay);  // >= 2-D tensors only
     ap.step = step + 1;
-    const double norm = runner->optimizer_step(ap, cfg.grad_clip);
-    const double dt = t.seconds();
-    step_time_avg = step == start.step ? dt : 0.9 * step_time_avg + 0.1 * dt;
-    const double tps = static_cast<double>(B) * T_ * cfg.grad_accum / dt;
-    train_curve.push_back({static_cast<double>(step), loss});
-    result.last_train_loss = loss;
-    result.steps_done = step + 1;
+    runner->optimizer_step(ap, cfg.grad_clip);
+    pending.push_back({step, lr, val_loss, begin});
+    while (static_cast<int>(pending.size()) > runner->report_lag()) report();
 
-    nlohmann::json rec = {
-        {"step", step}, {"loss", loss}, {"lr", lr}, {"grad_norm", norm}, {"tokens_per_s", tps}};
-    if (std::isfinite(val_loss)) rec["val_loss"] = val_loss;
-    metrics << rec.dump() << "\n" << std::flush;
-    if (!quiet) {
-      std::printf("step %*d/%d | loss %.4f | lr %.2e | norm %.3f | %.0f tok/s | ETA %s%s\n",
-                  static_cast<int>(std::to_string(cfg.steps).size()), step + 1, cfg.steps, loss, lr,
-                  norm, tps, format_duration(step_time_avg * (cfg.steps - step - 1)).c_str(),
-                  std::isfinite(val_loss) ? str(" | val ", val_loss).c_str() : "");
-      std::fflush(stdout);
-    }
     const int done = step + 1;
-    if (cfg.save_every > 0 && (done % cfg.save_every == 0 || done == cfg.steps)) checkpoint(done);
+    if (cfg.save_every > 0 && (done % cfg.save_every == 0 || done == cfg.steps)) {
+      flush();
+      checkpoint(done);
+    }
     if (opt.stop && *opt.stop && done < cfg.steps) {
+      flush();
       if (last_saved != done) checkpoint(done);
       result.interrupted = true;
       result.seconds = total.seconds();
@@ -299,6 +337,7 @@ TrainResult run(Transformer<float>& model, const TrainConfig& cfg, const std::st
       return result;
     }
   }
+  flush();
   // Final evaluation, after the last update.
   const double final_val = run_eval(cfg.steps);
   result.last_val_loss = final_val;
