@@ -1,104 +1,105 @@
 // forge bench train: training throughput of a preset on the GPU, with random tokens (the data
 // loader is not what is measured). One optimizer step = grad_accum micro-batches of B × T
-// tokens (forward with the fused LM-head/cross-entropy, backward) + global norm + AdamW.
+// tokens (forward with the fused LM-head/cross-entropy, backward) + global norm + AdamW, run
+// through the CUDA StepRunner exactly as `forge train --device cuda` runs it: tokens staged in
+// pinned memory, the step queued without host syncs and replayed as a CUDA graph once its
+// shapes repeat (FORGE_CUDA_GRAPH=0: eager), the loss read one step late.
 // Reported: tokens/s, MFU, step time, peak memory.
+//
+// Step time: the median over the timed steps of the wall time between two consecutive step
+// reports. With one step queued behind the running one the GPU never waits for the host, so
+// this is the GPU's time per step (or the host's, when the host is the slower of the two).
 //
 // MFU counts FLOPs per token as 6·N + 6·L·C·T (N every parameter including embeddings, L
 // layers, C width, T sequence length: the forward and backward matmuls plus attention's
 // QKᵀ and PV) against 989 TFLOP/s dense bf16 — the formula ANCHORS.md uses for llm.c and
 // PyTorch, so the numbers compare directly.
-#include <cuda_runtime.h>
-
 #include <algorithm>
 #include <cstdio>
 #include <fstream>
-
 #include <nlohmann/json.hpp>
 
 #include "bench.h"
-#include "forge/backend/cuda/check.h"
-#include "forge/backend/cuda/context.h"
 #include "forge/backend/cuda/runtime.h"
 #include "forge/core/error.h"
 #include "forge/core/rng.h"
+#include "forge/core/timer.h"
 #include "forge/model/config.h"
-#include "forge/model/transformer_cuda.h"
+#include "forge/train/runner.h"
 
 namespace forge::bench {
 
 void train_cuda(const BenchOptions& o) {
-  if (!cuda::available()) throw Error("forge bench train needs a CUDA GPU: " + cuda::device_summary());
-  const DType dt = o.precision == "fp32" ? DType::kF32 : o.precision == "bf16" ? DType::kBF16 : DType::kF16;
-  if (dt == DType::kF16) throw Error("--precision fp16 is not supported yet (fp32 or bf16)");
-  cuda::Context ctx(0);
+  if (!cuda::available())
+    throw Error("forge bench train needs a CUDA GPU: " + cuda::device_summary());
+  if (o.precision == "fp16") throw Error("--precision fp16 is not supported yet (fp32 or bf16)");
   ModelConfig cfg = preset_config(o.preset);
   const int B = o.batch, T = o.seq_len;
   if (T > cfg.max_seq_len) cfg.max_seq_len = T;
-  CudaTransformer model(ctx, cfg, dt);
+  std::unique_ptr<StepRunner> runner = make_cuda_runner(cfg, o.precision);
+  const int64_t P = runner->table().total();
   {
-    std::vector<float> w(model.num_params());
-    model.table().init(w.data(), 1337);
-    model.set_weights(w);
+    std::vector<float> w(P);
+    runner->table().init(w.data(), 1337);
+    runner->set_weights(w);
   }
   // Random tokens; targets are the inputs shifted by one.
   const size_t n = static_cast<size_t>(B) * T;
   std::vector<int32_t> x(n + 1);
   Rng rng(5);
   for (auto& t : x) t = static_cast<int32_t>(rng.below(cfg.vocab_size));
-  cuda::DeviceBuffer<int32_t> dx(ctx.allocator(), n), dy(ctx.allocator(), n);
-  cuda::DeviceBuffer<float> dloss(ctx.allocator(), 1);
-  const float dl = 1.0f / static_cast<float>(n);
-  FORGE_CUDA_CHECK(cudaMemcpy(dx.data(), x.data(), n * 4, cudaMemcpyHostToDevice));
-  FORGE_CUDA_CHECK(cudaMemcpy(dy.data(), x.data() + 1, n * 4, cudaMemcpyHostToDevice));
-  FORGE_CUDA_CHECK(cudaMemcpy(dloss.data(), &dl, 4, cudaMemcpyHostToDevice));
-  FORGE_CUDA_CHECK(cudaDeviceSynchronize());  // pageable copies may still be in flight
   const int accum = 1;
-  cpu::AdamWParams p;
-  p.lr = 6e-4f;
   auto step = [&](int s) {
-    model.zero_grad();
-    for (int a = 0; a < accum; ++a) {
-      model.forward(dx.data(), dy.data(), dloss.data(), B, T);
-      model.backward();
-    }
+    runner->zero_grad();
+    for (int a = 0; a < accum; ++a) runner->micro_step(x.data(), x.data() + 1, B, T, 1.0 / accum);
+    cpu::AdamWParams p;
+    p.lr = 6e-4f;
     p.step = s + 1;
-    model.optimizer_step(p, 1.0f, dt == DType::kBF16 ? 1000003ull * (s + 1) : 0);
+    runner->optimizer_step(p, 1.0);
   };
-  for (int s = 0; s < o.warmup; ++s) step(s);
-  ctx.synchronize();
-  cudaEvent_t e0, e1;
-  FORGE_CUDA_CHECK(cudaEventCreate(&e0));
-  FORGE_CUDA_CHECK(cudaEventCreate(&e1));
-  std::vector<float> ms;
-  for (int s = 0; s < o.steps; ++s) {
-    FORGE_CUDA_CHECK(cudaEventRecord(e0, ctx.stream()));
-    step(o.warmup + s);
-    FORGE_CUDA_CHECK(cudaEventRecord(e1, ctx.stream()));
-    FORGE_CUDA_CHECK(cudaEventSynchronize(e1));
-    float t = 0;
-    FORGE_CUDA_CHECK(cudaEventElapsedTime(&t, e0, e1));
-    ms.push_back(t);
+  StepReport last;
+  for (int s = 0; s < o.warmup; ++s) {
+    step(s);
+    last = runner->take_report();
   }
-  std::vector<float> losses(n);
-  FORGE_CUDA_CHECK(cudaMemcpy(losses.data(), model.losses(), n * 4, cudaMemcpyDeviceToHost));
+  std::vector<double> ms;
+  Timer clock;
+  double prev = clock.seconds();
+  for (int s = 0; s < o.steps; ++s) {
+    step(o.warmup + s);
+    if (s == 0) continue;  // one step in flight, as in training
+    last = runner->take_report();
+    const double now = clock.seconds();
+    ms.push_back((now - prev) * 1e3);
+    prev = now;
+  }
+  if (o.steps > 0) {
+    last = runner->take_report();
+    ms.push_back((clock.seconds() - prev) * 1e3);
+  }
+  FORGE_CHECK(!ms.empty(), "forge bench train: --steps must be positive");
   double loss = 0;
-  for (float l : losses) loss += l;
-  loss /= static_cast<double>(n);
+  for (double l : last.micro_losses) loss += l / accum;
   std::sort(ms.begin(), ms.end());
   const double step_s = ms[ms.size() / 2] * 1e-3;
   const double tokens = static_cast<double>(n) * accum;
   const double tps = tokens / step_s;
-  const double flops_per_token = 6.0 * static_cast<double>(model.num_params()) +
-                                 6.0 * cfg.n_layer * cfg.n_embd * static_cast<double>(T);
+  const double flops_per_token =
+      6.0 * static_cast<double>(P) + 6.0 * cfg.n_layer * cfg.n_embd * static_cast<double>(T);
   const double mfu = tps * flops_per_token / 989e12;
-  const auto& st = ctx.allocator().stats();
-  const double peak_gb = (st.peak_reserved + ctx.workspace_bytes()) / 1e9;
-  std::printf("forge bench train: %s (%.1fM parameters), %s, micro-batch %d x %d, %d micro-batch(es)/step\n",
-              o.preset.c_str(), model.num_params() / 1e6, o.precision.c_str(), B, T, accum);
-  std::printf("device %s; median of %d steps after %d warm-up; attention: unfused (batched GEMMs + softmax)\n\n",
-              cuda::device_summary().c_str(), o.steps, o.warmup);
-  std::printf("%-14s %12s %8s %14s %12s %10s\n", "", "tokens/s", "MFU", "step (ms)", "peak (GB)", "loss");
-  std::printf("%-14s %12.0f %7.1f%% %14.1f %12.1f %10.4f\n", "forge", tps, 100 * mfu, step_s * 1e3, peak_gb, loss);
+  const double peak_gb = runner->peak_device_bytes() / 1e9;
+  std::printf(
+      "forge bench train: %s (%.1fM parameters), %s, micro-batch %d x %d, %d "
+      "micro-batch(es)/step\n",
+      o.preset.c_str(), P / 1e6, o.precision.c_str(), B, T, accum);
+  std::printf(
+      "device %s; median of %d steps after %d warm-up; attention: unfused (batched GEMMs + "
+      "softmax)\n\n",
+      runner->describe().c_str(), o.steps, o.warmup);
+  std::printf("%-14s %12s %8s %14s %12s %10s\n", "", "tokens/s", "MFU", "step (ms)", "peak (GB)",
+              "loss");
+  std::printf("%-14s %12.0f %7.1f%% %14.1f %12.1f %10.4f\n", "forge", tps, 100 * mfu, step_s * 1e3,
+              peak_gb, loss);
   // Comparison rows: ANCHORS.md, measured on the same GPU model (not in this run).
   struct Anchor {
     const char* preset;
@@ -125,9 +126,17 @@ void train_cuda(const BenchOptions& o) {
               settings ? " Comparison rows: ANCHORS.md, same GPU model, bf16, " : "",
               settings ? settings : "", settings ? " (measured 2026-11-30, not in this run)." : "");
   if (!o.json_out.empty())
-    std::ofstream(o.json_out) << nlohmann::json{{"bench", "train"}, {"preset", o.preset}, {"precision", o.precision},
-                                                {"batch", B}, {"seq_len", T}, {"tokens_per_s", tps}, {"mfu", mfu},
-                                                {"step_ms", step_s * 1e3}, {"peak_gb", peak_gb}, {"loss", loss}}
+    std::ofstream(o.json_out) << nlohmann::json{{"bench", "train"},
+                                                {"preset", o.preset},
+                                                {"precision", o.precision},
+                                                {"batch", B},
+                                                {"seq_len", T},
+                                                {"tokens_per_s", tps},
+                                                {"mfu", mfu},
+                                                {"step_ms", step_s * 1e3},
+                                                {"peak_gb", peak_gb},
+                                                {"loss", loss},
+                                                {"device", runner->describe()}}
                                      .dump(2)
                               << "\n";
 }
