@@ -5,8 +5,11 @@
 #include <cuda_runtime.h>
 
 #include <cmath>
+#include <cstdlib>
+#include <string>
 
 #include "backend/cuda/cuda_testing.h"
+#include "forge/core/error.h"
 #include "forge/model/transformer.h"
 #include "forge/model/transformer_cuda.h"
 #include "forge/ops/adamw.h"
@@ -145,6 +148,45 @@ TEST_F(CudaModelTest, TenStepsTrackTheCpuAndRerunsAreBitIdentical) {
     EXPECT_EQ(runs[0][s], runs[1][s]) << "step " << s;  // deterministic, bit for bit
   }
   EXPECT_LT(cpu_losses.back(), cpu_losses.front());
+}
+
+// Head size 64 in bf16 takes the flash-attention path (GPT-2 reading q/k/v in place from the
+// fused projection, Llama with GQA, and a sliding window); the same 2e-2 bound as the unfused
+// bf16 path, and flash against unfused on the GPU must agree as closely.
+TEST_F(CudaModelTest, Bf16FlashAttentionModelMatchesTheCpuAndTheUnfusedPath) {
+  struct Case {
+    Family f;
+    int window;
+  };
+  for (const Case c : {Case{Family::kGpt2, 0}, Case{Family::kLlama, 0}, Case{Family::kLlama, 9}}) {
+    ModelConfig cfg = small(c.f);
+    cfg.n_embd = 128;
+    cfg.n_head = 2;  // head size 64
+    cfg.n_kv_head = c.f == Family::kGpt2 ? 2 : 1;
+    cfg.sliding_window = c.window;
+    Transformer<float> ref(cfg);
+    ref.init_weights(10);
+    const int B = 3, T = 29;  // T not a multiple of the 64-row tiles
+    auto x = testing::random_ids(B * T, cfg.vocab_size, 5), y = testing::random_ids(B * T, cfg.vocab_size, 6);
+    ref.zero_grad();
+    const double lc = ref.forward(x.data(), y.data(), B, T);
+    ref.backward(1.0);
+    CudaTransformer flash(ctx(), cfg, DType::kBF16);
+    ASSERT_TRUE(flash.flash_attention());
+    flash.set_weights(ref.weights());
+    const Result rf = gpu_step(flash, x, y, B, T);
+    ::setenv("FORGE_ATTENTION", "unfused", 1);
+    CudaTransformer unfused(ctx(), cfg, DType::kBF16);
+    ::unsetenv("FORGE_ATTENTION");
+    ASSERT_FALSE(unfused.flash_attention());
+    unfused.set_weights(ref.weights());
+    const Result ru = gpu_step(unfused, x, y, B, T);
+    const std::string what = str(cfg.family_name(), " window ", c.window);
+    EXPECT_NEAR(rf.loss, lc, 2e-2 * lc) << what;
+    EXPECT_NEAR(rf.loss, ru.loss, 2e-2 * ru.loss) << what;
+    expect_grad_norms_close(ref.table(), rf.grads, ref.grads(), 2e-2);
+    expect_grad_norms_close(ref.table(), rf.grads, ru.grads, 2e-2);
+  }
 }
 
 }  // namespace

@@ -6,6 +6,8 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cstdlib>
+#include <string>
 
 #include "forge/backend/cuda/check.h"
 #include "forge/backend/cuda/gemm.h"
@@ -21,6 +23,12 @@ CudaTransformer::CudaTransformer(cuda::Context& ctx, const ModelConfig& cfg, DTy
     : ctx_(ctx), cfg_(cfg), table_(cfg), dt_(dt), es_(dtype_size(dt)) {
   if (dt != DType::kF32 && dt != DType::kBF16)
     throw Error(str("CUDA training supports fp32 and bf16 compute, not ", dtype_name(dt)));
+  // Flash attention needs 16-bit inputs; fp32 mode keeps the unfused path (exact CPU parity).
+  // FORGE_ATTENTION=unfused forces v1's path in bf16 too, for comparisons.
+  const char* attn = std::getenv("FORGE_ATTENTION");
+  if (attn && std::string(attn) != "flash" && std::string(attn) != "unfused")
+    throw Error(str("FORGE_ATTENTION='", attn, "' (expected flash or unfused)"));
+  flash_ = cuda::flash_attention_supported(dt, cfg.head_dim()) && !(attn && std::string(attn) == "unfused");
   auto& a = ctx.allocator();
   const size_t P = table_.total();
   master_ = Buf<float>(a, P);
@@ -99,10 +107,15 @@ void CudaTransformer::plan(int B, int T_) {
     l.ln1 = bytes(N * C);
     l.ln1_mean = Buf<float>(a, N);
     l.ln1_rstd = Buf<float>(a, N);
-    l.q = bytes(N * NH * HS);
-    l.k = bytes(N * NKV * HS);
-    l.v = bytes(N * NKV * HS);
-    l.att = bytes(static_cast<size_t>(B) * NH * T_ * T_);
+    if (flash_ && gpt2) {
+      l.qkv = bytes(N * 3 * C);
+    } else {
+      l.q = bytes(N * NH * HS);
+      l.k = bytes(N * NKV * HS);
+      l.v = bytes(N * NKV * HS);
+    }
+    if (flash_) l.lse = Buf<float>(a, static_cast<size_t>(B) * NH * T_);
+    else l.att = bytes(static_cast<size_t>(B) * NH * T_ * T_);
     l.atty = bytes(N * NH * HS);
     l.x_mid = bytes(N * C);
     l.ln2 = bytes(N * C);
@@ -118,16 +131,20 @@ void CudaTransformer::plan(int B, int T_) {
   lnf_rstd_ = Buf<float>(a, N);
   losses_ = Buf<float>(a, N);
   tmp_ = bytes(N * C);
-  if (gpt2) qkv_ = bytes(N * 3 * C), d_qkv_ = bytes(N * 3 * C);
+  if (gpt2) d_qkv_ = bytes(N * 3 * C);
+  if (gpt2 && !flash_) qkv_ = bytes(N * 3 * C);
+  if (flash_) delta_ = Buf<float>(a, static_cast<size_t>(B) * NH * T_);
   d_res_ = bytes(N * C);
   d_ln_ = bytes(N * C);
   d_atty_ = bytes(N * NH * HS);
-  d_q_ = bytes(N * NH * HS);
-  d_k_ = bytes(N * NKV * HS);
-  d_v_ = bytes(N * NKV * HS);
+  if (!(gpt2 && flash_)) {  // GPT-2's flash backward writes into d_qkv_ directly
+    d_q_ = bytes(N * NH * HS);
+    d_k_ = bytes(N * NKV * HS);
+    d_v_ = bytes(N * NKV * HS);
+  }
   d_fc_ = bytes(N * FF);
   if (!gpt2) d_up_ = bytes(N * FF);
-  d_hidden_ = bytes(N * FF);
+  if (!(gpt2 && dt_ != DType::kF32)) d_hidden_ = bytes(N * FF);  // GPT-2 bf16: DGELU skips it
   // A column of ones in dt for bias gradients (dbias = onesᵀ · dout).
   ones_ = bytes(N);
   std::vector<float> ones_f(N, 1.0f);
@@ -147,13 +164,33 @@ void CudaTransformer::linear_fwd(void* out, const void* inp, int64_t w_off, int6
   cuda::gemm(ctx_, g, inp, w(w_off), out);
 }
 
-// Accumulates dinp (N, C) (when non-null), dW (f32, W's layout) and dbias (f32, when b_off >= 0).
+// hidden = gelu(fc), fc = inp · W + bias (GPT-2's MLP up-projection). In bf16 one GEMM with
+// cuBLASLt's GELU epilogue writes both (fc as the aux output the backward needs); fp32 mode, the
+// CPU-parity path, keeps the separate GELU kernel (cuBLASLt's tanh differs in the last bits).
+void CudaTransformer::linear_gelu_fwd(void* hidden, void* fc, const void* inp, int64_t w_off, int64_t b_off, int N,
+                                      int C, int OC) {
+  if (dt_ == DType::kF32) {
+    linear_fwd(fc, inp, w_off, b_off, N, C, OC, true);
+    cuda::gelu_fwd(ctx_, dt_, hidden, fc, static_cast<int64_t>(N) * OC);
+    return;
+  }
+  GemmArgs g;
+  g.M = N, g.N = OC, g.K = C;
+  g.ab_type = g.c_type = dt_;
+  g.epilogue = cuda::GemmEpilogue::kBiasGeluAux, g.bias = w(b_off), g.aux = fc;
+  cuda::gemm(ctx_, g, inp, w(w_off), hidden);
+}
+
+// dinp (N, C) (when non-null) += or = (DinpMode) dout · op(W); with kDGelu, dinp = (dout · op(W))
+// ∘ gelu'(gelu_pre), the GELU backward fused into the product. Accumulates dW (f32, W's layout)
+// and dbias (f32, when b_off >= 0).
 void CudaTransformer::linear_bwd(void* dinp, int64_t w_off, int64_t b_off, const void* dout, const void* inp, int N,
-                                 int C, int OC, bool in_out) {
+                                 int C, int OC, bool in_out, DinpMode mode, const void* gelu_pre) {
   if (dinp) {
-    GemmArgs g;  // dinp += dout (N, OC) · op(W) (OC, C)
-    g.M = N, g.N = C, g.K = OC, g.trans_b = in_out, g.beta = 1.0f;
+    GemmArgs g;  // dinp (+)= dout (N, OC) · op(W) (OC, C)
+    g.M = N, g.N = C, g.K = OC, g.trans_b = in_out, g.beta = mode == DinpMode::kAccumulate ? 1.0f : 0.0f;
     g.ab_type = g.c_type = dt_;
+    if (mode == DinpMode::kDGelu) g.epilogue = cuda::GemmEpilogue::kDGelu, g.aux = const_cast<void*>(gelu_pre);
     cuda::gemm(ctx_, g, dout, w(w_off), dinp);
   }
   GemmArgs g;
@@ -188,6 +225,17 @@ void CudaTransformer::norm_bwd(void* dinp, const void* dout, const void* inp, co
     cuda::rmsnorm_bwd(ctx_, dt_, dinp, g(w_off), dout, inp, w(w_off), rstd, N, cfg_.n_embd);
 }
 
+// Where a layer's q, k, v live: column slices of its fused (N, 3C) projection (GPT-2 with flash
+// attention) or three dense buffers.
+CudaTransformer::AttnInputs CudaTransformer::attention_inputs(const LayerActs& a) const {
+  if (a.qkv.size() > 0) {
+    const int64_t C = cfg_.n_embd;
+    auto* base = static_cast<uint8_t*>(act(a.qkv));
+    return {base, base + C * es_, base + 2 * C * es_, {3 * C, 3 * C, 3 * C, 0}};
+  }
+  return {act(a.q), act(a.k), act(a.v), {}};
+}
+
 void CudaTransformer::forward(const int32_t* tokens, const int32_t* targets, const float* dloss, int B, int T_) {
   if (T_ > cfg_.max_seq_len)
     throw Error(str("[forward] sequence length ", T_, " exceeds the model's max_seq_len ", cfg_.max_seq_len));
@@ -204,7 +252,12 @@ void CudaTransformer::forward(const int32_t* tokens, const int32_t* targets, con
     LayerActs& a = acts_[l];
     // Attention.
     norm_fwd(act(a.ln1), a.ln1_mean.data(), a.ln1_rstd.data(), act(a.x_in), o.ln1_w, o.ln1_b, N);
-    if (gpt2) {
+    const cpu::AttentionShape shape{B, T_, NH, NKV, HS, true, cfg_.sliding_window};
+    const AttnInputs in = attention_inputs(a);
+    if (gpt2 && flash_) {
+      // q, k, v stay column slices of the fused projection: flash attention takes strides.
+      linear_fwd(act(a.qkv), act(a.ln1), o.qkv_w, o.qkv_b, N, C, 3 * C, true);
+    } else if (gpt2) {
       linear_fwd(act(qkv_), act(a.ln1), o.qkv_w, o.qkv_b, N, C, 3 * C, true);
       // Split (N, 3C) into q, k, v (N, C): strided 2-D copies, no kernel needed.
       void* parts[3] = {act(a.q), act(a.k), act(a.v)};
@@ -218,15 +271,16 @@ void CudaTransformer::forward(const int32_t* tokens, const int32_t* targets, con
       cuda::rope_fwd(ctx_, dt_, act(a.q), B, T_, NH, HS, cfg_.rope_theta, cfg_.rope_style);
       cuda::rope_fwd(ctx_, dt_, act(a.k), B, T_, NKV, HS, cfg_.rope_theta, cfg_.rope_style);
     }
-    const cpu::AttentionShape shape{B, T_, NH, NKV, HS, true, cfg_.sliding_window};
-    cuda::attention_fwd(ctx_, dt_, act(a.atty), act(a.att), act(a.q), act(a.k), act(a.v), shape);
+    if (flash_)
+      cuda::flash_attention_fwd(ctx_, dt_, act(a.atty), a.lse.data(), in.q, in.k, in.v, shape, in.st);
+    else
+      cuda::attention_fwd(ctx_, dt_, act(a.atty), act(a.att), in.q, in.k, in.v, shape);
     linear_fwd(act(tmp_), act(a.atty), o.attn_out_w, gpt2 ? o.attn_out_b : -1, N, NH * HS, C, gpt2);
     cuda::residual_fwd(ctx_, dt_, act(a.x_mid), act(a.x_in), act(tmp_), static_cast<int64_t>(N) * C);
     // MLP.
     norm_fwd(act(a.ln2), a.ln2_mean.data(), a.ln2_rstd.data(), act(a.x_mid), o.ln2_w, o.ln2_b, N);
     if (gpt2) {
-      linear_fwd(act(a.fc), act(a.ln2), o.fc_w, o.fc_b, N, C, FF, true);
-      cuda::gelu_fwd(ctx_, dt_, act(a.hidden), act(a.fc), nff);
+      linear_gelu_fwd(act(a.hidden), act(a.fc), act(a.ln2), o.fc_w, o.fc_b, N, C, FF);
       linear_fwd(act(tmp_), act(a.hidden), o.down_w, o.down_b, N, FF, C, true);
     } else {
       linear_fwd(act(a.fc), act(a.ln2), o.gate_w, -1, N, C, FF, false);
@@ -257,42 +311,57 @@ void CudaTransformer::backward() {
     const LayerOffsets& o = table_.layer(l);
     LayerActs& a = acts_[l];
     // MLP: d_res_ is d(block output).
-    zero(d_hidden_);
-    zero(d_ln_);
-    if (gpt2) {
-      linear_bwd(act(d_hidden_), o.down_w, o.down_b, act(d_res_), act(a.hidden), N, FF, C, true);
+    // The first product into a gradient buffer overwrites it (beta 0): no memset, no read.
+    if (gpt2 && dt_ != DType::kF32) {  // d_fc = (d_res · W_down) ∘ gelu'(fc) in one GEMM
+      linear_bwd(act(d_fc_), o.down_w, o.down_b, act(d_res_), act(a.hidden), N, FF, C, true, DinpMode::kDGelu,
+                 act(a.fc));
+      linear_bwd(act(d_ln_), o.fc_w, o.fc_b, act(d_fc_), act(a.ln2), N, C, FF, true, DinpMode::kOverwrite);
+    } else if (gpt2) {
+      linear_bwd(act(d_hidden_), o.down_w, o.down_b, act(d_res_), act(a.hidden), N, FF, C, true, DinpMode::kOverwrite);
       zero(d_fc_);
       cuda::gelu_bwd(ctx_, dt_, act(d_fc_), act(a.fc), act(d_hidden_), nff);
-      linear_bwd(act(d_ln_), o.fc_w, o.fc_b, act(d_fc_), act(a.ln2), N, C, FF, true);
+      linear_bwd(act(d_ln_), o.fc_w, o.fc_b, act(d_fc_), act(a.ln2), N, C, FF, true, DinpMode::kOverwrite);
     } else {
-      linear_bwd(act(d_hidden_), o.down_w, -1, act(d_res_), act(a.hidden), N, FF, C, false);
+      linear_bwd(act(d_hidden_), o.down_w, -1, act(d_res_), act(a.hidden), N, FF, C, false, DinpMode::kOverwrite);
       zero(d_fc_);
       zero(d_up_);
       cuda::swiglu_bwd(ctx_, dt_, act(d_fc_), act(d_up_), act(d_hidden_), act(a.fc), act(a.up), nff);
-      linear_bwd(act(d_ln_), o.gate_w, -1, act(d_fc_), act(a.ln2), N, C, FF, false);
+      linear_bwd(act(d_ln_), o.gate_w, -1, act(d_fc_), act(a.ln2), N, C, FF, false, DinpMode::kOverwrite);
       linear_bwd(act(d_ln_), o.up_w, -1, act(d_up_), act(a.ln2), N, C, FF, false);
     }
     norm_bwd(act(d_res_), act(d_ln_), act(a.x_mid), a.ln2_mean.data(), a.ln2_rstd.data(), o.ln2_w, o.ln2_b, N);
     // Attention: d_res_ is d(x_mid).
-    zero(d_atty_);
-    linear_bwd(act(d_atty_), o.attn_out_w, gpt2 ? o.attn_out_b : -1, act(d_res_), act(a.atty), N, NH * HS, C, gpt2);
-    zero(d_q_);
-    zero(d_k_);
-    zero(d_v_);
+    linear_bwd(act(d_atty_), o.attn_out_w, gpt2 ? o.attn_out_b : -1, act(d_res_), act(a.atty), N, NH * HS, C, gpt2,
+               DinpMode::kOverwrite);
     const cpu::AttentionShape shape{B, T_, NH, NKV, HS, true, cfg_.sliding_window};
-    cuda::attention_bwd(ctx_, dt_, act(d_q_), act(d_k_), act(d_v_), act(d_atty_), act(a.q), act(a.k), act(a.v),
-                        act(a.att), shape);
-    zero(d_ln_);
+    const AttnInputs in = attention_inputs(a);
+    if (flash_) {
+      // Writes the gradients (no zeroing); GPT-2's land in place in the fused (N, 3C) buffer.
+      uint8_t* dqkv = static_cast<uint8_t*>(act(d_qkv_));
+      void* dq = gpt2 ? dqkv : act(d_q_);
+      void* dk = gpt2 ? dqkv + C * es_ : act(d_k_);
+      void* dv = gpt2 ? dqkv + 2 * C * es_ : act(d_v_);
+      cuda::flash_attention_bwd(ctx_, dt_, dq, dk, dv, act(d_atty_), in.q, in.k, in.v, act(a.atty), a.lse.data(),
+                                delta_.data(), shape, in.st);
+    } else {
+      zero(d_q_);
+      zero(d_k_);
+      zero(d_v_);
+      cuda::attention_bwd(ctx_, dt_, act(d_q_), act(d_k_), act(d_v_), act(d_atty_), in.q, in.k, in.v, act(a.att),
+                          shape);
+    }
     if (gpt2) {
-      const void* parts[3] = {act(d_q_), act(d_k_), act(d_v_)};
-      for (int p = 0; p < 3; ++p)
-        FORGE_CUDA_CHECK(cudaMemcpy2DAsync(static_cast<uint8_t*>(act(d_qkv_)) + p * C * es_, 3 * C * es_, parts[p],
-                                           C * es_, C * es_, N, cudaMemcpyDeviceToDevice, ctx_.stream()));
-      linear_bwd(act(d_ln_), o.qkv_w, o.qkv_b, act(d_qkv_), act(a.ln1), N, C, 3 * C, true);
+      if (!flash_) {
+        const void* parts[3] = {act(d_q_), act(d_k_), act(d_v_)};
+        for (int p = 0; p < 3; ++p)
+          FORGE_CUDA_CHECK(cudaMemcpy2DAsync(static_cast<uint8_t*>(act(d_qkv_)) + p * C * es_, 3 * C * es_, parts[p],
+                                             C * es_, C * es_, N, cudaMemcpyDeviceToDevice, ctx_.stream()));
+      }
+      linear_bwd(act(d_ln_), o.qkv_w, o.qkv_b, act(d_qkv_), act(a.ln1), N, C, 3 * C, true, DinpMode::kOverwrite);
     } else {
       cuda::rope_bwd(ctx_, dt_, act(d_q_), B, T_, NH, HS, cfg_.rope_theta, cfg_.rope_style);
       cuda::rope_bwd(ctx_, dt_, act(d_k_), B, T_, NKV, HS, cfg_.rope_theta, cfg_.rope_style);
-      linear_bwd(act(d_ln_), o.q_w, -1, act(d_q_), act(a.ln1), N, C, NH * HS, false);
+      linear_bwd(act(d_ln_), o.q_w, -1, act(d_q_), act(a.ln1), N, C, NH * HS, false, DinpMode::kOverwrite);
       linear_bwd(act(d_ln_), o.k_w, -1, act(d_k_), act(a.ln1), N, C, NKV * HS, false);
       linear_bwd(act(d_ln_), o.v_w, -1, act(d_v_), act(a.ln1), N, C, NKV * HS, false);
     }

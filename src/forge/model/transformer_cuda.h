@@ -17,6 +17,7 @@
 
 #include "forge/backend/cuda/allocator.h"
 #include "forge/backend/cuda/context.h"
+#include "forge/backend/cuda/ops.h"
 #include "forge/core/dtype.h"
 #include "forge/model/config.h"
 #include "forge/model/params.h"
@@ -70,20 +71,34 @@ class CudaTransformer {
   // a CUDA graph that captured forward/backward is stale when it has changed.
   int64_t plan_generation() const { return plan_generation_; }
 
+  // Whether attention runs as the fused flash kernels (bf16 with head size 64 or 128, unless
+  // FORGE_ATTENTION=unfused) or as v1's unfused path (fp32, kept for parity with the CPU).
+  bool flash_attention() const { return flash_; }
+
  private:
   template <typename T>
   using Buf = cuda::DeviceBuffer<T>;
   struct LayerActs {
     Buf<uint8_t> x_in, ln1, q, k, v, att, atty, x_mid, ln2, fc, up, hidden;
+    Buf<uint8_t> qkv;  // GPT-2 with flash attention: (N, 3C), read in place as q, k, v
     Buf<float> ln1_mean, ln1_rstd, ln2_mean, ln2_rstd;
+    Buf<float> lse;    // flash attention: (B, NH, T) log-sum-exp for the backward
   };
 
+  struct AttnInputs {
+    void *q, *k, *v;
+    cuda::AttentionStrides st;
+  };
+  AttnInputs attention_inputs(const LayerActs& a) const;
   void plan(int B, int T_);
   void* w(int64_t off) const;       // working-copy pointer to a tensor
   float* g(int64_t off) const { return grads_.data() + off; }
   void* act(const Buf<uint8_t>& b) const { return b.data(); }
   void linear_fwd(void* out, const void* inp, int64_t w_off, int64_t b_off, int N, int C, int OC, bool in_out);
-  void linear_bwd(void* dinp, int64_t w_off, int64_t b_off, const void* dout, const void* inp, int N, int C, int OC, bool in_out);
+  void linear_gelu_fwd(void* hidden, void* fc, const void* inp, int64_t w_off, int64_t b_off, int N, int C, int OC);
+  enum class DinpMode { kAccumulate, kOverwrite, kDGelu };
+  void linear_bwd(void* dinp, int64_t w_off, int64_t b_off, const void* dout, const void* inp, int N, int C, int OC,
+                  bool in_out, DinpMode mode = DinpMode::kAccumulate, const void* gelu_pre = nullptr);
   void norm_fwd(void* out, float* mean, float* rstd, const void* inp, int64_t w_off, int64_t b_off, int N);
   void norm_bwd(void* dinp, const void* dout, const void* inp, const float* mean, const float* rstd, int64_t w_off, int64_t b_off, int N);
   void zero(Buf<uint8_t>& b);
@@ -96,6 +111,8 @@ class CudaTransformer {
   Buf<float> master_, grads_, m_, v_;
   Buf<uint8_t> work_;  // bf16 working copy (empty in fp32 mode)
   Buf<float> norm_sq_;
+  bool flash_ = false;
+  Buf<float> delta_;  // flash backward scratch (B, NH, T)
   Buf<cpu::AdamWFactors> factors_;  // (2) for optimizer_step(const AdamWParams&, ...)
   Buf<uint8_t> ones_;  // (N) of dt: bias gradients as onesᵀ·dout GEMMs
 
