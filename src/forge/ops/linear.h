@@ -19,4 +19,8 @@ template <typename T>
 void linear_bwd(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp, const T* weight,
                 int N, int C, int OC, WeightLayout layout);
 
+// dbias (OC) += Σ_n dout[n, :] over dout (N, OC): linear_bwd's bias gradient on its own.
+template <typename T>
+void bias_grad(T* dbias, const T* dout, int N, int OC);
+
 }  // namespace forge::cpu

@@ -146,5 +146,14 @@ TEST(Linear, HandComputedValues) {
   }
 }
 
+// bias_grad on its own: the column sums of dout (3, 2), added to what dbias held.
+TEST(Linear, BiasGradAddsColumnSums) {
+  const float dout[] = {1, -2, 3, 0.5f, -4, 8};
+  float db[2] = {10, 20};
+  bias_grad<float>(db, dout, 3, 2);
+  EXPECT_FLOAT_EQ(db[0], 10 + (1 + 3 - 4));
+  EXPECT_FLOAT_EQ(db[1], 20 + (-2 + 0.5f + 8));
+}
+
 }  // namespace
 }  // namespace forge::cpu

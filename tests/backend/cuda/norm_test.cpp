@@ -3,6 +3,11 @@
 // kernels on a small case; (1000, 520) — several row splits with a short last one and a partial
 // channel strip in the weight-gradient pass; (4096, 768) — the GPT-2 size. The backward takes
 // the CPU forward's mean/rstd as input, so both sides start from identical statistics.
+// The residual-fused forwards are checked against their CPU twins and, bit for bit, against
+// residual_fwd followed by the plain forward on the GPU; C = 100 and 201 take the element
+// kernels (bf16; both dtypes), C = 768 the vector ones.
+#include <algorithm>
+
 #include "forge/backend/cuda/ops.h"
 #include "forge/ops/layernorm.h"
 #include "forge/ops/rmsnorm.h"
@@ -140,6 +145,111 @@ TEST_P(NormTest, RmsNormBwdMatchesCpuAndIsDeterministic) {
     EXPECT_TRUE(bit_identical(got_dinp[0], got_dinp[1])) << where(s);
     EXPECT_TRUE(bit_identical(got_dw[0], got_dw[1])) << where(s);
   }
+}
+
+const Shape kResidualShapes[] = {{1, 8}, {37, 100}, {37, 201}, {4096, 768}};
+
+TEST_P(NormTest, ResidualLayerNormFwdMatchesCpuAndUnfusedBitForBit) {
+  uint64_t seed = 50;
+  for (const Shape& s : kResidualShapes) {
+    const size_t n = static_cast<size_t>(s.N) * s.C;
+    const auto a = as_dt(dt(), rows(s, seed++));
+    const auto b = as_dt(dt(), random_normal<float>(n, seed++, 0.5));
+    const auto w = as_dt(dt(), gains(s.C, seed++));
+    const auto bias = as_dt(dt(), random_normal<float>(s.C, seed++, 0.2));
+    std::vector<float> ref_res(n), ref(n), ref_mean(s.N), ref_rstd(s.N);
+    cpu::residual_layernorm_fwd<float>(ref_res.data(), ref.data(), ref_mean.data(), ref_rstd.data(),
+                                       a.data(), b.data(), w.data(), bias.data(), s.N, s.C, 1e-5f);
+    auto da = up(a), db = up(b), dw = up(w), dbias = up(bias);
+    auto res = poison(n), y = poison(n);
+    auto mean = poisoned<float>(s.N), rstd = poisoned<float>(s.N);
+    residual_layernorm_fwd(ctx(), dt(), res.data(), y.data(), mean.data(), rstd.data(), da.data(),
+                           db.data(), dw.data(), dbias.data(), s.N, s.C, 1e-5f);
+    auto res2 = poison(n), y2 = poison(n);
+    auto mean2 = poisoned<float>(s.N), rstd2 = poisoned<float>(s.N);
+    residual_fwd(ctx(), dt(), res2.data(), da.data(), db.data(), static_cast<int64_t>(n));
+    layernorm_fwd(ctx(), dt(), y2.data(), mean2.data(), rstd2.data(), res2.data(), dw.data(),
+                  dbias.data(), s.N, s.C, 1e-5f);
+    const auto got_res = down(res), got = down(y);
+    const auto got_mean = download(mean), got_rstd = download(rstd);
+    // a + b in f32, rounded to nearest even: the same bits on both sides.
+    EXPECT_TRUE(same_bits(got_res, as_dt(dt(), ref_res))) << "res " << where(s);
+    // In bf16 the CPU twin normalises the unrounded f32 sum, hence the bf16 tolerance on the
+    // statistics; the bit-for-bit comparison with the unfused pair below is the tight check.
+    EXPECT_TRUE(all_close(got, ref, tol_for(dt()))) << where(s);
+    EXPECT_TRUE(all_close(got_mean, ref_mean, tol_for(dt()))) << where(s);
+    EXPECT_TRUE(all_close(got_rstd, ref_rstd, tol_for(dt()))) << where(s);
+    EXPECT_TRUE(same_bits(got_res, down(res2))) << "res vs residual_fwd " << where(s);
+    EXPECT_TRUE(same_bits(got, down(y2))) << "out vs unfused " << where(s);
+    EXPECT_TRUE(same_bits(got_mean, download(mean2))) << "mean vs unfused " << where(s);
+    EXPECT_TRUE(same_bits(got_rstd, download(rstd2))) << "rstd vs unfused " << where(s);
+  }
+}
+
+TEST_P(NormTest, ResidualRmsNormFwdMatchesCpuAndUnfusedBitForBit) {
+  uint64_t seed = 60;
+  for (const Shape& s : kResidualShapes) {
+    const size_t n = static_cast<size_t>(s.N) * s.C;
+    const auto a = as_dt(dt(), rows(s, seed++));
+    const auto b = as_dt(dt(), random_normal<float>(n, seed++, 0.5));
+    const auto w = as_dt(dt(), gains(s.C, seed++));
+    std::vector<float> ref_res(n), ref(n), ref_rstd(s.N);
+    cpu::residual_rmsnorm_fwd<float>(ref_res.data(), ref.data(), ref_rstd.data(), a.data(),
+                                     b.data(), w.data(), s.N, s.C, 1e-6f);
+    auto da = up(a), db = up(b), dw = up(w);
+    auto res = poison(n), y = poison(n);
+    auto rstd = poisoned<float>(s.N);
+    residual_rmsnorm_fwd(ctx(), dt(), res.data(), y.data(), rstd.data(), da.data(), db.data(),
+                         dw.data(), s.N, s.C, 1e-6f);
+    auto res2 = poison(n), y2 = poison(n);
+    auto rstd2 = poisoned<float>(s.N);
+    residual_fwd(ctx(), dt(), res2.data(), da.data(), db.data(), static_cast<int64_t>(n));
+    rmsnorm_fwd(ctx(), dt(), y2.data(), rstd2.data(), res2.data(), dw.data(), s.N, s.C, 1e-6f);
+    const auto got_res = down(res), got = down(y), got_rstd = download(rstd);
+    EXPECT_TRUE(same_bits(got_res, as_dt(dt(), ref_res))) << "res " << where(s);
+    EXPECT_TRUE(all_close(got, ref, tol_for(dt()))) << where(s);
+    EXPECT_TRUE(all_close(got_rstd, ref_rstd, tol_for(dt()))) << where(s);
+    EXPECT_TRUE(same_bits(got_res, down(res2))) << "res vs residual_fwd " << where(s);
+    EXPECT_TRUE(same_bits(got, down(y2))) << "out vs unfused " << where(s);
+    EXPECT_TRUE(same_bits(got_rstd, download(rstd2))) << "rstd vs unfused " << where(s);
+  }
+}
+
+// `a` one element past a 16-byte boundary (C = 768 otherwise takes the vector kernels): the
+// fused forwards must fall back to the element kernels and still match the CPU.
+TEST_P(NormTest, ResidualNormFwdMisalignedInput) {
+  const Shape s{37, 768};
+  const size_t n = static_cast<size_t>(s.N) * s.C;
+  uint64_t seed = 70;
+  const auto a = as_dt(dt(), rows(s, seed++));
+  const auto b = as_dt(dt(), random_normal<float>(n, seed++, 0.5));
+  const auto w = as_dt(dt(), gains(s.C, seed++));
+  const auto bias = as_dt(dt(), random_normal<float>(s.C, seed++, 0.2));
+  std::vector<float> a_host(n + 1, 0.0f);
+  std::copy(a.begin(), a.end(), a_host.begin() + 1);
+  auto da = up(a_host), db = up(b), dw = up(w), dbias = up(bias);
+  std::vector<float> ref_res(n), ref(n), ref_mean(s.N), ref_rstd(s.N);
+
+  cpu::residual_layernorm_fwd<float>(ref_res.data(), ref.data(), ref_mean.data(), ref_rstd.data(),
+                                     a.data(), b.data(), w.data(), bias.data(), s.N, s.C, 1e-5f);
+  auto res = poison(n), y = poison(n);
+  auto mean = poisoned<float>(s.N), rstd = poisoned<float>(s.N);
+  residual_layernorm_fwd(ctx(), dt(), res.data(), y.data(), mean.data(), rstd.data(), da.at(1),
+                         db.data(), dw.data(), dbias.data(), s.N, s.C, 1e-5f);
+  EXPECT_TRUE(same_bits(down(res), as_dt(dt(), ref_res))) << "layernorm res";
+  EXPECT_TRUE(all_close(down(y), ref, tol_for(dt()))) << "layernorm out";
+  EXPECT_TRUE(all_close(download(mean), ref_mean, tol_for(dt()))) << "layernorm mean";
+  EXPECT_TRUE(all_close(download(rstd), ref_rstd, tol_for(dt()))) << "layernorm rstd";
+
+  cpu::residual_rmsnorm_fwd<float>(ref_res.data(), ref.data(), ref_rstd.data(), a.data(), b.data(),
+                                   w.data(), s.N, s.C, 1e-6f);
+  auto res2 = poison(n), y2 = poison(n);
+  auto rstd2 = poisoned<float>(s.N);
+  residual_rmsnorm_fwd(ctx(), dt(), res2.data(), y2.data(), rstd2.data(), da.at(1), db.data(),
+                       dw.data(), s.N, s.C, 1e-6f);
+  EXPECT_TRUE(same_bits(down(res2), as_dt(dt(), ref_res))) << "rmsnorm res";
+  EXPECT_TRUE(all_close(down(y2), ref, tol_for(dt()))) << "rmsnorm out";
+  EXPECT_TRUE(all_close(download(rstd2), ref_rstd, tol_for(dt()))) << "rmsnorm rstd";
 }
 
 INSTANTIATE_TEST_SUITE_P(Dtypes, NormTest, ::testing::Values(DType::kF32, DType::kBF16),

@@ -74,4 +74,12 @@ bool bit_identical(const std::vector<T>& a, const std::vector<T>& b) {
   return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(T)) == 0;
 }
 
+// bit_identical as an assertion: on failure, the first elements that differ in value.
+inline ::testing::AssertionResult same_bits(const std::vector<float>& got,
+                                            const std::vector<float>& want) {
+  if (bit_identical(got, want)) return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure()
+         << "not bit-identical; " << all_close(got, want, Tol{0, 0}).message();
+}
+
 }  // namespace forge::cuda::testing

@@ -12,6 +12,7 @@
 #include <cstdint>
 
 #include "forge/core/error.h"
+#include "forge/ops/activation.h"
 
 namespace forge::cpu {
 
@@ -35,6 +36,14 @@ void layernorm_fwd(T* out, T* mean, T* rstd, const T* inp, const T* weight, cons
     mean[n] = m_t;
     rstd[n] = s_t;
   }
+}
+
+// The reference for the CUDA fused op: the two ops it fuses, in order.
+template <typename T>
+void residual_layernorm_fwd(T* res, T* out, T* mean, T* rstd, const T* a, const T* b,
+                            const T* weight, const T* bias, int N, int C, float eps) {
+  residual_fwd<T>(res, a, b, static_cast<int64_t>(N) * C);
+  layernorm_fwd<T>(out, mean, rstd, res, weight, bias, N, C, eps);
 }
 
 template <typename T>
@@ -87,9 +96,11 @@ void layernorm_bwd(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp, c
   }
 }
 
-#define FORGE_INSTANTIATE(T)                                                                   \
-  template void layernorm_fwd<T>(T*, T*, T*, const T*, const T*, const T*, int, int, float);   \
-  template void layernorm_bwd<T>(T*, T*, T*, const T*, const T*, const T*, const T*, const T*, \
+#define FORGE_INSTANTIATE(T)                                                                      \
+  template void layernorm_fwd<T>(T*, T*, T*, const T*, const T*, const T*, int, int, float);      \
+  template void residual_layernorm_fwd<T>(T*, T*, T*, T*, const T*, const T*, const T*, const T*, \
+                                          int, int, float);                                       \
+  template void layernorm_bwd<T>(T*, T*, T*, const T*, const T*, const T*, const T*, const T*,    \
                                  int, int);
 FORGE_INSTANTIATE(float)
 FORGE_INSTANTIATE(double)

@@ -1,9 +1,9 @@
 // CPU linear layer. The three products (forward, dinp, dweight) go through forge::cpu::matmul
 // (OpenBLAS), with the weight layout expressed as a transpose flag, never a copy; the backward
 // products use beta = 1 so they accumulate into the caller's gradients as the header requires.
-// The bias gradient is a column sum of dout: parallel over output channels, each summed over
-// rows in a fixed order in double (blocks of 64 columns keep the reads contiguous), so the result
-// does not depend on the thread count.
+// The bias gradient (bias_grad, also the reference of the CUDA op) is a column sum of dout:
+// parallel over output channels, each summed over rows in a fixed order in double (blocks of 64
+// columns keep the reads contiguous), so the result does not depend on the thread count.
 #include "forge/ops/linear.h"
 
 #include <algorithm>
@@ -45,7 +45,12 @@ void linear_bwd(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp, cons
     // dweight (C, OC) += inpᵀ (C, N) · dout (N, OC)
     matmul<T>(dweight, inp, dout, C, OC, N, true, false, T(1), T(1));
   }
-  if (dbias == nullptr) return;
+  if (dbias != nullptr) bias_grad<T>(dbias, dout, N, OC);
+}
+
+template <typename T>
+void bias_grad(T* dbias, const T* dout, int N, int OC) {
+  FORGE_CHECK(N >= 0 && OC >= 0, "[bias_grad] negative dims ", N, " ", OC);
   // Blocks of kBlock channels keep each row read contiguous; rows are summed in order.
   constexpr int kBlock = 64;
 #pragma omp parallel for
@@ -63,7 +68,8 @@ void linear_bwd(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp, cons
 #define FORGE_INSTANTIATE(T)                                                                  \
   template void linear_fwd<T>(T*, const T*, const T*, const T*, int, int, int, WeightLayout); \
   template void linear_bwd<T>(T*, T*, T*, const T*, const T*, const T*, int, int, int,        \
-                              WeightLayout);
+                              WeightLayout);                                                  \
+  template void bias_grad<T>(T*, const T*, int, int);
 FORGE_INSTANTIATE(float)
 FORGE_INSTANTIATE(double)
 #undef FORGE_INSTANTIATE

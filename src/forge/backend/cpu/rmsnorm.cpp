@@ -15,6 +15,7 @@
 #include <cstdint>
 
 #include "forge/core/error.h"
+#include "forge/ops/activation.h"
 
 namespace forge::cpu {
 
@@ -31,6 +32,14 @@ void rmsnorm_fwd(T* out, T* rstd, const T* inp, const T* weight, int N, int C, f
     for (int c = 0; c < C; ++c) y[c] = x[c] * s * weight[c];
     rstd[n] = s;
   }
+}
+
+// The reference for the CUDA fused op: the two ops it fuses, in order.
+template <typename T>
+void residual_rmsnorm_fwd(T* res, T* out, T* rstd, const T* a, const T* b, const T* weight, int N,
+                          int C, float eps) {
+  residual_fwd<T>(res, a, b, static_cast<int64_t>(N) * C);
+  rmsnorm_fwd<T>(out, rstd, res, weight, N, C, eps);
 }
 
 template <typename T>
@@ -67,8 +76,10 @@ void rmsnorm_bwd(T* dinp, T* dweight, const T* dout, const T* inp, const T* weig
   }
 }
 
-#define FORGE_INSTANTIATE(T)                                                 \
-  template void rmsnorm_fwd<T>(T*, T*, const T*, const T*, int, int, float); \
+#define FORGE_INSTANTIATE(T)                                                                \
+  template void rmsnorm_fwd<T>(T*, T*, const T*, const T*, int, int, float);                \
+  template void residual_rmsnorm_fwd<T>(T*, T*, T*, const T*, const T*, const T*, int, int, \
+                                        float);                                             \
   template void rmsnorm_bwd<T>(T*, T*, const T*, const T*, const T*, const T*, int, int);
 FORGE_INSTANTIATE(float)
 FORGE_INSTANTIATE(double)

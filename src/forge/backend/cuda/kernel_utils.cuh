@@ -9,8 +9,11 @@
 //  - dispatch_dtype(): the one place an op turns its DType into T (STYLE.md: a lambda over a
 //    type tag); other dtypes are a FORGE_CHECK failure naming the op.
 //  - warp_sum / block_sum: f32 butterfly reductions, fixed order, so deterministic.
-//  - norm_wgrad(): the deterministic weight (and bias) gradient of LayerNorm and RMSNorm,
-//    shared by layernorm.cu and rmsnorm.cu (described at its definition).
+//  - load_input(): the input row of a norm kernel, either a tensor or (residual-fused forward)
+//    the rounded sum of two, shared by layernorm.cu and rmsnorm.cu.
+//  - channel_grad(): deterministic per-channel parameter gradients, sums over rows: the weight
+//    (and bias) gradient of LayerNorm and RMSNorm and the bias gradient of a linear layer,
+//    shared by layernorm.cu, rmsnorm.cu and bias_grad.cu (described at its definition).
 //  - philox4x32_10: bit-identical to forge::philox4x32_10 (core/rng.cpp), so a stream drawn on
 //    the GPU equals the CPU's forge::Rng stream.
 #pragma once
@@ -116,6 +119,21 @@ __device__ __forceinline__ void store(T* p, const float (&v)[N]) {
   }
 }
 
+// The input of a norm row kernel, N elements at `inp` into f32. kResidual: the residual sum
+// inp + inp2 instead, added in f32 and rounded to T, i.e. exactly the value residual_fwd stores
+// (same f32 add, same round to nearest even), so a norm of it matches the unfused pair bit for
+// bit.
+template <typename T, int N, bool kResidual>
+__device__ __forceinline__ void load_input(const T* inp, const T* inp2, float (&out)[N]) {
+  load<T, N>(inp, out);
+  if constexpr (kResidual) {
+    float v[N];
+    load<T, N>(inp2, v);
+#pragma unroll
+    for (int k = 0; k < N; ++k) out[k] = to_f32(from_f32<T>(out[k] + v[k]));
+  }
+}
+
 __device__ __forceinline__ float warp_sum(float x) {
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) x += __shfl_xor_sync(0xffffffffu, x, o);
@@ -197,34 +215,51 @@ inline int grid_for(int64_t work, int threads, int num_sms, int per_sm = 8) {
   return static_cast<int>(need < cap ? (need > 0 ? need : 1) : cap);
 }
 
-// ---- norm weight gradients, deterministic --------------------------------------------------
-// dweight[c] += Σ_n dout[n, c]·norm[n, c] and (LayerNorm) dbias[c] += Σ_n dout[n, c], with
-// norm = (x − mean)·rstd (LayerNorm) or x·rstd (RMSNorm), no atomics, bit-identical run to run.
+// ---- per-channel parameter gradients, deterministic ----------------------------------------
+// Sums over the N rows of (N, C) tensors, per channel c, with no atomics, bit-identical run to
+// run. Three kinds (ChannelGrad), with dy = dout[n, c] and x = inp[n, c]:
+//   kLayerNorm   dweight[c] += Σ_n dy·(x − mean[n])·rstd[n]   and   dbias[c] += Σ_n dy
+//   kRmsNorm     dweight[c] += Σ_n dy·x·rstd[n]
+//   kBias        dbias[c] += Σ_n dy   (a linear layer's bias: no inp, mean or rstd)
 //
-// Pass 1 (norm_wgrad_partial_kernel): the rows are cut into `splits` fixed ranges of
+// Pass 1 (channel_grad_partial_kernel): the rows are cut into `splits` fixed ranges of
 // rows_per_split rows and the channels into strips of 32·kN; one block of 32 × 8 threads per
 // (strip, split). Thread (x, y) owns kN consecutive channels for the whole split, so its
 // accumulators are kN registers whatever C is (no shared-memory budget that grows with C); the 8
 // row-threads y take rows y, y + 8, ... and are then summed in y order through shared memory.
 // Each warp reads 32 · 16 contiguous bytes of one row per step, fully coalesced. Result:
 // partial (splits, kAcc, C) f32, scratch from the context's allocator.
-// Pass 2 (norm_wgrad_finish_kernel): 32 channels × 8 split-groups per block; group y sums
+// Pass 2 (channel_grad_finish_kernel): 32 channels × 8 split-groups per block; group y sums
 // splits y, y + 8, ... in order, then the 8 groups are added in order and the total is added
-// (+=) to dweight / dbias.
+// (+=) to the outputs.
 // The split sizes depend only on N, so the summation order (and result) is a function of the
-// inputs alone. Pass 1 re-reads dout and inp after the row kernel that computed dinp; at the
-// sizes of a training step (a few MB per tensor) those reads are mostly L2 hits on an H200
-// (50 MB of L2), which is what makes the simple split affordable.
+// inputs alone. For the norms, pass 1 re-reads dout and inp after the row kernel that computed
+// dinp; at the sizes of a training step (a few MB per tensor) those reads are mostly L2 hits on
+// an H200 (50 MB of L2), which is what makes the simple split affordable. For kBias, dout is the
+// (N, OC) output gradient of a linear layer, up to 400 MB at GPT-2 sizes (N = 65536, OC = 3072,
+// bf16), read once from DRAM: 512 splits × OC/(32·kN) strips is ≥ 1536 blocks of 256 threads,
+// and its row loop is unrolled 4 deep (one tensor to load instead of two) so each thread keeps
+// four 16-byte loads in flight. Measured numbers are in bias_grad.cu.
+
+enum class ChannelGrad { kLayerNorm, kRmsNorm, kBias };
 
 inline constexpr int kWgradRows = 8;  // row-threads per block (blockDim.y)
 
-template <typename T, int kN, bool kLayerNorm>
+// Rows of f32 partial sums per split: [dweight, dbias] for LayerNorm, [dweight] for RMSNorm,
+// [dbias] for a linear bias.
+template <ChannelGrad kKind>
+inline constexpr int kChannelAcc = kKind == ChannelGrad::kLayerNorm ? 2 : 1;
+
+template <typename T, int kN, ChannelGrad kKind>
 __global__ void __launch_bounds__(32 * kWgradRows)
-    norm_wgrad_partial_kernel(float* __restrict__ partial, const T* __restrict__ dout,
-                              const T* __restrict__ inp, const float* __restrict__ mean,
-                              const float* __restrict__ rstd, int N, int C, int rows_per_split) {
-  constexpr int kAcc = kLayerNorm ? 2 : 1;
+    channel_grad_partial_kernel(float* __restrict__ partial, const T* __restrict__ dout,
+                                const T* __restrict__ inp, const float* __restrict__ mean,
+                                const float* __restrict__ rstd, int N, int C, int rows_per_split) {
+  constexpr bool kHasWeight = kKind != ChannelGrad::kBias;   // accumulates dout·norm
+  constexpr bool kHasBias = kKind != ChannelGrad::kRmsNorm;  // accumulates dout
+  constexpr int kAcc = kChannelAcc<kKind>;
   constexpr int kStrip = 32 * kN;
+  constexpr int kUnroll = kHasWeight ? 2 : 4;     // rows in flight per thread (see above)
   __shared__ float sh[kAcc][kWgradRows][kStrip];  // [acc][y][k·32 + x]: conflict-free
   const int tx = threadIdx.x, ty = threadIdx.y;
   const int c0 = (blockIdx.x * 32 + tx) * kN;  // first channel of this thread (C % kN == 0)
@@ -234,24 +269,25 @@ __global__ void __launch_bounds__(32 * kWgradRows)
 #pragma unroll
   for (int k = 0; k < kN; ++k) dw[k] = 0.0f, db[k] = 0.0f;
   if (c0 < C) {
-#pragma unroll 2
+#pragma unroll kUnroll
     for (int r = r0 + ty; r < r1; r += kWgradRows) {
       const int64_t off = static_cast<int64_t>(r) * C + c0;
       float dy[kN], x[kN];
       load<T, kN>(dout + off, dy);
-      load<T, kN>(inp + off, x);
-      const float m = kLayerNorm ? mean[r] : 0.0f, s = rstd[r];
+      if constexpr (kHasWeight) load<T, kN>(inp + off, x);
+      const float m = kKind == ChannelGrad::kLayerNorm ? mean[r] : 0.0f;
+      const float s = kHasWeight ? rstd[r] : 0.0f;
 #pragma unroll
       for (int k = 0; k < kN; ++k) {
-        dw[k] += dy[k] * ((x[k] - m) * s);
-        db[k] += dy[k];
+        if constexpr (kHasWeight) dw[k] += dy[k] * ((x[k] - m) * s);
+        if constexpr (kHasBias) db[k] += dy[k];
       }
     }
   }
 #pragma unroll
   for (int k = 0; k < kN; ++k) {
-    sh[0][ty][k * 32 + tx] = dw[k];
-    if constexpr (kLayerNorm) sh[kAcc - 1][ty][k * 32 + tx] = db[k];
+    if constexpr (kHasWeight) sh[0][ty][k * 32 + tx] = dw[k];
+    if constexpr (kHasBias) sh[kAcc - 1][ty][k * 32 + tx] = db[k];
   }
   __syncthreads();
   if (ty == 0 && c0 < C) {
@@ -269,10 +305,11 @@ __global__ void __launch_bounds__(32 * kWgradRows)
   }
 }
 
+// out0[c] += Σ_splits partial[s, 0, c] and (kAcc = 2) out1[c] += Σ_splits partial[s, 1, c].
 template <int kAcc>
 __global__ void __launch_bounds__(32 * kWgradRows)
-    norm_wgrad_finish_kernel(float* __restrict__ dweight, float* __restrict__ dbias,
-                             const float* __restrict__ partial, int splits, int C) {
+    channel_grad_finish_kernel(float* __restrict__ out0, float* __restrict__ out1,
+                               const float* __restrict__ partial, int splits, int C) {
   __shared__ float sh[kAcc][kWgradRows][33];
   const int tx = threadIdx.x, ty = threadIdx.y;
   const int c = blockIdx.x * 32 + tx;
@@ -295,17 +332,18 @@ __global__ void __launch_bounds__(32 * kWgradRows)
       float t = 0.0f;
 #pragma unroll
       for (int y = 0; y < kWgradRows; ++y) t += sh[a][y][tx];
-      (a == 0 ? dweight : dbias)[c] += t;
+      (a == 0 ? out0 : out1)[c] += t;
     }
   }
 }
 
-// Enqueues both passes. dbias/mean are used only for LayerNorm. `vec`: C % kVec<T> == 0 and
-// dout, inp 16-byte aligned.
-template <typename T, bool kLayerNorm>
-void norm_wgrad(Context& ctx, float* dweight, float* dbias, const T* dout, const T* inp,
-                const float* mean, const float* rstd, int N, int C, bool vec) {
-  constexpr int kAcc = kLayerNorm ? 2 : 1;
+// Enqueues both passes. dweight is used by the norms, dbias by kLayerNorm and kBias; inp and
+// rstd by the norms, mean by kLayerNorm (pass null for what a kind does not use). `vec`:
+// C % kVec<T> == 0 and dout, inp 16-byte aligned.
+template <typename T, ChannelGrad kKind>
+void channel_grad(Context& ctx, float* dweight, float* dbias, const T* dout, const T* inp,
+                  const float* mean, const float* rstd, int N, int C, bool vec) {
+  constexpr int kAcc = kChannelAcc<kKind>;
   constexpr int kMaxSplits = 512, kMinRows = 64;
   int splits = (N + kMinRows - 1) / kMinRows;
   if (splits > kMaxSplits) splits = kMaxSplits;
@@ -315,16 +353,18 @@ void norm_wgrad(Context& ctx, float* dweight, float* dbias, const T* dout, const
   if (vec) {
     constexpr int kN = kVec<T>;
     const dim3 grid((C + 32 * kN - 1) / (32 * kN), splits);
-    norm_wgrad_partial_kernel<T, kN, kLayerNorm><<<grid, block, 0, ctx.stream()>>>(
+    channel_grad_partial_kernel<T, kN, kKind><<<grid, block, 0, ctx.stream()>>>(
         partial.data(), dout, inp, mean, rstd, N, C, rows_per_split);
   } else {
     const dim3 grid((C + 31) / 32, splits);
-    norm_wgrad_partial_kernel<T, 1, kLayerNorm><<<grid, block, 0, ctx.stream()>>>(
+    channel_grad_partial_kernel<T, 1, kKind><<<grid, block, 0, ctx.stream()>>>(
         partial.data(), dout, inp, mean, rstd, N, C, rows_per_split);
   }
   FORGE_CUDA_CHECK_LAUNCH();
-  norm_wgrad_finish_kernel<kAcc>
-      <<<(C + 31) / 32, block, 0, ctx.stream()>>>(dweight, dbias, partial.data(), splits, C);
+  // Partial row 0 is dweight for the norms, dbias for a linear bias; row 1 (LayerNorm) dbias.
+  float* out0 = kKind == ChannelGrad::kBias ? dbias : dweight;
+  channel_grad_finish_kernel<kAcc>
+      <<<(C + 31) / 32, block, 0, ctx.stream()>>>(out0, dbias, partial.data(), splits, C);
   FORGE_CUDA_CHECK_LAUNCH();
   // `partial` goes back to the allocator here; it is reused only by work enqueued later on the
   // same stream, i.e. after these kernels.

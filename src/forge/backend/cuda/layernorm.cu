@@ -8,27 +8,43 @@
 // when C is a multiple of kVec<T> and every pointer is 16-byte aligned; otherwise the kN = 1
 // instantiation walks the row element by element (still coalesced across the warp).
 //
+// Residual-fused forward (residual_layernorm_fwd): the same kernel with kResidual = true reads
+// a and b instead of inp, forms res = a + b rounded to T exactly as residual_fwd does
+// (kernels::load_input), stores res in the first sweep and normalises the rounded values. The
+// later sweeps recompute the rounded sum from a and b (L1 hits, as inp is in the plain kernel)
+// instead of re-reading res: the inputs go through the read-only path, which is not coherent
+// with the kernel's own stores. Same statistics in the same order, so the result equals
+// residual_fwd + layernorm_fwd bit for bit whenever both pick the same (vector or element)
+// path, and the step moves 2 reads + 2 writes per element instead of 3 + 2. There is no fused
+// backward op: the backward of "residual, then norm" is already one pass, since layernorm_bwd
+// accumulates (+=) dinp straight into the residual stream's gradient.
+//
 // Backward: the row kernel (one warp per row) computes
 //   dinp += rstd·(dnorm − mean(dnorm) − norm·mean(dnorm·norm)),  dnorm = dout·w,
-// in two sweeps; dweight/dbias go through kernels::norm_wgrad (kernel_utils.cuh): per-block
+// in two sweeps; dweight/dbias go through kernels::channel_grad (kernel_utils.cuh): per-block
 // partial sums over fixed row ranges into allocator scratch, then a fixed-order reduction — no
 // atomics, so two runs are bit-identical.
 //
 // ptxas (sm_90a, CUDA 13.0, -Xptxas=-v): registers, spill stores, stack frame per kernel
-// (<T, kN, ...>: kN = 1 is the element-by-element instantiation):
-//   layernorm_bwd_kernel<bf16, 1>                         27 regs, 0 spill, 0 stack
-//   layernorm_bwd_kernel<bf16, 8>                         40 regs, 0 spill, 0 stack
-//   layernorm_bwd_kernel<float, 1>                        27 regs, 0 spill, 0 stack
-//   layernorm_bwd_kernel<float, 4>                        40 regs, 0 spill, 0 stack
-//   layernorm_fwd_kernel<bf16, 1>                         24 regs, 0 spill, 0 stack
-//   layernorm_fwd_kernel<bf16, 8>                         32 regs, 0 spill, 0 stack
-//   layernorm_fwd_kernel<float, 1>                        29 regs, 0 spill, 0 stack
-//   layernorm_fwd_kernel<float, 4>                        32 regs, 0 spill, 0 stack
-//   norm_wgrad_partial_kernel<bf16, 1, true>              32 regs, 0 spill, 0 stack
-//   norm_wgrad_partial_kernel<bf16, 8, true>              48 regs, 0 spill, 0 stack
-//   norm_wgrad_finish_kernel<2>                           32 regs, 0 spill, 0 stack
-//   norm_wgrad_partial_kernel<float, 1, true>             30 regs, 0 spill, 0 stack
-//   norm_wgrad_partial_kernel<float, 4, true>             40 regs, 0 spill, 0 stack
+// (<T, kN, ...>: kN = 1 is the element-by-element instantiation; the fwd kernel's last
+// parameter is kResidual):
+//   layernorm_bwd_kernel<bf16, 1>                       27 regs, 0 spill, 0 stack
+//   layernorm_bwd_kernel<bf16, 8>                       40 regs, 0 spill, 0 stack
+//   layernorm_bwd_kernel<float, 1>                      27 regs, 0 spill, 0 stack
+//   layernorm_bwd_kernel<float, 4>                      40 regs, 0 spill, 0 stack
+//   layernorm_fwd_kernel<bf16, 1, false>                24 regs, 0 spill, 0 stack
+//   layernorm_fwd_kernel<bf16, 8, false>                32 regs, 0 spill, 0 stack
+//   layernorm_fwd_kernel<float, 1, false>               29 regs, 0 spill, 0 stack
+//   layernorm_fwd_kernel<float, 4, false>               32 regs, 0 spill, 0 stack
+//   layernorm_fwd_kernel<bf16, 1, true>                 29 regs, 0 spill, 0 stack
+//   layernorm_fwd_kernel<bf16, 8, true>                 40 regs, 0 spill, 0 stack
+//   layernorm_fwd_kernel<float, 1, true>                27 regs, 0 spill, 0 stack
+//   layernorm_fwd_kernel<float, 4, true>                40 regs, 0 spill, 0 stack
+//   channel_grad_partial_kernel<bf16, 1, kLayerNorm>    32 regs, 0 spill, 0 stack
+//   channel_grad_partial_kernel<bf16, 8, kLayerNorm>    48 regs, 0 spill, 0 stack
+//   channel_grad_partial_kernel<float, 1, kLayerNorm>   30 regs, 0 spill, 0 stack
+//   channel_grad_partial_kernel<float, 4, kLayerNorm>   40 regs, 0 spill, 0 stack
+//   channel_grad_finish_kernel<2>                       32 regs, 0 spill, 0 stack
 #include <cuda_runtime.h>
 
 #include "forge/backend/cuda/context.h"
@@ -43,22 +59,27 @@ using namespace kernels;
 constexpr int kRowsPerBlock = 8;  // one warp per row
 constexpr int kThreads = 32 * kRowsPerBlock;
 
-template <typename T, int kN>
+// kResidual: the row is res = inp + inp2 rounded to T (load_input); sweep 1 also stores it.
+template <typename T, int kN, bool kResidual>
 __global__ void __launch_bounds__(kThreads)
     layernorm_fwd_kernel(T* __restrict__ out, float* __restrict__ mean, float* __restrict__ rstd,
-                         const T* __restrict__ inp, const T* __restrict__ weight,
-                         const T* __restrict__ bias, int N, int C, float eps) {
+                         T* __restrict__ res, const T* __restrict__ inp, const T* __restrict__ inp2,
+                         const T* __restrict__ weight, const T* __restrict__ bias, int N, int C,
+                         float eps) {
   const int lane = threadIdx.x % 32;
   const int row = blockIdx.x * kRowsPerBlock + threadIdx.x / 32;
   if (row >= N) return;  // whole warp exits together: no shuffles are left half-empty
-  const T* x = inp + static_cast<int64_t>(row) * C;  // (C)
-  T* y = out + static_cast<int64_t>(row) * C;        // (C)
+  const int64_t off = static_cast<int64_t>(row) * C;
+  const T* x = inp + off;                    // (C)
+  const T* x2 = kResidual ? inp2 + off : x;  // (C), read only when kResidual
+  T* y = out + off;                          // (C)
 
   float sum = 0.0f;
 #pragma unroll 4
   for (int c = lane * kN; c < C; c += 32 * kN) {
     float v[kN];
-    load<T, kN>(x + c, v);
+    load_input<T, kN, kResidual>(x + c, x2 + c, v);
+    if constexpr (kResidual) store<T, kN>(res + off + c, v);
 #pragma unroll
     for (int k = 0; k < kN; ++k) sum += v[k];
   }
@@ -68,7 +89,7 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll 4
   for (int c = lane * kN; c < C; c += 32 * kN) {
     float v[kN];
-    load<T, kN>(x + c, v);
+    load_input<T, kN, kResidual>(x + c, x2 + c, v);
 #pragma unroll
     for (int k = 0; k < kN; ++k) sq += (v[k] - m) * (v[k] - m);
   }
@@ -77,7 +98,7 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll 2
   for (int c = lane * kN; c < C; c += 32 * kN) {
     float v[kN], w[kN], b[kN], o[kN];
-    load<T, kN>(x + c, v);
+    load_input<T, kN, kResidual>(x + c, x2 + c, v);
     load<T, kN>(weight + c, w);
     load<T, kN>(bias + c, b);
 #pragma unroll
@@ -135,29 +156,50 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
+// Shared by layernorm_fwd (kResidual = false: res and inp2 null) and residual_layernorm_fwd.
+template <bool kResidual>
+void launch_fwd(Context& ctx, DType dt, void* res, void* out, float* mean, float* rstd,
+                const void* inp, const void* inp2, const void* weight, const void* bias, int N,
+                int C, float eps, const char* op) {
+  dispatch_dtype(dt, op, [&](auto tag) {
+    using T = decltype(tag);
+    const bool vec = C % kVec<T> == 0 && aligned16(out) && aligned16(inp) && aligned16(weight) &&
+                     aligned16(bias) && aligned16(res) && aligned16(inp2);
+    const int grid = (N + kRowsPerBlock - 1) / kRowsPerBlock;
+    auto args = [&](auto kernel) {
+      kernel<<<grid, kThreads, 0, ctx.stream()>>>(
+          static_cast<T*>(out), mean, rstd, static_cast<T*>(res), static_cast<const T*>(inp),
+          static_cast<const T*>(inp2), static_cast<const T*>(weight), static_cast<const T*>(bias),
+          N, C, eps);
+    };
+    if (vec) {
+      args(layernorm_fwd_kernel<T, kVec<T>, kResidual>);
+    } else {
+      args(layernorm_fwd_kernel<T, 1, kResidual>);
+    }
+    FORGE_CUDA_CHECK_LAUNCH();
+  });
+}
+
 }  // namespace
 
 void layernorm_fwd(Context& ctx, DType dt, void* out, float* mean, float* rstd, const void* inp,
                    const void* weight, const void* bias, int N, int C, float eps) {
   FORGE_CHECK(N >= 0 && C > 0, "[layernorm_fwd] bad dims N=", N, " C=", C);
   if (N == 0) return;
-  dispatch_dtype(dt, "layernorm_fwd", [&](auto tag) {
-    using T = decltype(tag);
-    const bool vec = C % kVec<T> == 0 && aligned16(out) && aligned16(inp) && aligned16(weight) &&
-                     aligned16(bias);
-    const int grid = (N + kRowsPerBlock - 1) / kRowsPerBlock;
-    auto args = [&](auto kernel) {
-      kernel<<<grid, kThreads, 0, ctx.stream()>>>(
-          static_cast<T*>(out), mean, rstd, static_cast<const T*>(inp),
-          static_cast<const T*>(weight), static_cast<const T*>(bias), N, C, eps);
-    };
-    if (vec) {
-      args(layernorm_fwd_kernel<T, kVec<T>>);
-    } else {
-      args(layernorm_fwd_kernel<T, 1>);
-    }
-    FORGE_CUDA_CHECK_LAUNCH();
-  });
+  launch_fwd<false>(ctx, dt, nullptr, out, mean, rstd, inp, nullptr, weight, bias, N, C, eps,
+                    "layernorm_fwd");
+}
+
+void residual_layernorm_fwd(Context& ctx, DType dt, void* res, void* out, float* mean, float* rstd,
+                            const void* a, const void* b, const void* weight, const void* bias,
+                            int N, int C, float eps) {
+  FORGE_CHECK(N >= 0 && C > 0, "[residual_layernorm_fwd] bad dims N=", N, " C=", C);
+  FORGE_CHECK(res != a && res != b && res != out,
+              "[residual_layernorm_fwd] res must be its own buffer (not a, b or out)");
+  if (N == 0) return;
+  launch_fwd<true>(ctx, dt, res, out, mean, rstd, a, b, weight, bias, N, C, eps,
+                   "residual_layernorm_fwd");
 }
 
 void layernorm_bwd(Context& ctx, DType dt, void* dinp, float* dweight, float* dbias,
@@ -181,9 +223,9 @@ void layernorm_bwd(Context& ctx, DType dt, void* dinp, float* dweight, float* db
       args(layernorm_bwd_kernel<T, 1>);
     }
     FORGE_CUDA_CHECK_LAUNCH();
-    norm_wgrad<T, true>(ctx, dweight, dbias, static_cast<const T*>(dout),
-                        static_cast<const T*>(inp), mean, rstd, N, C,
-                        C % kVec<T> == 0 && aligned16(dout) && aligned16(inp));
+    channel_grad<T, ChannelGrad::kLayerNorm>(ctx, dweight, dbias, static_cast<const T*>(dout),
+                                             static_cast<const T*>(inp), mean, rstd, N, C,
+                                             C % kVec<T> == 0 && aligned16(dout) && aligned16(inp));
   });
 }
 

@@ -51,13 +51,28 @@ void embedding_bwd(Context& ctx, DType dt, float* dwte, float* dwpe, const void*
 // ---- norms ----------------------------------------------------------------------------------
 void layernorm_fwd(Context& ctx, DType dt, void* out, float* mean, float* rstd, const void* inp,
                    const void* weight, const void* bias, int N, int C, float eps);
+// res (N, C) = a + b rounded to dt (what residual_fwd stores), then layernorm_fwd of the stored
+// res, bit for bit, in one kernel. res must not alias a, b or out. No fused backward is needed:
+// the add's backward is the identity, and layernorm_bwd already accumulates (+=) dinp into the
+// residual stream's gradient.
+void residual_layernorm_fwd(Context& ctx, DType dt, void* res, void* out, float* mean, float* rstd,
+                            const void* a, const void* b, const void* weight, const void* bias,
+                            int N, int C, float eps);
 void layernorm_bwd(Context& ctx, DType dt, void* dinp, float* dweight, float* dbias,
                    const void* dout, const void* inp, const void* weight, const float* mean,
                    const float* rstd, int N, int C);
 void rmsnorm_fwd(Context& ctx, DType dt, void* out, float* rstd, const void* inp,
                  const void* weight, int N, int C, float eps);
+// res (N, C) = a + b rounded to dt, then rmsnorm_fwd of the stored res, bit for bit, in one
+// kernel (same contract as residual_layernorm_fwd).
+void residual_rmsnorm_fwd(Context& ctx, DType dt, void* res, void* out, float* rstd, const void* a,
+                          const void* b, const void* weight, int N, int C, float eps);
 void rmsnorm_bwd(Context& ctx, DType dt, void* dinp, float* dweight, const void* dout,
                  const void* inp, const void* weight, const float* rstd, int N, int C);
+
+// ---- linear bias gradient -------------------------------------------------------------------
+// dbias (OC, f32) += Σ_n dout[n, :] over dout (N, OC) in dt; deterministic (cpu::bias_grad).
+void bias_grad(Context& ctx, DType dt, float* dbias, const void* dout, int N, int OC);
 
 // ---- RoPE (in place on (B, T, H, HS)) -------------------------------------------------------
 void rope_fwd(Context& ctx, DType dt, void* x, int B, int T_, int H, int HS, float base,

@@ -6,27 +6,40 @@
 // 16-byte accesses (kN = kVec<T> elements per lane) when C % kVec<T> == 0 and all pointers are
 // 16-byte aligned, else the element-by-element instantiation kN = 1.
 //
+// Residual-fused forward (residual_rmsnorm_fwd): the same kernel with kResidual = true forms
+// res = a + b rounded to T exactly as residual_fwd does (kernels::load_input), stores it in the
+// first sweep and normalises the rounded values; the second sweep recomputes the sum from a and
+// b (L1 hits) rather than re-reading res, which the read-only input path would not see
+// coherently. Bit-identical to residual_fwd + rmsnorm_fwd when both take the same (vector or
+// element) path; 2 reads + 2 writes per element instead of 3 + 2. No fused backward op is
+// needed: rmsnorm_bwd already accumulates (+=) dinp into the residual stream's gradient.
+//
 // Backward, with norm = x·rstd and dnorm = dout·w:
 //   dinp += rstd·(dnorm − norm·mean(dnorm·norm))
 // by the same one-warp-per-row kernel (two sweeps), and dweight += Σ_rows dout·norm through
-// kernels::norm_wgrad (kernel_utils.cuh): fixed row ranges → per-block partials in allocator
+// kernels::channel_grad (kernel_utils.cuh): fixed row ranges → per-block partials in allocator
 // scratch → fixed-order reduction. No atomics; two runs are bit-identical.
 //
 // ptxas (sm_90a, CUDA 13.0, -Xptxas=-v): registers, spill stores, stack frame per kernel
-// (<T, kN, ...>: kN = 1 is the element-by-element instantiation):
-//   rmsnorm_bwd_kernel<bf16, 1>                           24 regs, 0 spill, 0 stack
-//   rmsnorm_bwd_kernel<bf16, 8>                           48 regs, 0 spill, 0 stack
-//   rmsnorm_bwd_kernel<float, 1>                          24 regs, 0 spill, 0 stack
-//   rmsnorm_bwd_kernel<float, 4>                          32 regs, 0 spill, 0 stack
-//   rmsnorm_fwd_kernel<bf16, 1>                           21 regs, 0 spill, 0 stack
-//   rmsnorm_fwd_kernel<bf16, 8>                           32 regs, 0 spill, 0 stack
-//   rmsnorm_fwd_kernel<float, 1>                          22 regs, 0 spill, 0 stack
-//   rmsnorm_fwd_kernel<float, 4>                          31 regs, 0 spill, 0 stack
-//   norm_wgrad_partial_kernel<bf16, 1, false>             29 regs, 0 spill, 0 stack
-//   norm_wgrad_partial_kernel<bf16, 8, false>             40 regs, 0 spill, 0 stack
-//   norm_wgrad_finish_kernel<1>                           24 regs, 0 spill, 0 stack
-//   norm_wgrad_partial_kernel<float, 1, false>            26 regs, 0 spill, 0 stack
-//   norm_wgrad_partial_kernel<float, 4, false>            32 regs, 0 spill, 0 stack
+// (<T, kN, ...>: kN = 1 is the element-by-element instantiation; the fwd kernel's last
+// parameter is kResidual):
+//   rmsnorm_bwd_kernel<bf16, 1>                         24 regs, 0 spill, 0 stack
+//   rmsnorm_bwd_kernel<bf16, 8>                         48 regs, 0 spill, 0 stack
+//   rmsnorm_bwd_kernel<float, 1>                        24 regs, 0 spill, 0 stack
+//   rmsnorm_bwd_kernel<float, 4>                        32 regs, 0 spill, 0 stack
+//   rmsnorm_fwd_kernel<bf16, 1, false>                  21 regs, 0 spill, 0 stack
+//   rmsnorm_fwd_kernel<bf16, 8, false>                  32 regs, 0 spill, 0 stack
+//   rmsnorm_fwd_kernel<float, 1, false>                 22 regs, 0 spill, 0 stack
+//   rmsnorm_fwd_kernel<float, 4, false>                 31 regs, 0 spill, 0 stack
+//   rmsnorm_fwd_kernel<bf16, 1, true>                   25 regs, 0 spill, 0 stack
+//   rmsnorm_fwd_kernel<bf16, 8, true>                   38 regs, 0 spill, 0 stack
+//   rmsnorm_fwd_kernel<float, 1, true>                  23 regs, 0 spill, 0 stack
+//   rmsnorm_fwd_kernel<float, 4, true>                  32 regs, 0 spill, 0 stack
+//   channel_grad_partial_kernel<bf16, 1, kRmsNorm>      29 regs, 0 spill, 0 stack
+//   channel_grad_partial_kernel<bf16, 8, kRmsNorm>      40 regs, 0 spill, 0 stack
+//   channel_grad_partial_kernel<float, 1, kRmsNorm>     26 regs, 0 spill, 0 stack
+//   channel_grad_partial_kernel<float, 4, kRmsNorm>     32 regs, 0 spill, 0 stack
+//   channel_grad_finish_kernel<1>                       24 regs, 0 spill, 0 stack
 #include <cuda_runtime.h>
 
 #include "forge/backend/cuda/context.h"
@@ -41,21 +54,26 @@ using namespace kernels;
 constexpr int kRowsPerBlock = 8;  // one warp per row
 constexpr int kThreads = 32 * kRowsPerBlock;
 
-template <typename T, int kN>
+// kResidual: the row is res = inp + inp2 rounded to T (load_input); sweep 1 also stores it.
+template <typename T, int kN, bool kResidual>
 __global__ void __launch_bounds__(kThreads)
-    rmsnorm_fwd_kernel(T* __restrict__ out, float* __restrict__ rstd, const T* __restrict__ inp,
+    rmsnorm_fwd_kernel(T* __restrict__ out, float* __restrict__ rstd, T* __restrict__ res,
+                       const T* __restrict__ inp, const T* __restrict__ inp2,
                        const T* __restrict__ weight, int N, int C, float eps) {
   const int lane = threadIdx.x % 32;
   const int row = blockIdx.x * kRowsPerBlock + threadIdx.x / 32;
-  if (row >= N) return;                              // the whole warp exits together
-  const T* x = inp + static_cast<int64_t>(row) * C;  // (C)
-  T* y = out + static_cast<int64_t>(row) * C;        // (C)
+  if (row >= N) return;  // the whole warp exits together
+  const int64_t off = static_cast<int64_t>(row) * C;
+  const T* x = inp + off;                    // (C)
+  const T* x2 = kResidual ? inp2 + off : x;  // (C), read only when kResidual
+  T* y = out + off;                          // (C)
 
   float sq = 0.0f;
 #pragma unroll 4
   for (int c = lane * kN; c < C; c += 32 * kN) {
     float v[kN];
-    load<T, kN>(x + c, v);
+    load_input<T, kN, kResidual>(x + c, x2 + c, v);
+    if constexpr (kResidual) store<T, kN>(res + off + c, v);
 #pragma unroll
     for (int k = 0; k < kN; ++k) sq += v[k] * v[k];
   }
@@ -64,7 +82,7 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll 2
   for (int c = lane * kN; c < C; c += 32 * kN) {
     float v[kN], w[kN], o[kN];
-    load<T, kN>(x + c, v);
+    load_input<T, kN, kResidual>(x + c, x2 + c, v);
     load<T, kN>(weight + c, w);
 #pragma unroll
     for (int k = 0; k < kN; ++k) o[k] = v[k] * s * w[k];
@@ -111,28 +129,45 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
+// Shared by rmsnorm_fwd (kResidual = false: res and inp2 null) and residual_rmsnorm_fwd.
+template <bool kResidual>
+void launch_fwd(Context& ctx, DType dt, void* res, void* out, float* rstd, const void* inp,
+                const void* inp2, const void* weight, int N, int C, float eps, const char* op) {
+  dispatch_dtype(dt, op, [&](auto tag) {
+    using T = decltype(tag);
+    const bool vec = C % kVec<T> == 0 && aligned16(out) && aligned16(inp) && aligned16(weight) &&
+                     aligned16(res) && aligned16(inp2);
+    const int grid = (N + kRowsPerBlock - 1) / kRowsPerBlock;
+    auto args = [&](auto kernel) {
+      kernel<<<grid, kThreads, 0, ctx.stream()>>>(
+          static_cast<T*>(out), rstd, static_cast<T*>(res), static_cast<const T*>(inp),
+          static_cast<const T*>(inp2), static_cast<const T*>(weight), N, C, eps);
+    };
+    if (vec) {
+      args(rmsnorm_fwd_kernel<T, kVec<T>, kResidual>);
+    } else {
+      args(rmsnorm_fwd_kernel<T, 1, kResidual>);
+    }
+    FORGE_CUDA_CHECK_LAUNCH();
+  });
+}
+
 }  // namespace
 
 void rmsnorm_fwd(Context& ctx, DType dt, void* out, float* rstd, const void* inp,
                  const void* weight, int N, int C, float eps) {
   FORGE_CHECK(N >= 0 && C > 0, "[rmsnorm_fwd] bad dims N=", N, " C=", C);
   if (N == 0) return;
-  dispatch_dtype(dt, "rmsnorm_fwd", [&](auto tag) {
-    using T = decltype(tag);
-    const bool vec = C % kVec<T> == 0 && aligned16(out) && aligned16(inp) && aligned16(weight);
-    const int grid = (N + kRowsPerBlock - 1) / kRowsPerBlock;
-    auto args = [&](auto kernel) {
-      kernel<<<grid, kThreads, 0, ctx.stream()>>>(static_cast<T*>(out), rstd,
-                                                  static_cast<const T*>(inp),
-                                                  static_cast<const T*>(weight), N, C, eps);
-    };
-    if (vec) {
-      args(rmsnorm_fwd_kernel<T, kVec<T>>);
-    } else {
-      args(rmsnorm_fwd_kernel<T, 1>);
-    }
-    FORGE_CUDA_CHECK_LAUNCH();
-  });
+  launch_fwd<false>(ctx, dt, nullptr, out, rstd, inp, nullptr, weight, N, C, eps, "rmsnorm_fwd");
+}
+
+void residual_rmsnorm_fwd(Context& ctx, DType dt, void* res, void* out, float* rstd, const void* a,
+                          const void* b, const void* weight, int N, int C, float eps) {
+  FORGE_CHECK(N >= 0 && C > 0, "[residual_rmsnorm_fwd] bad dims N=", N, " C=", C);
+  FORGE_CHECK(res != a && res != b && res != out,
+              "[residual_rmsnorm_fwd] res must be its own buffer (not a, b or out)");
+  if (N == 0) return;
+  launch_fwd<true>(ctx, dt, res, out, rstd, a, b, weight, N, C, eps, "residual_rmsnorm_fwd");
 }
 
 void rmsnorm_bwd(Context& ctx, DType dt, void* dinp, float* dweight, const void* dout,
@@ -155,9 +190,9 @@ void rmsnorm_bwd(Context& ctx, DType dt, void* dinp, float* dweight, const void*
       args(rmsnorm_bwd_kernel<T, 1>);
     }
     FORGE_CUDA_CHECK_LAUNCH();
-    norm_wgrad<T, false>(ctx, dweight, nullptr, static_cast<const T*>(dout),
-                         static_cast<const T*>(inp), nullptr, rstd, N, C,
-                         C % kVec<T> == 0 && aligned16(dout) && aligned16(inp));
+    channel_grad<T, ChannelGrad::kRmsNorm>(ctx, dweight, nullptr, static_cast<const T*>(dout),
+                                           static_cast<const T*>(inp), nullptr, rstd, N, C,
+                                           C % kVec<T> == 0 && aligned16(dout) && aligned16(inp));
   });
 }
 
