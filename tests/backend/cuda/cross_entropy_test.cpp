@@ -1,21 +1,38 @@
 // CUDA fused LM head + cross-entropy against the CPU composition it replaces, in double:
 // logits = cpu::linear_fwd (kOutIn), cpu::cross_entropy_fwd/bwd, cpu::linear_bwd. Inputs are
-// rounded to the kernel dtype first. Cases: V = 1000 padded to 1024 (one partial chunk), and
-// GPT-2's V = 50257 padded to 50304 with N = 64, which spans seven 8192-column chunks with a
-// partial last one. The padded rows of w hold random values, so a kernel that let padded
-// columns into the softmax would change every loss. Rows include an ignored target (−1) and
-// targets in the first and the last real column.
+// rounded to the kernel dtype first. Cases: V = 1000 padded to 1024 (one partial chunk), GPT-2's
+// V = 50257 padded to 50304 with N = 64, which spans seven 8192-column f32 chunks with a partial
+// last one, and V = 70000, whose bf16 rows are longer than the row kernel's 65,536-column
+// register segment. The bf16 path chunks rows instead: lm_head_cross_entropy_bf16 (cross_entropy.h)
+// takes the chunk size, so small N can span several row chunks with a partial last one.
+//
+// The padded rows of w hold random values ~10× the real ones (padded logits ~N(0, 16²)), so a
+// kernel that let a padded column into the softmax would change every loss grossly; the padded
+// rows of dw must come back bit-identical (the f32 path never touches them, the bf16 path adds
+// exact zeros), and the dx rows of ignored targets too.
+// Rows include ignored targets (−1) in the first and the last row chunk and targets in the first
+// and the last real column.
+//
+// bf16 logits: the kernel rounds each logit to bf16 before the softmax, so the reference does the
+// same (the tolerance measures the kernel, not the rounding). To make the two roundings agree bit
+// for bit, the bf16 inputs are quantised: x to multiples of 1/16 in [−4, 4], w to multiples of
+// 1/256 in [−0.5, 0.5] (both exact in bf16). Every product is then a multiple of 2^-12 below 2 in
+// magnitude and every partial sum over C ≤ 64 terms is below 2^7: 19 significant bits, exact in
+// f32 in any summation order, so the GPU's f32-accumulated logits equal the double ones exactly
+// and round to the same bf16. With that, the losses keep the f32 tolerance.
 //
 // Gradient tolerances scale with Σ|terms| of each output element (|prefill| + |dlogits|·|w| for
 // dx, |dlogits|ᵀ·|x| for dw): with V = 50257 most dlogits are ~1/V, so one absolute tolerance
 // would either drown the softmax part of dw or fail on the onehot part.
 #include "forge/ops/cross_entropy.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <vector>
 
 #include "cuda_testing.h"
+#include "forge/backend/cuda/cross_entropy.h"
 #include "forge/backend/cuda/ops.h"
 #include "forge/ops/linear.h"
 
@@ -63,48 +80,74 @@ class CrossEntropyTest : public CudaTest {
     std::vector<int32_t> targets;
     float dloss = 0.37f;
   };
+  // Multiples of 1/scale, clamped to ±limit (see the file comment: exact bf16 logits).
+  static std::vector<float> quantised(std::vector<float> v, double scale, double limit) {
+    for (float& e : v)
+      e = static_cast<float>(std::clamp(std::round(e * scale), -limit * scale, limit * scale) /
+                             scale);
+    return v;
+  }
   static Inputs make_inputs(DType dt, const CeShape& s, uint64_t seed) {
     auto rounded = [dt](std::vector<float> v) { return dt == DType::kBF16 ? round_bf16(v) : v; };
+    const bool bf16 = dt == DType::kBF16;
     Inputs in;
-    in.x = rounded(random_normal<float>(size_t(s.N) * s.C, seed));
+    in.x = random_normal<float>(size_t(s.N) * s.C, seed);
     // Logits ~ N(0, 1.6²): a softmax that is neither flat nor one-hot.
-    in.w = rounded(random_normal<float>(size_t(s.Vp) * s.C, seed + 1, 0.2));
+    in.w = random_normal<float>(size_t(s.V) * s.C, seed + 1, 0.2);
+    if (bf16) {
+      if (s.C > 64) ADD_FAILURE() << "C = " << s.C << " > 64: bf16 logits no longer exact in f32";
+      in.x = quantised(in.x, 16, 4), in.w = quantised(in.w, 256, 0.5);
+    }
+    in.x = rounded(in.x);
+    const std::vector<float> padded = random_normal<float>(size_t(s.Vp - s.V) * s.C, seed + 5, 2.0);
+    in.w.insert(in.w.end(), padded.begin(), padded.end());
+    in.w = rounded(in.w);
     in.dx0 = rounded(random_normal<float>(size_t(s.N) * s.C, seed + 2, 0.1));
     in.dw0 = random_normal<float>(size_t(s.Vp) * s.C, seed + 3, 1e-4);  // f32 always
     in.targets = random_ids(s.N, s.V, seed + 4);
     in.targets[0] = 0;
-    in.targets[1] = s.V - 1;  // in the last (partial) chunk
-    in.targets[3] = -1;       // ignored
+    in.targets[1] = s.V - 1;                // in the last (partial) vocabulary chunk
+    in.targets[3] = -1;                     // ignored
+    if (s.N > 6) in.targets[s.N - 2] = -1;  // ignored, in the last row chunk
     return in;
   }
 
   struct Outputs {
     std::vector<float> losses_fwd_only, losses, dx, dw;
   };
-  Outputs run_gpu(DType dt, const CeShape& s, const Inputs& in) {
+  // chunk_rows > 0: the bf16 path with that many rows per chunk; 0: the op of ops.h.
+  Outputs run_gpu(DType dt, const CeShape& s, const Inputs& in, int chunk_rows = 0) {
     auto x = to_device(dt, in.x), w = to_device(dt, in.w), dx = to_device(dt, in.dx0);
     auto dw = upload(in.dw0);
     auto targets = upload(in.targets);
     auto dloss = upload(std::vector<float>{in.dloss});
     auto losses1 = poisoned<float>(s.N), losses2 = poisoned<float>(s.N);
-    lm_head_cross_entropy(ctx(), dt, losses1.data(), nullptr, nullptr, x.data(), w.data(),
-                          targets.data(), nullptr, s.N, s.C, s.V, s.Vp);
-    lm_head_cross_entropy(ctx(), dt, losses2.data(), dx.data(), dw.data(), x.data(), w.data(),
-                          targets.data(), dloss.data(), s.N, s.C, s.V, s.Vp);
+    auto op = [&](float* losses, void* dx_p, float* dw_p, const float* dloss_p) {
+      if (chunk_rows > 0)
+        lm_head_cross_entropy_bf16(ctx(), losses, dx_p, dw_p, x.data(), w.data(), targets.data(),
+                                   dloss_p, s.N, s.C, s.V, s.Vp, chunk_rows);
+      else
+        lm_head_cross_entropy(ctx(), dt, losses, dx_p, dw_p, x.data(), w.data(), targets.data(),
+                              dloss_p, s.N, s.C, s.V, s.Vp);
+    };
+    op(losses1.data(), nullptr, nullptr, nullptr);
+    op(losses2.data(), dx.data(), dw.data(), dloss.data());
     return {download(losses1), download(losses2), to_host(dt, dx), download(dw)};
   }
 
   // rtol_grad: relative to Σ|terms| (see the file comment).
-  void check_against_cpu(DType dt, const CeShape& s, double rtol_grad) {
-    SCOPED_TRACE(::testing::Message() << dtype_name(dt) << " N=" << s.N << " C=" << s.C
-                                      << " V=" << s.V << " Vp=" << s.Vp);
+  void check_against_cpu(DType dt, const CeShape& s, double rtol_grad, int chunk_rows = 0) {
+    SCOPED_TRACE(::testing::Message() << dtype_name(dt) << " N=" << s.N << " C=" << s.C << " V="
+                                      << s.V << " Vp=" << s.Vp << " chunk_rows=" << chunk_rows);
     const Inputs in = make_inputs(dt, s, 1000 + s.V);
-    const Outputs gpu = run_gpu(dt, s, in);
+    const Outputs gpu = run_gpu(dt, s, in, chunk_rows);
 
     const std::vector<double> x(in.x.begin(), in.x.end()), w(in.w.begin(), in.w.end());
     std::vector<double> logits(size_t(s.N) * s.Vp), losses(s.N), dlogits(logits.size());
     cpu::linear_fwd<double>(logits.data(), x.data(), w.data(), nullptr, s.N, s.C, s.Vp,
                             cpu::WeightLayout::kOutIn);
+    if (dt == DType::kBF16)  // the kernel's bf16 logits (exact f32 values, see the file comment)
+      for (double& l : logits) l = bf16_to_f32(f32_to_bf16(static_cast<float>(l)));
     cpu::cross_entropy_fwd<double>(losses.data(), logits.data(), in.targets.data(), s.N, s.V, s.Vp);
     cpu::cross_entropy_bwd<double>(dlogits.data(), logits.data(), in.targets.data(), in.dloss, s.N,
                                    s.V, s.Vp);
@@ -117,15 +160,27 @@ class CrossEntropyTest : public CudaTest {
                             abs_of(x).data(), abs_of(w).data(), s.N, s.C, s.Vp,
                             cpu::WeightLayout::kOutIn);
 
-    // Losses: in both dtypes the logits are exact products of the (rounded) inputs summed in
-    // f32, and the softmax statistics are f32: the brief's f32 tolerance, atol 1e-5, rtol 1e-4.
+    // Losses: in both dtypes the reference sees the kernel's logits (f32 GEMM sums; for bf16,
+    // the same values rounded to bf16) and the softmax statistics are f32: the f32 tolerance,
+    // atol 1e-5, rtol 1e-4.
     const forge::testing::Tol tol_loss{1e-5, 1e-4};
     EXPECT_TRUE(all_close(gpu.losses_fwd_only, losses, tol_loss)) << "forward-only losses";
     EXPECT_TRUE(all_close(gpu.losses, losses, tol_loss)) << "losses with backward";
-    EXPECT_EQ(gpu.losses[3], 0.0f) << "ignored row";
     // atol 1e-12: far below the smallest gradient terms (~dloss·x/V ≈ 1e-6).
     EXPECT_TRUE(close_within_bound(gpu.dx, dx, dx_bound, rtol_grad, 1e-12)) << "dx";
     EXPECT_TRUE(close_within_bound(gpu.dw, dw, dw_bound, rtol_grad, 1e-12)) << "dw";
+    // Exact: ignored rows get loss 0 and leave dx alone; padded rows of dw receive nothing.
+    for (int n = 0; n < s.N; ++n) {
+      if (in.targets[n] >= 0) continue;
+      EXPECT_EQ(gpu.losses[n], 0.0f) << "ignored row " << n;
+      EXPECT_EQ(gpu.losses_fwd_only[n], 0.0f) << "ignored row " << n;
+      EXPECT_EQ(0, std::memcmp(gpu.dx.data() + size_t(n) * s.C, in.dx0.data() + size_t(n) * s.C,
+                               sizeof(float) * s.C))
+          << "dx of ignored row " << n;
+    }
+    EXPECT_EQ(0, std::memcmp(gpu.dw.data() + size_t(s.V) * s.C, in.dw0.data() + size_t(s.V) * s.C,
+                             sizeof(float) * size_t(s.Vp - s.V) * s.C))
+        << "dw of the padded rows";
   }
 };
 
@@ -137,13 +192,28 @@ TEST_F(CrossEntropyTest, F32SmallVocabMatchesCpu) {
 TEST_F(CrossEntropyTest, F32GptVocabManyChunksMatchesCpu) {
   check_against_cpu(DType::kF32, {64, 64, 50257, 50304}, 1e-4);
 }
-// bf16: dlogits rounded to bf16 as a GEMM operand (2^-9 of each term) and dx stored in bf16
-// (2^-9 of |dx| ≤ bound): at most ~4e-3 of Σ|terms| -> rtol 1e-2.
+TEST_F(CrossEntropyTest, F32Vocab70kMatchesCpu) {
+  check_against_cpu(DType::kF32, {8, 32, 70000, 70016}, 1e-4);
+}
+// bf16: dlogits rounded to bf16 as a GEMM operand (≤ 2^-8 of each term) and dx stored in bf16
+// (≤ 2^-8 of |dx| ≤ bound): at most 2·2^-8 ≈ 7.8e-3 of Σ|terms| -> rtol 1e-2. (The logits' own
+// bf16 rounding is in the reference, see the file comment.)
 TEST_F(CrossEntropyTest, Bf16SmallVocabMatchesCpu) {
   check_against_cpu(DType::kBF16, {37, 64, 1000, 1024}, 1e-2);
 }
-TEST_F(CrossEntropyTest, Bf16GptVocabManyChunksMatchesCpu) {
+TEST_F(CrossEntropyTest, Bf16GptVocabMatchesCpu) {
   check_against_cpu(DType::kBF16, {64, 64, 50257, 50304}, 1e-2);
+}
+// Rows longer than one 65,536-column register segment: the write pass re-reads the first one;
+// target V − 1 lies in the second.
+TEST_F(CrossEntropyTest, Bf16Vocab70kBeyondOneRegisterSegmentMatchesCpu) {
+  check_against_cpu(DType::kBF16, {8, 32, 70000, 70016}, 1e-2);
+}
+// Several row chunks with a partial last one (128 + 128 + 77 and 48 + 48 + 4 rows): dx rows are
+// written by their own chunk only, dw accumulates over the chunks.
+TEST_F(CrossEntropyTest, Bf16RowChunksWithPartialLastChunkMatchCpu) {
+  check_against_cpu(DType::kBF16, {333, 64, 1000, 1024}, 1e-2, 128);
+  check_against_cpu(DType::kBF16, {100, 64, 50257, 50304}, 1e-2, 48);
 }
 
 TEST_F(CrossEntropyTest, RunsAreBitIdentical) {
@@ -158,6 +228,11 @@ TEST_F(CrossEntropyTest, RunsAreBitIdentical) {
     EXPECT_TRUE(same(a.dx, b.dx)) << dtype_name(dt);
     EXPECT_TRUE(same(a.dw, b.dw)) << dtype_name(dt);
   }
+  const Inputs in = make_inputs(DType::kBF16, s, 78);  // three row chunks
+  const Outputs a = run_gpu(DType::kBF16, s, in, 24), b = run_gpu(DType::kBF16, s, in, 24);
+  EXPECT_EQ(0, std::memcmp(a.losses.data(), b.losses.data(), a.losses.size() * 4));
+  EXPECT_EQ(0, std::memcmp(a.dx.data(), b.dx.data(), a.dx.size() * 4));
+  EXPECT_EQ(0, std::memcmp(a.dw.data(), b.dw.data(), a.dw.size() * 4));
 }
 
 }  // namespace

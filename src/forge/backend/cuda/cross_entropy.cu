@@ -1,38 +1,76 @@
-// CUDA LM head + cross-entropy, fused over vocabulary chunks (contract in ops.h). The logits
-// x·wᵀ of a real vocabulary (50k columns × 8k tokens = 1.6 GB in f32) are never materialised:
-// the vocabulary is cut into chunks of Vc columns and only one chunk's logits (N, Vc) exist at
-// a time, in an f32 scratch.
+// CUDA LM head + cross-entropy (contract in ops.h). The full f32 logits x·wᵀ of a real vocabulary
+// (50k columns × 65k tokens = 13 GB) are never stored; each dtype has its own way around them.
 //
-// Forward, per chunk c: logits_c = x·w[c]ᵀ (cuBLASLt, f32 output) and one block per row folds
-// the chunk into a running (max, Σexp) in f32 — the online softmax of the flash-attention papers
-// — and picks up the target's logit when the target falls in the chunk. The last chunk's launch
-// writes loss = log Σ + max − logit[target]. Padded columns [V, Vp) are simply outside every
-// chunk: never computed, never in the softmax, and their dw rows receive nothing (+= 0).
+// ---- bf16: chunks of rows (tokens), logits stored in bf16 -------------------------------------
+// The tokens are cut into chunks of Nc rows; per chunk, four launches:
+//  1. logits (Nc, Vp) = x[rows]·wᵀ, one cuBLASLt GEMM over the whole padded vocabulary with bf16
+//     output (f32 accumulation), into a scratch of row stride ld = Vp rounded up to 64 (128-byte
+//     rows, so 16-byte vector access throughout);
+//  2. ce_rows_kernel, one block of 1024 threads per row: (max, Σexp) over the first V columns in
+//     f32, loss = log Σ + max − logit[target]; with a gradient requested it then overwrites the
+//     row IN PLACE with dlogits = dloss·(softmax − onehot) in bf16: exactly 0 on ignored rows
+//     and in the padded columns [V, ld);
+//  3. dx[rows] (Nc, C) += dlogits·w, bf16 output with beta = 1: cuBLASLt forms dx + Σ in f32 and
+//     rounds once. Every dx row lies in exactly one chunk and K spans the whole vocabulary, so
+//     each dx element is rounded once per call, as the f32 sum-then-add did before;
+//  4. dw (Vp, C) += dlogitsᵀ·x[rows] in f32 (beta = 1), chunks in order.
+// Each logit is computed once (the vocabulary-chunked bf16 backward this replaces recomputed every
+// chunk's GEMM), and dx/dw are two long-K GEMMs per chunk instead of 2·⌈V/1024⌉ short ones that
+// each read and wrote an (N, C) f32 accumulator.
 //
-// Backward (when dx or dw is given), a second sweep in reverse chunk order: the last chunk's
-// logits are still in the scratch, so that sweep skips one GEMM; every other chunk is
-// recomputed (same algorithm, same bits). A kernel turns the chunk into
-// dlogits = dloss·(exp(l − max)/Σ − onehot) — in place for f32; for bf16 into a bf16 copy,
-// because both GEMM operands must share one type and the other operand (w or x) is bf16 —
-// then dx += dlogits·w[c] and dw[c] += dlogitsᵀ·x (f32, beta = 1). dx in f32 accumulates
-// directly; a bf16 dx would be rounded once per chunk, so the chunk products go to an f32
-// (N, C) scratch that is added to dx once at the end. dloss is read on the device: no host sync.
+// The GEMMs run over Vp columns, not V: with 50,257 as an extent cuBLASLt leaves its sm90 kernels
+// for sm75/sm80 CUTLASS ones (H200, one 9,472-row chunk of GPT-2: logits 7.7 ms instead of 1.02,
+// dx 5.7 instead of 0.98, dw 1.47 instead of 0.94). The padded rows of w only ever meet the exact
+// zeros of dlogits' padded columns (they must be finite: 0·inf is NaN), so dx gains exact zeros
+// and dw's padded rows receive += 0.
 //
+// The row kernel reads each logit from memory once: a row of up to 65,536 columns is held in
+// registers (8 packs of 8 bf16 per thread, 32 registers) between the statistics and the write
+// pass, so HBM sees one read and (backward) one write per logit. Longer rows go in segments of
+// 65,536 columns; the write pass re-reads all but the last one. Measured (ncu, H200, GPT-2
+// chunk of 9,472 × 50,304): 0.56 ms, 953 MB read + 923 MB written = 3.3 TB/s; the two-pass
+// variant that re-reads the row (256 or 512 threads per row) takes 0.68–0.70 ms and reads
+// 1.85–1.9 GB: the second pass mostly misses L2.
+//
+// Row chunk: Nc = N when the (N, ld) bf16 scratch fits in 1 GiB; otherwise the rows are split
+// into the fewest equal chunks (multiples of 128 rows) that fit. GPT-2 124M (N = 65,536,
+// ld = 50,304): 7 chunks of 9,472 rows (the last 8,704), a 953 MB scratch and nothing else
+// (the vocabulary-chunked bf16 path used 256 MiB f32 logits + 128 MiB bf16 dlogits + an (N, C)
+// f32 dx sum of 201 MB). Per GPT-2 step: 3.9 ms of row kernels + 20.3 ms of GEMMs, where the
+// old path spent 18.9 ms in its two row kernels alone (and ~28 ms of GEMMs, one set recomputed);
+// `forge bench train --preset gpt2-124m` went from 155.1 to 130.2 ms per step.
+//
+// Numerics: each logit is rounded to bf16 (relative error ≤ 2^-8) before the softmax, as llm.c
+// does. A token's loss moves by at most 2^-8·(|l_target| + Σ p·|l|); the errors have random signs,
+// so the mean over a batch moves far less. The statistics, exp and loss are f32; dlogits are
+// rounded to bf16 once, as GEMM operands must be anyway.
+//
+// ---- f32 (the parity reference): chunks of vocabulary columns, f32 logits ---------------------
+// The vocabulary is cut into chunks of Vc columns and only one chunk's logits (N, Vc) exist at a
+// time, in an f32 scratch. Forward, per chunk c: logits_c = x·w[c]ᵀ (cuBLASLt, f32) and one
+// block per row folds the chunk into a running (max, Σexp) in f32 — the online softmax of the
+// flash-attention papers — and picks up the target's logit when the target falls in the chunk.
+// The last chunk's launch writes loss = log Σ + max − logit[target]. Padded columns [V, Vp) are
+// outside every chunk: never computed, never in the softmax, and their dw rows receive nothing.
+// Backward (dx or dw given), a second sweep in reverse chunk order: the last chunk's logits are
+// still in the scratch, so that sweep skips one GEMM; every other chunk is recomputed (same
+// algorithm, same bits). A kernel turns the chunk into dlogits = dloss·(exp(l − max)/Σ − onehot)
+// in place, then dx += dlogits·w[c] and dw[c] += dlogitsᵀ·x (beta = 1).
 // Chunk width: Vc = 8192 while the (N, Vc) f32 scratch stays under 256 MiB (N ≤ 8192 tokens),
 // narrower for larger N, never below 1024 (the GEMMs are then still ≥ N×1024×C), and never wider
 // than the vocabulary rounded up to 256. Multiples of 256 keep every scratch row 1 KiB-aligned,
-// so the row kernels use 16-byte f32 loads throughout. A bf16 backward adds the (N, Vc) bf16
-// dlogits copy (half the f32 scratch) and an (N, C) f32 dx sum.
+// so the row kernels use 16-byte f32 loads throughout.
 //
+// ---- both -----------------------------------------------------------------------------------
 // Targets: negative = ignored (loss 0, no gradient), as the CPU's −1. A target ≥ V is a caller
 // bug that is not checked on the device (it would need a host sync); its loss is undefined.
-//
-// Determinism: fixed-order block reductions, no atomics, deterministic cuBLASLt algorithms.
+// dloss is read on the device: no host sync. Determinism: fixed-order block reductions, no
+// atomics, deterministic cuBLASLt algorithms, chunks accumulated in a fixed order.
 //
 // ptxas (sm_90a, CUDA 13.0, -O3), registers / spill bytes, all with 0 stack frame:
+//   ce_rows_kernel                  60 / 0  (256 B shared; 1024 threads, so ≤ 64 registers)
 //   ce_chunk_stats_kernel           32 / 0  (64 B shared)
-//   ce_chunk_grad_kernel  <float>   25 / 0   <bf16> 26 / 0
-//   add_f32_kernel        <bf16>    13 / 0
+//   ce_chunk_grad_kernel            24 / 0
 #include <cuda_bf16.h>
 
 #include <algorithm>
@@ -41,6 +79,7 @@
 
 #include "forge/backend/cuda/check.h"
 #include "forge/backend/cuda/context.h"
+#include "forge/backend/cuda/cross_entropy.h"
 #include "forge/backend/cuda/gemm.h"
 #include "forge/backend/cuda/kernel_utils.cuh"
 #include "forge/backend/cuda/ops.h"
@@ -51,13 +90,182 @@ namespace {
 
 using bf16 = __nv_bfloat16;
 
+// ---- bf16: row chunks -----------------------------------------------------------------------
+
+constexpr int kRowThreads = 1024;                     // one block per row
+constexpr int kRowWarps = kRowThreads / 32;           // 32: one final warp merges them all
+constexpr int kRowPacks = 8;                          // 16-byte packs per thread per segment
+constexpr int kSegPacks = kRowThreads * kRowPacks;    // 8192 packs = 65,536 columns
+constexpr size_t kRowScratchBytes = size_t{1} << 30;  // bound on the (Nc, ld) bf16 logits
+constexpr int kRowGranule = 128;                      // Nc is a multiple (GEMM tile rows)
+constexpr float kLog2e = 1.4426950408889634f;
+
+struct RowArgs {
+  bf16* logits;            // (rows, ld): logits in, dlogits out when dloss is given
+  float* losses;           // (rows)
+  const int32_t* targets;  // (rows)
+  const float* dloss;      // one f32, or null for the forward only
+  int V, ld;               // real columns; row stride (a multiple of 8)
+};
+
+// 2^x on the SFU, subnormal results flushed to 0: the softmax sums terms ≤ 1 of which one is
+// exactly 1, so a term below 2^-126 changes nothing, and the non-flushing exp2f costs three
+// more instructions per element.
+__device__ __forceinline__ float exp2_ftz(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+
+// Merges (m2, s2) into (m, s), pairs of (max, Σ 2^((x − max)·log2e)); finite throughout (empty =
+// (−FLT_MAX, 0)) and commutative bit for bit, so both lanes of a butterfly get the same result.
+__device__ __forceinline__ void merge_max_sum2(float& m, float& s, float m2, float s2) {
+  const float mn = fmaxf(m, m2);
+  s = s * exp2_ftz((m - mn) * kLog2e) + s2 * exp2_ftz((m2 - mn) * kLog2e);
+  m = mn;
+}
+
+// Eight f32 → eight bf16 (round to nearest even) in one 16-byte pack, two per cvt instruction.
+__device__ __forceinline__ int4 pack8_bf16(const float (&v)[8]) {
+  int4 r;
+  int* w = reinterpret_cast<int*>(&r);
+#pragma unroll
+  for (int k = 0; k < 4; ++k) {
+    const __nv_bfloat162 h = __floats2bfloat162_rn(v[2 * k], v[2 * k + 1]);
+    w[k] = *reinterpret_cast<const int*>(&h);
+  }
+  return r;
+}
+
+// Loads segment `seg` of a row into the thread's packs (pack i of the row is row16[i]).
+__device__ __forceinline__ void load_segment(int4 (&pack)[kRowPacks], const int4* row16, int seg,
+                                             int packs) {
+#pragma unroll
+  for (int p = 0; p < kRowPacks; ++p) {
+    const int i = seg * kSegPacks + p * kRowThreads + static_cast<int>(threadIdx.x);
+    if (i < packs) pack[p] = row16[i];
+  }
+}
+
+// One block per row n of the chunk. Pass 1 folds the row into a per-thread (max, Σexp), merged
+// over the block in a fixed order; pass 2 (when dloss is given) writes dlogits over the row.
+// Thread 0 reads the target's logit before the block's barrier, hence before any write. Only
+// the pack holding column V − 1 (and packs beyond it) pays for the column mask, and only the
+// pack holding the target for the onehot.
+__global__ void __launch_bounds__(kRowThreads, 1) ce_rows_kernel(RowArgs a) {
+  __shared__ float s_m[kRowWarps], s_s[kRowWarps];
+  const int n = blockIdx.x;
+  const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
+  const int32_t target = a.targets[n];
+  bf16* row = a.logits + static_cast<int64_t>(n) * a.ld;  // (ld)
+  int4* row16 = reinterpret_cast<int4*>(row);
+  const int packs = a.ld / 8;
+  const int segs = (packs + kSegPacks - 1) / kSegPacks;
+
+  if (target < 0) {  // ignored: loss 0, zero gradient (whole block returns)
+    if (tid == 0) a.losses[n] = 0.0f;
+    if (a.dloss)
+      for (int i = tid; i < packs; i += kRowThreads) row16[i] = make_int4(0, 0, 0, 0);
+    return;
+  }
+  // NaN for a target ≥ V (a caller bug): a visible wrong loss, and no read past the row.
+  const float l_target = target < a.V ? __bfloat162float(row[target]) : __int_as_float(0x7fc00000);
+
+  // Pass 1. Masked columns (≥ V) count as −inf: exp2 gives 0 and they never raise the max.
+  int4 pack[kRowPacks];
+  float m = -FLT_MAX, s = 0.0f;
+  for (int seg = 0; seg < segs; ++seg) {
+    load_segment(pack, row16, seg, packs);
+#pragma unroll
+    for (int p = 0; p < kRowPacks; ++p) {
+      const int i = seg * kSegPacks + p * kRowThreads + tid;
+      if (i >= packs || i * 8 >= a.V) break;  // (a pack all in [V, ld) could make m·log2e −inf)
+      float v[8];
+      kernels::unpack16(pack[p], v, bf16{});
+      if (i * 8 + 8 > a.V) {
+#pragma unroll
+        for (int e = 0; e < 8; ++e)
+          if (i * 8 + e >= a.V) v[e] = -INFINITY;
+      }
+      float pm = v[0];
+#pragma unroll
+      for (int e = 1; e < 8; ++e) pm = fmaxf(pm, v[e]);
+      if (pm > m) {
+        s *= exp2_ftz((m - pm) * kLog2e);
+        m = pm;
+      }
+      const float ml = m * kLog2e;
+#pragma unroll
+      for (int e = 0; e < 8; ++e) s += exp2_ftz(fmaf(v[e], kLog2e, -ml));
+    }
+  }
+  // Block merge: butterfly within each warp, then every warp merges the 32 warp results the same
+  // way, so all threads hold the same (m, s) without a second barrier.
+#pragma unroll
+  for (int off = 16; off > 0; off /= 2)
+    merge_max_sum2(m, s, __shfl_xor_sync(0xffffffffu, m, off),
+                   __shfl_xor_sync(0xffffffffu, s, off));
+  if (lane == 0) s_m[warp] = m, s_s[warp] = s;
+  __syncthreads();
+  m = s_m[lane], s = s_s[lane];
+#pragma unroll
+  for (int off = 16; off > 0; off /= 2)
+    merge_max_sum2(m, s, __shfl_xor_sync(0xffffffffu, m, off),
+                   __shfl_xor_sync(0xffffffffu, s, off));
+  if (tid == 0) a.losses[n] = logf(s) + m - l_target;
+  if (!a.dloss) return;
+
+  // Pass 2, last segment first: it is still in registers (for GPT-2 sizes, the whole row).
+  // dlogit = dloss·softmax, minus dloss at the target; exactly 0 in [V, ld).
+  const float g = *a.dloss, g_inv = g / s, ml = m * kLog2e;
+  for (int seg = segs - 1; seg >= 0; --seg) {
+    if (seg != segs - 1) load_segment(pack, row16, seg, packs);
+#pragma unroll
+    for (int p = 0; p < kRowPacks; ++p) {
+      const int i = seg * kSegPacks + p * kRowThreads + tid;
+      if (i >= packs) break;
+      float v[8];
+      kernels::unpack16(pack[p], v, bf16{});
+#pragma unroll
+      for (int e = 0; e < 8; ++e) v[e] = exp2_ftz(fmaf(v[e], kLog2e, -ml)) * g_inv;
+      const int t = target - i * 8;
+      if (t >= 0 && t < 8) {
+#pragma unroll
+        for (int e = 0; e < 8; ++e)
+          if (e == t) v[e] -= g;
+      }
+      if (i * 8 + 8 > a.V) {
+#pragma unroll
+        for (int e = 0; e < 8; ++e)
+          if (i * 8 + e >= a.V) v[e] = 0.0f;
+      }
+      row16[i] = pack8_bf16(v);
+    }
+  }
+}
+
+// Row stride of the bf16 logits scratch: Vp rounded up to 64 columns (128-byte rows).
+int row_stride(int Vp) {
+  return (Vp + 63) / 64 * 64;
+}
+
+// Rows per chunk: all N if the (N, ld) scratch fits the budget, else the fewest equal chunks of
+// a multiple of kRowGranule rows that fit.
+int chunk_rows(int N, int ld) {
+  const int64_t row_bytes = static_cast<int64_t>(ld) * sizeof(bf16);
+  const int64_t cap = std::max<int64_t>(
+      kRowGranule, static_cast<int64_t>(kRowScratchBytes) / row_bytes / kRowGranule * kRowGranule);
+  if (N <= cap) return N;
+  const int64_t chunks = (N + cap - 1) / cap;
+  const int64_t rows = (N + chunks - 1) / chunks;
+  return static_cast<int>((rows + kRowGranule - 1) / kRowGranule * kRowGranule);
+}
+
+// ---- f32: vocabulary chunks -----------------------------------------------------------------
+
 constexpr int kThreads = 256;  // per row block
 constexpr int kWarps = kThreads / 32;
 constexpr size_t kScratchBytes = size_t{256} << 20;  // bound on the (N, Vc) f32 logits
-
-// dtype conversions shared with the other kernels.
-using kernels::from_f32;
-using kernels::to_f32;
 
 template <typename T>
 struct alignas(sizeof(T) * 4) Pack4 {
@@ -123,12 +331,11 @@ __global__ void __launch_bounds__(kThreads)
   if (a.last) losses[n] = logf(s) + m - target_logit[n];
 }
 
-// One block per row: dlogits[n, j] = dloss·(softmax − onehot) for the chunk's real columns, 0 for
-// ignored rows (and for the slack columns [width, round_up(width, 4)) of the row). dlogits may be
-// the logits memory (T = float): each element is read by the thread that overwrites it.
-template <typename T>
+// One block per row, in place over the chunk's f32 logits: dloss·(softmax − onehot) for the
+// chunk's real columns, 0 for ignored rows (and for the slack columns [width, round_up(width, 4))
+// of the row). Each element is read by the thread that overwrites it.
 __global__ void __launch_bounds__(kThreads)
-    ce_chunk_grad_kernel(T* dlogits, const float* logits, const float* __restrict__ row_max,
+    ce_chunk_grad_kernel(float* logits, const float* __restrict__ row_max,
                          const float* __restrict__ row_sum, const int32_t* __restrict__ targets,
                          const float* __restrict__ dloss, ChunkArgs a) {
   const int n = blockIdx.x;
@@ -138,28 +345,19 @@ __global__ void __launch_bounds__(kThreads)
   const float m = ignored ? 0.0f : row_max[n];
   const float inv = ignored ? 0.0f : 1.0f / row_sum[n];
   const int t = target - a.c0;  // target column within the chunk (maybe outside it)
-  const float* row = logits + static_cast<int64_t>(n) * a.ld;
-  T* drow = dlogits + static_cast<int64_t>(n) * a.ld;
+  float* row = logits + static_cast<int64_t>(n) * a.ld;
   for (int j0 = threadIdx.x * 4; j0 < a.width; j0 += kThreads * 4) {
     Pack4<float> x{};
     if (!ignored) x = *reinterpret_cast<const Pack4<float>*>(row + j0);
-    Pack4<T> d;
+    Pack4<float> d;
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
       const int j = j0 + e;
       const float p = expf(x.v[e] - m) * inv;  // 0 when ignored (inv = 0)
-      d.v[e] = from_f32<T>(j < a.width ? g * (p - (j == t ? 1.0f : 0.0f)) : 0.0f);
+      d.v[e] = j < a.width ? g * (p - (j == t ? 1.0f : 0.0f)) : 0.0f;
     }
-    *reinterpret_cast<Pack4<T>*>(drow + j0) = d;
+    *reinterpret_cast<Pack4<float>*>(row + j0) = d;
   }
-}
-
-// dst[i] += src[i] (dst bf16, src f32): the once-per-call add of the f32 dx sums.
-template <typename T>
-__global__ void add_f32_kernel(T* __restrict__ dst, const float* __restrict__ src, int64_t n) {
-  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
-    dst[i] = from_f32<T>(to_f32(dst[i]) + src[i]);
 }
 
 int chunk_columns(int N, int V) {
@@ -169,29 +367,19 @@ int chunk_columns(int N, int V) {
 }
 
 // logits (N, width; row stride ld) f32 = x (N, C) · w[c0 : c0 + width]ᵀ.
-void chunk_logits(Context& ctx, DType dt, float* logits, const void* x, const void* w, int N, int C,
+void chunk_logits(Context& ctx, float* logits, const float* x, const float* w, int N, int C,
                   const ChunkArgs& a) {
   GemmArgs g;
   g.M = N, g.N = a.width, g.K = C, g.trans_b = true;
-  g.ab_type = dt, g.c_type = DType::kF32;
+  g.ab_type = DType::kF32, g.c_type = DType::kF32;
   g.ldc = a.ld;
-  const char* w_c = static_cast<const char*>(w) + static_cast<int64_t>(a.c0) * C * dtype_size(dt);
-  gemm(ctx, g, x, w_c, logits);
+  gemm(ctx, g, x, w + static_cast<int64_t>(a.c0) * C, logits);
 }
 
-}  // namespace
-
-void lm_head_cross_entropy(Context& ctx, DType dt, float* losses, void* dx, float* dw,
-                           const void* x, const void* w, const int32_t* targets, const float* dloss,
-                           int N, int C, int V, int Vp) {
-  FORGE_CHECK(dt == DType::kF32 || dt == DType::kBF16, "[lm_head_cross_entropy] unsupported dtype ",
-              dtype_name(dt));
-  FORGE_CHECK(N >= 0 && C > 0 && V > 0 && Vp >= V, "[lm_head_cross_entropy] bad shape N=", N,
-              " C=", C, " V=", V, " Vp=", Vp);
+void lm_head_cross_entropy_f32(Context& ctx, float* losses, float* dx, float* dw, const float* x,
+                               const float* w, const int32_t* targets, const float* dloss, int N,
+                               int C, int V) {
   const bool backward = dx != nullptr || dw != nullptr;
-  FORGE_CHECK(!backward || dloss != nullptr, "[lm_head_cross_entropy] backward without dloss");
-  if (N == 0) return;
-  const size_t es = dtype_size(dt);
   const int Vc = chunk_columns(N, V);
   const int chunks = (V + Vc - 1) / Vc;
   auto chunk = [&](int c) {
@@ -203,54 +391,99 @@ void lm_head_cross_entropy(Context& ctx, DType dt, float* losses, void* dx, floa
 
   for (int c = 0; c < chunks; ++c) {
     const ChunkArgs a = chunk(c);
-    chunk_logits(ctx, dt, logits.data(), x, w, N, C, a);
+    chunk_logits(ctx, logits.data(), x, w, N, C, a);
     ce_chunk_stats_kernel<<<N, kThreads, 0, ctx.stream()>>>(
         losses, row_max.data(), row_sum.data(), target_logit.data(), logits.data(), targets, a);
     FORGE_CUDA_CHECK_LAUNCH();
   }
   if (!backward) return;
 
-  const bool low_precision = dt == DType::kBF16;
-  DeviceBuffer<bf16> dlogits_bf16;  // (N, Vc) the chunk's gradient as a bf16 GEMM operand
-  DeviceBuffer<float> dx_acc;       // (N, C) f32 sums for a bf16 dx
-  if (low_precision) dlogits_bf16 = DeviceBuffer<bf16>(alloc, static_cast<size_t>(N) * Vc);
-  if (low_precision && dx) dx_acc = DeviceBuffer<float>(alloc, static_cast<size_t>(N) * C);
-  void* dlogits = low_precision ? static_cast<void*>(dlogits_bf16.data()) : logits.data();
-
   for (int c = chunks - 1; c >= 0; --c) {
     const ChunkArgs a = chunk(c);
-    if (c != chunks - 1) chunk_logits(ctx, dt, logits.data(), x, w, N, C, a);
-    if (low_precision)
-      ce_chunk_grad_kernel<bf16><<<N, kThreads, 0, ctx.stream()>>>(
-          dlogits_bf16.data(), logits.data(), row_max.data(), row_sum.data(), targets, dloss, a);
-    else
-      ce_chunk_grad_kernel<float><<<N, kThreads, 0, ctx.stream()>>>(
-          logits.data(), logits.data(), row_max.data(), row_sum.data(), targets, dloss, a);
+    if (c != chunks - 1) chunk_logits(ctx, logits.data(), x, w, N, C, a);
+    ce_chunk_grad_kernel<<<N, kThreads, 0, ctx.stream()>>>(logits.data(), row_max.data(),
+                                                           row_sum.data(), targets, dloss, a);
     FORGE_CUDA_CHECK_LAUNCH();
-    const char* w_c = static_cast<const char*>(w) + static_cast<int64_t>(a.c0) * C * es;
-
+    const float* w_c = w + static_cast<int64_t>(a.c0) * C;
     if (dx) {  // dx (N, C) += dlogits (N, width) · w[c] (width, C)
       GemmArgs g;
       g.M = N, g.N = C, g.K = a.width;
-      g.ab_type = dt, g.c_type = low_precision ? DType::kF32 : dt;
-      g.beta = low_precision && c == chunks - 1 ? 0.0f : 1.0f;
+      g.ab_type = DType::kF32, g.c_type = DType::kF32, g.beta = 1.0f;
       g.lda = Vc;
-      gemm(ctx, g, dlogits, w_c, low_precision ? static_cast<void*>(dx_acc.data()) : dx);
+      gemm(ctx, g, logits.data(), w_c, dx);
     }
-    if (dw) {  // dw[c] (width, C) += dlogitsᵀ (width, N) · x (N, C), f32
+    if (dw) {  // dw[c] (width, C) += dlogitsᵀ (width, N) · x (N, C)
       GemmArgs g;
       g.M = a.width, g.N = C, g.K = N, g.trans_a = true;
-      g.ab_type = dt, g.c_type = DType::kF32, g.beta = 1.0f;
+      g.ab_type = DType::kF32, g.c_type = DType::kF32, g.beta = 1.0f;
       g.lda = Vc;
-      gemm(ctx, g, dlogits, x, dw + static_cast<int64_t>(a.c0) * C);
+      gemm(ctx, g, logits.data(), x, dw + static_cast<int64_t>(a.c0) * C);
     }
   }
-  if (low_precision && dx) {
-    const int64_t n = static_cast<int64_t>(N) * C;
-    const int grid = static_cast<int>(std::min<int64_t>((n + 255) / 256, 8 * 1024));
-    add_f32_kernel<bf16><<<grid, 256, 0, ctx.stream()>>>(static_cast<bf16*>(dx), dx_acc.data(), n);
+}
+
+}  // namespace
+
+void lm_head_cross_entropy_bf16(Context& ctx, float* losses, void* dx, float* dw, const void* x,
+                                const void* w, const int32_t* targets, const float* dloss, int N,
+                                int C, int V, int Vp, int chunk_rows) {
+  FORGE_CHECK(N >= 0 && C > 0 && V > 0 && Vp >= V && chunk_rows > 0,
+              "[lm_head_cross_entropy] bad shape N=", N, " C=", C, " V=", V, " Vp=", Vp,
+              " chunk_rows=", chunk_rows);
+  const bool backward = dx != nullptr || dw != nullptr;
+  FORGE_CHECK(!backward || dloss != nullptr, "[lm_head_cross_entropy] backward without dloss");
+  if (N == 0) return;
+  const int ld = row_stride(Vp);
+  const int Nc = std::min(N, chunk_rows);
+  DeviceBuffer<bf16> logits(ctx.allocator(), static_cast<size_t>(Nc) * ld);  // (Nc, ld)
+  const bf16* xb = static_cast<const bf16*>(x);
+  for (int r0 = 0; r0 < N; r0 += Nc) {
+    const int rows = std::min(Nc, N - r0);
+    const bf16* x_rows = xb + static_cast<int64_t>(r0) * C;  // (rows, C)
+    {  // logits (rows, Vp; stride ld) = x[rows] · wᵀ
+      GemmArgs g;
+      g.M = rows, g.N = Vp, g.K = C, g.trans_b = true;
+      g.ab_type = DType::kBF16, g.c_type = DType::kBF16;
+      g.ldc = ld;
+      gemm(ctx, g, x_rows, w, logits.data());
+    }
+    const RowArgs a{logits.data(), losses + r0, targets + r0, backward ? dloss : nullptr, V, ld};
+    ce_rows_kernel<<<rows, kRowThreads, 0, ctx.stream()>>>(a);
     FORGE_CUDA_CHECK_LAUNCH();
+    if (dx) {  // dx[rows] (rows, C) += dlogits (rows, Vp) · w (Vp, C), bf16, rounded once
+      GemmArgs g;
+      g.M = rows, g.N = C, g.K = Vp;
+      g.ab_type = DType::kBF16, g.c_type = DType::kBF16, g.beta = 1.0f;
+      g.lda = ld;
+      gemm(ctx, g, logits.data(), w, static_cast<bf16*>(dx) + static_cast<int64_t>(r0) * C);
+    }
+    if (dw) {  // dw (Vp, C) += dlogitsᵀ (Vp, rows) · x[rows] (rows, C), f32
+      GemmArgs g;
+      g.M = Vp, g.N = C, g.K = rows, g.trans_a = true;
+      g.ab_type = DType::kBF16, g.c_type = DType::kF32, g.beta = 1.0f;
+      g.lda = ld;
+      gemm(ctx, g, logits.data(), x_rows, dw);
+    }
   }
+}
+
+void lm_head_cross_entropy(Context& ctx, DType dt, float* losses, void* dx, float* dw,
+                           const void* x, const void* w, const int32_t* targets, const float* dloss,
+                           int N, int C, int V, int Vp) {
+  FORGE_CHECK(dt == DType::kF32 || dt == DType::kBF16, "[lm_head_cross_entropy] unsupported dtype ",
+              dtype_name(dt));
+  FORGE_CHECK(N >= 0 && C > 0 && V > 0 && Vp >= V, "[lm_head_cross_entropy] bad shape N=", N,
+              " C=", C, " V=", V, " Vp=", Vp);
+  const bool backward = dx != nullptr || dw != nullptr;
+  FORGE_CHECK(!backward || dloss != nullptr, "[lm_head_cross_entropy] backward without dloss");
+  if (N == 0) return;
+  if (dt == DType::kBF16)
+    lm_head_cross_entropy_bf16(ctx, losses, dx, dw, x, w, targets, dloss, N, C, V, Vp,
+                               chunk_rows(N, row_stride(Vp)));
+  else
+    lm_head_cross_entropy_f32(ctx, losses, static_cast<float*>(dx), dw,
+                              static_cast<const float*>(x), static_cast<const float*>(w), targets,
+                              dloss, N, C, V);
 }
 
 }  // namespace forge::cuda

@@ -110,12 +110,14 @@ void flash_attention_bwd(Context& ctx, DType dt, void* dq, void* dk, void* dv, c
                          const void* q, const void* k, const void* v, const void* out, const float* lse,
                          float* delta, const cpu::AttentionShape& s, const AttentionStrides& st = {});
 
-// ---- LM head + cross-entropy, fused over vocabulary chunks ----------------------------------
-// x (N, C) final hidden states; w (Vp, C) head weight (dt); targets (N), −1 = ignore.
+// ---- LM head + cross-entropy, fused ---------------------------------------------------------
+// x (N, C) final hidden states; w (Vp, C) head weight (dt; its padded rows [V, Vp) finite, as
+// for the CPU composition, which multiplies them by zeros too); targets (N), −1 = ignore.
 // Forward: losses (N, f32) = −log softmax(x·wᵀ)[target] over the first V columns (0 where
-// ignored). The N×Vp logits are never stored: the vocabulary is processed in chunks with
-// online max / sum-exp. With dx/dw non-null, also the backward of Σ losses · dloss:
-// dx (N, C, dt) += dloss·(softmax − onehot)·w and dw (Vp, C, f32) += its transpose product.
+// ignored). The N×Vp logits are never stored in f32: f32 goes through vocabulary chunks with
+// online max / sum-exp, bf16 through row chunks of bf16 logits (cross_entropy.cu). With dx/dw
+// non-null, also the backward of Σ losses · dloss: dx (N, C, dt) += dloss·(softmax − onehot)·w
+// and dw (Vp, C, f32) += its transpose product (+= 0 on the padded rows).
 // `dloss` is read from device memory (one f32) so the step needs no host sync.
 void lm_head_cross_entropy(Context& ctx, DType dt, float* losses, void* dx, float* dw,
                            const void* x, const void* w, const int32_t* targets,

@@ -1,0 +1,18 @@
+// The bf16 path of cuda::lm_head_cross_entropy (ops.h) with its row-chunk size as a parameter.
+// ops.h's entry point picks the chunk from a 1 GiB bound on the bf16 logits; tests call this one
+// to get several row chunks, and a partial last one, on shapes small enough for the CPU twin.
+#pragma once
+
+#include <cstdint>
+
+namespace forge::cuda {
+
+class Context;
+
+// lm_head_cross_entropy for dt = kBF16 (x, w, dx bf16), processing `chunk_rows` (> 0) tokens at
+// a time.
+void lm_head_cross_entropy_bf16(Context& ctx, float* losses, void* dx, float* dw, const void* x,
+                                const void* w, const int32_t* targets, const float* dloss, int N,
+                                int C, int V, int Vp, int chunk_rows);
+
+}  // namespace forge::cuda
