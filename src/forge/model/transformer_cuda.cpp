@@ -145,13 +145,6 @@ void CudaTransformer::plan(int B, int T_) {
   d_fc_ = bytes(N * FF);
   if (!gpt2) d_up_ = bytes(N * FF);
   if (!(gpt2 && dt_ != DType::kF32)) d_hidden_ = bytes(N * FF);  // GPT-2 bf16: DGELU skips it
-  // A column of ones in dt for bias gradients (dbias = onesᵀ · dout).
-  ones_ = bytes(N);
-  std::vector<float> ones_f(N, 1.0f);
-  Buf<float> ones_dev(a, N);
-  FORGE_CUDA_CHECK(cudaMemcpyAsync(ones_dev.data(), ones_f.data(), N * sizeof(float), cudaMemcpyHostToDevice, ctx_.stream()));
-  cuda::convert(ctx_, dt_, ones_.data(), DType::kF32, ones_dev.data(), N);
-  ctx_.synchronize();
 }
 
 // out (N, OC) = inp (N, C) · W (+ bias); W is (OC, C) (Linear) or (C, OC) (Conv1D, in_out).
@@ -202,11 +195,19 @@ void CudaTransformer::linear_bwd(void* dinp, int64_t w_off, int64_t b_off, const
     g.M = OC, g.N = C;
     cuda::gemm(ctx_, g, dout, inp, grads_.data() + w_off);
   }
-  if (b_off >= 0) {  // dbias (1, OC) += onesᵀ (1, N) · dout (N, OC)
-    GemmArgs gb;
-    gb.M = 1, gb.N = OC, gb.K = N, gb.trans_a = true, gb.beta = 1.0f, gb.ab_type = dt_, gb.c_type = DType::kF32;
-    cuda::gemm(ctx_, gb, ones_.data(), dout, grads_.data() + b_off);
-  }
+  if (b_off >= 0) cuda::bias_grad(ctx_, dt_, grads_.data() + b_off, dout, N, OC);  // dbias += Σ_n dout
+}
+
+// res = a + b, then out = norm(res): one pass over the residual stream (the fused kernels of
+// ops.h). The backward needs no counterpart: norm_bwd already accumulates into the residual
+// stream's gradient.
+void CudaTransformer::residual_norm_fwd(void* res, void* out, float* mean, float* rstd, const void* a, const void* b,
+                                        int64_t w_off, int64_t b_off, int N) {
+  if (cfg_.family == Family::kGpt2)
+    cuda::residual_layernorm_fwd(ctx_, dt_, res, out, mean, rstd, a, b, w(w_off), w(b_off), N, cfg_.n_embd,
+                                 cfg_.norm_eps);
+  else
+    cuda::residual_rmsnorm_fwd(ctx_, dt_, res, out, rstd, a, b, w(w_off), N, cfg_.n_embd, cfg_.norm_eps);
 }
 
 void CudaTransformer::norm_fwd(void* out, float* mean, float* rstd, const void* inp, int64_t w_off, int64_t b_off,
@@ -251,7 +252,8 @@ void CudaTransformer::forward(const int32_t* tokens, const int32_t* targets, con
     const LayerOffsets& o = table_.layer(l);
     LayerActs& a = acts_[l];
     // Attention.
-    norm_fwd(act(a.ln1), a.ln1_mean.data(), a.ln1_rstd.data(), act(a.x_in), o.ln1_w, o.ln1_b, N);
+    // ln1 of layers after the first was made with the previous layer's residual add.
+    if (l == 0) norm_fwd(act(a.ln1), a.ln1_mean.data(), a.ln1_rstd.data(), act(a.x_in), o.ln1_w, o.ln1_b, N);
     const cpu::AttentionShape shape{B, T_, NH, NKV, HS, true, cfg_.sliding_window};
     const AttnInputs in = attention_inputs(a);
     if (gpt2 && flash_) {
@@ -276,9 +278,9 @@ void CudaTransformer::forward(const int32_t* tokens, const int32_t* targets, con
     else
       cuda::attention_fwd(ctx_, dt_, act(a.atty), act(a.att), in.q, in.k, in.v, shape);
     linear_fwd(act(tmp_), act(a.atty), o.attn_out_w, gpt2 ? o.attn_out_b : -1, N, NH * HS, C, gpt2);
-    cuda::residual_fwd(ctx_, dt_, act(a.x_mid), act(a.x_in), act(tmp_), static_cast<int64_t>(N) * C);
+    residual_norm_fwd(act(a.x_mid), act(a.ln2), a.ln2_mean.data(), a.ln2_rstd.data(), act(a.x_in), act(tmp_), o.ln2_w,
+                      o.ln2_b, N);
     // MLP.
-    norm_fwd(act(a.ln2), a.ln2_mean.data(), a.ln2_rstd.data(), act(a.x_mid), o.ln2_w, o.ln2_b, N);
     if (gpt2) {
       linear_gelu_fwd(act(a.hidden), act(a.fc), act(a.ln2), o.fc_w, o.fc_b, N, C, FF);
       linear_fwd(act(tmp_), act(a.hidden), o.down_w, o.down_b, N, FF, C, true);
@@ -288,10 +290,16 @@ void CudaTransformer::forward(const int32_t* tokens, const int32_t* targets, con
       cuda::swiglu_fwd(ctx_, dt_, act(a.hidden), act(a.fc), act(a.up), nff);
       linear_fwd(act(tmp_), act(a.hidden), o.down_w, -1, N, FF, C, false);
     }
-    void* out = (l + 1 < cfg_.n_layer) ? act(acts_[l + 1].x_in) : act(x_out_);
-    cuda::residual_fwd(ctx_, dt_, out, act(a.x_mid), act(tmp_), static_cast<int64_t>(N) * C);
+    if (l + 1 < cfg_.n_layer) {  // the block's output and the next layer's ln1
+      LayerActs& nx = acts_[l + 1];
+      const LayerOffsets& no = table_.layer(l + 1);
+      residual_norm_fwd(act(nx.x_in), act(nx.ln1), nx.ln1_mean.data(), nx.ln1_rstd.data(), act(a.x_mid), act(tmp_),
+                        no.ln1_w, no.ln1_b, N);
+    } else {  // the last block's output and the final norm
+      residual_norm_fwd(act(x_out_), act(lnf_), lnf_mean_.data(), lnf_rstd_.data(), act(a.x_mid), act(tmp_),
+                        table_.lnf_w(), table_.lnf_b(), N);
+    }
   }
-  norm_fwd(act(lnf_), lnf_mean_.data(), lnf_rstd_.data(), act(x_out_), table_.lnf_w(), table_.lnf_b(), N);
   have_head_grad_ = dloss != nullptr;
   if (have_head_grad_) zero(d_ln_);
   cuda::lm_head_cross_entropy(ctx_, dt_, losses_.data(), have_head_grad_ ? act(d_ln_) : nullptr,

@@ -100,6 +100,8 @@ class CudaTransformer {
   void linear_bwd(void* dinp, int64_t w_off, int64_t b_off, const void* dout, const void* inp, int N, int C, int OC,
                   bool in_out, DinpMode mode = DinpMode::kAccumulate, const void* gelu_pre = nullptr);
   void norm_fwd(void* out, float* mean, float* rstd, const void* inp, int64_t w_off, int64_t b_off, int N);
+  void residual_norm_fwd(void* res, void* out, float* mean, float* rstd, const void* a, const void* b, int64_t w_off,
+                         int64_t b_off, int N);
   void norm_bwd(void* dinp, const void* dout, const void* inp, const float* mean, const float* rstd, int64_t w_off, int64_t b_off, int N);
   void zero(Buf<uint8_t>& b);
 
@@ -114,7 +116,6 @@ class CudaTransformer {
   bool flash_ = false;
   Buf<float> delta_;  // flash backward scratch (B, NH, T)
   Buf<cpu::AdamWFactors> factors_;  // (2) for optimizer_step(const AdamWParams&, ...)
-  Buf<uint8_t> ones_;  // (N) of dt: bias gradients as onesᵀ·dout GEMMs
 
   int B_ = 0, T_ = 0;
   std::vector<LayerActs> acts_;
