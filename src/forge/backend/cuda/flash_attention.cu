@@ -147,14 +147,14 @@ __global__ void __launch_bounds__(kWarps * 32) flash_fwd_kernel(FlashParams p) {
           mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
           mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
           const float ref = mx == -FLT_MAX ? 0.0f : mx * sl2;
-          const float corr = exp2f(m[mt][r] * sl2 - ref);
+          const float corr = fast_exp2(m[mt][r] * sl2 - ref);
           m[mt][r] = mx;
           float sum = 0.0f;
 #pragma unroll
           for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
             for (int e = 0; e < 2; ++e) {
-              const float pv = exp2f(fmaf(s[mt][nt][2 * r + e], sl2, -ref));
+              const float pv = fast_exp2(fmaf(s[mt][nt][2 * r + e], sl2, -ref));
               s[mt][nt][2 * r + e] = pv;
               sum += pv;
             }

@@ -144,7 +144,7 @@ __global__ void __launch_bounds__(kWarps * 32) flash_bwd_dq_kernel(FlashParams p
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
           const int r = e >> 1;
-          float pv = exp2f(fmaf(s[nt][e], sl2, -lse2[r]));
+          float pv = fast_exp2(fmaf(s[nt][e], sl2, -lse2[r]));
           if (masked && !vis(wq_lo + g + 8 * r, k0 + nt * 8 + c + (e & 1))) pv = 0.0f;
           s[nt][e] = pv * (dp[nt][e] - dlt[r]);
         }
@@ -290,7 +290,7 @@ __global__ void __launch_bounds__(kWarps * 32) flash_bwd_dkv_kernel(FlashParams 
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
           const int iq = nt * 8 + c + (e & 1);  // query within the tile: the column
-          float pv = exp2f(fmaf(s[nt][e], sl2, -s_lse[iq] * kLog2e));
+          float pv = fast_exp2(fmaf(s[nt][e], sl2, -s_lse[iq] * kLog2e));
           if (masked && !vis(q0 + iq, wk_lo + g + 8 * (e >> 1))) pv = 0.0f;
           s[nt][e] = pv;
         }

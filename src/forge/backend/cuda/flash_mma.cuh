@@ -120,6 +120,14 @@ __device__ __forceinline__ void mma<f16>(float (&d)[4], const uint32_t (&a)[4], 
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
+// 2^x on the SFU (ex2.approx.ftz: ~2 ulp, flushes denormal results to 0). The arguments here are
+// ≤ 0 (scores minus their running max), and the masked ones are about −6e37, which gives +0.
+__device__ __forceinline__ float fast_exp2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+
 // Two f32 → one register of two 16-bit values (x in the low half), rounded to nearest.
 template <typename T>
 __device__ __forceinline__ uint32_t pack2(float x, float y);
