@@ -29,6 +29,9 @@ using forge::testing::random_normal;
 
 // bf16 tolerance: 8 mantissa bits per input, f32 accumulation → ~1e-2 relative.
 inline constexpr forge::testing::Tol kTolBf16{1e-2, 2e-2};
+// f16 tolerance: 11 mantissa bits (one rounding is ≤ 2^-11 ≈ 4.9e-4 relative), the same ~5×
+// margin over one output rounding as kTolBf16 has over bf16's 2^-8.
+inline constexpr forge::testing::Tol kTolF16{2e-3, 3e-3};
 
 inline std::vector<uint16_t> to_bf16(const std::vector<float>& v) {
   std::vector<uint16_t> out(v.size());

@@ -1,4 +1,4 @@
-// CUDA elementwise ops against their CPU twins (backend/cpu/activation.cpp), for f32 and bf16.
+// CUDA elementwise ops against their CPU twins (backend/cpu/activation.cpp), for f32, bf16, f16.
 // Sizes: 1; 37·201 = 7437 (not a multiple of 8: the element-by-element tail after the 8-wide
 // body); 4096·768 (the vector body, many grid-stride steps). Offset-by-one views force the
 // scalar (misaligned) instantiation. Outputs are poisoned first, backward gradients pre-filled
@@ -104,7 +104,8 @@ TEST_P(ElementwiseTest, MisalignedViewsMatchCpu) {
                         std::vector<float>(ref.begin() + 1, ref.end()), tol_for(dt())));
 }
 
-INSTANTIATE_TEST_SUITE_P(Dtypes, ElementwiseTest, ::testing::Values(DType::kF32, DType::kBF16),
+INSTANTIATE_TEST_SUITE_P(Dtypes, ElementwiseTest,
+                         ::testing::Values(DType::kF32, DType::kBF16, DType::kF16),
                          [](const auto& info) { return std::string(dt_name(info.param)); });
 
 class ConvertTest : public CudaTest {};
@@ -159,6 +160,24 @@ TEST_F(ConvertTest, F32Bf16RoundTripIsBitExact) {
   }
 }
 
+// f32 → f16 is IEEE round to nearest even, bit for bit the CPU's f32_to_f16, including values
+// past 65504 (→ inf: what f16 loss scaling detects) and f16 subnormals; f16 → f32 is exact.
+TEST_F(ConvertTest, F16RoundTripMatchesCpu) {
+  const int64_t n = 4099;
+  auto v = random_normal<float>(n, 702);
+  for (int64_t i = 0; i < n; i += 7) v[i] *= 3e4f;     // some beyond the f16 range
+  for (int64_t i = 3; i < n; i += 11) v[i] *= 1e-6f;   // f16 subnormals
+  auto dv = upload(v);
+  auto dh = poisoned<uint16_t>(n);
+  convert(ctx(), DType::kF16, dh.data(), DType::kF32, dv.data(), n);
+  const auto got = download(dh);
+  for (int64_t i = 0; i < n; ++i) ASSERT_EQ(got[i], f32_to_f16(v[i])) << "i=" << i << " v=" << v[i];
+  auto back = poisoned<float>(n);
+  convert(ctx(), DType::kF32, back.data(), DType::kF16, dh.data(), n);
+  const auto widened = download(back);
+  for (int64_t i = 0; i < n; ++i) ASSERT_EQ(widened[i], f16_to_f32(got[i])) << "i=" << i;
+}
+
 TEST_F(ConvertTest, MisalignedF32ToBf16MatchesCpu) {
   const int64_t n = 999;
   const auto v = random_normal<float>(n + 1, 700);
@@ -174,7 +193,7 @@ using ElementwiseDeathTest = CudaTest;
 
 TEST_F(ElementwiseDeathTest, UnsupportedDtypeNamesTheOp) {
   GTEST_FLAG_SET(death_test_style, "threadsafe");
-  EXPECT_DEATH(gelu_fwd(ctx(), DType::kF16, nullptr, nullptr, 16), "gelu_fwd.*f16");
+  EXPECT_DEATH(gelu_fwd(ctx(), DType::kF64, nullptr, nullptr, 16), "gelu_fwd.*f64");
 }
 
 }  // namespace

@@ -92,7 +92,8 @@ TEST_P(EmbeddingTest, BwdSingleHotTokenMatchesCpu) {
   EXPECT_TRUE(all_close(download(dwte), ref, kTolWgrad));
 }
 
-INSTANTIATE_TEST_SUITE_P(Dtypes, EmbeddingTest, ::testing::Values(DType::kF32, DType::kBF16),
+INSTANTIATE_TEST_SUITE_P(Dtypes, EmbeddingTest,
+                         ::testing::Values(DType::kF32, DType::kBF16, DType::kF16),
                          [](const auto& info) { return std::string(dt_name(info.param)); });
 
 }  // namespace

@@ -19,18 +19,18 @@ using forge::testing::Tol;
 inline constexpr Tol kTolWgrad{1e-4, 1e-4};
 
 inline Tol tol_for(DType dt) {
-  return dt == DType::kF32 ? forge::testing::kTolF32 : kTolBf16;
+  return dt == DType::kF32 ? forge::testing::kTolF32 : dt == DType::kF16 ? kTolF16 : kTolBf16;
 }
 inline const char* dt_name(DType dt) {
-  return dt == DType::kF32 ? "f32" : "bf16";
+  return dt == DType::kF32 ? "f32" : dt == DType::kF16 ? "f16" : "bf16";
 }
 
-// v as the kernel sees it in dtype dt (bf16-rounded for kBF16).
+// v as the kernel sees it in dtype dt (rounded to bf16 or f16 for the 16-bit types).
 inline std::vector<float> as_dt(DType dt, const std::vector<float>& v) {
-  return dt == DType::kBF16 ? round_bf16(v) : v;
+  return round_to(dt, v);
 }
 
-// A device array of dtype dt (f32 or bf16).
+// A device array of dtype dt (f32, bf16 or f16; both 16-bit types live in b16).
 struct DevTensor {
   DeviceBuffer<float> f32;
   DeviceBuffer<uint16_t> b16;
@@ -52,7 +52,7 @@ class DtypeTest : public Base, public ::testing::WithParamInterface<DType> {
     if (dt() == DType::kF32)
       t.f32 = this->upload(v);
     else
-      t.b16 = this->upload(to_bf16(v));
+      t.b16 = this->upload(dt() == DType::kF16 ? to_f16(v) : to_bf16(v));
     return t;
   }
   DevTensor poison(size_t n) {
@@ -64,7 +64,8 @@ class DtypeTest : public Base, public ::testing::WithParamInterface<DType> {
     return t;
   }
   std::vector<float> down(const DevTensor& t) {
-    return t.f32.data() ? this->download(t.f32) : from_bf16(this->download(t.b16));
+    if (t.f32.data()) return this->download(t.f32);
+    return dt() == DType::kF16 ? from_f16(this->download(t.b16)) : from_bf16(this->download(t.b16));
   }
 };
 

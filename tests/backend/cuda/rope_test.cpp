@@ -63,7 +63,8 @@ TEST_P(RopeTest, BwdInvertsFwd) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Dtypes, RopeTest, ::testing::Values(DType::kF32, DType::kBF16),
+INSTANTIATE_TEST_SUITE_P(Dtypes, RopeTest,
+                         ::testing::Values(DType::kF32, DType::kBF16, DType::kF16),
                          [](const auto& info) { return std::string(dt_name(info.param)); });
 
 }  // namespace

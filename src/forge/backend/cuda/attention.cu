@@ -200,15 +200,16 @@ __global__ void __launch_bounds__(kRowsPerBlock * 32)
 }
 
 // dst[r, c] += src[r, c] for a (rows, cols) f32 src and a strided dst (row stride ld). Runs once
-// per kv head in the bf16 GQA backward over B·T·HS elements — 1/T of the GEMM traffic — so it
-// stays scalar.
-__global__ void add_f32_to_strided_kernel(bf16* __restrict__ dst, int64_t ld,
+// per kv head in the 16-bit (bf16 or f16) GQA backward over B·T·HS elements — 1/T of the GEMM
+// traffic — so it stays scalar.
+template <typename T>
+__global__ void add_f32_to_strided_kernel(T* __restrict__ dst, int64_t ld,
                                           const float* __restrict__ src, int64_t rows, int cols) {
   const int64_t n = rows * cols;
   for (int64_t idx = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; idx < n;
        idx += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    bf16* d = dst + (idx / cols) * ld + idx % cols;
-    *d = __float2bfloat16_rn(__bfloat162float(*d) + src[idx]);
+    T* d = dst + (idx / cols) * ld + idx % cols;
+    *d = from_f32<T>(to_f32(*d) + src[idx]);
   }
 }
 
@@ -237,19 +238,20 @@ void launch_softmax_bwd(Context& ctx, void* ds, const float* dp, const void* att
   FORGE_CUDA_CHECK_LAUNCH();
 }
 
+template <typename T>
 void launch_add_f32_to_strided(Context& ctx, void* dst, int64_t ld, const float* src, int64_t rows,
                                int cols) {
   const int64_t n = rows * cols;
   const int block = 256;
   const int grid = static_cast<int>(std::min<int64_t>((n + block - 1) / block, 8 * 1024));
-  add_f32_to_strided_kernel<<<grid, block, 0, ctx.stream()>>>(static_cast<bf16*>(dst), ld, src,
-                                                              rows, cols);
+  add_f32_to_strided_kernel<T><<<grid, block, 0, ctx.stream()>>>(static_cast<T*>(dst), ld, src,
+                                                                 rows, cols);
   FORGE_CUDA_CHECK_LAUNCH();
 }
 
 void check_args(DType dt, const cpu::AttentionShape& s, const char* op) {
-  FORGE_CHECK(dt == DType::kF32 || dt == DType::kBF16, "[", op, "] unsupported dtype ",
-              dtype_name(dt));
+  FORGE_CHECK(dt == DType::kF32 || dt == DType::kBF16 || dt == DType::kF16, "[", op,
+              "] unsupported dtype ", dtype_name(dt));
   FORGE_CHECK(s.B >= 0 && s.T >= 0 && s.NH > 0 && s.NKV > 0 && s.HS > 0, "[", op,
               "] bad shape B=", s.B, " T=", s.T, " NH=", s.NH, " NKV=", s.NKV, " HS=", s.HS);
   FORGE_CHECK(s.NH % s.NKV == 0, "[", op, "] NH=", s.NH, " is not a multiple of NKV=", s.NKV);
@@ -301,10 +303,9 @@ void attention_fwd(Context& ctx, DType dt, void* out, void* att, const void* q, 
 
     SoftmaxArgs sa = base;
     sa.h = h;
-    if (dt == DType::kF32)
-      launch_softmax_fwd<float>(ctx, att, scores.data(), sa);
-    else
-      launch_softmax_fwd<bf16>(ctx, att, scores.data(), sa);
+    kernels::dispatch_dtype(dt, "attention_fwd", [&](auto tag) {
+      launch_softmax_fwd<decltype(tag)>(ctx, att, scores.data(), sa);
+    });
 
     GemmArgs pv;  // out_h (T, HS) = att_h (T, T) · V_h (T, HS), per b
     pv.M = s.T, pv.N = s.HS, pv.K = s.T;
@@ -330,11 +331,11 @@ void attention_bwd(Context& ctx, DType dt, void* dq, void* dk, void* dv, const v
   const int64_t tt = static_cast<int64_t>(s.T) * s.T;
   const size_t bt = static_cast<size_t>(s.B) * s.T;
   DeviceBuffer<float> dp(ctx.allocator(), bt * s.T);  // (B, T, T) f32
-  DeviceBuffer<bf16> ds_bf16;                         // (B, T, T) when dt is bf16
-  if (dt == DType::kBF16) ds_bf16 = DeviceBuffer<bf16>(ctx.allocator(), bt * s.T);
-  void* ds = dt == DType::kF32 ? static_cast<void*>(dp.data()) : ds_bf16.data();
-  // bf16 GQA: the group's dk/dv contributions summed in f32, (B, T, HS) each.
-  const bool staged = dt == DType::kBF16 && group > 1;
+  DeviceBuffer<uint8_t> ds_16;                        // (B, T, T) when dt is bf16 or f16
+  if (dt != DType::kF32) ds_16 = DeviceBuffer<uint8_t>(ctx.allocator(), bt * s.T * es);
+  void* ds = dt == DType::kF32 ? static_cast<void*>(dp.data()) : ds_16.data();
+  // 16-bit GQA: the group's dk/dv contributions summed in f32, (B, T, HS) each.
+  const bool staged = dt != DType::kF32 && group > 1;
   DeviceBuffer<float> dk_acc, dv_acc;
   if (staged) {
     dk_acc = DeviceBuffer<float>(ctx.allocator(), bt * s.HS);
@@ -362,10 +363,9 @@ void attention_bwd(Context& ctx, DType dt, void* dq, void* dk, void* dv, const v
 
       SoftmaxArgs sa = base;
       sa.h = h;
-      if (dt == DType::kF32)
-        launch_softmax_bwd<float>(ctx, ds, dp.data(), att, sa);
-      else
-        launch_softmax_bwd<bf16>(ctx, ds, dp.data(), att, sa);
+      kernels::dispatch_dtype(dt, "attention_bwd", [&](auto tag) {
+        launch_softmax_bwd<decltype(tag)>(ctx, ds, dp.data(), att, sa);
+      });
 
       GemmArgs dsk;  // dq_h (T, HS) += scale · dS (T, T) · K_h (T, HS)
       dsk.M = s.T, dsk.N = s.HS, dsk.K = s.T;
@@ -401,10 +401,13 @@ void attention_bwd(Context& ctx, DType dt, void* dq, void* dk, void* dv, const v
       gemm(ctx, tk, ds, q_h, dk_dst);
     }
     if (staged) {
-      launch_add_f32_to_strided(ctx, at(dk, view.head(kvh), es), view.ld(s.NKV), dk_acc.data(),
-                                static_cast<int64_t>(bt), s.HS);
-      launch_add_f32_to_strided(ctx, at(dv, view.head(kvh), es), view.ld(s.NKV), dv_acc.data(),
-                                static_cast<int64_t>(bt), s.HS);
+      kernels::dispatch_dtype(dt, "attention_bwd", [&](auto tag) {
+        using T = decltype(tag);
+        launch_add_f32_to_strided<T>(ctx, at(dk, view.head(kvh), es), view.ld(s.NKV),
+                                     dk_acc.data(), static_cast<int64_t>(bt), s.HS);
+        launch_add_f32_to_strided<T>(ctx, at(dv, view.head(kvh), es), view.ld(s.NKV),
+                                     dv_acc.data(), static_cast<int64_t>(bt), s.HS);
+      });
     }
   }
 }

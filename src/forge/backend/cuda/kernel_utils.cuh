@@ -1,11 +1,11 @@
 // Device helpers shared by the memory-bound kernels (elementwise, embedding, norms, RoPE,
 // AdamW). Private to src/forge/backend/cuda/*.cu: it includes CUDA headers, ops.h does not.
 //
-//  - dtype handling: every kernel is a template over the storage type T (float or
-//    __nv_bfloat16) and computes in f32. load()/store() move N elements between memory and a
+//  - dtype handling: every kernel is a template over the storage type T (float, __nv_bfloat16
+//    or __half) and computes in f32. load()/store() move N elements between memory and a
 //    float[N] in registers; when N·sizeof(T) is a multiple of 16 they use 16-byte accesses
-//    (float4 for f32, 8 × bf16 packed in an int4), otherwise element by element. kVec<T> is the
-//    number of elements of one 16-byte access (4 f32, 8 bf16).
+//    (float4 for f32, 8 × bf16 or 8 × f16 packed in an int4), otherwise element by element.
+//    kVec<T> is the number of elements of one 16-byte access (4 f32, 8 bf16 or f16).
 //  - dispatch_dtype(): the one place an op turns its DType into T (STYLE.md: a lambda over a
 //    type tag); other dtypes are a FORGE_CHECK failure naming the op.
 //  - warp_sum / block_sum: f32 butterfly reductions, fixed order, so deterministic.
@@ -19,6 +19,7 @@
 #pragma once
 
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -31,6 +32,7 @@
 namespace forge::cuda::kernels {
 
 using bf16 = __nv_bfloat16;
+using f16 = __half;
 
 // Elements of T per 16-byte access.
 template <typename T>
@@ -46,8 +48,13 @@ template <>
 __device__ __forceinline__ float to_f32<bf16>(bf16 x) {
   return __bfloat162float(x);
 }
+template <>
+__device__ __forceinline__ float to_f32<f16>(f16 x) {
+  return __half2float(x);
+}
 
-// f32 → T, round to nearest even for bf16 (the CPU's f32_to_bf16).
+// f32 → T, round to nearest even for bf16 (the CPU's f32_to_bf16) and f16 (IEEE binary16:
+// above 65504 it rounds to inf, which is what f16 loss scaling detects).
 template <typename T>
 __device__ __forceinline__ T from_f32(float x);
 template <>
@@ -57,6 +64,10 @@ __device__ __forceinline__ float from_f32<float>(float x) {
 template <>
 __device__ __forceinline__ bf16 from_f32<bf16>(float x) {
   return __float2bfloat16_rn(x);
+}
+template <>
+__device__ __forceinline__ f16 from_f32<f16>(float x) {
+  return __float2half_rn(x);
 }
 
 // Two f32 → two bf16 (round to nearest even) packed in one word, `lo` at the lower address.
@@ -79,6 +90,15 @@ __device__ __forceinline__ void unpack16(const int4& r, float* o, bf16) {
     o[2 * k + 1] = __uint_as_float(w[k] & 0xffff0000u);
   }
 }
+// f16 has its own exponent, so widening is a conversion (cvt, two per instruction).
+__device__ __forceinline__ void unpack16(const int4& r, float* o, f16) {
+  const int w[4] = {r.x, r.y, r.z, r.w};
+#pragma unroll
+  for (int k = 0; k < 4; ++k) {
+    const float2 f = __half22float2(*reinterpret_cast<const __half2*>(&w[k]));
+    o[2 * k] = f.x, o[2 * k + 1] = f.y;
+  }
+}
 __device__ __forceinline__ int4 pack16(const float* v, float) {
   return make_int4(__float_as_int(v[0]), __float_as_int(v[1]), __float_as_int(v[2]),
                    __float_as_int(v[3]));
@@ -87,6 +107,15 @@ __device__ __forceinline__ int4 pack16(const float* v, bf16) {
   return make_int4(
       static_cast<int>(pack_bf16x2(v[0], v[1])), static_cast<int>(pack_bf16x2(v[2], v[3])),
       static_cast<int>(pack_bf16x2(v[4], v[5])), static_cast<int>(pack_bf16x2(v[6], v[7])));
+}
+__device__ __forceinline__ int4 pack16(const float* v, f16) {
+  int w[4];
+#pragma unroll
+  for (int k = 0; k < 4; ++k) {
+    const __half2 h = __floats2half2_rn(v[2 * k], v[2 * k + 1]);  // .x (v[2k]) at the lower address
+    w[k] = *reinterpret_cast<const int*>(&h);
+  }
+  return make_int4(w[0], w[1], w[2], w[3]);
 }
 
 // Loads N consecutive elements at p into f32. With N·sizeof(T) % 16 == 0, p must be 16-byte
@@ -186,8 +215,8 @@ __device__ __forceinline__ uint16_t bf16_bits_stochastic(float x, uint32_t rand1
 
 // ---- host side ------------------------------------------------------------------------------
 
-// Calls f(T{}) with T = float for kF32 and __nv_bfloat16 for kBF16; anything else is a broken
-// invariant reported with the op's name.
+// Calls f(T{}) with T = float for kF32, __nv_bfloat16 for kBF16 and __half for kF16; anything
+// else is a broken invariant reported with the op's name.
 template <typename F>
 void dispatch_dtype(DType dt, const char* op, F&& f) {
   switch (dt) {
@@ -197,8 +226,12 @@ void dispatch_dtype(DType dt, const char* op, F&& f) {
     case DType::kBF16:
       f(bf16{});
       return;
+    case DType::kF16:
+      f(f16{});
+      return;
     default:
-      FORGE_CHECK(false, "[", op, "] unsupported dtype ", dtype_name(dt), " (want f32 or bf16)");
+      FORGE_CHECK(false, "[", op, "] unsupported dtype ", dtype_name(dt),
+                  " (want f32, bf16 or f16)");
   }
 }
 
