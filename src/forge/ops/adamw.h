@@ -35,6 +35,12 @@ struct AdamWFactors {
   float eps;
   float grad_scale;
   uint64_t sr_seed;  // CUDA: stochastic rounding of a bf16 working copy (0: round to nearest)
+  // What step_size and bias_correction2_sqrt were made of, for f16 loss scaling: after skipped
+  // steps the CUDA kernel recomputes both with t − (steps skipped), as PyTorch's GradScaler,
+  // which skips optimizer.step() and so Adam's t, would (ops/loss_scale.h).
+  float lr;
+  float beta1;
+  int64_t step;  // t
 };
 AdamWFactors adamw_factors(const AdamWParams& p, uint64_t sr_seed = 0);
 

@@ -1,13 +1,15 @@
 // CUDA sum_squares and AdamW against the CPU twins (backend/cpu/grad_norm.cpp, adamw.cpp).
 // AdamW runs on views at offset 0 and at offset 1 (the misaligned head before the float4 body)
-// with n odd (the tail), with clipping active, inactive and disabled, and with no / bf16 / f32
-// working copy. Stochastic rounding is checked three ways: every value is one of its two bf16
+// with n odd (the tail), with clipping active, inactive and disabled, and with no / bf16 / f16 /
+// f32 working copy. f16 loss scaling: the scale update against its CPU twin, unscaling before
+// clipping, a skipped (overflowed) step leaving everything untouched, and Adam's t after skips. Stochastic rounding is checked three ways: every value is one of its two bf16
 // neighbours, it equals the rounding the CPU derives from forge::philox4x32_10, and the mean is
 // unbiased.
 #include "forge/ops/adamw.h"
 
 #include <bit>
 #include <cmath>
+#include <cstring>
 
 #include "forge/backend/cuda/ops.h"
 #include "forge/core/rng.h"
@@ -74,7 +76,8 @@ TEST_F(OptimizerTest, AdamWThreeStepsMatchCpu) {
   uint64_t seed = 80;
   for (const ClipCase& cc : kClipCases)
     for (int offset : {0, 1})
-      for (DType work_dt : {DType::kF32, DType::kBF16, DType::kI32 /* = no work copy */}) {
+      for (DType work_dt :
+           {DType::kF32, DType::kBF16, DType::kF16, DType::kI32 /* = no work copy */}) {
         const bool has_work = work_dt != DType::kI32;
         const size_t total = n + offset;
         auto param = random_normal<float>(total, seed++);
@@ -119,6 +122,11 @@ TEST_F(OptimizerTest, AdamWThreeStepsMatchCpu) {
           for (int64_t i = 0; i < n; ++i)
             bad += w[offset + i] != f32_to_bf16(got_param[offset + i]);
           EXPECT_EQ(bad, 0) << where << ": work copy is not round-to-nearest-even of param";
+        } else if (work_dt == DType::kF16) {
+          const auto w = download(work16);
+          int64_t bad = 0;
+          for (int64_t i = 0; i < n; ++i) bad += w[offset + i] != f32_to_f16(got_param[offset + i]);
+          EXPECT_EQ(bad, 0) << where << ": f16 work copy is not round-to-nearest-even of param";
         }
         if (offset == 1 && has_work) {  // nothing written before the view
           if (work_dt == DType::kF32) {
@@ -222,6 +230,132 @@ TEST_F(OptimizerTest, StochasticRoundingKeepsSubStepValuesOnAverage) {
   // Bernoulli(frac) steps of 2^-7: σ(mean) = 2^-7·sqrt(frac(1−frac)/n) ≈ 3.5e-6; bound 6σ.
   const double sigma = 0.0078125 * std::sqrt(frac * (1 - frac) / n);
   EXPECT_NEAR(sum / n, static_cast<double>(x), 6 * sigma);
+}
+
+// ---- f16 loss scaling -------------------------------------------------------------------------
+
+bool same_state(const LossScaleState& a, const LossScaleState& b) {
+  return std::memcmp(&a, &b, sizeof(a)) == 0;
+}
+
+// loss_scale_step on the GPU against loss_scale_update on the host, over overflows (inf, NaN)
+// and runs of finite steps long enough to grow (growth interval 3), field for field.
+TEST_F(OptimizerTest, LossScaleStepMatchesCpuTwin) {
+  LossScaleState want = loss_scale_init({/*init_scale=*/1024.0f, /*growth_interval=*/3});
+  auto dstate = upload(std::vector<LossScaleState>{want});
+  const float inf = INFINITY, nan = NAN;
+  const float sums[] = {1.0f, inf, 2.0f, 3.0f, 4.0f, 5.0f, nan, 0.0f, 1e30f, 7.0f, 8.0f, inf};
+  for (float sq : sums) {
+    auto dsq = upload(std::vector<float>{sq});
+    loss_scale_step(ctx(), dstate.data(), dsq.data());
+    loss_scale_update(want, sq);
+    const LossScaleState got = download(dstate)[0];
+    ASSERT_TRUE(same_state(got, want)) << "after sq=" << sq << ": scale " << got.scale << " vs "
+                                       << want.scale << ", good " << got.good_steps << " vs "
+                                       << want.good_steps;
+  }
+  // 1024 → (inf) 512 → 3 finite: 1024 → (nan) 512 → 3 finite: 1024 → (inf) 512.
+  EXPECT_EQ(want.scale, 512.0f);
+  EXPECT_EQ(want.skipped_total, 3);
+  EXPECT_EQ(want.skipped, 1);
+  EXPECT_EQ(want.step_scale, 1024.0f);
+  // dloss · scale, read from the device state.
+  auto dl = upload(std::vector<float>{0.25f});
+  auto out = poisoned<float>(1);
+  loss_scale_dloss(ctx(), out.data(), dl.data(), dstate.data());
+  EXPECT_EQ(download(out)[0], 128.0f);
+}
+
+// Gradients carrying a loss scale S = 2^10 (and Σ g² = S²·Σ g_true²): AdamW must unscale before
+// clipping, i.e. equal the CPU update of the true gradients clipped by the true norm. S is a
+// power of two, so the unscaled update is the unscaled one bit for bit; kTolF32 as above.
+TEST_F(OptimizerTest, AdamWUnscalesBeforeClipping) {
+  const int64_t n = 10001;
+  const float S = 1024.0f;
+  for (const ClipCase& cc : kClipCases) {
+    auto param = random_normal<float>(n, 300);
+    std::vector<float> m(n, 0.0f), v(n, 0.0f);
+    const auto grad = random_normal<float>(n, 301);
+    std::vector<float> scaled(grad);
+    for (float& g : scaled) g *= S;
+    auto dparam = upload(param), dm = upload(m), dv = upload(v), dgrad = upload(scaled);
+    auto dsq = upload(std::vector<float>{cc.global_sq * S * S});
+    auto work = poisoned<uint16_t>(n);
+    LossScaleState st = loss_scale_init({S, 2000});
+    auto dstate = upload(std::vector<LossScaleState>{st});
+    cpu::AdamWParams p;
+    p.lr = 1e-3f, p.grad_scale = 0.5f, p.step = 1;
+    auto f = upload(std::vector<cpu::AdamWFactors>{cpu::adamw_factors(p)});
+    adamw_update(ctx(), dparam.data(), dm.data(), dv.data(), dgrad.data(), work.data(), DType::kF16,
+                 n, f.data(), 0, dsq.data(), cc.max_norm, dstate.data());
+    cpu::AdamWParams q = p;
+    q.grad_scale = static_cast<float>(
+        static_cast<double>(p.grad_scale) *
+        cpu::clip_scale(std::sqrt(static_cast<double>(cc.global_sq)), cc.max_norm));
+    cpu::adamw_update<float>(param.data(), m.data(), v.data(), grad.data(), n, q);
+    const auto got = download(dparam);
+    EXPECT_TRUE(all_close(got, param, forge::testing::kTolF32)) << cc.what;
+    EXPECT_TRUE(all_close(download(dm), m, forge::testing::kTolF32)) << cc.what;
+    EXPECT_TRUE(all_close(download(dv), v, forge::testing::kTolF32)) << cc.what;
+    const auto w = download(work);
+    for (int64_t i = 0; i < n; ++i) ASSERT_EQ(w[i], f32_to_f16(got[i])) << cc.what << " i=" << i;
+  }
+}
+
+// Σ g² = inf or NaN with a loss scale: the step is skipped, param, m, v and the working copy
+// keep every bit (at offsets 0 and 1: the vector body and the scalar head and tail).
+TEST_F(OptimizerTest, AdamWOverflowLeavesEverythingUntouched) {
+  const int64_t n = 4099;
+  for (float sq : {INFINITY, NAN})
+    for (int offset : {0, 1}) {
+      const auto param = random_normal<float>(n, 310), m = random_normal<float>(n, 311);
+      std::vector<float> v = random_normal<float>(n, 312);
+      for (float& x : v) x = x * x;
+      auto dparam = upload(param), dm = upload(m), dv = upload(v);
+      auto dgrad = upload(random_normal<float>(n, 313));
+      std::vector<uint16_t> w16(n);
+      for (int64_t i = 0; i < n; ++i) w16[i] = f32_to_f16(param[i]);
+      auto work = upload(w16);
+      auto dsq = upload(std::vector<float>{sq});
+      auto dstate = upload(std::vector<LossScaleState>{loss_scale_init({})});
+      cpu::AdamWParams p;
+      auto f = upload(std::vector<cpu::AdamWFactors>{cpu::adamw_factors(p)});
+      const int64_t k = n - offset;
+      adamw_update(ctx(), dparam.data() + offset, dm.data() + offset, dv.data() + offset,
+                   dgrad.data() + offset, work.data() + offset, DType::kF16, k, f.data(), 0,
+                   dsq.data(), 1.0f, dstate.data());
+      EXPECT_TRUE(bit_identical(download(dparam), param)) << "sq=" << sq << " offset=" << offset;
+      EXPECT_TRUE(bit_identical(download(dm), m)) << "sq=" << sq;
+      EXPECT_TRUE(bit_identical(download(dv), v)) << "sq=" << sq;
+      EXPECT_TRUE(bit_identical(download(work), w16)) << "sq=" << sq;
+    }
+}
+
+// After k skipped steps Adam's t is the step count minus k (PyTorch's GradScaler skips
+// optimizer.step()): factors for t = 5 with skipped_total = 2 must update as t = 3 does on the CPU.
+TEST_F(OptimizerTest, AdamWAfterSkippedStepsUsesTakenStepCount) {
+  const int64_t n = 5003;
+  auto param = random_normal<float>(n, 320);
+  auto m = random_normal<float>(n, 321);
+  std::vector<float> v = random_normal<float>(n, 322);
+  for (float& x : v) x = x * x;
+  const auto grad = random_normal<float>(n, 323);
+  auto dparam = upload(param), dm = upload(m), dv = upload(v), dgrad = upload(grad);
+  auto dsq = upload(std::vector<float>{1.0f});
+  LossScaleState st = loss_scale_init({1.0f, 2000});
+  st.skipped_total = 2;
+  auto dstate = upload(std::vector<LossScaleState>{st});
+  cpu::AdamWParams p;
+  p.lr = 1e-3f, p.step = 5;
+  auto f = upload(std::vector<cpu::AdamWFactors>{cpu::adamw_factors(p)});
+  adamw_update(ctx(), dparam.data(), dm.data(), dv.data(), dgrad.data(), nullptr, DType::kF32, n,
+               f.data(), 0, dsq.data(), 0.0f, dstate.data());
+  cpu::AdamWParams q = p;
+  q.step = 3;
+  cpu::adamw_update<float>(param.data(), m.data(), v.data(), grad.data(), n, q);
+  EXPECT_TRUE(all_close(download(dparam), param, forge::testing::kTolF32));
+  EXPECT_TRUE(all_close(download(dm), m, forge::testing::kTolF32));
+  EXPECT_TRUE(all_close(download(dv), v, forge::testing::kTolF32));
 }
 
 }  // namespace

@@ -61,6 +61,9 @@ AdamWFactors adamw_factors(const AdamWParams& p, uint64_t sr_seed) {
   f.eps = p.eps;
   f.grad_scale = p.grad_scale;
   f.sr_seed = sr_seed;
+  f.lr = p.lr;
+  f.beta1 = p.beta1;
+  f.step = p.step;
   return f;
 }
 

@@ -10,7 +10,7 @@
 // thread sums ~100 float4s, a relative error of ~1e-6 at worst.
 //
 // adamw_update: one pass over (param, m, v, grad) f32, four elements per thread per step as
-// float4 loads/stores (16 B each); the working copy `work` (bf16 or f32) is written in the same
+// float4 loads/stores (16 B each); the working copy `work` (bf16, f16 or f32) is written in the same
 // pass, so the weights are read once per step. The clip factor is computed on the device from
 // *global_sq (no host sync): scale = grad_scale · min(1, max_norm / (sqrt(sq) + 1e-6)) in
 // double, rounded once to f32, as the CPU trainer forms its grad_scale. The element update uses
@@ -23,6 +23,17 @@
 // 16-byte boundary: the first `head` (< 4) elements are done one by one, then the aligned body
 // in float4s, then the tail. If the four f32 arrays are not equally misaligned, or `work` is
 // not aligned for 4-element stores after the head, everything goes element by element.
+//
+// f16 loss scaling (loss_scale non-null, ops/loss_scale.h): the gradients carry S = state.scale
+// (a power of two), so Σ g² is S² times the true one. Every thread reads *global_sq first; if it
+// is inf or NaN the kernel returns before touching anything (the step is skipped, weights, m, v
+// and the working copy stay bit for bit). Otherwise the norm is unscaled before clipping,
+// norm = sqrt(sq) / S, and the gradient multiplier is grad_scale · clip / S in double, rounded
+// once. After skipped steps (state.skipped_total = k > 0) Adam's bias corrections use t − k, as
+// PyTorch does when GradScaler skips optimizer.step(): recomputed here in double from the
+// factors' lr, β1, β2 and t. (Device pow may differ from the host's in the last bit of a double;
+// after the f32 rounding that is at most 1 ulp of the step size, and only once a step was
+// skipped.) loss_scale_step() updates the state after the last AdamW launch of the step.
 //
 // Stochastic rounding (sr_seed = factors->sr_seed + sr_offset when factors->sr_seed != 0, bf16
 // work copy): element i takes the 32-bit word i of the counter-based stream
@@ -103,12 +114,21 @@ struct AdamWArgs {
   uint64_t sr_offset;                // added to factors->sr_seed when that is non-zero
   const float* global_sq;            // (1) Σ g² over all gradients
   float max_norm;                    // <= 0: no clipping
+  const LossScaleState* loss_scale;  // (1) device, f16 training; null: no loss scaling
 };
 
 // What one thread reads from AdamWArgs::factors: the step's scalars and its rounding key.
 struct AdamWStep : cpu::AdamWFactors {
   __device__ explicit AdamWStep(const AdamWArgs& a) : cpu::AdamWFactors(*a.factors) {
     sr_seed = sr_seed != 0 ? sr_seed + a.sr_offset : 0;
+    if (a.loss_scale != nullptr && a.loss_scale->skipped_total > 0) {
+      // Adam's t counts only the steps taken (see the header).
+      const double t = static_cast<double>(step - a.loss_scale->skipped_total);
+      const double bc1 = 1.0 - pow(static_cast<double>(beta1), t);
+      const double bc2 = 1.0 - pow(static_cast<double>(beta2), t);
+      step_size = static_cast<float>(static_cast<double>(lr) / bc1);
+      bias_correction2_sqrt = static_cast<float>(sqrt(bc2));
+    }
   }
 };
 
@@ -140,6 +160,20 @@ __device__ __forceinline__ uint4 sr_words4(uint64_t seed, int64_t e0) {
   return make_uint4(w[0], w[1], w[2], w[3]);
 }
 
+// Four f32 → four TW (round to nearest) in one 8-byte (16-bit types) or 16-byte (f32) store.
+template <typename TW>
+__device__ __forceinline__ void store_work4(TW* w, const float4& p) {
+  if constexpr (std::is_same_v<TW, float>) {
+    *reinterpret_cast<float4*>(w) = p;
+  } else if constexpr (std::is_same_v<TW, bf16>) {
+    *reinterpret_cast<uint2*>(w) = make_uint2(pack_bf16x2(p.x, p.y), pack_bf16x2(p.z, p.w));
+  } else {
+    const __half2 lo = __floats2half2_rn(p.x, p.y), hi = __floats2half2_rn(p.z, p.w);
+    *reinterpret_cast<uint2*>(w) = make_uint2(*reinterpret_cast<const uint32_t*>(&lo),
+                                              *reinterpret_cast<const uint32_t*>(&hi));
+  }
+}
+
 template <typename TW>
 __device__ __forceinline__ void store_work1(TW* w, int64_t i, float p, uint64_t seed) {
   if constexpr (std::is_same_v<TW, bf16>) {
@@ -164,14 +198,20 @@ __device__ __forceinline__ void adamw_scalar(const AdamWArgs& a, const AdamWStep
 
 template <typename TW, bool kVecPath>
 __global__ void __launch_bounds__(256) adamw_kernel(const AdamWArgs a) {
-  const AdamWStep f(a);
   // The clip factor, from the device-side Σ g²: every thread computes the same value.
   double clip = 1.0;
+  double unscale = 1.0;  // 1 / loss scale
+  if (a.loss_scale != nullptr) {
+    const float sq = *a.global_sq;
+    if (!isfinite(sq)) return;  // overflow: the step is skipped, nothing is written
+    unscale = 1.0 / static_cast<double>(a.loss_scale->scale);
+  }
   if (a.max_norm > 0.0f) {
-    const double s = a.max_norm / (sqrt(static_cast<double>(*a.global_sq)) + 1e-6);
+    const double s = a.max_norm / (sqrt(static_cast<double>(*a.global_sq)) * unscale + 1e-6);
     clip = s < 1.0 ? s : 1.0;
   }
-  const float scale = static_cast<float>(static_cast<double>(f.grad_scale) * clip);
+  const AdamWStep f(a);
+  const float scale = static_cast<float>(static_cast<double>(f.grad_scale) * clip * unscale);
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   const int64_t tid = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if constexpr (!kVecPath) {
@@ -201,19 +241,27 @@ __global__ void __launch_bounds__(256) adamw_kernel(const AdamWArgs a) {
                     (static_cast<uint32_t>(bf16_bits_stochastic(p.y, r.y)) << 16);
             out.y = bf16_bits_stochastic(p.z, r.z) |
                     (static_cast<uint32_t>(bf16_bits_stochastic(p.w, r.w)) << 16);
-          } else {
-            out.x = pack_bf16x2(p.x, p.y);
-            out.y = pack_bf16x2(p.z, p.w);
+            *reinterpret_cast<uint2*>(static_cast<bf16*>(a.work) + e0) = out;
+            continue;
           }
-          *reinterpret_cast<uint2*>(static_cast<bf16*>(a.work) + e0) = out;
-        } else {
-          *reinterpret_cast<float4*>(static_cast<float*>(a.work) + e0) = p;
         }
+        store_work4(static_cast<TW*>(a.work) + e0, p);
       }
     }
     for (int64_t i = a.head + 4 * chunks + tid; i < a.n; i += stride)
       adamw_scalar<TW>(a, f, i, scale);
   }
+}
+
+// ---- f16 loss scaling (ops/loss_scale.h) ------------------------------------------------------
+
+__global__ void loss_scale_dloss_kernel(float* scaled, const float* dloss,
+                                        const LossScaleState* state) {
+  scaled[0] = dloss[0] * state->scale;  // a power of two: exact unless it overflows
+}
+
+__global__ void loss_scale_step_kernel(LossScaleState* state, const float* global_sq) {
+  loss_scale_update(*state, *global_sq);
 }
 
 template <typename TW>
@@ -261,11 +309,11 @@ void sum_squares(Context& ctx, float* out, const float* g, int64_t n) {
 
 void adamw_update(Context& ctx, float* param, float* m, float* v, const float* grad, void* work,
                   DType work_dt, int64_t n, const cpu::AdamWFactors* factors, uint64_t sr_offset,
-                  const float* global_sq, float max_norm) {
+                  const float* global_sq, float max_norm, const LossScaleState* loss_scale) {
   FORGE_CHECK(n >= 0, "[adamw_update] negative size ", n);
   FORGE_CHECK(factors != nullptr, "[adamw_update] needs the step's factors in device memory");
-  FORGE_CHECK(global_sq != nullptr || max_norm <= 0.0f,
-              "[adamw_update] clipping needs the device Σ g² (global_sq is null)");
+  FORGE_CHECK(global_sq != nullptr || (max_norm <= 0.0f && loss_scale == nullptr),
+              "[adamw_update] clipping and loss scaling need the device Σ g² (global_sq is null)");
   if (n == 0) return;
   AdamWArgs a{};
   a.param = param, a.m = m, a.v = v, a.grad = grad, a.work = work, a.n = n;
@@ -273,11 +321,22 @@ void adamw_update(Context& ctx, float* param, float* m, float* v, const float* g
   a.sr_offset = sr_offset;
   a.global_sq = global_sq;
   a.max_norm = max_norm;
+  a.loss_scale = loss_scale;
   if (work == nullptr) {
     launch_adamw<float>(ctx, a);
     return;
   }
   dispatch_dtype(work_dt, "adamw_update", [&](auto tag) { launch_adamw<decltype(tag)>(ctx, a); });
+}
+
+void loss_scale_dloss(Context& ctx, float* scaled, const float* dloss, const LossScaleState* state) {
+  loss_scale_dloss_kernel<<<1, 1, 0, ctx.stream()>>>(scaled, dloss, state);
+  FORGE_CUDA_CHECK_LAUNCH();
+}
+
+void loss_scale_step(Context& ctx, LossScaleState* state, const float* global_sq) {
+  loss_scale_step_kernel<<<1, 1, 0, ctx.stream()>>>(state, global_sq);
+  FORGE_CUDA_CHECK_LAUNCH();
 }
 
 }  // namespace forge::cuda

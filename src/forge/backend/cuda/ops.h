@@ -18,6 +18,7 @@
 
 #include "forge/core/dtype.h"
 #include "forge/ops/adamw.h"
+#include "forge/ops/loss_scale.h"
 #include "forge/ops/attention.h"
 #include "forge/ops/rope.h"
 
@@ -131,11 +132,20 @@ void sum_squares(Context& ctx, float* out, const float* g, int64_t n);
 // picks up each step's lr and t. The clip factor is computed on the device from *global_sq (Σ g²
 // of all gradients): min(1, max_norm / (sqrt(sq) + 1e-6)), times factors->grad_scale; max_norm
 // <= 0 disables clipping. When `work` is non-null the updated weights are also written there as
-// `work_dt` (the bf16 working copy), with stochastic rounding when factors->sr_seed != 0 (Philox
-// stream keyed by factors->sr_seed + sr_offset and the element index).
+// `work_dt` (the bf16 or f16 working copy), with stochastic rounding when factors->sr_seed != 0
+// (bf16 only; Philox stream keyed by factors->sr_seed + sr_offset and the element index).
+// loss_scale (device, f16 training; null otherwise): the gradients carry loss_scale->scale; the
+// norm is unscaled before clipping, and a non-finite *global_sq leaves every array untouched
+// (the step is skipped; loss_scale_step() then halves the scale). ops/loss_scale.h.
 void adamw_update(Context& ctx, float* param, float* m, float* v, const float* grad, void* work,
                   DType work_dt, int64_t n, const cpu::AdamWFactors* factors, uint64_t sr_offset,
-                  const float* global_sq, float max_norm);
+                  const float* global_sq, float max_norm,
+                  const LossScaleState* loss_scale = nullptr);
+// f16 loss scaling, one step's two small kernels (graph-capturable, no host sync):
+// scaled[0] = dloss[0] · state->scale, the loss gradient the model back-propagates; and
+// loss_scale_update(*state, *global_sq) on one thread, enqueued after the step's AdamW.
+void loss_scale_dloss(Context& ctx, float* scaled, const float* dloss, const LossScaleState* state);
+void loss_scale_step(Context& ctx, LossScaleState* state, const float* global_sq);
 
 // ---- reductions -----------------------------------------------------------------------------
 // out[0] = Σ x[i] in f64, in index order (cpu::sum_in_order's loop, bit for bit): one thread, so
