@@ -44,6 +44,9 @@
 // does. A token's loss moves by at most 2^-8·(|l_target| + Σ p·|l|); the errors have random signs,
 // so the mean over a batch moves far less. The statistics, exp and loss are f32; dlogits are
 // rounded to bf16 once, as GEMM operands must be anyway.
+// f16 (fp16 training) runs this same path on __half (ce_rows_kernel<T>): 11-bit logits, the
+// same chunking; dloss arrives multiplied by the loss scale, so dlogits stay clear of f16's
+// subnormals.
 //
 // ---- f32 (the parity reference): chunks of vocabulary columns, f32 logits ---------------------
 // The vocabulary is cut into chunks of Vc columns and only one chunk's logits (N, Vc) exist at a
@@ -76,6 +79,7 @@
 #include <algorithm>
 #include <cfloat>
 #include <cstdint>
+#include <type_traits>
 
 #include "forge/backend/cuda/check.h"
 #include "forge/backend/cuda/context.h"
@@ -101,7 +105,7 @@ constexpr int kRowGranule = 128;                      // Nc is a multiple (GEMM 
 constexpr float kLog2e = 1.4426950408889634f;
 
 struct RowArgs {
-  bf16* logits;            // (rows, ld): logits in, dlogits out when dloss is given
+  void* logits;            // (rows, ld) of T: logits in, dlogits out when dloss is given
   float* losses;           // (rows)
   const int32_t* targets;  // (rows)
   const float* dloss;      // one f32, or null for the forward only
@@ -152,12 +156,14 @@ __device__ __forceinline__ void load_segment(int4 (&pack)[kRowPacks], const int4
 // Thread 0 reads the target's logit before the block's barrier, hence before any write. Only
 // the pack holding column V − 1 (and packs beyond it) pays for the column mask, and only the
 // pack holding the target for the onehot.
+// T: bf16, or f16 (fp16 training; f16 logits keep 11 bits, and |logit| < 65504 in practice).
+template <typename T>
 __global__ void __launch_bounds__(kRowThreads, 1) ce_rows_kernel(RowArgs a) {
   __shared__ float s_m[kRowWarps], s_s[kRowWarps];
   const int n = blockIdx.x;
   const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
   const int32_t target = a.targets[n];
-  bf16* row = a.logits + static_cast<int64_t>(n) * a.ld;  // (ld)
+  T* row = static_cast<T*>(a.logits) + static_cast<int64_t>(n) * a.ld;  // (ld)
   int4* row16 = reinterpret_cast<int4*>(row);
   const int packs = a.ld / 8;
   const int segs = (packs + kSegPacks - 1) / kSegPacks;
@@ -169,7 +175,7 @@ __global__ void __launch_bounds__(kRowThreads, 1) ce_rows_kernel(RowArgs a) {
     return;
   }
   // NaN for a target ≥ V (a caller bug): a visible wrong loss, and no read past the row.
-  const float l_target = target < a.V ? __bfloat162float(row[target]) : __int_as_float(0x7fc00000);
+  const float l_target = target < a.V ? kernels::to_f32(row[target]) : __int_as_float(0x7fc00000);
 
   // Pass 1. Masked columns (≥ V) count as −inf: exp2 gives 0 and they never raise the max.
   int4 pack[kRowPacks];
@@ -181,7 +187,7 @@ __global__ void __launch_bounds__(kRowThreads, 1) ce_rows_kernel(RowArgs a) {
       const int i = seg * kSegPacks + p * kRowThreads + tid;
       if (i >= packs || i * 8 >= a.V) break;  // (a pack all in [V, ld) could make m·log2e −inf)
       float v[8];
-      kernels::unpack16(pack[p], v, bf16{});
+      kernels::unpack16(pack[p], v, T{});
       if (i * 8 + 8 > a.V) {
 #pragma unroll
         for (int e = 0; e < 8; ++e)
@@ -225,7 +231,7 @@ __global__ void __launch_bounds__(kRowThreads, 1) ce_rows_kernel(RowArgs a) {
       const int i = seg * kSegPacks + p * kRowThreads + tid;
       if (i >= packs) break;
       float v[8];
-      kernels::unpack16(pack[p], v, bf16{});
+      kernels::unpack16(pack[p], v, T{});
 #pragma unroll
       for (int e = 0; e < 8; ++e) v[e] = exp2_ftz(fmaf(v[e], kLog2e, -ml)) * g_inv;
       const int t = target - i * 8;
@@ -239,7 +245,8 @@ __global__ void __launch_bounds__(kRowThreads, 1) ce_rows_kernel(RowArgs a) {
         for (int e = 0; e < 8; ++e)
           if (i * 8 + e >= a.V) v[e] = 0.0f;
       }
-      row16[i] = pack8_bf16(v);
+      if constexpr (std::is_same_v<T, bf16>) row16[i] = pack8_bf16(v);
+      else row16[i] = kernels::pack16(v, T{});
     }
   }
 }
@@ -424,9 +431,13 @@ void lm_head_cross_entropy_f32(Context& ctx, float* losses, float* dx, float* dw
 
 }  // namespace
 
-void lm_head_cross_entropy_bf16(Context& ctx, float* losses, void* dx, float* dw, const void* x,
-                                const void* w, const int32_t* targets, const float* dloss, int N,
-                                int C, int V, int Vp, int chunk_rows) {
+namespace {
+
+// The row-chunk path for a 16-bit T (bf16, or f16 in fp16 training); dt is T's DType.
+template <typename T>
+void lm_head_cross_entropy_16(Context& ctx, DType dt, float* losses, void* dx, float* dw,
+                              const void* x, const void* w, const int32_t* targets,
+                              const float* dloss, int N, int C, int V, int Vp, int chunk_rows) {
   FORGE_CHECK(N >= 0 && C > 0 && V > 0 && Vp >= V && chunk_rows > 0,
               "[lm_head_cross_entropy] bad shape N=", N, " C=", C, " V=", V, " Vp=", Vp,
               " chunk_rows=", chunk_rows);
@@ -435,43 +446,52 @@ void lm_head_cross_entropy_bf16(Context& ctx, float* losses, void* dx, float* dw
   if (N == 0) return;
   const int ld = row_stride(Vp);
   const int Nc = std::min(N, chunk_rows);
-  DeviceBuffer<bf16> logits(ctx.allocator(), static_cast<size_t>(Nc) * ld);  // (Nc, ld)
-  const bf16* xb = static_cast<const bf16*>(x);
+  DeviceBuffer<T> logits(ctx.allocator(), static_cast<size_t>(Nc) * ld);  // (Nc, ld)
+  const T* xb = static_cast<const T*>(x);
   for (int r0 = 0; r0 < N; r0 += Nc) {
     const int rows = std::min(Nc, N - r0);
-    const bf16* x_rows = xb + static_cast<int64_t>(r0) * C;  // (rows, C)
+    const T* x_rows = xb + static_cast<int64_t>(r0) * C;  // (rows, C)
     {  // logits (rows, Vp; stride ld) = x[rows] · wᵀ
       GemmArgs g;
       g.M = rows, g.N = Vp, g.K = C, g.trans_b = true;
-      g.ab_type = DType::kBF16, g.c_type = DType::kBF16;
+      g.ab_type = dt, g.c_type = dt;
       g.ldc = ld;
       gemm(ctx, g, x_rows, w, logits.data());
     }
     const RowArgs a{logits.data(), losses + r0, targets + r0, backward ? dloss : nullptr, V, ld};
-    ce_rows_kernel<<<rows, kRowThreads, 0, ctx.stream()>>>(a);
+    ce_rows_kernel<T><<<rows, kRowThreads, 0, ctx.stream()>>>(a);
     FORGE_CUDA_CHECK_LAUNCH();
     if (dx) {  // dx[rows] (rows, C) += dlogits (rows, Vp) · w (Vp, C), bf16, rounded once
       GemmArgs g;
       g.M = rows, g.N = C, g.K = Vp;
-      g.ab_type = DType::kBF16, g.c_type = DType::kBF16, g.beta = 1.0f;
+      g.ab_type = dt, g.c_type = dt, g.beta = 1.0f;
       g.lda = ld;
-      gemm(ctx, g, logits.data(), w, static_cast<bf16*>(dx) + static_cast<int64_t>(r0) * C);
+      gemm(ctx, g, logits.data(), w, static_cast<T*>(dx) + static_cast<int64_t>(r0) * C);
     }
     if (dw) {  // dw (Vp, C) += dlogitsᵀ (Vp, rows) · x[rows] (rows, C), f32
       GemmArgs g;
       g.M = Vp, g.N = C, g.K = rows, g.trans_a = true;
-      g.ab_type = DType::kBF16, g.c_type = DType::kF32, g.beta = 1.0f;
+      g.ab_type = dt, g.c_type = DType::kF32, g.beta = 1.0f;
       g.lda = ld;
       gemm(ctx, g, logits.data(), x_rows, dw);
     }
   }
 }
 
+}  // namespace
+
+void lm_head_cross_entropy_bf16(Context& ctx, float* losses, void* dx, float* dw, const void* x,
+                                const void* w, const int32_t* targets, const float* dloss, int N,
+                                int C, int V, int Vp, int chunk_rows) {
+  lm_head_cross_entropy_16<bf16>(ctx, DType::kBF16, losses, dx, dw, x, w, targets, dloss, N, C, V,
+                                 Vp, chunk_rows);
+}
+
 void lm_head_cross_entropy(Context& ctx, DType dt, float* losses, void* dx, float* dw,
                            const void* x, const void* w, const int32_t* targets, const float* dloss,
                            int N, int C, int V, int Vp) {
-  FORGE_CHECK(dt == DType::kF32 || dt == DType::kBF16, "[lm_head_cross_entropy] unsupported dtype ",
-              dtype_name(dt));
+  FORGE_CHECK(dt == DType::kF32 || dt == DType::kBF16 || dt == DType::kF16,
+              "[lm_head_cross_entropy] unsupported dtype ", dtype_name(dt));
   FORGE_CHECK(N >= 0 && C > 0 && V > 0 && Vp >= V, "[lm_head_cross_entropy] bad shape N=", N,
               " C=", C, " V=", V, " Vp=", Vp);
   const bool backward = dx != nullptr || dw != nullptr;
@@ -480,6 +500,9 @@ void lm_head_cross_entropy(Context& ctx, DType dt, float* losses, void* dx, floa
   if (dt == DType::kBF16)
     lm_head_cross_entropy_bf16(ctx, losses, dx, dw, x, w, targets, dloss, N, C, V, Vp,
                                chunk_rows(N, row_stride(Vp)));
+  else if (dt == DType::kF16)  // f16 is as wide as bf16: the same chunking
+    lm_head_cross_entropy_16<kernels::f16>(ctx, dt, losses, dx, dw, x, w, targets, dloss, N, C, V,
+                                           Vp, chunk_rows(N, row_stride(Vp)));
   else
     lm_head_cross_entropy_f32(ctx, losses, static_cast<float*>(dx), dw,
                               static_cast<const float*>(x), static_cast<const float*>(w), targets,
