@@ -32,7 +32,6 @@ namespace forge::bench {
 void train_cuda(const BenchOptions& o) {
   if (!cuda::available())
     throw Error("forge bench train needs a CUDA GPU: " + cuda::device_summary());
-  if (o.precision == "fp16") throw Error("--precision fp16 is not supported yet (fp32 or bf16)");
   ModelConfig cfg = preset_config(o.preset);
   const int B = o.batch, T = o.seq_len;
   if (T > cfg.max_seq_len) cfg.max_seq_len = T;

@@ -20,7 +20,7 @@ const Command kBenchGpu = {
      {"batch", "B", "micro-batch (default 64)"},
      {"seq-len", "T", "sequence length (default 1024)"},
      {"steps", "N", "timed steps for train (default 20)"},
-     {"precision", "bf16|fp32", "train precision (default bf16)"},
+     {"precision", "bf16|fp32|fp16", "train precision (default bf16)"},
      {"device", "cuda", "the only device these benchmarks run on"},
      {"json-out", "FILE", "also write the numbers as JSON"}},
     false,

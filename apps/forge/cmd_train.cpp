@@ -30,7 +30,7 @@ const Command kTrain = {
      {"out", "RUNDIR", "run directory (default runs/<preset>-<time>)"},
      {"steps", "N", "optimizer steps (default 1000)"},
      {"device", "cpu|cuda", "where to train (default cpu)"},
-     {"precision", "fp32|bf16|fp16", "compute precision (cpu: fp32; cuda: bf16 default, fp32)"},
+     {"precision", "fp32|bf16|fp16", "compute precision (cpu: fp32; cuda: bf16 default, fp32, fp16 with loss scaling)"},
      {"save-every", "K", "write RUNDIR/checkpoints/step_NNNNNN every K steps (default: never)"},
      {"keep-checkpoints", "N", "keep the newest N checkpoints (default 3; 0 keeps all)"},
      {"init-from", "MODELDIR", "start from a Hugging Face model directory (fresh optimizer)"},

@@ -4,9 +4,14 @@
 // another batch size, which re-plans the activations and forces a new capture), and reports
 // taken one step late or all at the end. Then the trainer on the GPU: a run stopped twice and
 // resumed logs the same lines as a run that never stopped, and graph and eager runs log the
-// same lines.
+// same lines. fp16: graph replays equal eager steps with the loss scale in the loop; an initial
+// scale of 2^40 overflows, skips steps (weights and Adam state untouched) and halves until the
+// gradients fit, then doubles after the growth interval; a short fp16 run learns and reruns
+// bit for bit.
 #include <unistd.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -41,9 +46,9 @@ ModelConfig small(Family f) {
 
 // FORGE_CUDA_GRAPH is read when a runner is made.
 std::unique_ptr<StepRunner> make_runner(const ModelConfig& cfg, const std::string& precision,
-                                        bool graphs) {
+                                        bool graphs, const LossScaleOptions& ls = {}) {
   setenv("FORGE_CUDA_GRAPH", graphs ? "1" : "0", 1);
-  auto r = make_cuda_runner(cfg, precision);
+  auto r = make_cuda_runner(cfg, precision, ls);
   unsetenv("FORGE_CUDA_GRAPH");
   return r;
 }
@@ -107,7 +112,7 @@ ModelConfig gpt2_hs64() {
 
 TEST_F(CudaRunnerTest, GraphReplaysAreBitIdenticalToEagerSteps) {
   for (const ModelConfig& cfg : {small(Family::kGpt2), small(Family::kLlama), gpt2_hs64()})
-    for (const char* precision : {"bf16", "fp32"}) {
+    for (const char* precision : {"bf16", "fp32", "fp16"}) {
       const Trace eager = train_steps(cfg, precision, false, /*report_at_end=*/true);
       const Trace graph = train_steps(cfg, precision, true, /*report_at_end=*/false);
       const std::string where =
@@ -117,8 +122,16 @@ TEST_F(CudaRunnerTest, GraphReplaysAreBitIdenticalToEagerSteps) {
         ASSERT_EQ(eager.reports[s].micro_losses.size(), 2u) << where;
         EXPECT_EQ(graph.reports[s].micro_losses, eager.reports[s].micro_losses)
             << where << " step " << s;
-        EXPECT_EQ(graph.reports[s].grad_norm, eager.reports[s].grad_norm) << where << " step " << s;
-        EXPECT_GT(eager.reports[s].grad_norm, 0.0) << where;
+        const StepReport &g = graph.reports[s], &e = eager.reports[s];
+        if (e.skipped) {  // f16 overflow: the norm is inf or NaN in both
+          EXPECT_TRUE(g.skipped) << where << " step " << s;
+          EXPECT_FALSE(std::isfinite(g.grad_norm)) << where << " step " << s;
+        } else {
+          EXPECT_EQ(g.grad_norm, e.grad_norm) << where << " step " << s;
+          EXPECT_GT(e.grad_norm, 0.0) << where;
+        }
+        EXPECT_EQ(g.loss_scale, e.loss_scale) << where << " step " << s;
+        EXPECT_EQ(e.loss_scale > 0, std::string(precision) == "fp16") << where;
       }
       EXPECT_EQ(graph.evals, eager.evals) << where;
       EXPECT_TRUE(cuda::testing::bit_identical(graph.w, eager.w)) << where;
@@ -129,6 +142,58 @@ TEST_F(CudaRunnerTest, GraphReplaysAreBitIdenticalToEagerSteps) {
       init.init_weights(21);
       EXPECT_FALSE(cuda::testing::bit_identical(eager.w, init.weights())) << where;
     }
+}
+
+// Initial scale 2^40: dloss · scale overflows f16 at once, so the first steps are skipped — the
+// weights and both Adam moments keep every bit, the scale halves each time — until the scaled
+// gradients fit; then the scale doubles after `growth_interval` clean steps. Graph on.
+TEST_F(CudaRunnerTest, F16LossScaleSkipsOverflowsAndGrows) {
+  const ModelConfig cfg = gpt2_hs64();
+  const LossScaleOptions ls{/*init_scale=*/1099511627776.0f, /*growth_interval=*/2};  // 2^40
+  auto r = make_runner(cfg, "fp16", true, ls);
+  Transformer<float> init(cfg);
+  init.init_weights(21);
+  r->set_weights(init.weights());
+  const int B = 4, T = 32;
+  std::vector<StepReport> reps;
+  for (int s = 0; s < 40; ++s) {
+    r->zero_grad();
+    auto x = testing::random_ids(B * T, cfg.vocab_size, 2000 + s), y = x;
+    std::rotate(y.begin(), y.begin() + 1, y.end());
+    r->micro_step(x.data(), y.data(), B, T, 1.0);
+    cpu::AdamWParams p;
+    p.lr = 1e-3f, p.step = s + 1;
+    r->optimizer_step(p, 1.0);
+    reps.push_back(r->take_report());  // waits: the state below is this step's
+    if (s == 0) {
+      ASSERT_TRUE(reps[0].skipped) << "2^40 must overflow f16";
+      EXPECT_EQ(reps[0].loss_scale, 1099511627776.0);
+      EXPECT_TRUE(cuda::testing::bit_identical(r->weights(), init.weights()));
+      EXPECT_TRUE(cuda::testing::bit_identical(r->adam_m(), std::vector<float>(init.num_params(), 0.0f)));
+      EXPECT_TRUE(cuda::testing::bit_identical(r->adam_v(), std::vector<float>(init.num_params(), 0.0f)));
+    }
+  }
+  // Replay the scale with the CPU twin from the reported skips: every report's loss_scale is the
+  // state's scale before that step.
+  LossScaleState st = loss_scale_init(ls);
+  int first_clean = -1, grew_at = -1;
+  for (size_t s = 0; s < reps.size(); ++s) {
+    EXPECT_EQ(reps[s].loss_scale, st.scale) << "step " << s;
+    const double prev = st.scale;
+    loss_scale_update(st, reps[s].skipped ? INFINITY : 1.0f);
+    if (!reps[s].skipped) {
+      EXPECT_TRUE(std::isfinite(reps[s].grad_norm)) << "step " << s;
+      if (first_clean < 0) first_clean = static_cast<int>(s);
+    }
+    if (first_clean >= 0 && grew_at < 0 && st.scale > prev) grew_at = static_cast<int>(s);
+  }
+  ASSERT_GT(first_clean, 0) << "never stopped overflowing";
+  // Halved once per skipped step, from 2^40 down to a scale the gradients fit (2^21 measured on
+  // the H200 for this model).
+  EXPECT_EQ(reps[first_clean].loss_scale, std::ldexp(1.0, 40 - first_clean));
+  ASSERT_GE(grew_at, 0) << "the scale never grew";
+  if (!reps[first_clean + 1].skipped) EXPECT_EQ(grew_at, first_clean + 1);  // interval 2
+  EXPECT_FALSE(cuda::testing::bit_identical(r->weights(), init.weights()));
 }
 
 TEST_F(CudaRunnerTest, BadTokenIdIsAnErrorBeforeAnythingRuns) {
@@ -242,6 +307,31 @@ TEST_F(CudaTrainerTest, StoppedAndResumedRunIsBitIdentical) {
             file_bytes(dir_ / "b/model/model.safetensors"));
   EXPECT_EQ(file_bytes(dir_ / "a/checkpoints/step_000008/optimizer.safetensors"),
             file_bytes(dir_ / "b/checkpoints/step_000008/optimizer.safetensors"));
+}
+
+// fp16 through the trainer: the loss falls, every line carries loss_scale, and a rerun logs the
+// same lines and saves the same model, bit for bit.
+TEST_F(CudaTrainerTest, F16RunLearnsAndRerunsBitIdentically) {
+  RunOptions opt;
+  opt.device = "cuda";
+  opt.precision = "fp16";
+  opt.quiet = true;
+  const std::string data = (dir_ / "data").string();
+  const TrainResult a = train(model(), config(), data, (dir_ / "a").string(), opt);
+  const TrainResult b = train(model(), config(), data, (dir_ / "b").string(), opt);
+  EXPECT_EQ(a.last_train_loss, b.last_train_loss);
+  const auto la = read_metrics(dir_ / "a"), lb = read_metrics(dir_ / "b");
+  ASSERT_EQ(la.size(), 10u);
+  ASSERT_EQ(lb.size(), la.size());
+  for (size_t i = 0; i < la.size(); ++i)
+    for (const char* k : {"step", "loss", "grad_norm", "lr", "val_loss", "loss_scale", "skipped"})
+      EXPECT_EQ(la[i].contains(k) ? la[i][k] : nlohmann::json(),
+                lb[i].contains(k) ? lb[i][k] : nlohmann::json())
+          << i << " " << k;
+  for (size_t i = 0; i + 1 < la.size(); ++i) EXPECT_TRUE(la[i].contains("loss_scale")) << i;
+  EXPECT_LT(la[8]["loss"].get<double>(), la[0]["loss"].get<double>());
+  EXPECT_EQ(file_bytes(dir_ / "a/model/model.safetensors"),
+            file_bytes(dir_ / "b/model/model.safetensors"));
 }
 
 TEST_F(CudaTrainerTest, GraphAndEagerRunsLogTheSameLines) {

@@ -19,10 +19,10 @@ namespace forge {
 
 using cuda::GemmArgs;
 
-CudaTransformer::CudaTransformer(cuda::Context& ctx, const ModelConfig& cfg, DType dt)
+CudaTransformer::CudaTransformer(cuda::Context& ctx, const ModelConfig& cfg, DType dt, const LossScaleOptions& ls)
     : ctx_(ctx), cfg_(cfg), table_(cfg), dt_(dt), es_(dtype_size(dt)) {
-  if (dt != DType::kF32 && dt != DType::kBF16)
-    throw Error(str("CUDA training supports fp32 and bf16 compute, not ", dtype_name(dt)));
+  if (dt != DType::kF32 && dt != DType::kBF16 && dt != DType::kF16)
+    throw Error(str("CUDA training supports fp32, bf16 and f16 compute, not ", dtype_name(dt)));
   // Flash attention needs 16-bit inputs; fp32 mode keeps the unfused path (exact CPU parity).
   // FORGE_ATTENTION=unfused forces v1's path in bf16 too, for comparisons.
   const char* attn = std::getenv("FORGE_ATTENTION");
@@ -38,6 +38,16 @@ CudaTransformer::CudaTransformer(cuda::Context& ctx, const ModelConfig& cfg, DTy
   if (dt_ != DType::kF32) work_ = Buf<uint8_t>(a, P * es_);
   norm_sq_ = Buf<float>(a, 1);
   factors_ = Buf<cpu::AdamWFactors>(a, 2);
+  if (dt_ == DType::kF16) {
+    if (!(ls.init_scale > 0.0f) || ls.growth_interval < 1)
+      throw Error(str("loss scaling: init scale ", ls.init_scale, " and growth interval ", ls.growth_interval,
+                      " (expected > 0 and >= 1)"));
+    loss_scale_ = Buf<LossScaleState>(a, 1);
+    scaled_dloss_ = Buf<float>(a, 1);
+    const LossScaleState init = loss_scale_init(ls);
+    FORGE_CUDA_CHECK(cudaMemcpyAsync(loss_scale_.data(), &init, sizeof(init), cudaMemcpyHostToDevice, ctx_.stream()));
+    ctx_.synchronize();  // `init` goes out of scope
+  }
   FORGE_CUDA_CHECK(cudaMemsetAsync(m_.data(), 0, m_.bytes(), ctx_.stream()));
   FORGE_CUDA_CHECK(cudaMemsetAsync(v_.data(), 0, v_.bytes(), ctx_.stream()));
   zero_grad();
@@ -68,6 +78,13 @@ std::vector<float> to_host(cuda::Context& ctx, const cuda::DeviceBuffer<float>& 
 }  // namespace
 
 std::vector<float> CudaTransformer::weights_host() { return to_host(ctx_, master_); }
+LossScaleState CudaTransformer::loss_scale_host() {
+  FORGE_CHECK(loss_scale_.size() > 0, "loss_scale_host(): no loss scaling in ", dtype_name(dt_), " mode");
+  LossScaleState s;
+  ctx_.synchronize();
+  FORGE_CUDA_CHECK(cudaMemcpy(&s, loss_scale_.data(), sizeof(s), cudaMemcpyDeviceToHost));
+  return s;
+}
 std::vector<float> CudaTransformer::grads_host() { return to_host(ctx_, grads_); }
 std::vector<float> CudaTransformer::adam_m_host() { return to_host(ctx_, m_); }
 std::vector<float> CudaTransformer::adam_v_host() { return to_host(ctx_, v_); }
@@ -302,6 +319,10 @@ void CudaTransformer::forward(const int32_t* tokens, const int32_t* targets, con
   }
   have_head_grad_ = dloss != nullptr;
   if (have_head_grad_) zero(d_ln_);
+  if (have_head_grad_ && loss_scale_.size() > 0) {  // f16: back-propagate scale · dloss
+    cuda::loss_scale_dloss(ctx_, scaled_dloss_.data(), dloss, loss_scale_.data());
+    dloss = scaled_dloss_.data();
+  }
   cuda::lm_head_cross_entropy(ctx_, dt_, losses_.data(), have_head_grad_ ? act(d_ln_) : nullptr,
                               have_head_grad_ ? g(table_.lm_head()) : nullptr, act(lnf_), w(table_.lm_head()),
                               targets, dloss, N, C, cfg_.vocab_size, cfg_.padded_vocab());
@@ -390,8 +411,9 @@ void CudaTransformer::optimizer_step(const cpu::AdamWFactors* factors, float max
     void* work = dt_ == DType::kF32 ? nullptr : work_.data() + info.offset * es_;
     cuda::adamw_update(ctx_, master_.data() + info.offset, m_.data() + info.offset, v_.data() + info.offset,
                        grads_.data() + info.offset, work, dt_, info.numel(), factors + (info.decay ? 0 : 1),
-                       static_cast<uint64_t>(info.offset), norm_sq_.data(), max_norm);
+                       static_cast<uint64_t>(info.offset), norm_sq_.data(), max_norm, loss_scale());
   }
+  if (loss_scale_.size() > 0) cuda::loss_scale_step(ctx_, loss_scale_.data(), norm_sq_.data());
   ++step_;
 }
 

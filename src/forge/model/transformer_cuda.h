@@ -1,13 +1,19 @@
 // The whole model on the CUDA backend: the same forward and backward as Transformer<T> (the CPU
 // reference), op for op, on the Context's stream. Buffers:
 //   master (P, f32)   the weights AdamW updates (HF layout, same ParamTable as the CPU model)
-//   work   (P, dt)    what the kernels read: a bf16 copy in bf16 mode, the master itself in fp32
+//   work   (P, dt)    what the kernels read: a bf16 (f16) copy in bf16 (f16) mode, the master
+//                     itself in fp32
 //   grads  (P, f32)   accumulated by every backward; m, v (P, f32) Adam's moments
 // Activations are dt (f32 statistics), planned once per (B, T) shape.
 //
 // The LM head and cross-entropy are fused (cuda::lm_head_cross_entropy): with a device dloss
 // given, forward() already produces the head's gradients, as llm.c does, and backward() carries
 // on from the final norm. Nothing here synchronises the host.
+//
+// f16 mode: the same kernels on __half, plus dynamic loss scaling (ops/loss_scale.h): the
+// state sits in device memory (loss_scale()), forward() multiplies dloss by its scale on the
+// device, optimizer_step() unscales before clipping, skips the update when Σ g² is not finite,
+// and then updates the state — all inside the step a CUDA graph captures.
 #pragma once
 
 #include <array>
@@ -22,13 +28,14 @@
 #include "forge/model/config.h"
 #include "forge/model/params.h"
 #include "forge/ops/adamw.h"
+#include "forge/ops/loss_scale.h"
 
 namespace forge {
 
 class CudaTransformer {
  public:
-  // dt: kF32 (fp32 mode, for parity with the CPU) or kBF16.
-  CudaTransformer(cuda::Context& ctx, const ModelConfig& cfg, DType dt);
+  // dt: kF32 (fp32 mode, for parity with the CPU), kBF16 or kF16 (with loss scaling, `ls`).
+  CudaTransformer(cuda::Context& ctx, const ModelConfig& cfg, DType dt, const LossScaleOptions& ls = {});
 
   const ModelConfig& config() const { return cfg_; }
   const ParamTable& table() const { return table_; }
@@ -66,6 +73,10 @@ class CudaTransformer {
   // keyed per tensor by sr_seed + the tensor's offset.
   static std::array<cpu::AdamWFactors, 2> optimizer_factors(const cpu::AdamWParams& p, uint64_t sr_seed);
   const float* grad_norm_sq() const { return norm_sq_.data(); }
+  // f16 mode: the device loss-scale state (null otherwise). After an optimizer_step(), its
+  // step_scale is what that step's gradients (and grad_norm_sq()) were scaled by.
+  const LossScaleState* loss_scale() const { return loss_scale_.size() > 0 ? loss_scale_.data() : nullptr; }
+  LossScaleState loss_scale_host();
 
   // Changes whenever the activation buffers are allocated anew (a forward with a new B or T):
   // a CUDA graph that captured forward/backward is stale when it has changed.
@@ -116,6 +127,8 @@ class CudaTransformer {
   bool flash_ = false;
   Buf<float> delta_;  // flash backward scratch (B, NH, T)
   Buf<cpu::AdamWFactors> factors_;  // (2) for optimizer_step(const AdamWParams&, ...)
+  Buf<LossScaleState> loss_scale_;  // (1) f16 mode only
+  Buf<float> scaled_dloss_;         // (1) f16 mode: dloss · scale, what the head reads
 
   int B_ = 0, T_ = 0;
   std::vector<LayerActs> acts_;

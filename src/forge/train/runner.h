@@ -13,13 +13,19 @@
 #include "forge/model/config.h"
 #include "forge/model/params.h"
 #include "forge/ops/adamw.h"
+#include "forge/ops/loss_scale.h"
 
 namespace forge {
 
 // What one optimizer step measured: the trainer's metrics line.
 struct StepReport {
   std::vector<double> micro_losses;  // mean loss of each micro-batch, in order
-  double grad_norm = 0;              // global gradient norm before clipping
+  double grad_norm = 0;              // global gradient norm before clipping (unscaled)
+  // f16 loss scaling (CUDA --precision fp16; ops/loss_scale.h): the scale this step's gradients
+  // carried, 0 when the precision uses none; skipped: they overflowed (inf/NaN), so the update
+  // was not applied and grad_norm is not finite.
+  double loss_scale = 0;
+  bool skipped = false;
 };
 
 // One step is zero_grad(), micro_step() per micro-batch, optimizer_step(). A runner may only
@@ -59,10 +65,11 @@ class StepRunner {
 };
 
 std::unique_ptr<StepRunner> make_cpu_runner(const ModelConfig& cfg);
-// precision: "fp32" or "bf16". Throws forge::Error when Forge was built without CUDA, there is
+// precision: "fp32", "bf16" or "fp16" (f16 compute with dynamic loss scaling, `ls`). Throws forge::Error when Forge was built without CUDA, there is
 // no GPU, or the precision is not supported. The training step is captured as a CUDA graph once
 // its shapes repeat and replayed from then on; FORGE_CUDA_GRAPH=0 in the environment runs every
 // step eagerly instead (same kernels, same results).
-std::unique_ptr<StepRunner> make_cuda_runner(const ModelConfig& cfg, const std::string& precision);
+std::unique_ptr<StepRunner> make_cuda_runner(const ModelConfig& cfg, const std::string& precision,
+                                             const LossScaleOptions& ls = {});
 
 }  // namespace forge

@@ -13,6 +13,11 @@
 //   take_report     waits for a step's event (the trainer asks after queueing the next step, so
 //                   the GPU stays busy), then mean loss = sum / targets and norm = sqrt(Σ g²) in
 //                   double, exactly as the synchronous runner computed them
+// f16 (--precision fp16): the model keeps a dynamic loss scale on the device (ops/loss_scale.h,
+// CudaTransformer); each step copies that state into its slot with Σ g², and take_report
+// unscales the norm by the scale the step used and reports the scale and whether the step was
+// skipped. A skip is only known one step late on the host, so Adam's t cannot be fixed up
+// there: the AdamW kernel subtracts the device's count of skipped steps from t itself.
 // Two slots: the host fills one while the GPU may still be copying from the other. Before a
 // slot is refilled, the step that last used it is waited for (it finished long ago in practice).
 //
@@ -90,9 +95,9 @@ struct StepKey {
 
 class CudaRunner final : public StepRunner {
  public:
-  CudaRunner(const ModelConfig& cfg, DType dt)
+  CudaRunner(const ModelConfig& cfg, DType dt, const LossScaleOptions& ls)
       : ctx_(0),
-        model_(ctx_, cfg, dt),
+        model_(ctx_, cfg, dt, ls),
         graphs_(graphs_enabled()),
         eval_sum_dev_(ctx_.allocator(), 1),
         eval_sum_(1) {
@@ -107,7 +112,8 @@ class CudaRunner final : public StepRunner {
 
   const ParamTable& table() const override { return model_.table(); }
   std::string describe() const override {
-    return str("cuda ", model_.dtype() == DType::kF32 ? "fp32" : "bf16", " on ",
+    const DType dt = model_.dtype();
+    return str("cuda ", dt == DType::kF32 ? "fp32" : dt == DType::kBF16 ? "bf16" : "fp16", " on ",
                cuda::device_summary(), graphs_ ? ", CUDA graph" : ", eager (FORGE_CUDA_GRAPH=0)");
   }
   void zero_grad() override {
@@ -173,6 +179,9 @@ class CudaRunner final : public StepRunner {
                                      micro_ * sizeof(double), cudaMemcpyDeviceToHost, st));
     FORGE_CUDA_CHECK(cudaMemcpyAsync(s.norm_sq.data(), model_.grad_norm_sq(), sizeof(float),
                                      cudaMemcpyDeviceToHost, st));
+    if (model_.loss_scale() != nullptr)
+      FORGE_CUDA_CHECK(cudaMemcpyAsync(s.loss_scale.data(), model_.loss_scale(),
+                                       sizeof(LossScaleState), cudaMemcpyDeviceToHost, st));
     FORGE_CUDA_CHECK(cudaEventRecord(s.done, st));
     s.in_flight = true;
     pending_.push_back(cur_);
@@ -230,6 +239,7 @@ class CudaRunner final : public StepRunner {
     cuda::PinnedBuffer<uint8_t> in;        // InputLayout: what the step reads
     cuda::PinnedBuffer<double> loss_sums;  // (micro-batches) Σ per-position losses
     cuda::PinnedBuffer<float> norm_sq;     // (1) Σ g²
+    cuda::PinnedBuffer<LossScaleState> loss_scale;  // (1) f16: the state after the step
     std::vector<int64_t> counts;           // targets per micro-batch
     cudaEvent_t done = nullptr;            // after the step's device→host copies
     bool in_flight = false;                // ended and not yet collected
@@ -268,6 +278,12 @@ class CudaRunner final : public StepRunner {
       r.micro_losses.push_back(
           s.counts[i] > 0 ? s.loss_sums.data()[i] / static_cast<double>(s.counts[i]) : 0.0);
     r.grad_norm = std::sqrt(static_cast<double>(s.norm_sq.data()[0]));
+    if (model_.loss_scale() != nullptr) {  // Σ g² was of the scaled gradients
+      const LossScaleState& ls = s.loss_scale.data()[0];
+      r.loss_scale = ls.step_scale;
+      r.skipped = ls.skipped != 0;
+      r.grad_norm /= ls.step_scale;
+    }
     return r;
   }
 
@@ -293,6 +309,7 @@ class CudaRunner final : public StepRunner {
       s.in = std::move(in);
       s.loss_sums = cuda::PinnedBuffer<double>(next.micros);
       if (s.norm_sq.size() == 0) s.norm_sq = cuda::PinnedBuffer<float>(1);
+      if (s.loss_scale.size() == 0) s.loss_scale = cuda::PinnedBuffer<LossScaleState>(1);
     }
     in_dev_ = cuda::DeviceBuffer<uint8_t>(ctx_.allocator(), next.bytes());
     loss_sums_dev_ = cuda::DeviceBuffer<double>(ctx_.allocator(), next.micros);
@@ -324,13 +341,15 @@ class CudaRunner final : public StepRunner {
 
 }  // namespace
 
-std::unique_ptr<StepRunner> make_cuda_runner(const ModelConfig& cfg, const std::string& precision) {
+std::unique_ptr<StepRunner> make_cuda_runner(const ModelConfig& cfg, const std::string& precision,
+                                             const LossScaleOptions& ls) {
   if (!cuda::available()) throw Error("--device cuda: " + cuda::device_summary());
-  if (precision == "fp16")
-    throw Error("--precision fp16 is not supported yet on CUDA (use bf16 or fp32)");
-  if (precision != "fp32" && precision != "bf16")
-    throw Error(str("unknown precision '", precision, "' (expected fp32, bf16 or fp16)"));
-  return std::make_unique<CudaRunner>(cfg, precision == "fp32" ? DType::kF32 : DType::kBF16);
+  DType dt;
+  if (precision == "fp32") dt = DType::kF32;
+  else if (precision == "bf16") dt = DType::kBF16;
+  else if (precision == "fp16") dt = DType::kF16;
+  else throw Error(str("unknown precision '", precision, "' (expected fp32, bf16 or fp16)"));
+  return std::make_unique<CudaRunner>(cfg, dt, ls);
 }
 
 }  // namespace forge

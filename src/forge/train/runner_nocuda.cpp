@@ -6,7 +6,8 @@
 #ifndef FORGE_HAVE_CUDA
 namespace forge {
 
-std::unique_ptr<StepRunner> make_cuda_runner(const ModelConfig&, const std::string&) {
+std::unique_ptr<StepRunner> make_cuda_runner(const ModelConfig&, const std::string&,
+                                             const LossScaleOptions&) {
   throw Error("--device cuda: " + cuda::device_summary());
 }
 

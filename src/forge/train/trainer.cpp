@@ -280,6 +280,10 @@ TrainResult run(Transformer<float>& model, const TrainConfig& cfg, const std::st
                           {"grad_norm", norm},
                           {"tokens_per_s", tps}};
     if (std::isfinite(ps.val_loss)) rec["val_loss"] = ps.val_loss;
+    if (r.loss_scale > 0) {  // f16 only: bf16/fp32 lines keep exactly the fields above
+      rec["loss_scale"] = r.loss_scale;
+      if (r.skipped) rec["skipped"] = true;  // grad_norm is then null (inf/NaN)
+    }
     metrics << rec.dump() << "\n" << std::flush;
     if (!quiet) {
       std::printf("step %*d/%d | loss %.4f | lr %.2e | norm %.3f | %.0f tok/s | ETA %s%s\n",
@@ -287,6 +291,9 @@ TrainResult run(Transformer<float>& model, const TrainConfig& cfg, const std::st
                   ps.lr, norm, tps,
                   format_duration(step_time_avg * (cfg.steps - ps.step - 1)).c_str(),
                   std::isfinite(ps.val_loss) ? str(" | val ", ps.val_loss).c_str() : "");
+      if (r.skipped)
+        std::printf("  step %d skipped: f16 gradients overflowed at loss scale %g (now %g)\n",
+                    ps.step + 1, r.loss_scale, r.loss_scale / 2);
       std::fflush(stdout);
     }
   };
