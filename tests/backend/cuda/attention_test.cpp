@@ -1,4 +1,4 @@
-// CUDA attention (unfused) against the CPU reference cpu::attention_fwd/bwd, f32 and bf16.
+// CUDA attention (unfused) against the CPU reference cpu::attention_fwd/bwd, f32, bf16, f16.
 // Inputs are rounded to the kernel dtype first; the backward reference reads the probabilities
 // the GPU forward produced, so each comparison measures one pass, not the other's rounding.
 // Shapes cover causal and not, sliding windows, GQA ratios 1/2/4, T ∈ {1, 17, 64, 200} (17 and
@@ -35,7 +35,7 @@ const cpu::AttentionShape kShapes[] = {
 class AttentionTest : public CudaTest {
  protected:
   static std::vector<float> rounded(DType dt, std::vector<float> v) {
-    return dt == DType::kBF16 ? round_bf16(v) : v;
+    return round_to(dt, v);
   }
 
   struct Inputs {
@@ -121,8 +121,14 @@ TEST_F(AttentionTest, Bf16MatchesCpu) {
   check_against_cpu(DType::kBF16, kTolBf16, {1e-6, 4e-3}, kTolBf16);
 }
 
+// f16 (the unfused path of fp16 training at head sizes flash attention does not take): the same
+// reasoning with f16's 2^-12 relative rounding of a stored probability (rtol 1e-3) and kTolF16.
+TEST_F(AttentionTest, F16MatchesCpu) {
+  check_against_cpu(DType::kF16, kTolF16, {1e-6, 1e-3}, kTolF16);
+}
+
 TEST_F(AttentionTest, RunsAreBitIdentical) {
-  for (DType dt : {DType::kF32, DType::kBF16}) {
+  for (DType dt : {DType::kF32, DType::kBF16, DType::kF16}) {
     const cpu::AttentionShape s{2, 200, 8, 2, 64, true, 0};  // GQA 4: the staged bf16 path
     const Inputs in = make_inputs(dt, s, 7);
     const Outputs a = run_gpu(dt, s, in), b = run_gpu(dt, s, in);

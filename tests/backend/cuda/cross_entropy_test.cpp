@@ -88,8 +88,8 @@ class CrossEntropyTest : public CudaTest {
     return v;
   }
   static Inputs make_inputs(DType dt, const CeShape& s, uint64_t seed) {
-    auto rounded = [dt](std::vector<float> v) { return dt == DType::kBF16 ? round_bf16(v) : v; };
-    const bool bf16 = dt == DType::kBF16;
+    auto rounded = [dt](std::vector<float> v) { return round_to(dt, v); };
+    const bool bf16 = dt != DType::kF32;  // both 16-bit types: the quantised inputs below
     Inputs in;
     in.x = random_normal<float>(size_t(s.N) * s.C, seed);
     // Logits ~ N(0, 1.6²): a softmax that is neither flat nor one-hot.
@@ -104,6 +104,9 @@ class CrossEntropyTest : public CudaTest {
     in.w = rounded(in.w);
     in.dx0 = rounded(random_normal<float>(size_t(s.N) * s.C, seed + 2, 0.1));
     in.dw0 = random_normal<float>(size_t(s.Vp) * s.C, seed + 3, 1e-4);  // f32 always
+    // f16: dloss as fp16 training passes it, times a loss scale (2^10 here), so dlogits ~ dloss/V
+    // are normal f16 numbers rather than subnormals with 2^-24 absolute steps.
+    if (dt == DType::kF16) in.dloss *= 1024.0f;
     in.targets = random_ids(s.N, s.V, seed + 4);
     in.targets[0] = 0;
     in.targets[1] = s.V - 1;                // in the last (partial) vocabulary chunk
@@ -148,6 +151,8 @@ class CrossEntropyTest : public CudaTest {
                             cpu::WeightLayout::kOutIn);
     if (dt == DType::kBF16)  // the kernel's bf16 logits (exact f32 values, see the file comment)
       for (double& l : logits) l = bf16_to_f32(f32_to_bf16(static_cast<float>(l)));
+    if (dt == DType::kF16)  // likewise f16 (x and w are exact in f16 too: 7 and 8 bits)
+      for (double& l : logits) l = f16_to_f32(f32_to_f16(static_cast<float>(l)));
     cpu::cross_entropy_fwd<double>(losses.data(), logits.data(), in.targets.data(), s.N, s.V, s.Vp);
     cpu::cross_entropy_bwd<double>(dlogits.data(), logits.data(), in.targets.data(), in.dloss, s.N,
                                    s.V, s.Vp);
@@ -216,9 +221,19 @@ TEST_F(CrossEntropyTest, Bf16RowChunksWithPartialLastChunkMatchCpu) {
   check_against_cpu(DType::kBF16, {100, 64, 50257, 50304}, 1e-2, 48);
 }
 
+// f16 (fp16 training) on the same row-chunk path: dlogits rounded to f16 as a GEMM operand
+// (<= 2^-11 of each term, dloss scaled so none is subnormal) and dx stored in f16: 2e-3 of
+// Σ|terms|, the same ~4x margin the bf16 cases have over 2^-8.
+TEST_F(CrossEntropyTest, F16SmallVocabMatchesCpu) {
+  check_against_cpu(DType::kF16, {37, 64, 1000, 1024}, 2e-3);
+}
+TEST_F(CrossEntropyTest, F16GptVocabMatchesCpu) {
+  check_against_cpu(DType::kF16, {64, 64, 50257, 50304}, 2e-3);
+}
+
 TEST_F(CrossEntropyTest, RunsAreBitIdentical) {
   const CeShape s{64, 64, 50257, 50304};
-  for (DType dt : {DType::kF32, DType::kBF16}) {
+  for (DType dt : {DType::kF32, DType::kBF16, DType::kF16}) {
     const Inputs in = make_inputs(dt, s, 77);
     const Outputs a = run_gpu(dt, s, in), b = run_gpu(dt, s, in);
     auto same = [](const std::vector<float>& p, const std::vector<float>& q) {

@@ -1,4 +1,4 @@
-// CUDA LayerNorm and RMSNorm against their CPU twins, f32 and bf16. Shapes (N, C): (1, 8);
+// CUDA LayerNorm and RMSNorm against their CPU twins, f32, bf16 and f16. Shapes (N, C): (1, 8);
 // (37, 201) — C not a multiple of 4 or 8, the element-by-element kernels; (37, 200) — vector
 // kernels on a small case; (1000, 520) — several row splits with a short last one and a partial
 // channel strip in the weight-gradient pass; (4096, 768) — the GPT-2 size. The backward takes
@@ -252,7 +252,8 @@ TEST_P(NormTest, ResidualNormFwdMisalignedInput) {
   EXPECT_TRUE(all_close(download(rstd2), ref_rstd, tol_for(dt()))) << "rmsnorm rstd";
 }
 
-INSTANTIATE_TEST_SUITE_P(Dtypes, NormTest, ::testing::Values(DType::kF32, DType::kBF16),
+INSTANTIATE_TEST_SUITE_P(Dtypes, NormTest,
+                         ::testing::Values(DType::kF32, DType::kBF16, DType::kF16),
                          [](const auto& info) { return std::string(dt_name(info.param)); });
 
 }  // namespace
