@@ -92,8 +92,7 @@ void train_cuda(const BenchOptions& o) {
       "micro-batch(es)/step\n",
       o.preset.c_str(), P / 1e6, o.precision.c_str(), B, T, accum);
   std::printf(
-      "device %s; median of %d steps after %d warm-up; attention: unfused (batched GEMMs + "
-      "softmax)\n\n",
+      "device %s; median of %d steps after %d warm-up\n\n",
       runner->describe().c_str(), o.steps, o.warmup);
   std::printf("%-14s %12s %8s %14s %12s %10s\n", "", "tokens/s", "MFU", "step (ms)", "peak (GB)",
               "loss");

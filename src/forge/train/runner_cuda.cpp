@@ -114,7 +114,8 @@ class CudaRunner final : public StepRunner {
   std::string describe() const override {
     const DType dt = model_.dtype();
     return str("cuda ", dt == DType::kF32 ? "fp32" : dt == DType::kBF16 ? "bf16" : "fp16", " on ",
-               cuda::device_summary(), graphs_ ? ", CUDA graph" : ", eager (FORGE_CUDA_GRAPH=0)");
+               cuda::device_summary(), graphs_ ? ", CUDA graph" : ", eager (FORGE_CUDA_GRAPH=0)",
+               model_.flash_attention() ? ", flash attention" : ", unfused attention");
   }
   void zero_grad() override {
     FORGE_CHECK(micro_ == 0, "zero_grad() in the middle of a step");
