@@ -59,9 +59,8 @@ __global__ void __launch_bounds__(kWarps * 32) flash_fwd_kernel(FlashParams p) {
   const T* k = static_cast<const T*>(p.k) + static_cast<int64_t>(b) * T_ * p.ld_k + kvh * D;
   const T* v = static_cast<const T*>(p.v) + static_cast<int64_t>(b) * T_ * p.ld_v + kvh * D;
 
-  const int k_end = p.causal ? min(T_, q0 + BQ) : T_;
-  const int k_begin = p.window > 0 ? max(0, q0 - p.window + 1) : 0;
-  const int kt_begin = k_begin / BK, kt_end = (k_end + BK - 1) / BK;
+  const TileRange kr = key_tiles<BQ, BK>(p, q0);
+  const int kt_begin = kr.begin, kt_end = kr.end;
 
   load_tile<BQ, D, kThreads>(sQ, q, p.ld_q, q0, T_);
   if (kt_begin < kt_end) {
@@ -147,14 +146,14 @@ __global__ void __launch_bounds__(kWarps * 32) flash_fwd_kernel(FlashParams p) {
           mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
           mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
           const float ref = mx == -FLT_MAX ? 0.0f : mx * sl2;
-          const float corr = fast_exp2(m[mt][r] * sl2 - ref);
+          const float corr = fast_exp2<(D <= 64)>(m[mt][r] * sl2 - ref);
           m[mt][r] = mx;
           float sum = 0.0f;
 #pragma unroll
           for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
             for (int e = 0; e < 2; ++e) {
-              const float pv = fast_exp2(fmaf(s[mt][nt][2 * r + e], sl2, -ref));
+              const float pv = fast_exp2<(D <= 64)>(fmaf(s[mt][nt][2 * r + e], sl2, -ref));
               s[mt][nt][2 * r + e] = pv;
               sum += pv;
             }

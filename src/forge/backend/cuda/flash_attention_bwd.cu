@@ -14,8 +14,8 @@
 // both kernels: 7 tile products where FlashAttention-2's atomic dQ needs 5.
 //
 // ptxas (sm_90a, CUDA 13.0, -O3), registers / spill bytes, 0 stack frame, same for bf16 and f16:
-//   flash_bwd_dq_kernel   HS 64  (64 rows, BK 32)  127 / 0    HS 128 (64 rows, BK 64)  255 / 0
-//   flash_bwd_dkv_kernel  HS 64  (64 rows, BQ 32)  167 / 0    HS 128 (64 rows, BQ 32)  255 / 0
+//   flash_bwd_dq_kernel   HS 64  (64 rows, BK 32)  126 / 0    HS 128 (64 rows, BK 64)  246 / 0
+//   flash_bwd_dkv_kernel  HS 64  (64 rows, BQ 32)  165 / 0    HS 128 (64 rows, BQ 32)  255 / 0
 // Measured (ncu, GPT-2 124M shape 64·12·1024·64 causal): both kernels are latency-bound at 2–3
 // resident blocks per SM (tensor pipe 27–32% busy, 0.5–0.9 eligible warps per scheduler).
 //
@@ -67,9 +67,8 @@ __global__ void __launch_bounds__(kWarps * 32) flash_bwd_dq_kernel(FlashParams p
   const T* k = static_cast<const T*>(p.k) + bT * p.ld_k + kvh * D;
   const T* v = static_cast<const T*>(p.v) + bT * p.ld_v + kvh * D;
 
-  const int k_end = p.causal ? min(T_, q0 + BQ) : T_;
-  const int k_begin = p.window > 0 ? max(0, q0 - p.window + 1) : 0;
-  const int kt_begin = k_begin / BK, kt_end = (k_end + BK - 1) / BK;
+  const TileRange kr = key_tiles<BQ, BK>(p, q0);
+  const int kt_begin = kr.begin, kt_end = kr.end;
 
   load_tile<BQ, D, kThreads>(sQ, q, p.ld_q, q0, T_);
   load_tile<BQ, D, kThreads>(sdO, dout, p.ld_o, q0, T_);
@@ -97,8 +96,7 @@ __global__ void __launch_bounds__(kWarps * 32) flash_bwd_dq_kernel(FlashParams p
   }
 
   float dq[DT][4];
-#pragma unroll
-  for (int dt = 0; dt < DT; ++dt) dq[dt][0] = dq[dt][1] = dq[dt][2] = dq[dt][3] = 0.0f;
+  zero_acc(dq);
 
   for (int kt = kt_begin; kt < kt_end; ++kt) {
     const uint32_t sK = sKV + ((kt - kt_begin) & 1) * Cfg::kStageBytes;
@@ -116,26 +114,10 @@ __global__ void __launch_bounds__(kWarps * 32) flash_bwd_dq_kernel(FlashParams p
     const bool skip = (p.causal && k0 > wq_hi) || (p.window > 0 && k0 + BK - 1 <= wq_lo - p.window);
     if (!skip) {
       float s[NT][4], dp[NT][4];
-#pragma unroll
-      for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) s[nt][e] = dp[nt][e] = 0.0f;
-#pragma unroll
-      for (int ks = 0; ks < D / 16; ++ks) {
-        uint32_t qa[4], da[4];
-        load_a<D>(qa, sQ, wrow, ks * 16, lane);
-        load_a<D>(da, sdO, wrow, ks * 16, lane);
-#pragma unroll
-        for (int np = 0; np < NT / 2; ++np) {
-          uint32_t kb[4], vb[4];
-          load_b<D>(kb, sK, np * 16, ks * 16, lane);
-          load_b<D>(vb, sV, np * 16, ks * 16, lane);
-          mma<T>(s[2 * np], qa, kb[0], kb[1]);
-          mma<T>(s[2 * np + 1], qa, kb[2], kb[3]);
-          mma<T>(dp[2 * np], da, vb[0], vb[1]);
-          mma<T>(dp[2 * np + 1], da, vb[2], vb[3]);
-        }
-      }
+      zero_acc(s);
+      zero_acc(dp);
+      mma_abt<T, D, NT>(s, sQ, wrow, sK, lane);    // S = Q·Kᵀ
+      mma_abt<T, D, NT>(dp, sdO, wrow, sV, lane);  // dP = dO·Vᵀ
       const bool masked = k0 + BK > T_ || wq_hi >= T_ || (p.causal && k0 + BK - 1 > wq_lo) ||
                           (p.window > 0 && k0 <= wq_hi - p.window);
       // dS = P ∘ (dP − D), into s.
@@ -144,23 +126,11 @@ __global__ void __launch_bounds__(kWarps * 32) flash_bwd_dq_kernel(FlashParams p
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
           const int r = e >> 1;
-          float pv = fast_exp2(fmaf(s[nt][e], sl2, -lse2[r]));
+          float pv = fast_exp2<(D <= 64)>(fmaf(s[nt][e], sl2, -lse2[r]));
           if (masked && !vis(wq_lo + g + 8 * r, k0 + nt * 8 + c + (e & 1))) pv = 0.0f;
           s[nt][e] = pv * (dp[nt][e] - dlt[r]);
         }
-      // dQ += dS·K.
-#pragma unroll
-      for (int kk = 0; kk < BK / 16; ++kk) {
-        uint32_t a[4];
-        acc_to_a<T, NT>(a, s, kk);
-#pragma unroll
-        for (int dp2 = 0; dp2 < D / 16; ++dp2) {
-          uint32_t kb[4];
-          load_b_t<D>(kb, sK, kk * 16, dp2 * 16, lane);
-          mma<T>(dq[2 * dp2], a, kb[0], kb[1]);
-          mma<T>(dq[2 * dp2 + 1], a, kb[2], kb[3]);
-        }
-      }
+      mma_pb<T, D, NT>(dq, s, sK, lane);  // dQ += dS·K
     }
     __syncthreads();
   }
@@ -249,10 +219,8 @@ __global__ void __launch_bounds__(kWarps * 32) flash_bwd_dkv_kernel(FlashParams 
   const float sl2 = p.scale_log2;
 
   float dk[DT][4], dv[DT][4];
-#pragma unroll
-  for (int dt = 0; dt < DT; ++dt)
-#pragma unroll
-    for (int e = 0; e < 4; ++e) dk[dt][e] = dv[dt][e] = 0.0f;
+  zero_acc(dk);
+  zero_acc(dv);
 
   for (int it = 0; it < n_it; ++it) {
     const uint32_t sQ = sStage + (it & 1) * Cfg::kStageBytes;
@@ -269,20 +237,8 @@ __global__ void __launch_bounds__(kWarps * 32) flash_bwd_dkv_kernel(FlashParams 
     if (!skip) {
       // Sᵀ = K·Qᵀ, then Pᵀ (in s).
       float s[NT][4];
-#pragma unroll
-      for (int nt = 0; nt < NT; ++nt) s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.0f;
-#pragma unroll
-      for (int ks = 0; ks < D / 16; ++ks) {
-        uint32_t ka[4];
-        load_a<D>(ka, sK, wrow, ks * 16, lane);
-#pragma unroll
-        for (int np = 0; np < NT / 2; ++np) {
-          uint32_t qb[4];
-          load_b<D>(qb, sQ, np * 16, ks * 16, lane);
-          mma<T>(s[2 * np], ka, qb[0], qb[1]);
-          mma<T>(s[2 * np + 1], ka, qb[2], qb[3]);
-        }
-      }
+      zero_acc(s);
+      mma_abt<T, D, NT>(s, sK, wrow, sQ, lane);
       const bool masked = wk_hi >= T_ || q0 + BQ > T_ || (p.causal && wk_hi > q0) ||
                           (p.window > 0 && wk_lo <= q_hi - p.window);
 #pragma unroll
@@ -290,56 +246,20 @@ __global__ void __launch_bounds__(kWarps * 32) flash_bwd_dkv_kernel(FlashParams 
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
           const int iq = nt * 8 + c + (e & 1);  // query within the tile: the column
-          float pv = fast_exp2(fmaf(s[nt][e], sl2, -s_lse[iq] * kLog2e));
+          float pv = fast_exp2<(D <= 64)>(fmaf(s[nt][e], sl2, -s_lse[iq] * kLog2e));
           if (masked && !vis(q0 + iq, wk_lo + g + 8 * (e >> 1))) pv = 0.0f;
           s[nt][e] = pv;
         }
-      // dV += Pᵀ·dO.
-#pragma unroll
-      for (int kk = 0; kk < BQ / 16; ++kk) {
-        uint32_t a[4];
-        acc_to_a<T, NT>(a, s, kk);
-#pragma unroll
-        for (int dp2 = 0; dp2 < D / 16; ++dp2) {
-          uint32_t ob[4];
-          load_b_t<D>(ob, sdO, kk * 16, dp2 * 16, lane);
-          mma<T>(dv[2 * dp2], a, ob[0], ob[1]);
-          mma<T>(dv[2 * dp2 + 1], a, ob[2], ob[3]);
-        }
-      }
+      mma_pb<T, D, NT>(dv, s, sdO, lane);  // dV += Pᵀ·dO
       // dPᵀ = V·dOᵀ, then dSᵀ = Pᵀ ∘ (dPᵀ − D) (in s).
       float dp[NT][4];
-#pragma unroll
-      for (int nt = 0; nt < NT; ++nt) dp[nt][0] = dp[nt][1] = dp[nt][2] = dp[nt][3] = 0.0f;
-#pragma unroll
-      for (int ks = 0; ks < D / 16; ++ks) {
-        uint32_t va[4];
-        load_a<D>(va, sV, wrow, ks * 16, lane);
-#pragma unroll
-        for (int np = 0; np < NT / 2; ++np) {
-          uint32_t ob[4];
-          load_b<D>(ob, sdO, np * 16, ks * 16, lane);
-          mma<T>(dp[2 * np], va, ob[0], ob[1]);
-          mma<T>(dp[2 * np + 1], va, ob[2], ob[3]);
-        }
-      }
+      zero_acc(dp);
+      mma_abt<T, D, NT>(dp, sV, wrow, sdO, lane);
 #pragma unroll
       for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
         for (int e = 0; e < 4; ++e) s[nt][e] *= dp[nt][e] - s_dlt[nt * 8 + c + (e & 1)];
-      // dK += dSᵀ·Q.
-#pragma unroll
-      for (int kk = 0; kk < BQ / 16; ++kk) {
-        uint32_t a[4];
-        acc_to_a<T, NT>(a, s, kk);
-#pragma unroll
-        for (int dp2 = 0; dp2 < D / 16; ++dp2) {
-          uint32_t qb[4];
-          load_b_t<D>(qb, sQ, kk * 16, dp2 * 16, lane);
-          mma<T>(dk[2 * dp2], a, qb[0], qb[1]);
-          mma<T>(dk[2 * dp2 + 1], a, qb[2], qb[3]);
-        }
-      }
+      mma_pb<T, D, NT>(dk, s, sQ, lane);  // dK += dSᵀ·Q
     }
     __syncthreads();
   }

@@ -120,11 +120,16 @@ __device__ __forceinline__ void mma<f16>(float (&d)[4], const uint32_t (&a)[4], 
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
-// 2^x on the SFU (ex2.approx.ftz: ~2 ulp, flushes denormal results to 0). The arguments here are
-// ≤ 0 (scores minus their running max), and the masked ones are about −6e37, which gives +0.
+// 2^x on the SFU (ex2.approx, ~2 ulp): the arguments are ≤ 0 (scores minus their running max) and
+// the masked ones about −6e37, which gives +0. kFtz selects the .ftz form (denormal results
+// flushed to 0), one instruction instead of a short sequence: 3–9% faster forwards at head size
+// 64 on the H200, but at head size 128 it made ptxas spill 16–20 bytes (255 registers either
+// way), so the kernels use it only where D ≤ 64.
+template <bool kFtz>
 __device__ __forceinline__ float fast_exp2(float x) {
   float y;
-  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  if constexpr (kFtz) asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  else asm("ex2.approx.f32 %0, %1;" : "=f"(y) : "f"(x));
   return y;
 }
 
@@ -150,6 +155,48 @@ __device__ __forceinline__ void acc_to_a(uint32_t (&a)[4], const float (&c)[NT][
   a[1] = pack2<T>(c[2 * kk][2], c[2 * kk][3]);
   a[2] = pack2<T>(c[2 * kk + 1][0], c[2 * kk + 1][1]);
   a[3] = pack2<T>(c[2 * kk + 1][2], c[2 * kk + 1][3]);
+}
+
+template <int NT>
+__device__ __forceinline__ void zero_acc(float (&acc)[NT][4]) {
+#pragma unroll
+  for (int i = 0; i < NT; ++i) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.0f;
+}
+
+// acc (16 × 8·NT, f32) += A·Bᵀ over all D columns, where A = rows m0 .. m0 + 15 of tile `a` and
+// B = rows 0 .. 8·NT − 1 of tile `b`: the backward's Q·Kᵀ, dO·Vᵀ, K·Qᵀ and V·dOᵀ.
+template <typename T, int D, int NT>
+__device__ __forceinline__ void mma_abt(float (&acc)[NT][4], uint32_t a, int m0, uint32_t b, int lane) {
+#pragma unroll
+  for (int ks = 0; ks < D / 16; ++ks) {
+    uint32_t fa[4];
+    load_a<D>(fa, a, m0, ks * 16, lane);
+#pragma unroll
+    for (int np = 0; np < NT / 2; ++np) {
+      uint32_t fb[4];
+      load_b<D>(fb, b, np * 16, ks * 16, lane);
+      mma<T>(acc[2 * np], fa, fb[0], fb[1]);
+      mma<T>(acc[2 * np + 1], fa, fb[2], fb[3]);
+    }
+  }
+}
+
+// acc (16 × D, f32) += P·B, where P is the 16 × 8·NT accumulator tile `pt` rounded to T and B =
+// rows 0 .. 8·NT − 1 of tile `b`: the backward's dS·K, Pᵀ·dO and dSᵀ·Q.
+template <typename T, int D, int NT>
+__device__ __forceinline__ void mma_pb(float (&acc)[D / 8][4], const float (&pt)[NT][4], uint32_t b, int lane) {
+#pragma unroll
+  for (int kk = 0; kk < NT / 2; ++kk) {
+    uint32_t fa[4];
+    acc_to_a<T, NT>(fa, pt, kk);
+#pragma unroll
+    for (int dp = 0; dp < D / 16; ++dp) {
+      uint32_t fb[4];
+      load_b_t<D>(fb, b, kk * 16, dp * 16, lane);
+      mma<T>(acc[2 * dp], fa, fb[0], fb[1]);
+      mma<T>(acc[2 * dp + 1], fa, fb[2], fb[3]);
+    }
+  }
 }
 
 // Keys visible from query i: [lo, hi) (ops/attention.h).
@@ -182,6 +229,17 @@ struct FlashParams {
   float scale_log2;   // log2(e) / sqrt(HS)
   float scale;        // 1 / sqrt(HS)
 };
+
+// The key tiles [begin, end) of BK keys that query rows [q0, q0 + BQ) can see.
+struct TileRange {
+  int begin, end;
+};
+template <int BQ, int BK>
+__device__ __forceinline__ TileRange key_tiles(const FlashParams& p, int q0) {
+  const int k_end = p.causal ? min(p.T_, q0 + BQ) : p.T_;
+  const int k_begin = p.window > 0 ? max(0, q0 - p.window + 1) : 0;
+  return {k_begin / BK, (k_end + BK - 1) / BK};
+}
 
 // Shape, strides and alignment checks shared by the forward and backward launchers; fills the
 // shape fields of p (pointers are set by the caller). `what` names the op in errors.
