@@ -9,6 +9,7 @@
 #include <string>
 
 #include "backend/cuda/cuda_testing.h"
+#include "model/small_configs.h"
 #include "forge/core/error.h"
 #include "forge/model/transformer.h"
 #include "forge/model/transformer_cuda.h"
@@ -20,17 +21,30 @@ namespace {
 
 using cuda::testing::CudaTest;
 
-ModelConfig small(Family f) {
-  ModelConfig c;
-  c.family = f;
-  c.vocab_size = 100;  // padded to 128
-  c.max_seq_len = 32;
-  c.n_layer = 2;
-  c.n_embd = 64;
-  c.n_head = 4;
-  c.n_kv_head = f == Family::kGpt2 ? 4 : 2;
-  c.ffn_hidden = f == Family::kGpt2 ? 256 : 96;
-  c.tie_embeddings = f == Family::kGpt2;
+using testing::small_config;
+
+// small_config with head size 64 (2 heads of 128 channels; Llama keeps GQA with 1 kv head): a
+// shape the flash-attention kernels take.
+ModelConfig head64_config(Family f) {
+  ModelConfig c = small_config(f);
+  c.n_embd = 128;
+  c.n_head = 2;
+  c.n_kv_head = f == Family::kGpt2 ? 2 : 1;
+  return c;
+}
+
+// A random batch (B, T) and the CPU reference's mean loss on it; ref's gradients are left for
+// the caller to compare against.
+struct CpuBatch {
+  std::vector<int32_t> x, y;
+  double loss;
+};
+CpuBatch cpu_step(Transformer<float>& ref, int B, int T, uint64_t seed_x, uint64_t seed_y) {
+  CpuBatch c{testing::random_ids(B * T, ref.config().vocab_size, seed_x),
+             testing::random_ids(B * T, ref.config().vocab_size, seed_y), 0.0};
+  ref.zero_grad();
+  c.loss = ref.forward(c.x.data(), c.y.data(), B, T);
+  ref.backward(1.0);
   return c;
 }
 
@@ -40,6 +54,8 @@ class CudaModelTest : public CudaTest {
     double loss;
     std::vector<float> grads;
   };
+  void expect_step_matches_cpu(DType dt, uint64_t init_seed, int B, int T, uint64_t seed_x, uint64_t seed_y,
+                               double rtol);
   Result gpu_step(CudaTransformer& m, const std::vector<int32_t>& x, const std::vector<int32_t>& y, int B, int T) {
     auto dx = upload(x), dy = upload(y);
     const float dloss = 1.0f / static_cast<float>(B * T);
@@ -64,44 +80,34 @@ void expect_grad_norms_close(const ParamTable& t, const std::vector<float>& gpu,
   }
 }
 
-TEST_F(CudaModelTest, Fp32LossAndEveryGradientMatchTheCpu) {
+// One step of both families in dt against the CPU: the loss and every parameter's gradient
+// norm within rtol.
+void CudaModelTest::expect_step_matches_cpu(DType dt, uint64_t init_seed, int B, int T, uint64_t seed_x,
+                                            uint64_t seed_y, double rtol) {
   for (Family f : {Family::kGpt2, Family::kLlama}) {
-    const ModelConfig cfg = small(f);
+    const ModelConfig cfg = small_config(f);
     Transformer<float> ref(cfg);
-    ref.init_weights(7);
-    CudaTransformer gpu(ctx(), cfg, DType::kF32);
+    ref.init_weights(init_seed);
+    CudaTransformer gpu(ctx(), cfg, dt);
     gpu.set_weights(ref.weights());
-    const int B = 3, T = 17;
-    auto x = testing::random_ids(B * T, cfg.vocab_size, 1), y = testing::random_ids(B * T, cfg.vocab_size, 2);
-    ref.zero_grad();
-    const double lc = ref.forward(x.data(), y.data(), B, T);
-    ref.backward(1.0);
-    const Result r = gpu_step(gpu, x, y, B, T);
-    EXPECT_NEAR(r.loss, lc, 1e-4 * lc) << cfg.family_name();
-    expect_grad_norms_close(ref.table(), r.grads, ref.grads(), 1e-4);
+    const CpuBatch c = cpu_step(ref, B, T, seed_x, seed_y);
+    const Result r = gpu_step(gpu, c.x, c.y, B, T);
+    EXPECT_NEAR(r.loss, c.loss, rtol * c.loss) << cfg.family_name();
+    SCOPED_TRACE(cfg.family_name());
+    expect_grad_norms_close(ref.table(), r.grads, ref.grads(), rtol);
   }
+}
+
+TEST_F(CudaModelTest, Fp32LossAndEveryGradientMatchTheCpu) {
+  expect_step_matches_cpu(DType::kF32, 7, 3, 17, 1, 2, 1e-4);
 }
 
 TEST_F(CudaModelTest, Bf16LossAndGradientNormsWithinTwoPercent) {
-  for (Family f : {Family::kGpt2, Family::kLlama}) {
-    const ModelConfig cfg = small(f);
-    Transformer<float> ref(cfg);
-    ref.init_weights(8);
-    CudaTransformer gpu(ctx(), cfg, DType::kBF16);
-    gpu.set_weights(ref.weights());
-    const int B = 4, T = 32;
-    auto x = testing::random_ids(B * T, cfg.vocab_size, 3), y = testing::random_ids(B * T, cfg.vocab_size, 4);
-    ref.zero_grad();
-    const double lc = ref.forward(x.data(), y.data(), B, T);
-    ref.backward(1.0);
-    const Result r = gpu_step(gpu, x, y, B, T);
-    EXPECT_NEAR(r.loss, lc, 2e-2 * lc) << cfg.family_name();
-    expect_grad_norms_close(ref.table(), r.grads, ref.grads(), 2e-2);
-  }
+  expect_step_matches_cpu(DType::kBF16, 8, 4, 32, 3, 4, 2e-2);
 }
 
 TEST_F(CudaModelTest, TenStepsTrackTheCpuAndRerunsAreBitIdentical) {
-  const ModelConfig cfg = small(Family::kLlama);
+  const ModelConfig cfg = small_config(Family::kLlama);
   Transformer<float> ref(cfg);
   ref.init_weights(9);
   const int B = 4, T = 32, steps = 10;
@@ -158,23 +164,16 @@ TEST_F(CudaModelTest, TenStepsTrackTheCpuAndRerunsAreBitIdentical) {
 TEST_F(CudaModelTest, F16LossAndGradientNormsWithinTwoPercent) {
   for (Family f : {Family::kGpt2, Family::kLlama})
     for (bool hs64 : {false, true}) {
-      ModelConfig cfg = small(f);
-      if (hs64) {
-        cfg.n_embd = 128;
-        cfg.n_head = 2;
-        cfg.n_kv_head = f == Family::kGpt2 ? 2 : 1;
-      }
+      const ModelConfig cfg = hs64 ? head64_config(f) : small_config(f);
       Transformer<float> ref(cfg);
       ref.init_weights(11);
       CudaTransformer gpu(ctx(), cfg, DType::kF16);
       EXPECT_EQ(gpu.flash_attention(), hs64);
       gpu.set_weights(ref.weights());
       const int B = 4, T = 32;
-      auto x = testing::random_ids(B * T, cfg.vocab_size, 12), y = testing::random_ids(B * T, cfg.vocab_size, 13);
-      ref.zero_grad();
-      const double lc = ref.forward(x.data(), y.data(), B, T);
-      ref.backward(1.0);
-      Result r = gpu_step(gpu, x, y, B, T);
+      const CpuBatch c = cpu_step(ref, B, T, 12, 13);
+      const double lc = c.loss;
+      Result r = gpu_step(gpu, c.x, c.y, B, T);
       const float scale = gpu.loss_scale_host().scale;
       EXPECT_EQ(scale, 65536.0f);
       for (float& g : r.grads) g /= scale;
@@ -194,18 +193,15 @@ TEST_F(CudaModelTest, Bf16FlashAttentionModelMatchesTheCpuAndTheUnfusedPath) {
     int window;
   };
   for (const Case c : {Case{Family::kGpt2, 0}, Case{Family::kLlama, 0}, Case{Family::kLlama, 9}}) {
-    ModelConfig cfg = small(c.f);
-    cfg.n_embd = 128;
-    cfg.n_head = 2;  // head size 64
-    cfg.n_kv_head = c.f == Family::kGpt2 ? 2 : 1;
+    ModelConfig cfg = head64_config(c.f);
     cfg.sliding_window = c.window;
     Transformer<float> ref(cfg);
     ref.init_weights(10);
     const int B = 3, T = 29;  // T not a multiple of the 64-row tiles
-    auto x = testing::random_ids(B * T, cfg.vocab_size, 5), y = testing::random_ids(B * T, cfg.vocab_size, 6);
-    ref.zero_grad();
-    const double lc = ref.forward(x.data(), y.data(), B, T);
-    ref.backward(1.0);
+    const CpuBatch cb = cpu_step(ref, B, T, 5, 6);
+    const double lc = cb.loss;
+    const auto& x = cb.x;
+    const auto& y = cb.y;
     CudaTransformer flash(ctx(), cfg, DType::kBF16);
     ASSERT_TRUE(flash.flash_attention());
     flash.set_weights(ref.weights());

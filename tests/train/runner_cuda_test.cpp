@@ -18,6 +18,7 @@
 #include <nlohmann/json.hpp>
 
 #include "backend/cuda/op_testing.h"
+#include "model/small_configs.h"
 #include "forge/core/error.h"
 #include "forge/data/shard.h"
 #include "forge/model/transformer.h"
@@ -30,19 +31,7 @@ namespace {
 namespace fs = std::filesystem;
 using cuda::testing::CudaTest;
 
-ModelConfig small(Family f) {
-  ModelConfig c;
-  c.family = f;
-  c.vocab_size = 100;  // padded to 128
-  c.max_seq_len = 32;
-  c.n_layer = 2;
-  c.n_embd = 64;
-  c.n_head = 4;
-  c.n_kv_head = f == Family::kGpt2 ? 4 : 2;
-  c.ffn_hidden = f == Family::kGpt2 ? 256 : 96;
-  c.tie_embeddings = f == Family::kGpt2;
-  return c;
-}
+ModelConfig small(Family f) { return testing::small_config(f); }
 
 // FORGE_CUDA_GRAPH is read when a runner is made.
 std::unique_ptr<StepRunner> make_runner(const ModelConfig& cfg, const std::string& precision,
@@ -192,7 +181,9 @@ TEST_F(CudaRunnerTest, F16LossScaleSkipsOverflowsAndGrows) {
   // the H200 for this model).
   EXPECT_EQ(reps[first_clean].loss_scale, std::ldexp(1.0, 40 - first_clean));
   ASSERT_GE(grew_at, 0) << "the scale never grew";
-  if (!reps[first_clean + 1].skipped) EXPECT_EQ(grew_at, first_clean + 1);  // interval 2
+  if (!reps[first_clean + 1].skipped) {
+    EXPECT_EQ(grew_at, first_clean + 1);  // interval 2
+  }
   EXPECT_FALSE(cuda::testing::bit_identical(r->weights(), init.weights()));
 }
 
@@ -270,8 +261,9 @@ class CudaTrainerTest : public CudaTest {
       EXPECT_EQ(b[i]["step"], a[i]["step"]);
       for (const char* k : {"loss", "grad_norm", "lr", "val_loss"}) {
         ASSERT_EQ(a[i].contains(k), b[i].contains(k)) << i << " " << k;
-        if (a[i].contains(k))
+        if (a[i].contains(k)) {
           EXPECT_EQ(a[i][k].get<double>(), b[i][k].get<double>()) << i << " " << k;
+        }
       }
     }
   }
