@@ -161,7 +161,7 @@ void CudaTransformer::plan(int B, int T_) {
   }
   d_fc_ = bytes(N * FF);
   if (!gpt2) d_up_ = bytes(N * FF);
-  if (!(gpt2 && dt_ != DType::kF32)) d_hidden_ = bytes(N * FF);  // GPT-2 bf16: DGELU skips it
+  if (!gelu_epilogues()) d_hidden_ = bytes(N * FF);  // the DGELU epilogue skips d(hidden)
 }
 
 // out (N, OC) = inp (N, C) · W (+ bias); W is (OC, C) (Linear) or (C, OC) (Conv1D, in_out).
@@ -174,12 +174,16 @@ void CudaTransformer::linear_fwd(void* out, const void* inp, int64_t w_off, int6
   cuda::gemm(ctx_, g, inp, w(w_off), out);
 }
 
-// hidden = gelu(fc), fc = inp · W + bias (GPT-2's MLP up-projection). In bf16 one GEMM with
-// cuBLASLt's GELU epilogue writes both (fc as the aux output the backward needs); fp32 mode, the
-// CPU-parity path, keeps the separate GELU kernel (cuBLASLt's tanh differs in the last bits).
+// GPT-2's MLP in 16-bit modes runs GELU in cuBLASLt's epilogues (GELU_AUX_BIAS forward, DGELU
+// backward); fp32 mode, the CPU-parity path, keeps the separate GELU kernels (cuBLASLt's tanh
+// differs in the last bits). plan(), linear_gelu_fwd() and backward() all follow this.
+bool CudaTransformer::gelu_epilogues() const { return cfg_.family == Family::kGpt2 && dt_ != DType::kF32; }
+
+// hidden = gelu(fc), fc = inp · W + bias (GPT-2's MLP up-projection): one GEMM writing both (fc
+// as the aux output the backward needs) when gelu_epilogues(), else the GEMM and a GELU kernel.
 void CudaTransformer::linear_gelu_fwd(void* hidden, void* fc, const void* inp, int64_t w_off, int64_t b_off, int N,
                                       int C, int OC) {
-  if (dt_ == DType::kF32) {
+  if (!gelu_epilogues()) {
     linear_fwd(fc, inp, w_off, b_off, N, C, OC, true);
     cuda::gelu_fwd(ctx_, dt_, hidden, fc, static_cast<int64_t>(N) * OC);
     return;
@@ -341,7 +345,7 @@ void CudaTransformer::backward() {
     LayerActs& a = acts_[l];
     // MLP: d_res_ is d(block output).
     // The first product into a gradient buffer overwrites it (beta 0): no memset, no read.
-    if (gpt2 && dt_ != DType::kF32) {  // d_fc = (d_res · W_down) ∘ gelu'(fc) in one GEMM
+    if (gelu_epilogues()) {  // d_fc = (d_res · W_down) ∘ gelu'(fc) in one GEMM
       linear_bwd(act(d_fc_), o.down_w, o.down_b, act(d_res_), act(a.hidden), N, FF, C, true, DinpMode::kDGelu,
                  act(a.fc));
       linear_bwd(act(d_ln_), o.fc_w, o.fc_b, act(d_fc_), act(a.ln2), N, C, FF, true, DinpMode::kOverwrite);

@@ -106,6 +106,7 @@ class CudaTransformer {
   float* g(int64_t off) const { return grads_.data() + off; }
   void* act(const Buf<uint8_t>& b) const { return b.data(); }
   void linear_fwd(void* out, const void* inp, int64_t w_off, int64_t b_off, int N, int C, int OC, bool in_out);
+  bool gelu_epilogues() const;
   void linear_gelu_fwd(void* hidden, void* fc, const void* inp, int64_t w_off, int64_t b_off, int N, int C, int OC);
   enum class DinpMode { kAccumulate, kOverwrite, kDGelu };
   void linear_bwd(void* dinp, int64_t w_off, int64_t b_off, const void* dout, const void* inp, int N, int C, int OC,
