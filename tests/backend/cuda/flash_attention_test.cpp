@@ -2,7 +2,8 @@
 // cpu::attention_fwd/bwd<double> on the inputs already rounded to the kernel dtype, and the
 // log-sum-exp computed here from q and k. Cases: causal and not; GQA ratios NH/NKV 1, 2, 4, 8;
 // HS 64 and 128; T = 1, 17 (less than one tile) and 1000 (many tiles, the last one partial),
-// the full cross product at T = 17 and every axis value at least once at T = 1000; causal
+// the full cross product at T = 17 and every axis value at least once at T = 1000; HS 32, 80
+// and 96 (padded tile rows) at T = 17 and 300; causal
 // sliding windows; f16 forward + backward; q/k/v as column slices of a fused (B, T, 3C) buffer
 // with out in a wider row; bit-identical reruns. Every output starts poisoned (NaN bytes), so an
 // element the kernels forget to write fails, and the gradients are written, not accumulated.
@@ -92,8 +93,16 @@ std::vector<Case> all_cases() {
   // Sliding windows: narrower than a tile, and wide enough that whole tiles are skipped.
   c.push_back({kBF16, {2, 100, 4, 2, 64, true, 7}});
   c.push_back({kBF16, {1, 1000, 2, 1, 128, true, 200}});
+  // Head sizes 32, 80, 96 (padded shared-memory rows instead of the swizzle): causal and not,
+  // GQA, several tiles with a partial last one, one sliding window.
+  for (int hs : {32, 80, 96}) {
+    c.push_back({kBF16, {2, 17, 4, 2, hs, false, 0}});
+    c.push_back({kBF16, {1, 300, 4, 2, hs, true, 0}});
+  }
+  c.push_back({kBF16, {1, 300, 2, 1, 80, true, 37}});
   // f16.
   c.push_back({DType::kF16, {2, 17, 4, 2, 128, false, 0}});
+  c.push_back({DType::kF16, {1, 100, 4, 2, 96, true, 0}});
   c.push_back({DType::kF16, {1, 300, 4, 1, 64, true, 0}});
   return c;
 }
@@ -306,7 +315,9 @@ TEST(FlashAttentionSupport, HeadSizesAndDtypes) {
   EXPECT_TRUE(flash_attention_supported(DType::kBF16, 128));
   EXPECT_TRUE(flash_attention_supported(DType::kF16, 64));
   EXPECT_TRUE(flash_attention_supported(DType::kF16, 128));
+  for (int hs : {32, 80, 96}) EXPECT_TRUE(flash_attention_supported(DType::kBF16, hs)) << hs;
   EXPECT_FALSE(flash_attention_supported(DType::kBF16, 48));
+  EXPECT_FALSE(flash_attention_supported(DType::kBF16, 16));
   EXPECT_FALSE(flash_attention_supported(DType::kBF16, 256));
   EXPECT_FALSE(flash_attention_supported(DType::kF32, 64));
 }

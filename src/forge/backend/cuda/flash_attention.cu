@@ -22,7 +22,8 @@
 // ptxas (sm_90a, CUDA 13.0, -O3), registers / spill bytes, 0 stack frame, same for bf16 and f16:
 //   flash_fwd_kernel  HS 64  (4 warps × 32 rows, BK 64, 48 KiB shared)   254 / 0
 //                     HS 128 (4 warps × 32 rows, BK 32, 64 KiB shared)   255 / 0
-//   flash_bwd_delta_kernel                                                24 / 0
+//   flash_bwd_delta_kernel                                                24 / 0 (HS 32: 26)
+//   HS 32 / 80 / 96 (padded rows; the configurations of HS 64 / 128 / 128): 180 / 184 / 221, 0
 #include <cfloat>
 
 #include "forge/backend/cuda/check.h"
@@ -38,8 +39,8 @@ template <typename T, int D, int kWarps, int kMT, int BK>
 struct FwdConfig {
   static constexpr int kThreads = kWarps * 32;
   static constexpr int BQ = kWarps * 16 * kMT;
-  static constexpr int kStageBytes = 2 * BK * D * 2;  // K then V
-  static constexpr int kSmem = BQ * D * 2 + 2 * kStageBytes;
+  static constexpr int kStageBytes = 2 * BK * TileLayout<D>::kRowBytes;  // K then V
+  static constexpr int kSmem = BQ * TileLayout<D>::kRowBytes + 2 * kStageBytes;
 };
 
 template <typename T, int D, int kWarps, int kMT, int BK>
@@ -48,7 +49,7 @@ __global__ void __launch_bounds__(kWarps * 32) flash_fwd_kernel(FlashParams p) {
   constexpr int BQ = Cfg::BQ, NT = BK / 8, DT = D / 8, kThreads = Cfg::kThreads;
   extern __shared__ __align__(128) uint8_t smem[];
   const uint32_t sQ = smem_addr(smem);
-  const uint32_t sKV = sQ + BQ * D * 2;
+  const uint32_t sKV = sQ + BQ * TileLayout<D>::kRowBytes;
 
   const int T_ = p.T_;
   const int n_qt = (T_ + BQ - 1) / BQ;
@@ -65,7 +66,7 @@ __global__ void __launch_bounds__(kWarps * 32) flash_fwd_kernel(FlashParams p) {
   load_tile<BQ, D, kThreads>(sQ, q, p.ld_q, q0, T_);
   if (kt_begin < kt_end) {
     load_tile<BK, D, kThreads>(sKV, k, p.ld_k, kt_begin * BK, T_);
-    load_tile<BK, D, kThreads>(sKV + BK * D * 2, v, p.ld_v, kt_begin * BK, T_);
+    load_tile<BK, D, kThreads>(sKV + BK * TileLayout<D>::kRowBytes, v, p.ld_v, kt_begin * BK, T_);
   }
   cp_async_commit();
 
@@ -88,11 +89,11 @@ __global__ void __launch_bounds__(kWarps * 32) flash_fwd_kernel(FlashParams p) {
 
   for (int kt = kt_begin; kt < kt_end; ++kt) {
     const uint32_t sK = sKV + ((kt - kt_begin) & 1) * Cfg::kStageBytes;
-    const uint32_t sV = sK + BK * D * 2;
+    const uint32_t sV = sK + BK * TileLayout<D>::kRowBytes;
     if (kt + 1 < kt_end) {
       const uint32_t nK = sKV + ((kt + 1 - kt_begin) & 1) * Cfg::kStageBytes;
       load_tile<BK, D, kThreads>(nK, k, p.ld_k, (kt + 1) * BK, T_);
-      load_tile<BK, D, kThreads>(nK + BK * D * 2, v, p.ld_v, (kt + 1) * BK, T_);
+      load_tile<BK, D, kThreads>(nK + BK * TileLayout<D>::kRowBytes, v, p.ld_v, (kt + 1) * BK, T_);
     }
     cp_async_commit();
     cp_async_wait<1>();
@@ -251,18 +252,29 @@ void launch_fwd(Context& ctx, const FlashParams& p) {
 //   HS 128: 4 warps × 32 rows, BK 32 — 1.123 / 1.963 at 4·16·4096·128, against 1.125 / 2.090
 //           with 16 rows per warp (BK 64) and 1.222 / 2.224 with 8 warps × 16. 32 rows × 128
 //           columns with BK 64 spills (212 bytes), hence BK 32 there.
+// Head sizes 32, 80 and 96 (padded rows) take the configuration of the nearest measured size.
 template <typename T>
 void fwd_dispatch(Context& ctx, const FlashParams& p) {
-  if (p.HS == 64) launch_fwd<T, 64, 4, 2, 64>(ctx, p);
-  else launch_fwd<T, 128, 4, 2, 32>(ctx, p);
+  switch (p.HS) {
+    case 32: launch_fwd<T, 32, 4, 2, 64>(ctx, p); break;
+    case 64: launch_fwd<T, 64, 4, 2, 64>(ctx, p); break;
+    case 80: launch_fwd<T, 80, 4, 2, 32>(ctx, p); break;
+    case 96: launch_fwd<T, 96, 4, 2, 32>(ctx, p); break;
+    default: launch_fwd<T, 128, 4, 2, 32>(ctx, p); break;
+  }
 }
 
 template <typename T>
 void delta_dispatch(Context& ctx, const FlashParams& p) {
   const int64_t rows = static_cast<int64_t>(p.B) * p.T_ * p.NH;
   const dim3 grid(static_cast<unsigned>((rows + 7) / 8));
-  if (p.HS == 64) flash_bwd_delta_kernel<T, 64><<<grid, 256, 0, ctx.stream()>>>(p);
-  else flash_bwd_delta_kernel<T, 128><<<grid, 256, 0, ctx.stream()>>>(p);
+  switch (p.HS) {
+    case 32: flash_bwd_delta_kernel<T, 32><<<grid, 256, 0, ctx.stream()>>>(p); break;
+    case 64: flash_bwd_delta_kernel<T, 64><<<grid, 256, 0, ctx.stream()>>>(p); break;
+    case 80: flash_bwd_delta_kernel<T, 80><<<grid, 256, 0, ctx.stream()>>>(p); break;
+    case 96: flash_bwd_delta_kernel<T, 96><<<grid, 256, 0, ctx.stream()>>>(p); break;
+    default: flash_bwd_delta_kernel<T, 128><<<grid, 256, 0, ctx.stream()>>>(p); break;
+  }
   FORGE_CUDA_CHECK(cudaGetLastError());
 }
 
@@ -277,7 +289,7 @@ void launch_delta(Context& ctx, DType dt, const FlashParams& p) {
 }  // namespace flash
 
 bool flash_attention_supported(DType dt, int HS) {
-  return (dt == DType::kBF16 || dt == DType::kF16) && (HS == 64 || HS == 128);
+  return (dt == DType::kBF16 || dt == DType::kF16) && (HS == 32 || HS == 64 || HS == 80 || HS == 96 || HS == 128);
 }
 
 void flash_attention_fwd(Context& ctx, DType dt, void* out, float* lse, const void* q, const void* k,

@@ -16,6 +16,7 @@
 // ptxas (sm_90a, CUDA 13.0, -O3), registers / spill bytes, 0 stack frame, same for bf16 and f16:
 //   flash_bwd_dq_kernel   HS 64  (64 rows, BK 32)  126 / 0    HS 128 (64 rows, BK 64)  246 / 0
 //   flash_bwd_dkv_kernel  HS 64  (64 rows, BQ 32)  165 / 0    HS 128 (64 rows, BQ 32)  255 / 0
+//   HS 32 / 80 / 96: dQ 94 / 225 / 236, dK/dV 96 / 168 / 222, all 0 spill
 // Measured (ncu, GPT-2 124M shape 64·12·1024·64 causal): both kernels are latency-bound at 2–3
 // resident blocks per SM (tensor pipe 27–32% busy, 0.5–0.9 eligible warps per scheduler).
 //
@@ -43,8 +44,8 @@ template <int D, int kWarps, int BK>
 struct DqConfig {
   static constexpr int kThreads = kWarps * 32;
   static constexpr int BQ = kWarps * 16;
-  static constexpr int kStageBytes = 2 * BK * D * 2;  // K then V
-  static constexpr int kSmem = 2 * BQ * D * 2 + 2 * kStageBytes;  // Q, dO, two stages
+  static constexpr int kStageBytes = 2 * BK * TileLayout<D>::kRowBytes;  // K then V
+  static constexpr int kSmem = 2 * BQ * TileLayout<D>::kRowBytes + 2 * kStageBytes;  // Q, dO, two stages
 };
 
 template <typename T, int D, int kWarps, int BK>
@@ -53,8 +54,8 @@ __global__ void __launch_bounds__(kWarps * 32) flash_bwd_dq_kernel(FlashParams p
   constexpr int BQ = Cfg::BQ, NT = BK / 8, DT = D / 8, kThreads = Cfg::kThreads;
   extern __shared__ __align__(128) uint8_t smem[];
   const uint32_t sQ = smem_addr(smem);
-  const uint32_t sdO = sQ + BQ * D * 2;
-  const uint32_t sKV = sdO + BQ * D * 2;
+  const uint32_t sdO = sQ + BQ * TileLayout<D>::kRowBytes;
+  const uint32_t sKV = sdO + BQ * TileLayout<D>::kRowBytes;
 
   const int T_ = p.T_;
   const int n_qt = (T_ + BQ - 1) / BQ;
@@ -74,7 +75,7 @@ __global__ void __launch_bounds__(kWarps * 32) flash_bwd_dq_kernel(FlashParams p
   load_tile<BQ, D, kThreads>(sdO, dout, p.ld_o, q0, T_);
   if (kt_begin < kt_end) {
     load_tile<BK, D, kThreads>(sKV, k, p.ld_k, kt_begin * BK, T_);
-    load_tile<BK, D, kThreads>(sKV + BK * D * 2, v, p.ld_v, kt_begin * BK, T_);
+    load_tile<BK, D, kThreads>(sKV + BK * TileLayout<D>::kRowBytes, v, p.ld_v, kt_begin * BK, T_);
   }
   cp_async_commit();
 
@@ -100,11 +101,11 @@ __global__ void __launch_bounds__(kWarps * 32) flash_bwd_dq_kernel(FlashParams p
 
   for (int kt = kt_begin; kt < kt_end; ++kt) {
     const uint32_t sK = sKV + ((kt - kt_begin) & 1) * Cfg::kStageBytes;
-    const uint32_t sV = sK + BK * D * 2;
+    const uint32_t sV = sK + BK * TileLayout<D>::kRowBytes;
     if (kt + 1 < kt_end) {
       const uint32_t nK = sKV + ((kt + 1 - kt_begin) & 1) * Cfg::kStageBytes;
       load_tile<BK, D, kThreads>(nK, k, p.ld_k, (kt + 1) * BK, T_);
-      load_tile<BK, D, kThreads>(nK + BK * D * 2, v, p.ld_v, (kt + 1) * BK, T_);
+      load_tile<BK, D, kThreads>(nK + BK * TileLayout<D>::kRowBytes, v, p.ld_v, (kt + 1) * BK, T_);
     }
     cp_async_commit();
     cp_async_wait<1>();
@@ -155,8 +156,8 @@ struct DkvConfig {
   static constexpr int kThreads = kWarps * 32;
   static constexpr int BK = kWarps * 16;
   // Q, dO, then lse and D of the tile's BQ rows.
-  static constexpr int kStageBytes = 2 * BQ * D * 2 + 2 * BQ * 4;
-  static constexpr int kSmem = 2 * BK * D * 2 + 2 * kStageBytes;  // K, V, two stages
+  static constexpr int kStageBytes = 2 * BQ * TileLayout<D>::kRowBytes + 2 * BQ * 4;
+  static constexpr int kSmem = 2 * BK * TileLayout<D>::kRowBytes + 2 * kStageBytes;  // K, V, two stages
 };
 
 // BQ f32 values src[row0 ..] into shared memory (0 past T), 4 bytes per cp.async.
@@ -175,9 +176,9 @@ __global__ void __launch_bounds__(kWarps * 32) flash_bwd_dkv_kernel(FlashParams 
   constexpr int BK = Cfg::BK, NT = BQ / 8, DT = D / 8, kThreads = Cfg::kThreads;
   extern __shared__ __align__(128) uint8_t smem[];
   const uint32_t sK = smem_addr(smem);
-  const uint32_t sV = sK + BK * D * 2;
-  const uint32_t sStage = sV + BK * D * 2;
-  const float* stage_f = reinterpret_cast<const float*>(smem + 2 * BK * D * 2);
+  const uint32_t sV = sK + BK * TileLayout<D>::kRowBytes;
+  const uint32_t sStage = sV + BK * TileLayout<D>::kRowBytes;
+  const float* stage_f = reinterpret_cast<const float*>(smem + 2 * BK * TileLayout<D>::kRowBytes);
 
   const int T_ = p.T_;
   const int kt = blockIdx.x, kvh = blockIdx.y, b = blockIdx.z;
@@ -201,9 +202,9 @@ __global__ void __launch_bounds__(kWarps * 32) flash_bwd_dkv_kernel(FlashParams 
     const T* dout = static_cast<const T*>(p.dout) + bT * p.ld_o + h * D;
     const int64_t at = (static_cast<int64_t>(b) * p.NH + h) * T_;
     load_tile<BQ, D, kThreads>(st, q, p.ld_q, qt * BQ, T_);
-    load_tile<BQ, D, kThreads>(st + BQ * D * 2, dout, p.ld_o, qt * BQ, T_);
-    load_row_stats<BQ, kThreads>(st + 2 * BQ * D * 2, p.lse + at, qt * BQ, T_);
-    load_row_stats<BQ, kThreads>(st + 2 * BQ * D * 2 + BQ * 4, p.delta + at, qt * BQ, T_);
+    load_tile<BQ, D, kThreads>(st + BQ * TileLayout<D>::kRowBytes, dout, p.ld_o, qt * BQ, T_);
+    load_row_stats<BQ, kThreads>(st + 2 * BQ * TileLayout<D>::kRowBytes, p.lse + at, qt * BQ, T_);
+    load_row_stats<BQ, kThreads>(st + 2 * BQ * TileLayout<D>::kRowBytes + BQ * 4, p.delta + at, qt * BQ, T_);
   };
 
   load_tile<BK, D, kThreads>(sK, k, p.ld_k, k0, T_);
@@ -224,8 +225,8 @@ __global__ void __launch_bounds__(kWarps * 32) flash_bwd_dkv_kernel(FlashParams 
 
   for (int it = 0; it < n_it; ++it) {
     const uint32_t sQ = sStage + (it & 1) * Cfg::kStageBytes;
-    const uint32_t sdO = sQ + BQ * D * 2;
-    const float* s_lse = stage_f + (it & 1) * (Cfg::kStageBytes / 4) + 2 * BQ * D * 2 / 4;
+    const uint32_t sdO = sQ + BQ * TileLayout<D>::kRowBytes;
+    const float* s_lse = stage_f + (it & 1) * (Cfg::kStageBytes / 4) + 2 * BQ * TileLayout<D>::kRowBytes / 4;
     const float* s_dlt = s_lse + BQ;
     if (it + 1 < n_it) issue(it + 1);
     cp_async_commit();
@@ -314,14 +315,20 @@ void launch_dkv(Context& ctx, const FlashParams& p) {
 //           2 blocks per SM) and 2.341 / 3.835 with 8-warp dK/dV blocks.
 //   HS 128: dQ 64 × 64, dK/dV 64 × 32 (BQ 64 spills) — 4.32 / 8.13 at 4·16·4096·128; the
 //           alternatives measured within 1%.
+// Head sizes 32, 80 and 96 take the configuration of the nearest measured size.
+template <typename T, int D, int kDqBK>
+void bwd_launch(Context& ctx, const FlashParams& p) {
+  launch_dq<T, D, 4, kDqBK>(ctx, p);
+  launch_dkv<T, D, 4, 32>(ctx, p);
+}
 template <typename T>
 void bwd_dispatch(Context& ctx, const FlashParams& p) {
-  if (p.HS == 64) {
-    launch_dq<T, 64, 4, 32>(ctx, p);
-    launch_dkv<T, 64, 4, 32>(ctx, p);
-  } else {
-    launch_dq<T, 128, 4, 64>(ctx, p);
-    launch_dkv<T, 128, 4, 32>(ctx, p);
+  switch (p.HS) {
+    case 32: bwd_launch<T, 32, 32>(ctx, p); break;
+    case 64: bwd_launch<T, 64, 32>(ctx, p); break;
+    case 80: bwd_launch<T, 80, 64>(ctx, p); break;
+    case 96: bwd_launch<T, 96, 64>(ctx, p); break;
+    default: bwd_launch<T, 128, 64>(ctx, p); break;
   }
 }
 

@@ -42,10 +42,23 @@ __device__ __forceinline__ uint32_t smem_addr(const void* p) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(p));
 }
 
-// Byte address of element (row, col) of a swizzled tile with D columns; col % 8 == 0.
+// Row layout of a tile with D 16-bit columns. When a row is a multiple of 128 bytes (D = 64, 128)
+// the 16-byte chunks are XOR-swizzled as above; otherwise (D = 32, 80, 96) rows are padded by 16
+// bytes instead: 80, 176 and 208 bytes are 20, 44 and 52 four-byte banks, so the eight rows an
+// ldmatrix reads start in eight different 16-byte bank groups (20·r, 44·r, 52·r mod 32 are
+// distinct multiples of 4 for r = 0..7) and no access conflicts either way.
+template <int D>
+struct TileLayout {
+  static constexpr bool kSwizzle = (D * 2) % 128 == 0;
+  static constexpr int kRowBytes = kSwizzle ? D * 2 : D * 2 + 16;
+  static_assert(D % 16 == 0, "head size must be a multiple of 16 (one MMA k-step)");
+};
+
+// Byte address of element (row, col) of a tile with D columns; col % 8 == 0.
 template <int D>
 __device__ __forceinline__ uint32_t swz(uint32_t base, int row, int col) {
-  return base + row * (D * 2) + ((((col >> 3) ^ (row & 7))) << 4);
+  if constexpr (TileLayout<D>::kSwizzle) return base + row * (D * 2) + ((((col >> 3) ^ (row & 7))) << 4);
+  else return base + row * TileLayout<D>::kRowBytes + col * 2;
 }
 
 // 16 bytes global → shared, asynchronously; src_bytes 0 zero-fills (rows past the end).
@@ -58,16 +71,16 @@ __device__ __forceinline__ void cp_async_wait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
 }
 
-// Rows [row0, row0 + R) of a (T, ·) matrix with token stride `ld` (elements) into a swizzled
-// R × D tile; rows ≥ T are zero-filled. All kThreads threads of the block take part.
+// Rows [row0, row0 + R) of a (T, ·) matrix with token stride `ld` (elements) into an R × D tile
+// (TileLayout); rows ≥ T are zero-filled. All kThreads threads of the block take part.
 template <int R, int D, int kThreads, typename T>
 __device__ __forceinline__ void load_tile(uint32_t tile, const T* __restrict__ src, int64_t ld, int row0,
                                           int T_) {
   constexpr int kChunks = R * D / 8;
-  static_assert(kChunks % kThreads == 0, "tile chunks must divide evenly over the block");
 #pragma unroll
-  for (int it = 0; it < kChunks / kThreads; ++it) {
+  for (int it = 0; it < (kChunks + kThreads - 1) / kThreads; ++it) {
     const int idx = it * kThreads + static_cast<int>(threadIdx.x);
+    if (kChunks % kThreads != 0 && idx >= kChunks) break;
     const int r = idx / (D / 8), ch = idx % (D / 8);
     const bool in = row0 + r < T_;
     const T* p = in ? src + static_cast<int64_t>(row0 + r) * ld + ch * 8 : src;
@@ -247,7 +260,8 @@ inline void fill_shape(FlashParams& p, DType dt, const cpu::AttentionShape& s, i
                        int64_t ld_v, int64_t ld_o, const char* what) {
   FORGE_CHECK(dt == DType::kBF16 || dt == DType::kF16, what, ": dtype ", dtype_name(dt),
               " is not supported (bf16 or f16)");
-  FORGE_CHECK(s.HS == 64 || s.HS == 128, what, ": head size ", s.HS, " is not supported (64 or 128)");
+  FORGE_CHECK(s.HS == 32 || s.HS == 64 || s.HS == 80 || s.HS == 96 || s.HS == 128, what, ": head size ", s.HS,
+              " is not supported (32, 64, 80, 96 or 128)");
   FORGE_CHECK(s.B >= 0 && s.T >= 0 && s.NH > 0 && s.NKV > 0 && s.NH % s.NKV == 0, what, ": bad shape B=", s.B,
               " T=", s.T, " NH=", s.NH, " NKV=", s.NKV);
   FORGE_CHECK(s.window >= 0, what, ": negative window ", s.window);

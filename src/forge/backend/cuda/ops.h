@@ -93,7 +93,7 @@ void attention_bwd(Context& ctx, DType dt, void* dq, void* dk, void* dv, const v
 // The same mathematics as attention_fwd/bwd without the T×T probabilities: FlashAttention-2's
 // online softmax in the forward, and a backward that recomputes P from the saved log-sum-exp in
 // two kernels (dQ over query tiles, dK/dV over key tiles), no atomics, bit-identical reruns.
-// HS must be 64 or 128 (flash_attention_supported); q/k/v/out/dout 16-byte aligned.
+// HS must be 32, 64, 80, 96 or 128 (flash_attention_supported); q/k/v/out/dout 16-byte aligned.
 //
 // Token strides: elements between consecutive tokens of one tensor, so q, k and v may be
 // column slices of one fused (B, T, 3C) qkv buffer (GPT-2). 0 = dense: NH·HS for q and out,
