@@ -337,7 +337,8 @@ void bwd_dispatch(Context& ctx, const FlashParams& p) {
 
 void flash_attention_bwd(Context& ctx, DType dt, void* dq, void* dk, void* dv, const void* dout,
                          const void* q, const void* k, const void* v, const void* out, const float* lse,
-                         float* delta, const cpu::AttentionShape& s, const AttentionStrides& st) {
+                         float* delta, const cpu::AttentionShape& s, const AttentionStrides& st,
+                         FlashKernels kernels) {
   const char* what = "flash_attention_bwd";
   flash::FlashParams p{};
   flash::fill_shape(p, dt, s, st.q, st.k, st.v, st.o, what);
@@ -356,7 +357,8 @@ void flash_attention_bwd(Context& ctx, DType dt, void* dq, void* dk, void* dv, c
   p.lse = const_cast<float*>(lse);
   p.delta = delta;
   flash::launch_delta(ctx, dt, p);
-  if (dt == DType::kBF16) flash::bwd_dispatch<flash::bf16>(ctx, p);
+  if (flash::use_wgmma(ctx, kernels, s.HS, what)) flash::bwd_wgmma(ctx, dt, p);
+  else if (dt == DType::kBF16) flash::bwd_dispatch<flash::bf16>(ctx, p);
   else flash::bwd_dispatch<flash::f16>(ctx, p);
 }
 

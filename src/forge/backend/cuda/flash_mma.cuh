@@ -31,6 +31,8 @@
 
 namespace forge::cuda {
 struct AttentionStrides;
+class Context;
+enum class FlashKernels;  // ops.h
 }
 
 namespace forge::cuda::flash {
@@ -284,6 +286,13 @@ inline void fill_shape(FlashParams& p, DType dt, const cpu::AttentionShape& s, i
   p.scale = 1.0f / std::sqrt(static_cast<float>(s.HS));
   p.scale_log2 = p.scale * 1.4426950408889634f;
 }
+
+// The Hopper kernels (flash_attention_wgmma.cu, flash_attention_bwd_wgmma.cu), and whether a call
+// uses them (FlashKernels in ops.h; `what` names the op in errors). bwd_wgmma runs after the D
+// preprocess (launch_delta), like the mma.sync backward.
+void fwd_wgmma(Context& ctx, DType dt, const FlashParams& p);
+void bwd_wgmma(Context& ctx, DType dt, const FlashParams& p);
+bool use_wgmma(const Context& ctx, FlashKernels kernels, int HS, const char* what);
 
 inline void check_aligned(const void* ptr, const char* what, const char* name) {
   FORGE_CHECK(reinterpret_cast<uintptr_t>(ptr) % 16 == 0, what, ": ", name, " is not 16-byte aligned");

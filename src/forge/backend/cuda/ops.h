@@ -89,7 +89,7 @@ void attention_bwd(Context& ctx, DType dt, void* dq, void* dk, void* dv, const v
                    const void* q, const void* k, const void* v, const void* att,
                    const cpu::AttentionShape& s);
 
-// ---- flash attention (fused, tensor cores: mma.sync m16n8k16; bf16 or f16) ------------------
+// ---- flash attention (fused, tensor cores: wgmma or mma.sync; bf16 or f16) -------------------
 // The same mathematics as attention_fwd/bwd without the T×T probabilities: FlashAttention-2's
 // online softmax in the forward, and a backward that recomputes P from the saved log-sum-exp in
 // two kernels (dQ over query tiles, dK/dV over key tiles), no atomics, bit-identical reruns.
@@ -101,15 +101,21 @@ void attention_bwd(Context& ctx, DType dt, void* dq, void* dk, void* dv, const v
 struct AttentionStrides {
   int64_t q = 0, k = 0, v = 0, o = 0;
 };
+// Which kernels: kAuto = Hopper's wgmma kernels (flash_attention_wgmma.cu) on a compute
+// capability 9.x device for head sizes 64 and 128, the mma.sync kernels otherwise; kMma and
+// kWgmma force one family (kWgmma where it cannot run is refused). For tests and benchmarks.
+enum class FlashKernels { kAuto, kMma, kWgmma };
 bool flash_attention_supported(DType dt, int HS);
 // out (B, T, NH, HS); lse (B, NH, T) f32 = ln Σ_visible exp(q·k/sqrt(HS)) per query row
 // (−FLT_MAX for a row with no visible key, whose output is 0).
 void flash_attention_fwd(Context& ctx, DType dt, void* out, float* lse, const void* q, const void* k,
-                         const void* v, const cpu::AttentionShape& s, const AttentionStrides& st = {});
+                         const void* v, const cpu::AttentionShape& s, const AttentionStrides& st = {},
+                         FlashKernels kernels = FlashKernels::kAuto);
 // Writes (does not accumulate) dq, dk, dv. delta: (B, NH, T) f32 scratch for D = rowsum(dO∘O).
 void flash_attention_bwd(Context& ctx, DType dt, void* dq, void* dk, void* dv, const void* dout,
                          const void* q, const void* k, const void* v, const void* out, const float* lse,
-                         float* delta, const cpu::AttentionShape& s, const AttentionStrides& st = {});
+                         float* delta, const cpu::AttentionShape& s, const AttentionStrides& st = {},
+                         FlashKernels kernels = FlashKernels::kAuto);
 
 // ---- LM head + cross-entropy, fused ---------------------------------------------------------
 // x (N, C) final hidden states; w (Vp, C) head weight (dt; its padded rows [V, Vp) finite, as

@@ -1,0 +1,225 @@
+// Flash attention forward on Hopper's warpgroup MMA (wgmma, sm_90a): the mathematics, masking
+// and outputs of flash_attention.cu's mma.sync kernel, with the two products of a key tile
+// issued per warpgroup of 64 query rows:
+//   S = Q·Kᵀ   m64n{BK}k16, Q and K from shared memory (K-major)
+//   O += P·V   m64n{D}k16,  P from registers (the S accumulator rounded to bf16/f16), V from
+//                           shared memory read transposed (MN-major)
+// Warp-specialized: a producer warpgroup (24 registers) whose first thread copies the Q tile
+// once and K/V tiles into a ring of kStages stages with the bulk tensor copy engine (TMA, rows
+// past T zero-filled), and kWG consumer warpgroups (the rest of the register file) that wait on
+// a stage's "full" mbarrier and release it on its "empty" one. No block-wide barrier in the
+// loop, so the consumer warpgroups drift apart and one's softmax overlaps another's products.
+// A warpgroup whose 64 rows see none of a key tile skips its arithmetic (wgmma is
+// warpgroup-wide, so the skip is too); per-element masks as in the mma.sync kernel.
+//
+// ptxas (sm_90a, CUDA 13.0), bf16 = f16, 0 spill bytes, 0 stack: HS 64 (3 consumer warpgroups ×
+// 64 rows, BK 128, 512 threads) 128 registers at launch, HS 128 (2 × 64 rows, BK 128, 384
+// threads) 168; setmaxnreg then gives the producer 24 and each consumer consumer_regs(): 160
+// and 240.
+//
+// Measured (forge bench attention, bf16, H200), forward TFLOP/s causal / full, against the
+// mma.sync kernel in the same run: 4·16·4096·128 484 / 574 (241 / 279), 8·12·2048·64 276 / 408
+// (218 / 285), 2·32·8192·128 560 / 577 (267 / 283). The first wgmma version (all threads loading
+// with cp.async, a __syncthreads per key tile, no producer) reached 297 / 349, 199 / 281 and
+// 342 / 372: the warpgroups in lock step left the tensor cores idle during every softmax.
+#include <cfloat>
+
+#include "forge/backend/cuda/check.h"
+#include "forge/backend/cuda/context.h"
+#include "forge/backend/cuda/tensor_map.h"
+#include "forge/backend/cuda/wgmma.cuh"
+
+namespace forge::cuda::flash {
+namespace {
+
+template <int D, int kWG, int BK, int kStages>
+struct WgFwdConfig {
+  static constexpr int kConsumers = kWG * 128;
+  static constexpr int kThreads = kConsumers + 128;
+  static constexpr int BQ = kWG * 64;
+  static constexpr int kStageBytes = 2 * BK * D * 2;  // K then V
+  static constexpr int kBars = BQ * D * 2 + kStages * kStageBytes;
+  static constexpr int kSmem = kBars + 8 * (1 + 2 * kStages);  // q, full[], empty[]
+};
+
+template <typename T, int D, int kWG, int BK, int kStages>
+__global__ void __launch_bounds__(kWG * 128 + 128, 1)
+    flash_fwd_wgmma_kernel(const __grid_constant__ FlashParams p, const __grid_constant__ FlashMaps maps) {
+  using Cfg = WgFwdConfig<D, kWG, BK, kStages>;
+  constexpr int BQ = Cfg::BQ, NT = BK / 8, DT = D / 8;
+  constexpr bool kFtz = D <= 64;
+  extern __shared__ __align__(1024) uint8_t smem[];
+  const uint32_t sQ = smem_addr(smem);
+  const uint32_t sKV = sQ + BQ * D * 2;
+  const uint32_t bar_q = sQ + Cfg::kBars, bar_full = bar_q + 8, bar_empty = bar_full + 8 * kStages;
+
+  const int T_ = p.T_;
+  const int n_qt = (T_ + BQ - 1) / BQ;
+  const int qt = p.causal ? n_qt - 1 - static_cast<int>(blockIdx.x) : static_cast<int>(blockIdx.x);
+  const int h = blockIdx.y, b = blockIdx.z, kvh = h / (p.NH / p.NKV);
+  const int q0 = qt * BQ;
+  const TileRange kr = key_tiles<BQ, BK>(p, q0);
+  const int kt_begin = kr.begin, n_kt = max(0, kr.end - kr.begin);
+
+  if (threadIdx.x == 0) {
+    mbar_init(bar_q, 1);
+    for (int s = 0; s < kStages; ++s) {
+      mbar_init(bar_full + 8 * s, 1);
+      mbar_init(bar_empty + 8 * s, Cfg::kConsumers);
+    }
+    mbar_init_fence();
+  }
+  __syncthreads();
+
+  const int wg = threadIdx.x / 128;
+  if (wg == kWG) {  // producer
+    setmaxnreg_dec<24>();
+    if (threadIdx.x == Cfg::kConsumers) {
+      mbar_expect_tx(bar_q, BQ * D * 2);
+      tma_tile<BQ, D>(sQ, &maps.q, h * D, q0, b, bar_q);
+      for (int i = 0; i < n_kt; ++i) {
+        const int s = i % kStages;
+        if (i >= kStages) mbar_wait(bar_empty + 8 * s, (i / kStages - 1) & 1);
+        const uint32_t sK = sKV + s * Cfg::kStageBytes;
+        mbar_expect_tx(bar_full + 8 * s, Cfg::kStageBytes);
+        tma_tile<BK, D>(sK, &maps.k, kvh * D, (kt_begin + i) * BK, b, bar_full + 8 * s);
+        tma_tile<BK, D>(sK + BK * D * 2, &maps.v, kvh * D, (kt_begin + i) * BK, b, bar_full + 8 * s);
+      }
+    }
+    return;
+  }
+  setmaxnreg_inc<consumer_regs<kWG>()>();
+
+  const int warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32;
+  const int g = lane / 4, c = 2 * (lane % 4);
+  const int g_lo = q0 + wg * 64, g_hi = g_lo + 63;  // the warpgroup's query rows
+  const int wq_lo = g_lo + warp * 16, wq_hi = wq_lo + 15;
+  const Visibility vis{T_, p.causal, p.window};
+  const float sl2 = p.scale_log2;
+
+  float o[DT][4];
+  zero_acc(o);
+  float m[2] = {-FLT_MAX, -FLT_MAX}, l[2] = {0.0f, 0.0f};
+
+  mbar_wait(bar_q, 0);
+  for (int i = 0; i < n_kt; ++i) {
+    const int kt = kt_begin + i, st = i % kStages;
+    const uint32_t sK = sKV + st * Cfg::kStageBytes;
+    const uint32_t sV = sK + BK * D * 2;
+    mbar_wait(bar_full + 8 * st, (i / kStages) & 1);
+
+    const int k0 = kt * BK;
+    const bool skip = (p.causal && k0 > g_hi) || (p.window > 0 && k0 + BK - 1 <= g_lo - p.window);
+    if (!skip) {
+      float s[NT][4];
+      wgmma_fence();
+#pragma unroll
+      for (int ks = 0; ks < D / 16; ++ks)
+        wgmma_ss<T, 0>(s, desc_k<BQ>(sQ, wg * 64, ks), desc_k<BK>(sK, 0, ks), ks);
+      wgmma_commit();
+      wgmma_wait<0>();
+      fence_acc(s);
+
+      const bool masked = k0 + BK > T_ || (p.causal && k0 + BK - 1 > wq_lo) ||
+                          (p.window > 0 && k0 <= wq_hi - p.window);
+      if (masked) {
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+          for (int e = 0; e < 4; ++e)
+            if (!vis(wq_lo + g + (e >= 2 ? 8 : 0), k0 + nt * 8 + c + (e & 1))) s[nt][e] = -FLT_MAX;
+      }
+      // Online softmax, rows g (r = 0) and g + 8 (r = 1) of the warp's 16.
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        float mx = m[r];
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt) mx = fmaxf(mx, fmaxf(s[nt][2 * r], s[nt][2 * r + 1]));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+        const float ref = mx == -FLT_MAX ? 0.0f : mx * sl2;
+        const float corr = fast_exp2<kFtz>(m[r] * sl2 - ref);
+        m[r] = mx;
+        float sum = 0.0f;
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+          for (int e = 0; e < 2; ++e) {
+            const float pv = fast_exp2<kFtz>(fmaf(s[nt][2 * r + e], sl2, -ref));
+            s[nt][2 * r + e] = pv;
+            sum += pv;
+          }
+        l[r] = l[r] * corr + sum;
+#pragma unroll
+        for (int dt = 0; dt < DT; ++dt) {
+          o[dt][2 * r] *= corr;
+          o[dt][2 * r + 1] *= corr;
+        }
+      }
+      // O += P·V.
+      uint32_t pa[BK / 16][4];
+#pragma unroll
+      for (int kk = 0; kk < BK / 16; ++kk) acc_to_a<T, NT>(pa[kk], s, kk);
+      wgmma_fence();
+#pragma unroll
+      for (int kk = 0; kk < BK / 16; ++kk) wgmma_rs<T, 1>(o, pa[kk], desc_mn<BK>(sV, kk), 1);
+      wgmma_commit();
+      wgmma_wait<0>();
+      fence_acc(o);
+    }
+    mbar_arrive(bar_empty + 8 * st);  // this warpgroup's reads of the stage are done
+  }
+
+  T* out = static_cast<T*>(p.o) + static_cast<int64_t>(b) * T_ * p.ld_o + h * D;
+  float* lse = p.lse + (static_cast<int64_t>(b) * p.NH + h) * T_;
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    float sum = l[r];
+    sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+    sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+    const int i = wq_lo + g + 8 * r;
+    if (i >= T_) continue;
+    const float inv = sum > 0.0f ? 1.0f / sum : 0.0f;
+    T* row = out + static_cast<int64_t>(i) * p.ld_o;
+#pragma unroll
+    for (int dt = 0; dt < DT; ++dt)
+      *reinterpret_cast<uint32_t*>(row + dt * 8 + c) = pack2<T>(o[dt][2 * r] * inv, o[dt][2 * r + 1] * inv);
+    if (lane % 4 == 0) lse[i] = sum > 0.0f ? m[r] * p.scale + logf(sum) : -FLT_MAX;
+  }
+}
+
+template <typename T, int D, int kWG, int BK, int kStages>
+void launch(Context& ctx, const FlashParams& p, const FlashMaps& maps) {
+  using Cfg = WgFwdConfig<D, kWG, BK, kStages>;
+  auto kernel = flash_fwd_wgmma_kernel<T, D, kWG, BK, kStages>;
+  static const bool attr_set = [&] {
+    FORGE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmem));
+    return true;
+  }();
+  (void)attr_set;
+  const dim3 grid((p.T_ + Cfg::BQ - 1) / Cfg::BQ, p.NH, p.B);
+  kernel<<<grid, Cfg::kThreads, Cfg::kSmem, ctx.stream()>>>(p, maps);
+  FORGE_CUDA_CHECK(cudaGetLastError());
+}
+
+// Tile configurations: 64 query rows per consumer warpgroup, BK keys per stage, two stages.
+template <typename T>
+void dispatch(Context& ctx, DType dt, const FlashParams& p) {
+  constexpr int kWG64 = 3, kWG128 = 2, BK = 128;
+  const int box_q = (p.HS == 64 ? kWG64 : kWG128) * 64;
+  FlashMaps maps{};
+  maps.q = make_tile_map(p.q, dt, static_cast<int64_t>(p.NH) * p.HS, p.ld_q, p.T_, p.B, box_q);
+  maps.k = make_tile_map(p.k, dt, static_cast<int64_t>(p.NKV) * p.HS, p.ld_k, p.T_, p.B, BK);
+  maps.v = make_tile_map(p.v, dt, static_cast<int64_t>(p.NKV) * p.HS, p.ld_v, p.T_, p.B, BK);
+  if (p.HS == 64) launch<T, 64, kWG64, BK, 2>(ctx, p, maps);
+  else launch<T, 128, kWG128, BK, 2>(ctx, p, maps);
+}
+
+}  // namespace
+
+void fwd_wgmma(Context& ctx, DType dt, const FlashParams& p) {
+  if (dt == DType::kBF16) dispatch<bf16>(ctx, dt, p);
+  else dispatch<f16>(ctx, dt, p);
+}
+
+}  // namespace forge::cuda::flash
