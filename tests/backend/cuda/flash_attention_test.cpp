@@ -24,6 +24,7 @@
 #include <cstring>
 #include <ostream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "cuda_testing.h"
@@ -59,12 +60,14 @@ constexpr double kAbsFloor = 1e-4;
 struct Case {
   DType dt;
   cpu::AttentionShape s;
+  FlashKernels kernels = FlashKernels::kMma;
 };
 
 std::string case_string(const Case& c) {
   const cpu::AttentionShape& s = c.s;
-  return str(dtype_name(c.dt), "_B", s.B, "_T", s.T, "_NH", s.NH, "_NKV", s.NKV, "_HS", s.HS,
-             s.causal ? "_causal" : "_full", s.window ? str("_window", s.window) : "");
+  return str(c.kernels == FlashKernels::kWgmma ? "wgmma_" : "mma_", dtype_name(c.dt), "_B", s.B, "_T",
+             s.T, "_NH", s.NH, "_NKV", s.NKV, "_HS", s.HS, s.causal ? "_causal" : "_full",
+             s.window ? str("_window", s.window) : "");
 }
 std::string case_name(const ::testing::TestParamInfo<Case>& info) {
   return case_string(info.param);
@@ -104,6 +107,10 @@ std::vector<Case> all_cases() {
   c.push_back({DType::kF16, {2, 17, 4, 2, 128, false, 0}});
   c.push_back({DType::kF16, {1, 100, 4, 2, 96, true, 0}});
   c.push_back({DType::kF16, {1, 300, 4, 1, 64, true, 0}});
+  // Every case again through the Hopper (wgmma) kernels where they apply: head sizes 64, 128.
+  const size_t n = c.size();
+  for (size_t i = 0; i < n; ++i)
+    if (c[i].s.HS == 64 || c[i].s.HS == 128) c.push_back({c[i].dt, c[i].s, FlashKernels::kWgmma});
   return c;
 }
 
@@ -205,8 +212,12 @@ class FlashAttentionTest : public CudaTest {
   struct Result {
     std::vector<float> out, lse, dq, dk, dv;
   };
+  // The wgmma kernels need a Hopper device; elsewhere their cases skip.
+  bool can_run(FlashKernels kernels) {
+    return kernels != FlashKernels::kWgmma || ctx().props().major == 9;
+  }
   // Forward then backward (on the forward's out and lse), dense strides, into poisoned buffers.
-  Result run_flash(DType dt, const cpu::AttentionShape& s, const Inputs& in) {
+  Result run_flash(DType dt, const cpu::AttentionShape& s, const Inputs& in, FlashKernels kernels) {
     const size_t nlse = size_t(s.B) * s.NH * s.T;
     auto q = to_device(dt, in.q), k = to_device(dt, in.k), v = to_device(dt, in.v);
     auto dout = to_device(dt, in.dout);
@@ -215,10 +226,94 @@ class FlashAttentionTest : public CudaTest {
     auto dq = poisoned<char>(in.q.size() * dtype_size(dt));
     auto dk = poisoned<char>(in.k.size() * dtype_size(dt));
     auto dv = poisoned<char>(in.v.size() * dtype_size(dt));
-    flash_attention_fwd(ctx(), dt, out.data(), lse.data(), q.data(), k.data(), v.data(), s);
+    flash_attention_fwd(ctx(), dt, out.data(), lse.data(), q.data(), k.data(), v.data(), s, {}, kernels);
     flash_attention_bwd(ctx(), dt, dq.data(), dk.data(), dv.data(), dout.data(), q.data(), k.data(),
-                        v.data(), out.data(), lse.data(), delta.data(), s);
+                        v.data(), out.data(), lse.data(), delta.data(), s, {}, kernels);
     return {to_host(dt, out), download(lse), to_host(dt, dq), to_host(dt, dk), to_host(dt, dv)};
+  }
+  // As run_flash, with q, k, v (NKV = NH) packed into one (B, T, 3C) buffer and the gradients
+  // written into the same layout, as GPT-2 calls the kernels.
+  Result run_flash_fused(DType dt, const cpu::AttentionShape& s, const Inputs& in, FlashKernels kernels) {
+    const int C = s.NH * s.HS;
+    const size_t ntok = size_t(s.B) * s.T, nlse = size_t(s.B) * s.NH * s.T, e = dtype_size(dt);
+    std::vector<float> qkv(ntok * 3 * C);
+    for (size_t tk = 0; tk < ntok; ++tk)
+      for (int c = 0; c < C; ++c) {
+        qkv[tk * 3 * C + c] = in.q[tk * C + c];
+        qkv[tk * 3 * C + C + c] = in.k[tk * C + c];
+        qkv[tk * 3 * C + 2 * C + c] = in.v[tk * C + c];
+      }
+    auto d_qkv = to_device(dt, qkv), dout = to_device(dt, in.dout);
+    auto out = poisoned<char>(ntok * C * e), d_dqkv = poisoned<char>(ntok * 3 * C * e);
+    auto lse = poisoned<float>(nlse), delta = poisoned<float>(nlse);
+    const AttentionStrides st{3 * C, 3 * C, 3 * C, C};
+    char *x = d_qkv.data(), *dx = d_dqkv.data();
+    flash_attention_fwd(ctx(), dt, out.data(), lse.data(), x, x + C * e, x + 2 * C * e, s, st, kernels);
+    flash_attention_bwd(ctx(), dt, dx, dx + C * e, dx + 2 * C * e, dout.data(), x, x + C * e, x + 2 * C * e,
+                        out.data(), lse.data(), delta.data(), s, st, kernels);
+    const std::vector<float> g = to_host(dt, d_dqkv);
+    Result r{to_host(dt, out), download(lse), {}, {}, {}};
+    for (std::vector<float>* v : {&r.dq, &r.dk, &r.dv}) v->resize(ntok * C);
+    for (size_t tk = 0; tk < ntok; ++tk)
+      for (int c = 0; c < C; ++c) {
+        r.dq[tk * C + c] = g[tk * 3 * C + c];
+        r.dk[tk * C + c] = g[tk * 3 * C + C + c];
+        r.dv[tk * C + c] = g[tk * 3 * C + 2 * C + c];
+      }
+    return r;
+  }
+  // The fused-buffer layout check of TokenStridesOfFusedBuffers (below) for one kernel family.
+  void check_fused_strides(FlashKernels kernels) {
+    const DType dt = DType::kBF16;
+    const cpu::AttentionShape s{2, 100, 4, 4, 64, true, 0};
+    const int C = s.NH * s.HS, kPad = 32, OS = C + 2 * kPad;  // 16-byte aligned slices
+    const size_t ntok = size_t(s.B) * s.T;
+    const Inputs in = make_inputs(dt, s, 77);
+    // Host (B, T, 3C) qkv and (B, T, OS) dout with NaN gaps: reading a gap poisons the result.
+    std::vector<float> qkv(ntok * 3 * C), dout_wide((ntok + 1) * OS, NAN);
+    for (size_t t = 0; t < ntok; ++t)
+      for (int c = 0; c < C; ++c) {
+        qkv[t * 3 * C + c] = in.q[t * C + c];
+        qkv[t * 3 * C + C + c] = in.k[t * C + c];
+        qkv[t * 3 * C + 2 * C + c] = in.v[t * C + c];
+        dout_wide[t * OS + kPad + c] = in.dout[t * C + c];
+      }
+    auto d_qkv = to_device(dt, qkv), d_dout = to_device(dt, dout_wide);
+    const size_t e = dtype_size(dt);
+    auto d_out = poisoned<char>((ntok + 1) * OS * e), d_dqkv = poisoned<char>((ntok + 1) * 3 * C * e);
+    const size_t nlse = ntok * s.NH;
+    auto lse = poisoned<float>(nlse), delta = poisoned<float>(nlse);
+    const AttentionStrides st{3 * C, 3 * C, 3 * C, OS};
+    char *qkv0 = d_qkv.data(), *dqkv0 = d_dqkv.data();
+    flash_attention_fwd(ctx(), dt, d_out.data() + kPad * e, lse.data(), qkv0, qkv0 + C * e,
+                        qkv0 + 2 * C * e, s, st, kernels);
+    flash_attention_bwd(ctx(), dt, dqkv0, dqkv0 + C * e, dqkv0 + 2 * C * e, d_dout.data() + kPad * e,
+                        qkv0, qkv0 + C * e, qkv0 + 2 * C * e, d_out.data() + kPad * e, lse.data(),
+                        delta.data(), s, st, kernels);
+
+    const std::vector<float> out_wide = to_host(dt, d_out), dqkv = to_host(dt, d_dqkv);
+    std::vector<float> out(ntok * C), dq(ntok * C), dk(ntok * C), dv(ntok * C);
+    size_t touched = 0;  // gap or guard elements that are no longer NaN
+    for (size_t t = 0; t <= ntok; ++t) {
+      for (int c = 0; c < OS; ++c) {
+        const bool in_slice = t < ntok && c >= kPad && c < kPad + C;
+        if (in_slice)
+          out[t * C + c - kPad] = out_wide[t * OS + c];
+        else
+          touched += !std::isnan(out_wide[t * OS + c]);
+      }
+      for (int c = 0; c < 3 * C; ++c) {
+        const float x = dqkv[t * 3 * C + c];
+        if (t == ntok) {
+          touched += !std::isnan(x);
+          continue;
+        }
+        std::vector<float>& slice = c < C ? dq : c < 2 * C ? dk : dv;
+        slice[t * C + c % C] = x;
+      }
+    }
+    EXPECT_EQ(touched, 0u) << "elements outside the slices were written";
+    expect_matches(reference(s, in), out, download(lse), dq, dk, dv, dt);
   }
 };
 
@@ -226,9 +321,10 @@ class FlashAttentionCaseTest : public FlashAttentionTest,
                                public ::testing::WithParamInterface<Case> {};
 
 TEST_P(FlashAttentionCaseTest, MatchesCpuReference) {
-  const auto [dt, s] = GetParam();
+  const auto [dt, s, kernels] = GetParam();
+  if (!can_run(kernels)) GTEST_SKIP() << "the wgmma kernels need a compute capability 9.x device";
   const Inputs in = make_inputs(dt, s, 1000 + s.T + 10 * s.NKV + s.HS + s.causal);
-  const Result gpu = run_flash(dt, s, in);
+  const Result gpu = run_flash(dt, s, in, kernels);
   expect_matches(reference(s, in), gpu.out, gpu.lse, gpu.dq, gpu.dk, gpu.dv, dt);
 }
 
@@ -240,72 +336,54 @@ INSTANTIATE_TEST_SUITE_P(Shapes, FlashAttentionCaseTest, ::testing::ValuesIn(all
 // rows of C + 2·kPad (token stride C + 2·kPad). The gaps and one guard token after each buffer
 // must stay untouched.
 TEST_F(FlashAttentionTest, TokenStridesOfFusedBuffers) {
-  const DType dt = DType::kBF16;
-  const cpu::AttentionShape s{2, 100, 4, 4, 64, true, 0};
-  const int C = s.NH * s.HS, kPad = 32, OS = C + 2 * kPad;  // 16-byte aligned slices
-  const size_t ntok = size_t(s.B) * s.T;
-  const Inputs in = make_inputs(dt, s, 77);
-  // Host (B, T, 3C) qkv and (B, T, OS) dout with NaN gaps: reading a gap poisons the result.
-  std::vector<float> qkv(ntok * 3 * C), dout_wide((ntok + 1) * OS, NAN);
-  for (size_t t = 0; t < ntok; ++t)
-    for (int c = 0; c < C; ++c) {
-      qkv[t * 3 * C + c] = in.q[t * C + c];
-      qkv[t * 3 * C + C + c] = in.k[t * C + c];
-      qkv[t * 3 * C + 2 * C + c] = in.v[t * C + c];
-      dout_wide[t * OS + kPad + c] = in.dout[t * C + c];
-    }
-  auto d_qkv = to_device(dt, qkv), d_dout = to_device(dt, dout_wide);
-  const size_t e = dtype_size(dt);
-  auto d_out = poisoned<char>((ntok + 1) * OS * e), d_dqkv = poisoned<char>((ntok + 1) * 3 * C * e);
-  const size_t nlse = ntok * s.NH;
-  auto lse = poisoned<float>(nlse), delta = poisoned<float>(nlse);
-  const AttentionStrides st{3 * C, 3 * C, 3 * C, OS};
-  char *qkv0 = d_qkv.data(), *dqkv0 = d_dqkv.data();
-  flash_attention_fwd(ctx(), dt, d_out.data() + kPad * e, lse.data(), qkv0, qkv0 + C * e,
-                      qkv0 + 2 * C * e, s, st);
-  flash_attention_bwd(ctx(), dt, dqkv0, dqkv0 + C * e, dqkv0 + 2 * C * e, d_dout.data() + kPad * e,
-                      qkv0, qkv0 + C * e, qkv0 + 2 * C * e, d_out.data() + kPad * e, lse.data(),
-                      delta.data(), s, st);
-
-  const std::vector<float> out_wide = to_host(dt, d_out), dqkv = to_host(dt, d_dqkv);
-  std::vector<float> out(ntok * C), dq(ntok * C), dk(ntok * C), dv(ntok * C);
-  size_t touched = 0;  // gap or guard elements that are no longer NaN
-  for (size_t t = 0; t <= ntok; ++t) {
-    for (int c = 0; c < OS; ++c) {
-      const bool in_slice = t < ntok && c >= kPad && c < kPad + C;
-      if (in_slice)
-        out[t * C + c - kPad] = out_wide[t * OS + c];
-      else
-        touched += !std::isnan(out_wide[t * OS + c]);
-    }
-    for (int c = 0; c < 3 * C; ++c) {
-      const float x = dqkv[t * 3 * C + c];
-      if (t == ntok) {
-        touched += !std::isnan(x);
-        continue;
-      }
-      std::vector<float>& slice = c < C ? dq : c < 2 * C ? dk : dv;
-      slice[t * C + c % C] = x;
-    }
+  for (FlashKernels kernels : {FlashKernels::kMma, FlashKernels::kWgmma}) {
+    if (!can_run(kernels)) continue;
+    SCOPED_TRACE(kernels == FlashKernels::kWgmma ? "wgmma" : "mma");
+    check_fused_strides(kernels);
   }
-  EXPECT_EQ(touched, 0u) << "elements outside the slices were written";
-  expect_matches(reference(s, in), out, download(lse), dq, dk, dv, dt);
 }
 
 TEST_F(FlashAttentionTest, RunsAreBitIdentical) {
   for (const cpu::AttentionShape s : {cpu::AttentionShape{2, 500, 8, 2, 128, true, 0},
                                       cpu::AttentionShape{2, 333, 4, 4, 64, false, 0}}) {
     const Inputs in = make_inputs(DType::kBF16, s, 5);
-    const Result a = run_flash(DType::kBF16, s, in), b = run_flash(DType::kBF16, s, in);
-    auto same = [](const std::vector<float>& x, const std::vector<float>& y) {
-      return x.size() == y.size() && std::memcmp(x.data(), y.data(), x.size() * 4) == 0;
-    };
-    SCOPED_TRACE(str("T=", s.T, " HS=", s.HS));
-    EXPECT_TRUE(same(a.out, b.out)) << "out";
-    EXPECT_TRUE(same(a.lse, b.lse)) << "lse";
-    EXPECT_TRUE(same(a.dq, b.dq)) << "dq";
-    EXPECT_TRUE(same(a.dk, b.dk)) << "dk";
-    EXPECT_TRUE(same(a.dv, b.dv)) << "dv";
+    for (FlashKernels kernels : {FlashKernels::kMma, FlashKernels::kWgmma}) {
+      if (!can_run(kernels)) continue;
+      SCOPED_TRACE(str(kernels == FlashKernels::kWgmma ? "wgmma" : "mma", " T=", s.T, " HS=", s.HS));
+      const Result a = run_flash(DType::kBF16, s, in, kernels), b = run_flash(DType::kBF16, s, in, kernels);
+      auto same = [](const std::vector<float>& x, const std::vector<float>& y) {
+        return x.size() == y.size() && std::memcmp(x.data(), y.data(), x.size() * 4) == 0;
+      };
+      EXPECT_TRUE(same(a.out, b.out)) << "out";
+      EXPECT_TRUE(same(a.lse, b.lse)) << "lse";
+      EXPECT_TRUE(same(a.dq, b.dq)) << "dq";
+      EXPECT_TRUE(same(a.dk, b.dk)) << "dk";
+      EXPECT_TRUE(same(a.dv, b.dv)) << "dv";
+    }
+  }
+}
+
+// The two kernel families against each other where the CPU reference in double would take
+// minutes: GPT-2 124M's attention (T 1024, 12 heads of 64, causal) with q, k, v read from the
+// fused (B, T, 3C) projection and the gradients written into it, and a long GQA shape at head
+// size 128. Each family lands within tol_for() of the exact result on the shapes above, so the
+// two must agree within twice that.
+TEST_F(FlashAttentionTest, WgmmaAgreesWithMmaAtModelShapes) {
+  if (!can_run(FlashKernels::kWgmma)) GTEST_SKIP() << "the wgmma kernels need a compute capability 9.x device";
+  const DType dt = DType::kBF16;
+  const FlashTol t = tol_for(dt);
+  for (const auto& [s, fused] : {std::pair{cpu::AttentionShape{4, 1024, 12, 12, 64, true, 0}, true},
+                                 std::pair{cpu::AttentionShape{2, 2048, 8, 2, 128, true, 0}, false}}) {
+    const Inputs in = make_inputs(dt, s, 31);
+    const Result a = fused ? run_flash_fused(dt, s, in, FlashKernels::kMma) : run_flash(dt, s, in, FlashKernels::kMma);
+    const Result b =
+        fused ? run_flash_fused(dt, s, in, FlashKernels::kWgmma) : run_flash(dt, s, in, FlashKernels::kWgmma);
+    SCOPED_TRACE(str("T=", s.T, " HS=", s.HS, fused ? " fused qkv" : ""));
+    EXPECT_TRUE(close_to(b.out, to_double(a.out), 2 * t.out_max, 2 * t.l2)) << "out";
+    EXPECT_TRUE(all_close(b.lse, to_double(a.lse), Tol{2 * t.lse_abs, 0.0})) << "lse";
+    EXPECT_TRUE(close_to(b.dq, to_double(a.dq), 2 * t.grad_max, 2 * t.l2)) << "dq";
+    EXPECT_TRUE(close_to(b.dk, to_double(a.dk), 2 * t.grad_max, 2 * t.l2)) << "dk";
+    EXPECT_TRUE(close_to(b.dv, to_double(a.dv), 2 * t.grad_max, 2 * t.l2)) << "dv";
   }
 }
 
