@@ -15,6 +15,8 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "bench.h"
 #include "forge/backend/cuda/check.h"
@@ -83,7 +85,7 @@ double median_ms(cuda::Context& ctx, int warmup, int iters, F&& f) {
 }
 
 struct Row {
-  std::string kernel;  // "flash" or "unfused (v1)"
+  std::string kernel;  // "flash wgmma", "flash mma" or "unfused (v1)"
   std::array<int, 4> shape;
   bool causal;
   double fwd_ms, bwd_ms;
@@ -111,18 +113,25 @@ void measure_shape(cuda::Context& ctx, const AttentionBenchOptions& o,
   cuda::DeviceBuffer<uint16_t> out(ctx.allocator(), n), dq(ctx.allocator(), n),
       dk(ctx.allocator(), n), dv(ctx.allocator(), n);
   cuda::DeviceBuffer<float> lse(ctx.allocator(), nrow), delta(ctx.allocator(), nrow);
-  for (const bool causal : causals) {
-    const cpu::AttentionShape s{B, T, H, H, D, causal, 0};
-    auto fwd = [&] {
-      cuda::flash_attention_fwd(ctx, dt, out.data(), lse.data(), q.data(), k.data(), v.data(), s);
-    };
-    auto bwd = [&] {
-      cuda::flash_attention_bwd(ctx, dt, dq.data(), dk.data(), dv.data(), dout.data(), q.data(),
-                                k.data(), v.data(), out.data(), lse.data(), delta.data(), s);
-    };
-    const double fwd_ms = median_ms(ctx, o.warmup, o.iters, fwd);  // leaves out/lse for bwd
-    rows.push_back({"flash", shape, causal, fwd_ms, median_ms(ctx, o.warmup, o.iters, bwd)});
-  }
+  // Both kernel families where the device runs wgmma (Hopper), mma.sync alone elsewhere.
+  std::vector<std::pair<cuda::FlashKernels, const char*>> families;
+  if (ctx.props().major == 9) families.push_back({cuda::FlashKernels::kWgmma, "flash wgmma"});
+  families.push_back({cuda::FlashKernels::kMma, "flash mma"});
+  for (const bool causal : causals)
+    for (const auto& [kernels, name] : families) {
+      const cpu::AttentionShape s{B, T, H, H, D, causal, 0};
+      auto fwd = [&] {
+        cuda::flash_attention_fwd(ctx, dt, out.data(), lse.data(), q.data(), k.data(), v.data(), s,
+                                  {}, kernels);
+      };
+      auto bwd = [&] {
+        cuda::flash_attention_bwd(ctx, dt, dq.data(), dk.data(), dv.data(), dout.data(), q.data(),
+                                  k.data(), v.data(), out.data(), lse.data(), delta.data(), s, {},
+                                  kernels);
+      };
+      const double fwd_ms = median_ms(ctx, o.warmup, o.iters, fwd);  // leaves out/lse for bwd
+      rows.push_back({name, shape, causal, fwd_ms, median_ms(ctx, o.warmup, o.iters, bwd)});
+    }
   if (shape != kUnfusedShape) return;
   cuda::DeviceBuffer<uint16_t> att(ctx.allocator(), nrow * T);  // (B, H, T, T)
   for (const bool causal : causals) {
@@ -179,7 +188,7 @@ void attention_cuda(const AttentionBenchOptions& o) {
   for (const Row& r : rows) {
     const double ff = fwd_flops(r.shape, r.causal), bf = 2.5 * ff;
     const double fwd_tf = ff / (r.fwd_ms * 1e-3) / 1e12, bwd_tf = bf / (r.bwd_ms * 1e-3) / 1e12;
-    const Anchor* a = r.kernel == "flash" ? find_anchor(r.shape, r.causal) : nullptr;
+    const Anchor* a = r.kernel.rfind("flash", 0) == 0 ? find_anchor(r.shape, r.causal) : nullptr;
     const std::string flash = a ? str(a->flash_fwd, " / ", a->flash_bwd) : "-";
     const std::string cudnn = a ? str(a->cudnn_fwd, " / ", a->cudnn_bwd) : "-";
     std::printf("%-13s %-14s %-6s | %8.3f %8.1f | %8.3f %8.1f | %-11s | %-11s\n", r.kernel.c_str(),
