@@ -24,11 +24,16 @@ CudaTransformer::CudaTransformer(cuda::Context& ctx, const ModelConfig& cfg, DTy
   if (dt != DType::kF32 && dt != DType::kBF16 && dt != DType::kF16)
     throw Error(str("CUDA training supports fp32, bf16 and f16 compute, not ", dtype_name(dt)));
   // Flash attention needs 16-bit inputs; fp32 mode keeps the unfused path (exact CPU parity).
-  // FORGE_ATTENTION=unfused forces v1's path in bf16 too, for comparisons.
-  const char* attn = std::getenv("FORGE_ATTENTION");
-  if (attn && std::string(attn) != "flash" && std::string(attn) != "unfused")
-    throw Error(str("FORGE_ATTENTION='", attn, "' (expected flash or unfused)"));
-  flash_ = cuda::flash_attention_supported(dt, cfg.head_dim()) && !(attn && std::string(attn) == "unfused");
+  // FORGE_ATTENTION=unfused forces v1's path in bf16 too, and flash-mma / flash-wgmma one family
+  // of flash kernels (ops.h, FlashKernels), for comparisons.
+  const char* env = std::getenv("FORGE_ATTENTION");
+  const std::string attn = env ? env : "flash";
+  if (attn != "flash" && attn != "flash-mma" && attn != "flash-wgmma" && attn != "unfused")
+    throw Error(str("FORGE_ATTENTION='", attn, "' (expected flash, flash-mma, flash-wgmma or unfused)"));
+  flash_ = cuda::flash_attention_supported(dt, cfg.head_dim()) && attn != "unfused";
+  flash_kernels_ = attn == "flash-mma"     ? cuda::FlashKernels::kMma
+                   : attn == "flash-wgmma" ? cuda::FlashKernels::kWgmma
+                                           : cuda::FlashKernels::kAuto;
   auto& a = ctx.allocator();
   const size_t P = table_.total();
   master_ = Buf<float>(a, P);
@@ -295,7 +300,8 @@ void CudaTransformer::forward(const int32_t* tokens, const int32_t* targets, con
       cuda::rope_fwd(ctx_, dt_, act(a.k), B, T_, NKV, HS, cfg_.rope_theta, cfg_.rope_style);
     }
     if (flash_)
-      cuda::flash_attention_fwd(ctx_, dt_, act(a.atty), a.lse.data(), in.q, in.k, in.v, shape, in.st);
+      cuda::flash_attention_fwd(ctx_, dt_, act(a.atty), a.lse.data(), in.q, in.k, in.v, shape, in.st,
+                                flash_kernels_);
     else
       cuda::attention_fwd(ctx_, dt_, act(a.atty), act(a.att), in.q, in.k, in.v, shape);
     linear_fwd(act(tmp_), act(a.atty), o.attn_out_w, gpt2 ? o.attn_out_b : -1, N, NH * HS, C, gpt2);
@@ -375,7 +381,7 @@ void CudaTransformer::backward() {
       void* dk = gpt2 ? dqkv + C * es_ : act(d_k_);
       void* dv = gpt2 ? dqkv + 2 * C * es_ : act(d_v_);
       cuda::flash_attention_bwd(ctx_, dt_, dq, dk, dv, act(d_atty_), in.q, in.k, in.v, act(a.atty), a.lse.data(),
-                                delta_.data(), shape, in.st);
+                                delta_.data(), shape, in.st, flash_kernels_);
     } else {
       zero(d_q_);
       zero(d_k_);

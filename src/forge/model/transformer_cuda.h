@@ -126,6 +126,7 @@ class CudaTransformer {
   Buf<uint8_t> work_;  // bf16 working copy (empty in fp32 mode)
   Buf<float> norm_sq_;
   bool flash_ = false;
+  cuda::FlashKernels flash_kernels_ = cuda::FlashKernels::kAuto;
   Buf<float> delta_;  // flash backward scratch (B, NH, T)
   Buf<cpu::AdamWFactors> factors_;  // (2) for optimizer_step(const AdamWParams&, ...)
   Buf<LossScaleState> loss_scale_;  // (1) f16 mode only
