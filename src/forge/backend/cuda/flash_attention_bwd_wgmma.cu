@@ -12,16 +12,22 @@
 // stage (the stage's "full" barrier counts all 128 producer threads).
 //
 // ptxas (sm_90a, CUDA 13.0), bf16 = f16: both kernels 168 registers at launch (384 threads),
-// consumers raised to 240 by setmaxnreg, 0 spill bytes, 0 stack.
+// consumers raised to 240 and the producer lowered to 24 by setmaxnreg. dQ: 0 spill bytes, 0
+// stack. dK/dV: HS 64 12 bytes spilled (32 loaded back, 16-byte frame), HS 128 8 (28, 8) —
+// since the mask moved to its own loop and the statistics became 8-byte loads; the kernel got
+// 30–55% faster with them, so they stay.
 //
-// Measured (forge bench attention, bf16, H200), backward TFLOP/s causal / full (mma.sync kernels
-// in the same run): 4·16·4096·128 275 / 307 (159 / 172), 2·32·8192·128 304 / 323 (171 / 176),
-// 8·12·2048·64 166 / 208 (131 / 153). Head size 64 stays below FlashAttention-2 (186 / 244):
-// per ncu, dQ takes 460 µs and dK/dV 538 µs of the causal 8·12·2048·64 backward, each far
-// from its tensor and SFU floors — latency-bound with two consumer warpgroups per SM, each
-// alternating products and elementwise work. Tried and measured no better (±3%): dQ BK 128,
-// dK/dV BQ 64, three dQ warpgroups, three stages, and a software-pipelined dQ loop (tile i+1's
-// S and dP issued before tile i's dS; 3–7% slower at head size 128).
+// Measured (forge bench attention, bf16, H200), backward TFLOP/s causal / full, against
+// PyTorch's FlashAttention-2 (ANCHORS.md): 4·16·4096·128 346 / 365 (257 / 289), 8·12·2048·64
+// 242 / 323 (186 / 244), 2·32·8192·128 366 / 374 (287 / 302); mma.sync kernels 131–176.
+// What mattered: (1) the producer warpgroup — the first version (every thread loading with
+// cp.async, a __syncthreads per tile) reached 132–225; (2) keeping the per-element mask test
+// out of the P loop (a separate loop run only on edge tiles): with `if (masked && !vis(..))`
+// inside it the compiler evaluated the visibility test on every element of every tile — head
+// size 64 went from 166 / 208 to 242 / 323, head size 128 from 275–323 to 346–374.
+// Measured no better (±3%) before (2): dQ BK 128, dK/dV BQ 64 at head size 64, three dQ
+// warpgroups, three stages, a software-pipelined dQ loop (next tile's S and dP issued before
+// this tile's dS; 3–7% slower at head size 128).
 #include <cfloat>
 
 #include "forge/backend/cuda/check.h"
@@ -79,7 +85,7 @@ __global__ void __launch_bounds__(kWG * 128 + 128, 1)
 
   const int wg = threadIdx.x / 128;
   if (wg == kWG) {  // producer
-    setmaxnreg_dec<24>();
+    setmaxnreg_dec<kProducerRegs>();
     if (threadIdx.x == Cfg::kConsumers) {
       mbar_expect_tx(bar_q, 2 * BQ * D * 2);
       tma_tile<BQ, D>(sQ, &maps.q, h * D, q0, b, bar_q);
@@ -141,15 +147,22 @@ __global__ void __launch_bounds__(kWG * 128 + 128, 1)
       const bool masked = k0 + BK > T_ || wq_hi >= T_ || (p.causal && k0 + BK - 1 > wq_lo) ||
                           (p.window > 0 && k0 <= wq_hi - p.window);
       uint32_t da[BK / 16][4];
+      // P, the mask in its own loop (only edge tiles pay the per-element test), dS = P ∘ (dP − D).
 #pragma unroll
       for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int r = e >> 1;
-          float pv = fast_exp2<kFtz>(fmaf(s[nt][e], sl2, -lse2[r]));
-          if (masked && !vis(wq_lo + g + 8 * r, k0 + nt * 8 + c + (e & 1))) pv = 0.0f;
-          s[nt][e] = pv * (dp[nt][e] - dlt[r]);
-        }
+        for (int e = 0; e < 4; ++e) s[nt][e] = fast_exp2<kFtz>(fmaf(s[nt][e], sl2, -lse2[e >> 1]));
+      if (masked) {
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+          for (int e = 0; e < 4; ++e)
+            if (!vis(wq_lo + g + 8 * (e >> 1), k0 + nt * 8 + c + (e & 1))) s[nt][e] = 0.0f;
+      }
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) s[nt][e] *= dp[nt][e] - dlt[e >> 1];
 #pragma unroll
       for (int kk = 0; kk < BK / 16; ++kk) acc_to_a<T, NT>(da[kk], s, kk);
       wgmma_fence();
@@ -181,7 +194,7 @@ struct WgDkvConfig {
   static constexpr int kConsumers = kWG * 128;
   static constexpr int kThreads = kConsumers + 128;
   static constexpr int BK = kWG * 64;
-  // Q, dO, then lse and D of the tile's BQ rows; stages start 1024-byte aligned (SW128).
+  // Q, dO, then lse·log2(e) and D of the tile's BQ rows; stages start 1024-byte aligned (SW128).
   static constexpr int kStageBytes = (2 * BQ * D * 2 + 2 * BQ * 4 + 1023) / 1024 * 1024;
   static constexpr int kBars = 2 * BK * D * 2 + kStages * kStageBytes;  // after K, V, the stages
   static constexpr int kSmem = kBars + 8 * (1 + 2 * kStages);
@@ -225,7 +238,7 @@ __global__ void __launch_bounds__(kWG * 128 + 128, 1)
 
   const int wg = threadIdx.x / 128;
   if (wg == kWG) {  // producer: Q, dO by TMA, lse and D rows by the warpgroup's threads
-    setmaxnreg_dec<24>();
+    setmaxnreg_dec<kProducerRegs>();
     const int pt = threadIdx.x - Cfg::kConsumers;
     if (pt == 0) {
       mbar_expect_tx(bar_kv, 2 * BK * D * 2);
@@ -241,7 +254,7 @@ __global__ void __launch_bounds__(kWG * 128 + 128, 1)
         const int64_t at = (static_cast<int64_t>(b) * p.NH + h) * T_ + q0 + pt;
         const bool in = q0 + pt < T_;
         float* stats = stage_f + s * (Cfg::kStageBytes / 4) + 2 * BQ * D * 2 / 4;
-        stats[pt] = in ? p.lse[at] : 0.0f;
+        stats[pt] = in ? p.lse[at] * kLog2e : 0.0f;
         stats[BQ + pt] = in ? p.delta[at] : 0.0f;
       }
       if (pt == 0) {
@@ -294,16 +307,27 @@ __global__ void __launch_bounds__(kWG * 128 + 128, 1)
       const bool masked = wk_hi >= T_ || q0 + BQ > T_ || (p.causal && wk_hi > q0) ||
                           (p.window > 0 && wk_lo <= q_hi - p.window);
       // Pᵀ into pa, dSᵀ = Pᵀ ∘ (dPᵀ − D) into da.
+      // The statistics of columns nt·8 + c and + 1 are one 8-byte load each (c is even); lse is
+      // stored pre-multiplied by log2(e).
 #pragma unroll
-      for (int nt = 0; nt < NT; ++nt)
+      for (int nt = 0; nt < NT; ++nt) {
+        const float2 l2 = *reinterpret_cast<const float2*>(s_lse + nt * 8 + c);
 #pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int iq = nt * 8 + c + (e & 1);  // query within the tile: the column
-          float pv = fast_exp2<kFtz>(fmaf(s[nt][e], sl2, -s_lse[iq] * kLog2e));
-          if (masked && !vis(q0 + iq, wk_lo + g + 8 * (e >> 1))) pv = 0.0f;
-          s[nt][e] = pv;
-          dp[nt][e] = pv * (dp[nt][e] - s_dlt[iq]);
-        }
+        for (int e = 0; e < 4; ++e) s[nt][e] = fast_exp2<kFtz>(fmaf(s[nt][e], sl2, -((e & 1) ? l2.y : l2.x)));
+      }
+      if (masked) {
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+          for (int e = 0; e < 4; ++e)
+            if (!vis(q0 + nt * 8 + c + (e & 1), wk_lo + g + 8 * (e >> 1))) s[nt][e] = 0.0f;
+      }
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt) {
+        const float2 d2 = *reinterpret_cast<const float2*>(s_dlt + nt * 8 + c);
+#pragma unroll
+        for (int e = 0; e < 4; ++e) dp[nt][e] = s[nt][e] * (dp[nt][e] - ((e & 1) ? d2.y : d2.x));
+      }
       uint32_t pa[BQ / 16][4], da[BQ / 16][4];
 #pragma unroll
       for (int kk = 0; kk < BQ / 16; ++kk) {
@@ -366,11 +390,14 @@ void launch_dkv(Context& ctx, const FlashParams& p, const FlashMaps& maps) {
   FORGE_CUDA_CHECK(cudaGetLastError());
 }
 
-// Tile configurations (forge bench attention, bf16, H200; backward TFLOP/s causal / full):
-//   HS 64:  dQ 2 consumer warpgroups × BK 64, dK/dV 2 × BQ 128 — 162 / 205 at 8·12·2048·64,
+// Tile configurations (forge bench attention, bf16, H200; backward TFLOP/s causal / full). The
+// comparison was made before the mask moved out of the P loop (see the header), on the kernels
+// that were then 25–45% slower; with the final kernels the chosen ones give 242 / 323 at
+// 8·12·2048·64 and 346 / 365 at 4·16·4096·128; the alternatives were not re-measured.
+//   HS 64:  dQ 2 consumer warpgroups × BK 64, dK/dV 2 × BQ 128 — then 162 / 205 at 8·12·2048·64,
 //           against 160 / 195 with dK/dV BQ 64, 159 / 201 with dQ BK 128, 163 / 213 with 3 dQ
 //           warpgroups (but 135 against 140 at 64·12·1024·64), 160 / 196 with 3 stages.
-//   HS 128: dQ 2 × BK 64, dK/dV 2 × BQ 64 — 274 / 302 at 4·16·4096·128.
+//   HS 128: dQ 2 × BK 64, dK/dV 2 × BQ 64 — then 274 / 302 at 4·16·4096·128.
 // The tensor maps' boxes follow the tiles: 64·kWG rows for the resident operand, BK or BQ for
 // the streamed ones.
 template <typename T, int D, int kWG, int BK, int BQ, int kStages>

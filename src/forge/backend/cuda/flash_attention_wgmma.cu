@@ -73,7 +73,7 @@ __global__ void __launch_bounds__(kWG * 128 + 128, 1)
 
   const int wg = threadIdx.x / 128;
   if (wg == kWG) {  // producer
-    setmaxnreg_dec<24>();
+    setmaxnreg_dec<kProducerRegs>();
     if (threadIdx.x == Cfg::kConsumers) {
       mbar_expect_tx(bar_q, BQ * D * 2);
       tma_tile<BQ, D>(sQ, &maps.q, h * D, q0, b, bar_q);

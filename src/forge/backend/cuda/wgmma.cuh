@@ -37,13 +37,24 @@ struct FlashMaps {
   CUtensorMap q, k, v, o;
 };
 
-// Registers per consumer thread when one producer warpgroup keeps 24 and kWG consumer
-// warpgroups share the rest of the 64K-register file (setmaxnreg takes multiples of 8).
+// Registers per producer thread, and per consumer thread for kWG consumer warpgroups.
+// setmaxnreg moves registers within the block's launch allocation (the __launch_bounds__ cap
+// times the threads), not the whole register file: with 384 threads (cap 168) a 24-register
+// producer frees exactly the 2 × 128 × 72 that lifts two consumer warpgroups to 240. A build
+// with a 32-register producer and 240-register consumers hung in its first wgmma test on the
+// H200: the consumers' setmaxnreg.inc waits for registers nobody frees.
+constexpr int kProducerRegs = 24;
+template <int kWG>
+constexpr int launch_regs() {
+  return 65536 / ((kWG + 1) * 128) / 8 * 8;
+}
 template <int kWG>
 constexpr int consumer_regs() {
-  const int r = (65536 - 128 * 24) / (kWG * 128) / 8 * 8;
+  const int pool = launch_regs<kWG>() * (kWG + 1) * 128 - 128 * kProducerRegs;
+  const int r = pool / (kWG * 128) / 8 * 8;
   return r > 256 ? 256 : r;
 }
+static_assert(consumer_regs<2>() == 240 && consumer_regs<3>() == 160, "the configurations measured on the H200");
 
 // Byte offset of element (row, col) in an SW128 tile of R rows; col % 8 == 0.
 template <int R>
