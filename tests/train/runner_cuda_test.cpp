@@ -19,8 +19,8 @@
 
 #include "backend/cuda/op_testing.h"
 #include "model/small_configs.h"
+#include "train/counting_corpus.h"
 #include "forge/core/error.h"
-#include "forge/data/shard.h"
 #include "forge/model/transformer.h"
 #include "forge/train/runner.h"
 #include "forge/train/trainer.h"
@@ -208,16 +208,7 @@ class CudaTrainerTest : public CudaTest {
             ::testing::UnitTest::GetInstance()->current_test_info()->name());
     fs::remove_all(dir_);
     fs::create_directories(dir_ / "data");
-    Rng rng(3);
-    std::vector<uint32_t> train, val;
-    for (auto* v : {&train, &val}) {
-      while (v->size() < (v == &train ? 20000u : 2000u)) {
-        uint32_t t = static_cast<uint32_t>(rng.below(16));
-        for (int k = 0; k < 24; ++k) v->push_back(t = (t + 1) % 16);
-      }
-    }
-    write_shard((dir_ / "data/train_000000.bin").string(), train);
-    write_shard((dir_ / "data/val_000000.bin").string(), val);
+    testing::write_counting_corpus(dir_ / "data");
   }
   void TearDown() override {
     if (!dir_.empty()) fs::remove_all(dir_);

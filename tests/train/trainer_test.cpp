@@ -12,6 +12,7 @@
 #include "forge/train/checkpoint.h"
 #include "forge/train/schedule.h"
 #include "testing.h"
+#include "train/counting_corpus.h"
 
 namespace forge {
 namespace {
@@ -35,18 +36,7 @@ class TrainerTest : public ::testing::Test {
             ::testing::UnitTest::GetInstance()->current_test_info()->name());
     fs::remove_all(dir_);
     fs::create_directories(dir_ / "data");
-    // A learnable language: runs of a random start token counting up mod 16, so the next token
-    // is determined by the previous one except at run boundaries.
-    Rng rng(3);
-    std::vector<uint32_t> train, val;
-    for (auto* v : {&train, &val}) {
-      while (v->size() < (v == &train ? 20000u : 2000u)) {
-        uint32_t t = static_cast<uint32_t>(rng.below(16));
-        for (int k = 0; k < 24; ++k) v->push_back(t = (t + 1) % 16);
-      }
-    }
-    write_shard((dir_ / "data/train_000000.bin").string(), train);
-    write_shard((dir_ / "data/val_000000.bin").string(), val);
+    testing::write_counting_corpus(dir_ / "data");
   }
   void TearDown() override { fs::remove_all(dir_); }
 
