@@ -65,8 +65,7 @@ __global__ void __launch_bounds__(kWarps * 32) flash_fwd_kernel(FlashParams p) {
 
   load_tile<BQ, D, kThreads>(sQ, q, p.ld_q, q0, T_);
   if (kt_begin < kt_end) {
-    load_tile<BK, D, kThreads>(sKV, k, p.ld_k, kt_begin * BK, T_);
-    load_tile<BK, D, kThreads>(sKV + BK * TileLayout<D>::kRowBytes, v, p.ld_v, kt_begin * BK, T_);
+    load_kv<BK, D, kThreads>(sKV, k, v, p.ld_k, p.ld_v, kt_begin * BK, T_);
   }
   cp_async_commit();
 
@@ -92,8 +91,7 @@ __global__ void __launch_bounds__(kWarps * 32) flash_fwd_kernel(FlashParams p) {
     const uint32_t sV = sK + BK * TileLayout<D>::kRowBytes;
     if (kt + 1 < kt_end) {
       const uint32_t nK = sKV + ((kt + 1 - kt_begin) & 1) * Cfg::kStageBytes;
-      load_tile<BK, D, kThreads>(nK, k, p.ld_k, (kt + 1) * BK, T_);
-      load_tile<BK, D, kThreads>(nK + BK * TileLayout<D>::kRowBytes, v, p.ld_v, (kt + 1) * BK, T_);
+      load_kv<BK, D, kThreads>(nK, k, v, p.ld_k, p.ld_v, (kt + 1) * BK, T_);
     }
     cp_async_commit();
     cp_async_wait<1>();
@@ -246,15 +244,8 @@ __global__ void __launch_bounds__(256) flash_bwd_delta_kernel(FlashParams p) {
 template <typename T, int D, int kWarps, int kMT, int BK>
 void launch_fwd(Context& ctx, const FlashParams& p) {
   using Cfg = FwdConfig<T, D, kWarps, kMT, BK>;
-  auto kernel = flash_fwd_kernel<T, D, kWarps, kMT, BK>;
-  static const bool attr_set = [&] {
-    FORGE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmem));
-    return true;
-  }();
-  (void)attr_set;
   const dim3 grid((p.T_ + Cfg::BQ - 1) / Cfg::BQ, p.NH, p.B);
-  kernel<<<grid, Cfg::kThreads, Cfg::kSmem, ctx.stream()>>>(p);
-  FORGE_CUDA_CHECK(cudaGetLastError());
+  launch_with_smem<flash_fwd_kernel<T, D, kWarps, kMT, BK>>(ctx, grid, Cfg::kThreads, Cfg::kSmem, p);
 }
 
 // Tile configurations measured on the H200 (forge bench attention, bf16; ms per call):

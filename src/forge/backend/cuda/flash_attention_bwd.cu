@@ -74,8 +74,7 @@ __global__ void __launch_bounds__(kWarps * 32) flash_bwd_dq_kernel(FlashParams p
   load_tile<BQ, D, kThreads>(sQ, q, p.ld_q, q0, T_);
   load_tile<BQ, D, kThreads>(sdO, dout, p.ld_o, q0, T_);
   if (kt_begin < kt_end) {
-    load_tile<BK, D, kThreads>(sKV, k, p.ld_k, kt_begin * BK, T_);
-    load_tile<BK, D, kThreads>(sKV + BK * TileLayout<D>::kRowBytes, v, p.ld_v, kt_begin * BK, T_);
+    load_kv<BK, D, kThreads>(sKV, k, v, p.ld_k, p.ld_v, kt_begin * BK, T_);
   }
   cp_async_commit();
 
@@ -104,8 +103,7 @@ __global__ void __launch_bounds__(kWarps * 32) flash_bwd_dq_kernel(FlashParams p
     const uint32_t sV = sK + BK * TileLayout<D>::kRowBytes;
     if (kt + 1 < kt_end) {
       const uint32_t nK = sKV + ((kt + 1 - kt_begin) & 1) * Cfg::kStageBytes;
-      load_tile<BK, D, kThreads>(nK, k, p.ld_k, (kt + 1) * BK, T_);
-      load_tile<BK, D, kThreads>(nK + BK * TileLayout<D>::kRowBytes, v, p.ld_v, (kt + 1) * BK, T_);
+      load_kv<BK, D, kThreads>(nK, k, v, p.ld_k, p.ld_v, (kt + 1) * BK, T_);
     }
     cp_async_commit();
     cp_async_wait<1>();
@@ -137,16 +135,7 @@ __global__ void __launch_bounds__(kWarps * 32) flash_bwd_dq_kernel(FlashParams p
   }
   cp_async_wait<0>();
 
-  T* dqo = static_cast<T*>(p.dq) + bT * p.ld_q + h * D;
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    const int i = wq_lo + g + 8 * r;
-    if (i >= T_) continue;
-    T* row = dqo + static_cast<int64_t>(i) * p.ld_q;
-#pragma unroll
-    for (int dt = 0; dt < DT; ++dt)
-      *reinterpret_cast<uint32_t*>(row + dt * 8 + c) = pack2<T>(dq[dt][2 * r] * p.scale, dq[dt][2 * r + 1] * p.scale);
-  }
+  store_rows<T>(static_cast<T*>(p.dq) + bT * p.ld_q + h * D, p.ld_q, dq, p.scale, wq_lo + g, T_, c);
 }
 
 // ---- dK, dV --------------------------------------------------------------------------------
@@ -266,47 +255,22 @@ __global__ void __launch_bounds__(kWarps * 32) flash_bwd_dkv_kernel(FlashParams 
   }
   cp_async_wait<0>();
 
-  T* dko = static_cast<T*>(p.dk) + bT * p.ld_k + kvh * D;
-  T* dvo = static_cast<T*>(p.dv) + bT * p.ld_v + kvh * D;
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    const int j = wk_lo + g + 8 * r;
-    if (j >= T_) continue;
-    T* krow = dko + static_cast<int64_t>(j) * p.ld_k;
-    T* vrow = dvo + static_cast<int64_t>(j) * p.ld_v;
-#pragma unroll
-    for (int dt = 0; dt < DT; ++dt) {
-      *reinterpret_cast<uint32_t*>(krow + dt * 8 + c) = pack2<T>(dk[dt][2 * r] * p.scale, dk[dt][2 * r + 1] * p.scale);
-      *reinterpret_cast<uint32_t*>(vrow + dt * 8 + c) = pack2<T>(dv[dt][2 * r], dv[dt][2 * r + 1]);
-    }
-  }
-}
-
-template <typename Kernel>
-void allow_smem(Kernel kernel, int bytes) {
-  FORGE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+  store_kv_rows<T>(static_cast<T*>(p.dk) + bT * p.ld_k + kvh * D, p.ld_k, dk, p.scale,
+                   static_cast<T*>(p.dv) + bT * p.ld_v + kvh * D, p.ld_v, dv, wk_lo + g, T_, c);
 }
 
 template <typename T, int D, int kWarps, int BK>
 void launch_dq(Context& ctx, const FlashParams& p) {
   using Cfg = DqConfig<D, kWarps, BK>;
-  auto kernel = flash_bwd_dq_kernel<T, D, kWarps, BK>;
-  static const bool once = (allow_smem(kernel, Cfg::kSmem), true);
-  (void)once;
   const dim3 grid((p.T_ + Cfg::BQ - 1) / Cfg::BQ, p.NH, p.B);
-  kernel<<<grid, Cfg::kThreads, Cfg::kSmem, ctx.stream()>>>(p);
-  FORGE_CUDA_CHECK(cudaGetLastError());
+  launch_with_smem<flash_bwd_dq_kernel<T, D, kWarps, BK>>(ctx, grid, Cfg::kThreads, Cfg::kSmem, p);
 }
 
 template <typename T, int D, int kWarps, int BQ>
 void launch_dkv(Context& ctx, const FlashParams& p) {
   using Cfg = DkvConfig<D, kWarps, BQ>;
-  auto kernel = flash_bwd_dkv_kernel<T, D, kWarps, BQ>;
-  static const bool once = (allow_smem(kernel, Cfg::kSmem), true);
-  (void)once;
   const dim3 grid((p.T_ + Cfg::BK - 1) / Cfg::BK, p.NKV, p.B);
-  kernel<<<grid, Cfg::kThreads, Cfg::kSmem, ctx.stream()>>>(p);
-  FORGE_CUDA_CHECK(cudaGetLastError());
+  launch_with_smem<flash_bwd_dkv_kernel<T, D, kWarps, BQ>>(ctx, grid, Cfg::kThreads, Cfg::kSmem, p);
 }
 
 // Tile configurations measured on the H200 (forge bench attention, bf16, backward ms):

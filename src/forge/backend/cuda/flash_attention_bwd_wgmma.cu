@@ -73,15 +73,7 @@ __global__ void __launch_bounds__(kWG * 128 + 128, 1)
   const TileRange kr = key_tiles<BQ, BK>(p, q0);
   const int kt_begin = kr.begin, n_kt = max(0, kr.end - kr.begin);
 
-  if (threadIdx.x == 0) {
-    mbar_init(bar_q, 1);
-    for (int s = 0; s < kStages; ++s) {
-      mbar_init(bar_full + 8 * s, 1);
-      mbar_init(bar_empty + 8 * s, Cfg::kConsumers);
-    }
-    mbar_init_fence();
-  }
-  __syncthreads();
+  init_stage_barriers<kStages>(bar_q, 1, Cfg::kConsumers);
 
   const int wg = threadIdx.x / 128;
   if (wg == kWG) {  // producer
@@ -90,14 +82,7 @@ __global__ void __launch_bounds__(kWG * 128 + 128, 1)
       mbar_expect_tx(bar_q, 2 * BQ * D * 2);
       tma_tile<BQ, D>(sQ, &maps.q, h * D, q0, b, bar_q);
       tma_tile<BQ, D>(sdO, &maps.o, h * D, q0, b, bar_q);
-      for (int i = 0; i < n_kt; ++i) {
-        const int s = i % kStages;
-        if (i >= kStages) mbar_wait(bar_empty + 8 * s, (i / kStages - 1) & 1);
-        const uint32_t sK = sKV + s * Cfg::kStageBytes;
-        mbar_expect_tx(bar_full + 8 * s, Cfg::kStageBytes);
-        tma_tile<BK, D>(sK, &maps.k, kvh * D, (kt_begin + i) * BK, b, bar_full + 8 * s);
-        tma_tile<BK, D>(sK + BK * D * 2, &maps.v, kvh * D, (kt_begin + i) * BK, b, bar_full + 8 * s);
-      }
+      produce_kv<BK, D, kStages>(sKV, bar_full, bar_empty, maps, kvh, b, kt_begin, n_kt);
     }
     return;
   }
@@ -175,16 +160,7 @@ __global__ void __launch_bounds__(kWG * 128 + 128, 1)
     mbar_arrive(bar_empty + 8 * st);
   }
 
-  T* dqo = static_cast<T*>(p.dq) + bT * p.ld_q + h * D;
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    const int i = wq_lo + g + 8 * r;
-    if (i >= T_) continue;
-    T* row = dqo + static_cast<int64_t>(i) * p.ld_q;
-#pragma unroll
-    for (int dt = 0; dt < DT; ++dt)
-      *reinterpret_cast<uint32_t*>(row + dt * 8 + c) = pack2<T>(dq[dt][2 * r] * p.scale, dq[dt][2 * r + 1] * p.scale);
-  }
+  store_rows<T>(static_cast<T*>(p.dq) + bT * p.ld_q + h * D, p.ld_q, dq, p.scale, wq_lo + g, T_, c);
 }
 
 // ---- dK, dV --------------------------------------------------------------------------------
@@ -226,15 +202,7 @@ __global__ void __launch_bounds__(kWG * 128 + 128, 1)
   const int n_qt = max(0, qt_end - qt_begin);
   const int n_it = n_qt * group;
 
-  if (threadIdx.x == 0) {
-    mbar_init(bar_kv, 1);
-    for (int s = 0; s < kStages; ++s) {
-      mbar_init(bar_full + 8 * s, 128);  // every producer thread, one of them with the bytes
-      mbar_init(bar_empty + 8 * s, Cfg::kConsumers);
-    }
-    mbar_init_fence();
-  }
-  __syncthreads();
+  init_stage_barriers<kStages>(bar_kv, 128, Cfg::kConsumers);  // full: every producer thread
 
   const int wg = threadIdx.x / 128;
   if (wg == kWG) {  // producer: Q, dO by TMA, lse and D rows by the warpgroup's threads
@@ -347,47 +315,22 @@ __global__ void __launch_bounds__(kWG * 128 + 128, 1)
     mbar_arrive(bar_empty + 8 * s_);
   }
 
-  T* dko = static_cast<T*>(p.dk) + bT * p.ld_k + kvh * D;
-  T* dvo = static_cast<T*>(p.dv) + bT * p.ld_v + kvh * D;
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    const int j = wk_lo + g + 8 * r;
-    if (j >= T_) continue;
-    T* krow = dko + static_cast<int64_t>(j) * p.ld_k;
-    T* vrow = dvo + static_cast<int64_t>(j) * p.ld_v;
-#pragma unroll
-    for (int dt = 0; dt < DT; ++dt) {
-      *reinterpret_cast<uint32_t*>(krow + dt * 8 + c) = pack2<T>(dk[dt][2 * r] * p.scale, dk[dt][2 * r + 1] * p.scale);
-      *reinterpret_cast<uint32_t*>(vrow + dt * 8 + c) = pack2<T>(dv[dt][2 * r], dv[dt][2 * r + 1]);
-    }
-  }
-}
-
-template <typename Kernel>
-void allow_smem(Kernel kernel, int bytes) {
-  FORGE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+  store_kv_rows<T>(static_cast<T*>(p.dk) + bT * p.ld_k + kvh * D, p.ld_k, dk, p.scale,
+                   static_cast<T*>(p.dv) + bT * p.ld_v + kvh * D, p.ld_v, dv, wk_lo + g, T_, c);
 }
 
 template <typename T, int D, int kWG, int BK, int kStages>
 void launch_dq(Context& ctx, const FlashParams& p, const FlashMaps& maps) {
   using Cfg = WgDqConfig<D, kWG, BK, kStages>;
-  auto kernel = flash_bwd_dq_wgmma_kernel<T, D, kWG, BK, kStages>;
-  static const bool once = (allow_smem(kernel, Cfg::kSmem), true);
-  (void)once;
   const dim3 grid((p.T_ + Cfg::BQ - 1) / Cfg::BQ, p.NH, p.B);
-  kernel<<<grid, Cfg::kThreads, Cfg::kSmem, ctx.stream()>>>(p, maps);
-  FORGE_CUDA_CHECK(cudaGetLastError());
+  launch_with_smem<flash_bwd_dq_wgmma_kernel<T, D, kWG, BK, kStages>>(ctx, grid, Cfg::kThreads, Cfg::kSmem, p, maps);
 }
 
 template <typename T, int D, int kWG, int BQ, int kStages>
 void launch_dkv(Context& ctx, const FlashParams& p, const FlashMaps& maps) {
   using Cfg = WgDkvConfig<D, kWG, BQ, kStages>;
-  auto kernel = flash_bwd_dkv_wgmma_kernel<T, D, kWG, BQ, kStages>;
-  static const bool once = (allow_smem(kernel, Cfg::kSmem), true);
-  (void)once;
   const dim3 grid((p.T_ + Cfg::BK - 1) / Cfg::BK, p.NKV, p.B);
-  kernel<<<grid, Cfg::kThreads, Cfg::kSmem, ctx.stream()>>>(p, maps);
-  FORGE_CUDA_CHECK(cudaGetLastError());
+  launch_with_smem<flash_bwd_dkv_wgmma_kernel<T, D, kWG, BQ, kStages>>(ctx, grid, Cfg::kThreads, Cfg::kSmem, p, maps);
 }
 
 // Tile configurations (forge bench attention, bf16, H200; backward TFLOP/s causal / full). The

@@ -61,15 +61,7 @@ __global__ void __launch_bounds__(kWG * 128 + 128, 1)
   const TileRange kr = key_tiles<BQ, BK>(p, q0);
   const int kt_begin = kr.begin, n_kt = max(0, kr.end - kr.begin);
 
-  if (threadIdx.x == 0) {
-    mbar_init(bar_q, 1);
-    for (int s = 0; s < kStages; ++s) {
-      mbar_init(bar_full + 8 * s, 1);
-      mbar_init(bar_empty + 8 * s, Cfg::kConsumers);
-    }
-    mbar_init_fence();
-  }
-  __syncthreads();
+  init_stage_barriers<kStages>(bar_q, 1, Cfg::kConsumers);
 
   const int wg = threadIdx.x / 128;
   if (wg == kWG) {  // producer
@@ -77,14 +69,7 @@ __global__ void __launch_bounds__(kWG * 128 + 128, 1)
     if (threadIdx.x == Cfg::kConsumers) {
       mbar_expect_tx(bar_q, BQ * D * 2);
       tma_tile<BQ, D>(sQ, &maps.q, h * D, q0, b, bar_q);
-      for (int i = 0; i < n_kt; ++i) {
-        const int s = i % kStages;
-        if (i >= kStages) mbar_wait(bar_empty + 8 * s, (i / kStages - 1) & 1);
-        const uint32_t sK = sKV + s * Cfg::kStageBytes;
-        mbar_expect_tx(bar_full + 8 * s, Cfg::kStageBytes);
-        tma_tile<BK, D>(sK, &maps.k, kvh * D, (kt_begin + i) * BK, b, bar_full + 8 * s);
-        tma_tile<BK, D>(sK + BK * D * 2, &maps.v, kvh * D, (kt_begin + i) * BK, b, bar_full + 8 * s);
-      }
+      produce_kv<BK, D, kStages>(sKV, bar_full, bar_empty, maps, kvh, b, kt_begin, n_kt);
     }
     return;
   }
@@ -191,15 +176,8 @@ __global__ void __launch_bounds__(kWG * 128 + 128, 1)
 template <typename T, int D, int kWG, int BK, int kStages>
 void launch(Context& ctx, const FlashParams& p, const FlashMaps& maps) {
   using Cfg = WgFwdConfig<D, kWG, BK, kStages>;
-  auto kernel = flash_fwd_wgmma_kernel<T, D, kWG, BK, kStages>;
-  static const bool attr_set = [&] {
-    FORGE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmem));
-    return true;
-  }();
-  (void)attr_set;
   const dim3 grid((p.T_ + Cfg::BQ - 1) / Cfg::BQ, p.NH, p.B);
-  kernel<<<grid, Cfg::kThreads, Cfg::kSmem, ctx.stream()>>>(p, maps);
-  FORGE_CUDA_CHECK(cudaGetLastError());
+  launch_with_smem<flash_fwd_wgmma_kernel<T, D, kWG, BK, kStages>>(ctx, grid, Cfg::kThreads, Cfg::kSmem, p, maps);
 }
 
 // Tile configurations: 64 query rows per consumer warpgroup, BK keys per stage, two stages.

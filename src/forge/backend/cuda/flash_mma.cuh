@@ -25,13 +25,14 @@
 #include <cmath>
 #include <cstdint>
 
+#include "forge/backend/cuda/check.h"
+#include "forge/backend/cuda/context.h"
 #include "forge/core/dtype.h"
 #include "forge/core/error.h"
 #include "forge/ops/attention.h"
 
 namespace forge::cuda {
 struct AttentionStrides;
-class Context;
 enum class FlashKernels;  // ops.h
 }
 
@@ -88,6 +89,15 @@ __device__ __forceinline__ void load_tile(uint32_t tile, const T* __restrict__ s
     const T* p = in ? src + static_cast<int64_t>(row0 + r) * ld + ch * 8 : src;
     cp_async16(swz<D>(tile, r, ch * 8), p, in ? 16 : 0);
   }
+}
+
+// One K/V stage of the mma.sync forward and dQ kernels: key rows [row0, row0 + BK) of k, then
+// of v, as two BK × D tiles from `stage`.
+template <int BK, int D, int kThreads, typename T>
+__device__ __forceinline__ void load_kv(uint32_t stage, const T* __restrict__ k, const T* __restrict__ v,
+                                        int64_t ld_k, int64_t ld_v, int row0, int T_) {
+  load_tile<BK, D, kThreads>(stage, k, ld_k, row0, T_);
+  load_tile<BK, D, kThreads>(stage + BK * TileLayout<D>::kRowBytes, v, ld_v, row0, T_);
 }
 
 __device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], uint32_t addr) {
@@ -214,6 +224,40 @@ __device__ __forceinline__ void mma_pb(float (&acc)[D / 8][4], const float (&pt)
   }
 }
 
+// The backward kernels' stores: rows row0 and row0 + 8 (those < T) of a warp's 16-row f32
+// accumulator tiles — this lane's part, columns 8·dt + c and c + 1 — rounded to T into rows of
+// token stride ld (row0 = the warp's first row + g). store_rows: dq, times `scale`;
+// store_kv_rows: dk times `scale` and dv as is, row by row.
+template <typename T, int DT>
+__device__ __forceinline__ void store_rows(T* dst, int64_t ld, const float (&acc)[DT][4], float scale, int row0,
+                                           int T_, int c) {
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int i = row0 + 8 * r;
+    if (i >= T_) continue;
+    T* row = dst + static_cast<int64_t>(i) * ld;
+#pragma unroll
+    for (int dt = 0; dt < DT; ++dt)
+      *reinterpret_cast<uint32_t*>(row + dt * 8 + c) = pack2<T>(acc[dt][2 * r] * scale, acc[dt][2 * r + 1] * scale);
+  }
+}
+template <typename T, int DT>
+__device__ __forceinline__ void store_kv_rows(T* dk, int64_t ld_k, const float (&k)[DT][4], float scale, T* dv,
+                                              int64_t ld_v, const float (&v)[DT][4], int row0, int T_, int c) {
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int j = row0 + 8 * r;
+    if (j >= T_) continue;
+    T* krow = dk + static_cast<int64_t>(j) * ld_k;
+    T* vrow = dv + static_cast<int64_t>(j) * ld_v;
+#pragma unroll
+    for (int dt = 0; dt < DT; ++dt) {
+      *reinterpret_cast<uint32_t*>(krow + dt * 8 + c) = pack2<T>(k[dt][2 * r] * scale, k[dt][2 * r + 1] * scale);
+      *reinterpret_cast<uint32_t*>(vrow + dt * 8 + c) = pack2<T>(v[dt][2 * r], v[dt][2 * r + 1]);
+    }
+  }
+}
+
 // Keys visible from query i: [lo, hi) (ops/attention.h).
 struct Visibility {
   int T_;
@@ -293,6 +337,19 @@ inline void fill_shape(FlashParams& p, DType dt, const cpu::AttentionShape& s, i
 void fwd_wgmma(Context& ctx, DType dt, const FlashParams& p);
 void bwd_wgmma(Context& ctx, DType dt, const FlashParams& p);
 bool use_wgmma(const Context& ctx, FlashKernels kernels, int HS, const char* what);
+
+// Launches Kernel on ctx's stream with `smem` bytes of dynamic shared memory; the first launch
+// of each kernel (the static is per template instance) raises its limit past the default 48 KB.
+template <auto Kernel, typename... Args>
+void launch_with_smem(Context& ctx, dim3 grid, int threads, int smem, const Args&... args) {
+  static const bool limit_set = [smem] {
+    FORGE_CUDA_CHECK(cudaFuncSetAttribute(Kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+    return true;
+  }();
+  (void)limit_set;
+  Kernel<<<grid, threads, smem, ctx.stream()>>>(args...);
+  FORGE_CUDA_CHECK(cudaGetLastError());
+}
 
 inline void check_aligned(const void* ptr, const char* what, const char* name) {
   FORGE_CHECK(reinterpret_cast<uintptr_t>(ptr) % 16 == 0, what, ": ", name, " is not 16-byte aligned");

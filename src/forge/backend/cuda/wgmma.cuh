@@ -146,6 +146,40 @@ __device__ __forceinline__ void tma_tile(uint32_t dst, const void* map, int col0
 #pragma unroll
   for (int cb = 0; cb < D / 64; ++cb) tma_load(dst + cb * R * 128, map, col0 + cb * 64, row0, batch, bar);
 }
+// The barriers of a warp-specialized kernel, 8 bytes each from bar_resident: the resident
+// tiles' barrier (loaded once; one arrival with their bytes), then full[kStages] (full_count
+// arrivals each) and empty[kStages] (one arrival per consumer thread). Thread 0 initialises;
+// every thread of the block must call (it ends in a __syncthreads).
+template <int kStages>
+__device__ __forceinline__ void init_stage_barriers(uint32_t bar_resident, int full_count, int consumers) {
+  if (threadIdx.x == 0) {
+    mbar_init(bar_resident, 1);
+    for (int s = 0; s < kStages; ++s) {
+      mbar_init(bar_resident + 8 + 8 * s, full_count);
+      mbar_init(bar_resident + 8 + 8 * (kStages + s), consumers);
+    }
+    mbar_init_fence();
+  }
+  __syncthreads();
+}
+
+// The producer thread's stream of the forward and dQ kernels: key tiles kt_begin .. kt_begin +
+// n_kt − 1 of kv head kvh, K then V (BK × D each), tile i into stage i % kStages at sKV once
+// the consumers have released its previous use.
+template <int BK, int D, int kStages>
+__device__ __forceinline__ void produce_kv(uint32_t sKV, uint32_t bar_full, uint32_t bar_empty, const FlashMaps& maps,
+                                           int kvh, int b, int kt_begin, int n_kt) {
+  constexpr int kStageBytes = 2 * BK * D * 2;
+  for (int i = 0; i < n_kt; ++i) {
+    const int s = i % kStages;
+    if (i >= kStages) mbar_wait(bar_empty + 8 * s, (i / kStages - 1) & 1);
+    const uint32_t sK = sKV + s * kStageBytes;
+    mbar_expect_tx(bar_full + 8 * s, kStageBytes);
+    tma_tile<BK, D>(sK, &maps.k, kvh * D, (kt_begin + i) * BK, b, bar_full + 8 * s);
+    tma_tile<BK, D>(sK + BK * D * 2, &maps.v, kvh * D, (kt_begin + i) * BK, b, bar_full + 8 * s);
+  }
+}
+
 template <int N>
 __device__ __forceinline__ void setmaxnreg_dec() {
 #if FORGE_WGMMA_ENABLED
