@@ -119,7 +119,7 @@ void measure_shape(cuda::Context& ctx, const AttentionBenchOptions& o,
   families.push_back({cuda::FlashKernels::kMma, "flash mma"});
   for (const bool causal : causals)
     for (const auto& [kernels, name] : families) {
-      const cpu::AttentionShape s{B, T, H, H, D, causal, 0};
+      const AttentionShape s{B, T, H, H, D, causal, 0};
       auto fwd = [&] {
         cuda::flash_attention_fwd(ctx, dt, out.data(), lse.data(), q.data(), k.data(), v.data(), s,
                                   {}, kernels);
@@ -135,7 +135,7 @@ void measure_shape(cuda::Context& ctx, const AttentionBenchOptions& o,
   if (shape != kUnfusedShape) return;
   cuda::DeviceBuffer<uint16_t> att(ctx.allocator(), nrow * T);  // (B, H, T, T)
   for (const bool causal : causals) {
-    const cpu::AttentionShape s{B, T, H, H, D, causal, 0};
+    const AttentionShape s{B, T, H, H, D, causal, 0};
     auto fwd = [&] {
       cuda::attention_fwd(ctx, dt, out.data(), att.data(), q.data(), k.data(), v.data(), s);
     };

@@ -51,7 +51,7 @@ void train_cuda(const BenchOptions& o) {
   auto step = [&](int s) {
     runner->zero_grad();
     for (int a = 0; a < accum; ++a) runner->micro_step(x.data(), x.data() + 1, B, T, 1.0 / accum);
-    cpu::AdamWParams p;
+    AdamWParams p;
     p.lr = 6e-4f;
     p.step = s + 1;
     runner->optimizer_step(p, 1.0);

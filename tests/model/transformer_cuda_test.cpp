@@ -112,7 +112,7 @@ TEST_F(CudaModelTest, TenStepsTrackTheCpuAndRerunsAreBitIdentical) {
   Transformer<float> ref(cfg);
   ref.init_weights(9);
   const int B = 4, T = 32, steps = 10;
-  cpu::AdamWParams p;
+  AdamWParams p;
   p.lr = 3e-3f;
   std::vector<float> m(ref.num_params()), v(ref.num_params());
   std::vector<double> cpu_losses;
@@ -125,8 +125,8 @@ TEST_F(CudaModelTest, TenStepsTrackTheCpuAndRerunsAreBitIdentical) {
     ref.backward(1.0);
     const double norm = cpu::global_norm(ref.grads().data(), ref.num_params());
     p.step = s + 1;
-    p.grad_scale = static_cast<float>(cpu::clip_scale(norm, 1.0));
-    cpu::AdamWParams q = p;
+    p.grad_scale = static_cast<float>(clip_scale(norm, 1.0));
+    AdamWParams q = p;
     for (const auto& info : ref.table().params()) {
       q.weight_decay = info.decay ? 0.1f : 0.0f;
       cpu::adamw_update(ref.weights().data() + info.offset, m.data() + info.offset, v.data() + info.offset,
@@ -143,7 +143,7 @@ TEST_F(CudaModelTest, TenStepsTrackTheCpuAndRerunsAreBitIdentical) {
       auto x = testing::random_ids(B * T, cfg.vocab_size, 100), y = x;
       std::rotate(y.begin(), y.begin() + 1, y.end());
       losses.push_back(gpu_step(gpu, x, y, B, T).loss);
-      cpu::AdamWParams q = p;
+      AdamWParams q = p;
       q.step = s + 1;
       q.grad_scale = 1.0f;  // the GPU computes the clip factor itself
       q.weight_decay = 0.1f;

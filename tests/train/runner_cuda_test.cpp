@@ -73,7 +73,7 @@ Trace train_steps(const ModelConfig& cfg, const std::string& precision, bool gra
         for (int i = 0; i < 5; ++i) y[7 * i] = -1;  // ignored targets: dloss = scale / 123
       r->micro_step(x.data(), y.data(), B, T, 0.5);
     }
-    cpu::AdamWParams p;
+    AdamWParams p;
     p.lr = 1e-3f * static_cast<float>(s + 1);
     p.step = s + 1;
     r->optimizer_step(p, 1.0);
@@ -150,7 +150,7 @@ TEST_F(CudaRunnerTest, F16LossScaleSkipsOverflowsAndGrows) {
     auto x = testing::random_ids(B * T, cfg.vocab_size, 2000 + s), y = x;
     std::rotate(y.begin(), y.begin() + 1, y.end());
     r->micro_step(x.data(), y.data(), B, T, 1.0);
-    cpu::AdamWParams p;
+    AdamWParams p;
     p.lr = 1e-3f, p.step = s + 1;
     r->optimizer_step(p, 1.0);
     reps.push_back(r->take_report());  // waits: the state below is this step's

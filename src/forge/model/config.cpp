@@ -123,8 +123,8 @@ bool apply_model_override(ModelConfig& c, const std::string& key, const std::str
   else if (key == "tie_embeddings") c.tie_embeddings = parse_bool(key, v);
   else if (key == "sliding_window") c.sliding_window = parse_int(key, v);
   else if (key == "rope_style") {
-    if (v == "rotate_half") c.rope_style = cpu::RopeStyle::kRotateHalf;
-    else if (v == "interleaved") c.rope_style = cpu::RopeStyle::kInterleaved;
+    if (v == "rotate_half") c.rope_style = RopeStyle::kRotateHalf;
+    else if (v == "interleaved") c.rope_style = RopeStyle::kInterleaved;
     else throw Error(str("override rope_style=", v, ": expected rotate_half or interleaved"));
   } else {
     return false;

@@ -27,7 +27,7 @@ struct ModelConfig {
   int ffn_hidden = 3072;    // MLP width: 4C for gpt2, SwiGLU intermediate size for llama
   float norm_eps = 1e-5f;   // LayerNorm / RMSNorm epsilon
   float rope_theta = 10000.0f;                      // llama only
-  cpu::RopeStyle rope_style = cpu::RopeStyle::kRotateHalf;  // llama only
+  RopeStyle rope_style = RopeStyle::kRotateHalf;  // llama only
   bool tie_embeddings = true;  // lm_head shares the token embedding
   int sliding_window = 0;      // 0 = full causal attention (Mistral uses 4096)
 

@@ -17,7 +17,6 @@
 
 namespace forge {
 
-using cpu::WeightLayout;
 
 namespace {
 
@@ -125,7 +124,7 @@ void Transformer<T>::attention_forward(int l, const T* x, int B, int T_) {
     cpu::rope_fwd<T>(a.q.data(), B, T_, NH, HS, cfg_.rope_theta, cfg_.rope_style);
     cpu::rope_fwd<T>(a.k.data(), B, T_, NKV, HS, cfg_.rope_theta, cfg_.rope_style);
   }
-  const cpu::AttentionShape shape{B, T_, NH, NKV, HS, true, cfg_.sliding_window};
+  const AttentionShape shape{B, T_, NH, NKV, HS, true, cfg_.sliding_window};
   cpu::attention_fwd<T>(a.atty.data(), a.att.data(), a.q.data(), a.k.data(), a.v.data(), shape);
   if (gpt2)
     cpu::linear_fwd<T>(tmp_.data(), a.atty.data(), W + o.attn_out_w, W + o.attn_out_b, N, C, C,
@@ -237,7 +236,7 @@ void Transformer<T>::block_backward(int l, std::vector<T>& dres, int B, int T_) 
   zero(d_q_);
   zero(d_k_);
   zero(d_v_);
-  const cpu::AttentionShape shape{B, T_, NH, NKV, HS, true, cfg_.sliding_window};
+  const AttentionShape shape{B, T_, NH, NKV, HS, true, cfg_.sliding_window};
   cpu::attention_bwd<T>(d_q_.data(), d_k_.data(), d_v_.data(), d_atty_.data(), a.q.data(), a.k.data(), a.v.data(), a.att.data(), shape);
   zero(d_ln_);
   if (gpt2) {

@@ -42,7 +42,7 @@ CudaTransformer::CudaTransformer(cuda::Context& ctx, const ModelConfig& cfg, DTy
   v_ = Buf<float>(a, P);
   if (dt_ != DType::kF32) work_ = Buf<uint8_t>(a, P * es_);
   norm_sq_ = Buf<float>(a, 1);
-  factors_ = Buf<cpu::AdamWFactors>(a, 2);
+  factors_ = Buf<AdamWFactors>(a, 2);
   if (dt_ == DType::kF16) {
     if (!(ls.init_scale > 0.0f) || ls.growth_interval < 1)
       throw Error(str("loss scaling: init scale ", ls.init_scale, " and growth interval ", ls.growth_interval,
@@ -280,7 +280,7 @@ void CudaTransformer::forward(const int32_t* tokens, const int32_t* targets, con
     // Attention.
     // ln1 of layers after the first was made with the previous layer's residual add.
     if (l == 0) norm_fwd(act(a.ln1), a.ln1_mean.data(), a.ln1_rstd.data(), act(a.x_in), o.ln1_w, o.ln1_b, N);
-    const cpu::AttentionShape shape{B, T_, NH, NKV, HS, true, cfg_.sliding_window};
+    const AttentionShape shape{B, T_, NH, NKV, HS, true, cfg_.sliding_window};
     const AttnInputs in = attention_inputs(a);
     if (gpt2 && flash_) {
       // q, k, v stay column slices of the fused projection: flash attention takes strides.
@@ -372,7 +372,7 @@ void CudaTransformer::backward() {
     // Attention: d_res_ is d(x_mid).
     linear_bwd(act(d_atty_), o.attn_out_w, gpt2 ? o.attn_out_b : -1, act(d_res_), act(a.atty), N, NH * HS, C, gpt2,
                DinpMode::kOverwrite);
-    const cpu::AttentionShape shape{B, T_, NH, NKV, HS, true, cfg_.sliding_window};
+    const AttentionShape shape{B, T_, NH, NKV, HS, true, cfg_.sliding_window};
     const AttnInputs in = attention_inputs(a);
     if (flash_) {
       // Writes the gradients (no zeroing); GPT-2's land in place in the fused (N, 3C) buffer.
@@ -409,13 +409,13 @@ void CudaTransformer::backward() {
   cuda::embedding_bwd(ctx_, dt_, g(table_.wte()), gpt2 ? g(table_.wpe()) : nullptr, act(d_res_), tokens_, B, T_, C);
 }
 
-std::array<cpu::AdamWFactors, 2> CudaTransformer::optimizer_factors(const cpu::AdamWParams& p, uint64_t sr_seed) {
-  cpu::AdamWParams no_decay = p;
+std::array<AdamWFactors, 2> CudaTransformer::optimizer_factors(const AdamWParams& p, uint64_t sr_seed) {
+  AdamWParams no_decay = p;
   no_decay.weight_decay = 0.0f;
-  return {cpu::adamw_factors(p, sr_seed), cpu::adamw_factors(no_decay, sr_seed)};
+  return {adamw_factors(p, sr_seed), adamw_factors(no_decay, sr_seed)};
 }
 
-void CudaTransformer::optimizer_step(const cpu::AdamWFactors* factors, float max_norm) {
+void CudaTransformer::optimizer_step(const AdamWFactors* factors, float max_norm) {
   cuda::sum_squares(ctx_, norm_sq_.data(), grads_.data(), table_.total());
   for (const auto& info : table_.params()) {
     void* work = dt_ == DType::kF32 ? nullptr : work_.data() + info.offset * es_;
@@ -427,9 +427,9 @@ void CudaTransformer::optimizer_step(const cpu::AdamWFactors* factors, float max
   ++step_;
 }
 
-void CudaTransformer::optimizer_step(const cpu::AdamWParams& p, float max_norm, uint64_t sr_seed) {
+void CudaTransformer::optimizer_step(const AdamWParams& p, float max_norm, uint64_t sr_seed) {
   // A pageable cudaMemcpyAsync returns once the source is staged, so the local array may go.
-  const std::array<cpu::AdamWFactors, 2> f = optimizer_factors(p, sr_seed);
+  const std::array<AdamWFactors, 2> f = optimizer_factors(p, sr_seed);
   FORGE_CUDA_CHECK(cudaMemcpyAsync(factors_.data(), f.data(), sizeof(f), cudaMemcpyHostToDevice, ctx_.stream()));
   optimizer_step(factors_.data(), max_norm);
 }

@@ -66,12 +66,12 @@ class CudaTransformer {
   // (grad_norm_sq()) until the caller reads it. The step's scalars are read from device memory,
   // factors (2): [0] for tensors with weight decay, [1] for the others (optimizer_factors()), so
   // a captured CUDA graph of this call replays with each step's lr and t.
-  void optimizer_step(const cpu::AdamWFactors* factors, float max_norm);
+  void optimizer_step(const AdamWFactors* factors, float max_norm);
   // The same from host parameters: uploads optimizer_factors(p, sr_seed) first (not capturable).
-  void optimizer_step(const cpu::AdamWParams& p, float max_norm, uint64_t sr_seed);
+  void optimizer_step(const AdamWParams& p, float max_norm, uint64_t sr_seed);
   // p.weight_decay for decaying tensors; sr_seed != 0: stochastic rounding of the bf16 copy,
   // keyed per tensor by sr_seed + the tensor's offset.
-  static std::array<cpu::AdamWFactors, 2> optimizer_factors(const cpu::AdamWParams& p, uint64_t sr_seed);
+  static std::array<AdamWFactors, 2> optimizer_factors(const AdamWParams& p, uint64_t sr_seed);
   const float* grad_norm_sq() const { return norm_sq_.data(); }
   // f16 mode: the device loss-scale state (null otherwise). After an optimizer_step(), its
   // step_scale is what that step's gradients (and grad_norm_sq()) were scaled by.
@@ -128,7 +128,7 @@ class CudaTransformer {
   bool flash_ = false;
   cuda::FlashKernels flash_kernels_ = cuda::FlashKernels::kAuto;
   Buf<float> delta_;  // flash backward scratch (B, NH, T)
-  Buf<cpu::AdamWFactors> factors_;  // (2) for optimizer_step(const AdamWParams&, ...)
+  Buf<AdamWFactors> factors_;  // (2) for optimizer_step(const AdamWParams&, ...)
   Buf<LossScaleState> loss_scale_;  // (1) f16 mode only
   Buf<float> scaled_dloss_;         // (1) f16 mode: dloss · scale, what the head reads
 

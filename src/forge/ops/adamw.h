@@ -7,7 +7,7 @@
 
 #include <cstdint>
 
-namespace forge::cpu {
+namespace forge {
 
 struct AdamWParams {
   float lr = 3e-4f;
@@ -18,9 +18,6 @@ struct AdamWParams {
   int64_t step = 1;         // t, 1-based
   float grad_scale = 1.0f;  // multiplies every gradient element before use
 };
-
-template <typename T>
-void adamw_update(T* param, T* m, T* v, const T* grad, int64_t n, const AdamWParams& p);
 
 // The scalars of one f32 update, computed on the host in double exactly as adamw_update does and
 // rounded once to f32. The CUDA kernel reads them from device memory rather than taking them as
@@ -43,5 +40,12 @@ struct AdamWFactors {
   int64_t step;  // t
 };
 AdamWFactors adamw_factors(const AdamWParams& p, uint64_t sr_seed = 0);
+
+}  // namespace forge
+
+namespace forge::cpu {
+
+template <typename T>
+void adamw_update(T* param, T* m, T* v, const T* grad, int64_t n, const AdamWParams& p);
 
 }  // namespace forge::cpu

@@ -5,13 +5,17 @@
 // j > i − window. window 0 = unlimited.
 #pragma once
 
-namespace forge::cpu {
+namespace forge {
 
 struct AttentionShape {
   int B, T, NH, NKV, HS;
   bool causal = true;
   int window = 0;
 };
+
+}  // namespace forge
+
+namespace forge::cpu {
 
 // out (B, T, NH, HS); att (B, NH, T, T) receives the probabilities (0 where masked), kept for
 // the backward. A row with no visible key (not possible with causal masking) gets zeros.

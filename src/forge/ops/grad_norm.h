@@ -9,6 +9,10 @@ namespace forge::cpu {
 template <typename T>
 double global_norm(const T* g, int64_t n);
 
+}  // namespace forge::cpu
+
+namespace forge {
+
 // The factor that clips to max_norm: min(1, max_norm / (norm + 1e-6)); 1 when max_norm <= 0.
 inline double clip_scale(double norm, double max_norm) {
   if (max_norm <= 0) return 1.0;
@@ -16,4 +20,4 @@ inline double clip_scale(double norm, double max_norm) {
   return s < 1.0 ? s : 1.0;
 }
 
-}  // namespace forge::cpu
+}  // namespace forge

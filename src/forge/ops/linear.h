@@ -4,9 +4,13 @@
 // buffer is the checkpoint, with no transposed copies on import or export.
 #pragma once
 
-namespace forge::cpu {
+namespace forge {
 
 enum class WeightLayout { kOutIn, kInOut };
+
+}  // namespace forge
+
+namespace forge::cpu {
 
 // out (N, OC) = inp (N, C) · Wᵀ + bias (OC). bias may be null.
 template <typename T>

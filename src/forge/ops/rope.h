@@ -7,9 +7,13 @@
 // Each pair (x0, x1) → (x0·cos − x1·sin, x0·sin + x1·cos).
 #pragma once
 
-namespace forge::cpu {
+namespace forge {
 
 enum class RopeStyle { kRotateHalf, kInterleaved };
+
+}  // namespace forge
+
+namespace forge::cpu {
 
 template <typename T>
 void rope_fwd(T* x, int B, int T_, int H, int HS, float base, RopeStyle style, int pos0 = 0);

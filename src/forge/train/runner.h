@@ -44,7 +44,7 @@ class StepRunner {
   virtual void micro_step(const int32_t* x, const int32_t* y, int B, int T_, double scale) = 0;
   // Ends the step: global-norm clipping to max_norm (<= 0: none) and AdamW with p
   // (p.weight_decay applies to >= 2-D tensors only; p.step is t).
-  virtual void optimizer_step(const cpu::AdamWParams& p, double max_norm) = 0;
+  virtual void optimizer_step(const AdamWParams& p, double max_norm) = 0;
   // How many ended steps may still be unreported when the next one starts: 0 when every call
   // has finished its work on return (CPU), 1 when the host queues step s + 1 while step s runs.
   virtual int report_lag() const = 0;

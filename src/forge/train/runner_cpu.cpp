@@ -30,10 +30,10 @@ class CpuRunner final : public StepRunner {
     return model_.forward(x, y, B, T_);
   }
 
-  void optimizer_step(const cpu::AdamWParams& p, double max_norm) override {
+  void optimizer_step(const AdamWParams& p, double max_norm) override {
     const double norm = cpu::global_norm(model_.grads().data(), model_.num_params());
-    cpu::AdamWParams q = p;
-    q.grad_scale = static_cast<float>(p.grad_scale * cpu::clip_scale(norm, max_norm));
+    AdamWParams q = p;
+    q.grad_scale = static_cast<float>(p.grad_scale * clip_scale(norm, max_norm));
     for (const auto& info : model_.table().params()) {
       q.weight_decay = info.decay ? p.weight_decay : 0.0f;
       cpu::adamw_update(model_.weights().data() + info.offset, m_.data() + info.offset, v_.data() + info.offset,

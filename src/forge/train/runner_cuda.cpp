@@ -5,7 +5,7 @@
 //   micro_step      range-checks the ids (a bad id is a forge::Error here, not a fault on the
 //                   GPU), copies tokens and targets into a pinned staging slot, counts targets
 //                   and stores dloss = scale / targets next to them
-//   optimizer_step  writes AdamW's factors ([decay, no decay], cpu::adamw_factors) into the slot,
+//   optimizer_step  writes AdamW's factors ([decay, no decay], adamw_factors) into the slot,
 //                   then enqueues: one host→device copy of the slot into the device input block;
 //                   the step (zero_grad, per micro-batch forward + backward + the in-order sum of
 //                   its losses, clipping + AdamW); device→host copies of the loss sums and Σ g²
@@ -141,7 +141,7 @@ class CudaRunner final : public StepRunner {
     ++micro_;
   }
 
-  void optimizer_step(const cpu::AdamWParams& p, double max_norm) override {
+  void optimizer_step(const AdamWParams& p, double max_norm) override {
     FORGE_CHECK(micro_ > 0, "optimizer_step() without a micro_step()");
     Slot& s = slots_[cur_];
     // The bf16 working copy is the master rounded to nearest (sr_seed 0), a pure function of
@@ -258,7 +258,7 @@ class CudaRunner final : public StepRunner {
       model_.backward();
       cuda::sum_in_order(ctx_, loss_sums_dev_.data() + i, model_.losses(), n);
     }
-    model_.optimizer_step(reinterpret_cast<const cpu::AdamWFactors*>(in), k.max_norm);
+    model_.optimizer_step(reinterpret_cast<const AdamWFactors*>(in), k.max_norm);
   }
 
   // Starts filling slot cur_: its previous step must be done (its input copy read the slot).

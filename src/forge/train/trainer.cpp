@@ -315,7 +315,7 @@ TrainResult run(Transformer<float>& model, const TrainConfig& cfg, const std::st
       runner->micro_step(x.data(), y.data(), B, T_, 1.0 / cfg.grad_accum);
     }
     const double lr = sched.at(step);
-    cpu::AdamWParams ap;
+    AdamWParams ap;
     ap.lr = static_cast<float>(lr);
     ap.beta1 = static_cast<float>(cfg.beta1);
     ap.beta2 = static_cast<float>(cfg.beta2);

@@ -26,9 +26,9 @@ class OptimizerTest : public CudaTest {
   // adamw_update from host parameters: the factors uploaded first, as
   // CudaTransformer::optimizer_step(const AdamWParams&, ...) does.
   void adamw(float* param, float* m, float* v, const float* grad, void* work, DType work_dt,
-             int64_t n, const cpu::AdamWParams& p, const float* global_sq, float max_norm,
+             int64_t n, const AdamWParams& p, const float* global_sq, float max_norm,
              uint64_t sr_seed) {
-    auto f = upload(std::vector<cpu::AdamWFactors>{cpu::adamw_factors(p, sr_seed)});
+    auto f = upload(std::vector<AdamWFactors>{adamw_factors(p, sr_seed)});
     adamw_update(ctx(), param, m, v, grad, work, work_dt, n, f.data(), 0, global_sq, max_norm);
   }
 };
@@ -89,7 +89,7 @@ TEST_F(OptimizerTest, AdamWThreeStepsMatchCpu) {
         void* work = !has_work                ? nullptr
                      : work_dt == DType::kF32 ? static_cast<void*>(work32.data() + offset)
                                               : static_cast<void*>(work16.data() + offset);
-        cpu::AdamWParams p;
+        AdamWParams p;
         p.lr = 1e-3f, p.weight_decay = 0.1f, p.grad_scale = 0.5f;
         for (int step = 1; step <= 3; ++step) {
           p.step = step;
@@ -97,10 +97,10 @@ TEST_F(OptimizerTest, AdamWThreeStepsMatchCpu) {
           auto dgrad = upload(grad);
           adamw(dparam.data() + offset, dm.data() + offset, dv.data() + offset,
                 dgrad.data() + offset, work, work_dt, n, p, dsq.data(), cc.max_norm, 0);
-          cpu::AdamWParams q = p;
+          AdamWParams q = p;
           q.grad_scale = static_cast<float>(
               static_cast<double>(p.grad_scale) *
-              cpu::clip_scale(std::sqrt(static_cast<double>(cc.global_sq)), cc.max_norm));
+              clip_scale(std::sqrt(static_cast<double>(cc.global_sq)), cc.max_norm));
           cpu::adamw_update<float>(param.data() + offset, m.data() + offset, v.data() + offset,
                                    grad.data() + offset, n, q);
         }
@@ -148,11 +148,11 @@ TEST_F(OptimizerTest, AdamWMisalignedWorkCopyMatchesCpu) {
   auto dparam = upload(param), dm = upload(m), dv = upload(v), dgrad = upload(grad);
   auto dsq = upload(std::vector<float>{1e4f});
   auto work = poisoned<uint16_t>(n + 2);
-  cpu::AdamWParams p;
+  AdamWParams p;
   adamw(dparam.data() + 1, dm.data() + 1, dv.data() + 1, dgrad.data() + 1, work.data() + 2,
         DType::kBF16, n, p, dsq.data(), 1.0f, 0);
-  cpu::AdamWParams q = p;
-  q.grad_scale = static_cast<float>(cpu::clip_scale(std::sqrt(1e4), 1.0));
+  AdamWParams q = p;
+  q.grad_scale = static_cast<float>(clip_scale(std::sqrt(1e4), 1.0));
   cpu::adamw_update<float>(param.data() + 1, m.data() + 1, v.data() + 1, grad.data() + 1, n, q);
   const auto got = download(dparam);
   EXPECT_TRUE(all_close(got, param, forge::testing::kTolF32));
@@ -174,7 +174,7 @@ TEST_F(OptimizerTest, StochasticRoundingIsReproducibleAndUnbiased) {
     auto dm = upload(std::vector<float>(total, 0.0f)), dv = upload(std::vector<float>(total, 0.0f));
     auto dgrad = upload(random_normal<float>(total, 95));
     auto work = poisoned<uint16_t>(total);
-    cpu::AdamWParams p;
+    AdamWParams p;
     p.lr = 0.0f;
     adamw(dparam.data() + offset, dm.data() + offset, dv.data() + offset, dgrad.data() + offset,
           work.data() + offset, DType::kBF16, n, p, nullptr, 0.0f, sr_seed);
@@ -219,7 +219,7 @@ TEST_F(OptimizerTest, StochasticRoundingKeepsSubStepValuesOnAverage) {
   auto dm = upload(std::vector<float>(n, 0.0f)), dv = upload(std::vector<float>(n, 0.0f));
   auto dgrad = upload(std::vector<float>(n, 0.0f));
   auto work = poisoned<uint16_t>(n);
-  cpu::AdamWParams p;
+  AdamWParams p;
   p.lr = 0.0f;
   adamw(dparam.data(), dm.data(), dv.data(), dgrad.data(), work.data(), DType::kBF16, n, p, nullptr,
         0.0f, /*sr_seed=*/7);
@@ -283,15 +283,15 @@ TEST_F(OptimizerTest, AdamWUnscalesBeforeClipping) {
     auto work = poisoned<uint16_t>(n);
     LossScaleState st = loss_scale_init({S, 2000});
     auto dstate = upload(std::vector<LossScaleState>{st});
-    cpu::AdamWParams p;
+    AdamWParams p;
     p.lr = 1e-3f, p.grad_scale = 0.5f, p.step = 1;
-    auto f = upload(std::vector<cpu::AdamWFactors>{cpu::adamw_factors(p)});
+    auto f = upload(std::vector<AdamWFactors>{adamw_factors(p)});
     adamw_update(ctx(), dparam.data(), dm.data(), dv.data(), dgrad.data(), work.data(), DType::kF16,
                  n, f.data(), 0, dsq.data(), cc.max_norm, dstate.data());
-    cpu::AdamWParams q = p;
+    AdamWParams q = p;
     q.grad_scale = static_cast<float>(
         static_cast<double>(p.grad_scale) *
-        cpu::clip_scale(std::sqrt(static_cast<double>(cc.global_sq)), cc.max_norm));
+        clip_scale(std::sqrt(static_cast<double>(cc.global_sq)), cc.max_norm));
     cpu::adamw_update<float>(param.data(), m.data(), v.data(), grad.data(), n, q);
     const auto got = download(dparam);
     EXPECT_TRUE(all_close(got, param, forge::testing::kTolF32)) << cc.what;
@@ -318,8 +318,8 @@ TEST_F(OptimizerTest, AdamWOverflowLeavesEverythingUntouched) {
       auto work = upload(w16);
       auto dsq = upload(std::vector<float>{sq});
       auto dstate = upload(std::vector<LossScaleState>{loss_scale_init({})});
-      cpu::AdamWParams p;
-      auto f = upload(std::vector<cpu::AdamWFactors>{cpu::adamw_factors(p)});
+      AdamWParams p;
+      auto f = upload(std::vector<AdamWFactors>{adamw_factors(p)});
       const int64_t k = n - offset;
       adamw_update(ctx(), dparam.data() + offset, dm.data() + offset, dv.data() + offset,
                    dgrad.data() + offset, work.data() + offset, DType::kF16, k, f.data(), 0,
@@ -345,12 +345,12 @@ TEST_F(OptimizerTest, AdamWAfterSkippedStepsUsesTakenStepCount) {
   LossScaleState st = loss_scale_init({1.0f, 2000});
   st.skipped_total = 2;
   auto dstate = upload(std::vector<LossScaleState>{st});
-  cpu::AdamWParams p;
+  AdamWParams p;
   p.lr = 1e-3f, p.step = 5;
-  auto f = upload(std::vector<cpu::AdamWFactors>{cpu::adamw_factors(p)});
+  auto f = upload(std::vector<AdamWFactors>{adamw_factors(p)});
   adamw_update(ctx(), dparam.data(), dm.data(), dv.data(), dgrad.data(), nullptr, DType::kF32, n,
                f.data(), 0, dsq.data(), 0.0f, dstate.data());
-  cpu::AdamWParams q = p;
+  AdamWParams q = p;
   q.step = 3;
   cpu::adamw_update<float>(param.data(), m.data(), v.data(), grad.data(), n, q);
   EXPECT_TRUE(all_close(download(dparam), param, forge::testing::kTolF32));

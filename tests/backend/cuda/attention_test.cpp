@@ -22,7 +22,7 @@ using forge::testing::kTolF32;
 using forge::testing::Tol;
 
 // B, T, NH, NKV, HS, causal, window
-const cpu::AttentionShape kShapes[] = {
+const AttentionShape kShapes[] = {
     {2, 17, 4, 4, 32, false, 0},   // non-causal, MHA, odd T
     {2, 64, 4, 2, 64, true, 0},    // causal, GQA 2
     {1, 200, 8, 2, 128, true, 0},  // causal, GQA 4, long rows, HS 128
@@ -41,7 +41,7 @@ class AttentionTest : public CudaTest {
   struct Inputs {
     std::vector<float> q, k, v, dout, dq0, dk0, dv0;
   };
-  static Inputs make_inputs(DType dt, const cpu::AttentionShape& s, uint64_t seed) {
+  static Inputs make_inputs(DType dt, const AttentionShape& s, uint64_t seed) {
     const size_t nq = size_t(s.B) * s.T * s.NH * s.HS, nkv = size_t(s.B) * s.T * s.NKV * s.HS;
     Inputs in;
     in.q = rounded(dt, random_normal<float>(nq, seed));
@@ -58,7 +58,7 @@ class AttentionTest : public CudaTest {
     std::vector<float> out, att, dq, dk, dv;
   };
   // GPU forward into poisoned out/att, then backward into the pre-filled gradients.
-  Outputs run_gpu(DType dt, const cpu::AttentionShape& s, const Inputs& in) {
+  Outputs run_gpu(DType dt, const AttentionShape& s, const Inputs& in) {
     const size_t natt = size_t(s.B) * s.NH * s.T * s.T;
     auto q = to_device(dt, in.q), k = to_device(dt, in.k), v = to_device(dt, in.v);
     auto dout = to_device(dt, in.dout);
@@ -73,7 +73,7 @@ class AttentionTest : public CudaTest {
 
   void check_against_cpu(DType dt, Tol tol_out, Tol tol_att, Tol tol_grad) {
     uint64_t seed = 100;
-    for (const cpu::AttentionShape& s : kShapes) {
+    for (const AttentionShape& s : kShapes) {
       SCOPED_TRACE(::testing::Message() << dtype_name(dt) << " B=" << s.B << " T=" << s.T
                                         << " NH=" << s.NH << " NKV=" << s.NKV << " HS=" << s.HS
                                         << " causal=" << s.causal << " window=" << s.window);
@@ -129,7 +129,7 @@ TEST_F(AttentionTest, F16MatchesCpu) {
 
 TEST_F(AttentionTest, RunsAreBitIdentical) {
   for (DType dt : {DType::kF32, DType::kBF16, DType::kF16}) {
-    const cpu::AttentionShape s{2, 200, 8, 2, 64, true, 0};  // GQA 4: the staged bf16 path
+    const AttentionShape s{2, 200, 8, 2, 64, true, 0};  // GQA 4: the staged bf16 path
     const Inputs in = make_inputs(dt, s, 7);
     const Outputs a = run_gpu(dt, s, in), b = run_gpu(dt, s, in);
     auto same = [](const std::vector<float>& x, const std::vector<float>& y) {

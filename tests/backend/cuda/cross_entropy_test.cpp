@@ -148,7 +148,7 @@ class CrossEntropyTest : public CudaTest {
     const std::vector<double> x(in.x.begin(), in.x.end()), w(in.w.begin(), in.w.end());
     std::vector<double> logits(size_t(s.N) * s.Vp), losses(s.N), dlogits(logits.size());
     cpu::linear_fwd<double>(logits.data(), x.data(), w.data(), nullptr, s.N, s.C, s.Vp,
-                            cpu::WeightLayout::kOutIn);
+                            WeightLayout::kOutIn);
     if (dt == DType::kBF16)  // the kernel's bf16 logits (exact f32 values, see the file comment)
       for (double& l : logits) l = bf16_to_f32(f32_to_bf16(static_cast<float>(l)));
     if (dt == DType::kF16)  // likewise f16 (x and w are exact in f16 too: 7 and 8 bits)
@@ -158,12 +158,12 @@ class CrossEntropyTest : public CudaTest {
                                    s.V, s.Vp);
     std::vector<double> dx(in.dx0.begin(), in.dx0.end()), dw(in.dw0.begin(), in.dw0.end());
     cpu::linear_bwd<double>(dx.data(), dw.data(), nullptr, dlogits.data(), x.data(), w.data(), s.N,
-                            s.C, s.Vp, cpu::WeightLayout::kOutIn);
+                            s.C, s.Vp, WeightLayout::kOutIn);
     std::vector<double> dx_bound = abs_of(std::vector<double>(in.dx0.begin(), in.dx0.end()));
     std::vector<double> dw_bound = abs_of(std::vector<double>(in.dw0.begin(), in.dw0.end()));
     cpu::linear_bwd<double>(dx_bound.data(), dw_bound.data(), nullptr, abs_of(dlogits).data(),
                             abs_of(x).data(), abs_of(w).data(), s.N, s.C, s.Vp,
-                            cpu::WeightLayout::kOutIn);
+                            WeightLayout::kOutIn);
 
     // Losses: in both dtypes the reference sees the kernel's logits (f32 GEMM sums; for bf16,
     // the same values rounded to bf16) and the softmax statistics are f32: the f32 tolerance,

@@ -59,12 +59,12 @@ constexpr double kAbsFloor = 1e-4;
 
 struct Case {
   DType dt;
-  cpu::AttentionShape s;
+  AttentionShape s;
   FlashKernels kernels = FlashKernels::kMma;
 };
 
 std::string case_string(const Case& c) {
-  const cpu::AttentionShape& s = c.s;
+  const AttentionShape& s = c.s;
   return str(c.kernels == FlashKernels::kWgmma ? "wgmma_" : "mma_", dtype_name(c.dt), "_B", s.B, "_T",
              s.T, "_NH", s.NH, "_NKV", s.NKV, "_HS", s.HS, s.causal ? "_causal" : "_full",
              s.window ? str("_window", s.window) : "");
@@ -119,7 +119,7 @@ std::vector<Case> all_cases() {
 struct Inputs {
   std::vector<float> q, k, v, dout;
 };
-Inputs make_inputs(DType dt, const cpu::AttentionShape& s, uint64_t seed) {
+Inputs make_inputs(DType dt, const AttentionShape& s, uint64_t seed) {
   const size_t nq = size_t(s.B) * s.T * s.NH * s.HS, nkv = size_t(s.B) * s.T * s.NKV * s.HS;
   return {round_to(dt, random_normal<float>(nq, seed)),
           round_to(dt, random_normal<float>(nkv, seed + 1)),
@@ -133,7 +133,7 @@ struct Outputs {
 
 // lse[b, h, i] = ln Σ_{visible j} exp(q_i·k_j / sqrt(HS)), visibility as ops/attention.h
 // defines it: j <= i when causal, and j > i − window when window > 0.
-std::vector<double> log_sum_exp(const cpu::AttentionShape& s, const std::vector<double>& q,
+std::vector<double> log_sum_exp(const AttentionShape& s, const std::vector<double>& q,
                                 const std::vector<double>& k) {
   std::vector<double> lse(size_t(s.B) * s.NH * s.T);
   const double scale = 1.0 / std::sqrt(double(s.HS));
@@ -161,7 +161,7 @@ std::vector<double> log_sum_exp(const cpu::AttentionShape& s, const std::vector<
   return lse;
 }
 
-Outputs reference(const cpu::AttentionShape& s, const Inputs& in) {
+Outputs reference(const AttentionShape& s, const Inputs& in) {
   const std::vector<double> q = to_double(in.q), k = to_double(in.k), v = to_double(in.v),
                             dout = to_double(in.dout);
   Outputs r;
@@ -217,7 +217,7 @@ class FlashAttentionTest : public CudaTest {
     return kernels != FlashKernels::kWgmma || ctx().props().major == 9;
   }
   // Forward then backward (on the forward's out and lse), dense strides, into poisoned buffers.
-  Result run_flash(DType dt, const cpu::AttentionShape& s, const Inputs& in, FlashKernels kernels) {
+  Result run_flash(DType dt, const AttentionShape& s, const Inputs& in, FlashKernels kernels) {
     const size_t nlse = size_t(s.B) * s.NH * s.T;
     auto q = to_device(dt, in.q), k = to_device(dt, in.k), v = to_device(dt, in.v);
     auto dout = to_device(dt, in.dout);
@@ -233,7 +233,7 @@ class FlashAttentionTest : public CudaTest {
   }
   // As run_flash, with q, k, v (NKV = NH) packed into one (B, T, 3C) buffer and the gradients
   // written into the same layout, as GPT-2 calls the kernels.
-  Result run_flash_fused(DType dt, const cpu::AttentionShape& s, const Inputs& in, FlashKernels kernels) {
+  Result run_flash_fused(DType dt, const AttentionShape& s, const Inputs& in, FlashKernels kernels) {
     const int C = s.NH * s.HS;
     const size_t ntok = size_t(s.B) * s.T, nlse = size_t(s.B) * s.NH * s.T, e = dtype_size(dt);
     std::vector<float> qkv(ntok * 3 * C);
@@ -265,7 +265,7 @@ class FlashAttentionTest : public CudaTest {
   // The fused-buffer layout check of TokenStridesOfFusedBuffers (below) for one kernel family.
   void check_fused_strides(FlashKernels kernels) {
     const DType dt = DType::kBF16;
-    const cpu::AttentionShape s{2, 100, 4, 4, 64, true, 0};
+    const AttentionShape s{2, 100, 4, 4, 64, true, 0};
     const int C = s.NH * s.HS, kPad = 32, OS = C + 2 * kPad;  // 16-byte aligned slices
     const size_t ntok = size_t(s.B) * s.T;
     const Inputs in = make_inputs(dt, s, 77);
@@ -344,8 +344,8 @@ TEST_F(FlashAttentionTest, TokenStridesOfFusedBuffers) {
 }
 
 TEST_F(FlashAttentionTest, RunsAreBitIdentical) {
-  for (const cpu::AttentionShape s : {cpu::AttentionShape{2, 500, 8, 2, 128, true, 0},
-                                      cpu::AttentionShape{2, 333, 4, 4, 64, false, 0}}) {
+  for (const AttentionShape s : {AttentionShape{2, 500, 8, 2, 128, true, 0},
+                                      AttentionShape{2, 333, 4, 4, 64, false, 0}}) {
     const Inputs in = make_inputs(DType::kBF16, s, 5);
     for (FlashKernels kernels : {FlashKernels::kMma, FlashKernels::kWgmma}) {
       if (!can_run(kernels)) continue;
@@ -372,8 +372,8 @@ TEST_F(FlashAttentionTest, WgmmaAgreesWithMmaAtModelShapes) {
   if (!can_run(FlashKernels::kWgmma)) GTEST_SKIP() << "the wgmma kernels need a compute capability 9.x device";
   const DType dt = DType::kBF16;
   const FlashTol t = tol_for(dt);
-  for (const auto& [s, fused] : {std::pair{cpu::AttentionShape{4, 1024, 12, 12, 64, true, 0}, true},
-                                 std::pair{cpu::AttentionShape{2, 2048, 8, 2, 128, true, 0}, false}}) {
+  for (const auto& [s, fused] : {std::pair{AttentionShape{4, 1024, 12, 12, 64, true, 0}, true},
+                                 std::pair{AttentionShape{2, 2048, 8, 2, 128, true, 0}, false}}) {
     const Inputs in = make_inputs(dt, s, 31);
     const Result a = fused ? run_flash_fused(dt, s, in, FlashKernels::kMma) : run_flash(dt, s, in, FlashKernels::kMma);
     const Result b =
@@ -407,7 +407,7 @@ using FlashAttentionDeathTest = FlashAttentionTest;
 // either kind of refusal passes and only running on with HS = 48 fails.
 TEST_F(FlashAttentionDeathTest, UnsupportedHeadSizeIsRefused) {
   GTEST_FLAG_SET(death_test_style, "threadsafe");
-  const cpu::AttentionShape s{1, 16, 2, 2, 48, true, 0};
+  const AttentionShape s{1, 16, 2, 2, 48, true, 0};
   const Inputs in = make_inputs(DType::kBF16, s, 9);
   auto q = to_device(DType::kBF16, in.q), k = to_device(DType::kBF16, in.k),
        v = to_device(DType::kBF16, in.v), out = poisoned<char>(in.q.size() * 2);

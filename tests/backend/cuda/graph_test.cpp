@@ -24,10 +24,10 @@ TEST_F(GraphTest, ReplayWithFactorsInDeviceMemoryEqualsEagerCalls) {
   std::vector<std::vector<float>> grads;
   for (int s = 0; s < 3; ++s) grads.push_back(random_normal<float>(n, 301 + s));
   auto factors_of = [](int s) {
-    cpu::AdamWParams p;
+    AdamWParams p;
     p.lr = 1e-3f * static_cast<float>(s + 1);
     p.step = s + 1;
-    return cpu::adamw_factors(p);
+    return adamw_factors(p);
   };
   struct Result {
     std::vector<float> param, m, v, sq;
@@ -38,8 +38,8 @@ TEST_F(GraphTest, ReplayWithFactorsInDeviceMemoryEqualsEagerCalls) {
     auto dv = upload(std::vector<float>(n, 0.0f)), dgrad = upload(grads[0]);
     auto work = poisoned<uint16_t>(n);
     auto sq = poisoned<float>(1);
-    DeviceBuffer<cpu::AdamWFactors> dfactors(ctx().allocator(), 1);
-    PinnedBuffer<cpu::AdamWFactors> staged(1);
+    DeviceBuffer<AdamWFactors> dfactors(ctx().allocator(), 1);
+    PinnedBuffer<AdamWFactors> staged(1);
     auto step = [&] {
       sum_squares(ctx(), sq.data(), dgrad.data(), n);
       adamw_update(ctx(), dparam.data(), dm.data(), dv.data(), dgrad.data(), work.data(),
@@ -51,7 +51,7 @@ TEST_F(GraphTest, ReplayWithFactorsInDeviceMemoryEqualsEagerCalls) {
       staged.data()[0] = factors_of(s);
       FORGE_CUDA_CHECK(cudaMemcpyAsync(dgrad.data(), grads[s].data(), n * 4, cudaMemcpyHostToDevice,
                                        ctx().stream()));
-      FORGE_CUDA_CHECK(cudaMemcpyAsync(dfactors.data(), staged.data(), sizeof(cpu::AdamWFactors),
+      FORGE_CUDA_CHECK(cudaMemcpyAsync(dfactors.data(), staged.data(), sizeof(AdamWFactors),
                                        cudaMemcpyHostToDevice, ctx().stream()));
       if (!graph || s == 0) {
         step();  // the graph run's first step is its eager warm-up

@@ -13,7 +13,6 @@ namespace forge::cuda {
 namespace {
 
 using namespace forge::cuda::testing;
-using cpu::RopeStyle;
 
 class RopeTest : public DtypeTest<CudaTest> {};
 

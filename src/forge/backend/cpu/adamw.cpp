@@ -44,6 +44,15 @@ void adamw_update(T* param, T* m, T* v, const T* grad, int64_t n, const AdamWPar
   }
 }
 
+template void adamw_update<float>(float*, float*, float*, const float*, int64_t,
+                                  const AdamWParams&);
+template void adamw_update<double>(double*, double*, double*, const double*, int64_t,
+                                   const AdamWParams&);
+
+}  // namespace forge::cpu
+
+namespace forge {
+
 AdamWFactors adamw_factors(const AdamWParams& p, uint64_t sr_seed) {
   FORGE_CHECK(p.step >= 1, "[adamw_factors] step is 1-based, got ", p.step);
   // Term for term the expressions of adamw_update above, with T = float.
@@ -67,9 +76,4 @@ AdamWFactors adamw_factors(const AdamWParams& p, uint64_t sr_seed) {
   return f;
 }
 
-template void adamw_update<float>(float*, float*, float*, const float*, int64_t,
-                                  const AdamWParams&);
-template void adamw_update<double>(double*, double*, double*, const double*, int64_t,
-                                   const AdamWParams&);
-
-}  // namespace forge::cpu
+}  // namespace forge

@@ -16,7 +16,7 @@
 // double, rounded once to f32, as the CPU trainer forms its grad_scale. The element update uses
 // __fmul_rn/__fadd_rn/__fdiv_rn/__fsqrt_rn so nvcc cannot contract it into FMAs: it is the CPU
 // formula in PyTorch's order, bit for bit, with the host-side factors (1 − lr·wd, step size,
-// sqrt(1 − β2ᵗ), …) computed in double exactly as the CPU does (cpu::adamw_factors). The factors
+// sqrt(1 − β2ᵗ), …) computed in double exactly as the CPU does (adamw_factors). The factors
 // sit in device memory and every thread loads them (one 40-byte broadcast, from L2 after the
 // first block): a CUDA graph that captured the launch then replays with each step's lr and t.
 // Parameter tensors sit at arbitrary offsets of one flat buffer, so a tensor may start off a
@@ -110,7 +110,7 @@ struct AdamWArgs {
   void* work;         // (n) of the work dtype, or null
   int64_t n;
   int head;                          // elements before the aligned body (vector path only)
-  const cpu::AdamWFactors* factors;  // (1) device: the step's scalars
+  const AdamWFactors* factors;  // (1) device: the step's scalars
   uint64_t sr_offset;                // added to factors->sr_seed when that is non-zero
   const float* global_sq;            // (1) Σ g² over all gradients
   float max_norm;                    // <= 0: no clipping
@@ -118,8 +118,8 @@ struct AdamWArgs {
 };
 
 // What one thread reads from AdamWArgs::factors: the step's scalars and its rounding key.
-struct AdamWStep : cpu::AdamWFactors {
-  __device__ explicit AdamWStep(const AdamWArgs& a) : cpu::AdamWFactors(*a.factors) {
+struct AdamWStep : AdamWFactors {
+  __device__ explicit AdamWStep(const AdamWArgs& a) : AdamWFactors(*a.factors) {
     sr_seed = sr_seed != 0 ? sr_seed + a.sr_offset : 0;
     if (a.loss_scale != nullptr && a.loss_scale->skipped_total > 0) {
       // Adam's t counts only the steps taken (see the header).
@@ -308,7 +308,7 @@ void sum_squares(Context& ctx, float* out, const float* g, int64_t n) {
 }
 
 void adamw_update(Context& ctx, float* param, float* m, float* v, const float* grad, void* work,
-                  DType work_dt, int64_t n, const cpu::AdamWFactors* factors, uint64_t sr_offset,
+                  DType work_dt, int64_t n, const AdamWFactors* factors, uint64_t sr_offset,
                   const float* global_sq, float max_norm, const LossScaleState* loss_scale) {
   FORGE_CHECK(n >= 0, "[adamw_update] negative size ", n);
   FORGE_CHECK(factors != nullptr, "[adamw_update] needs the step's factors in device memory");

@@ -249,7 +249,7 @@ void launch_add_f32_to_strided(Context& ctx, void* dst, int64_t ld, const float*
   FORGE_CUDA_CHECK_LAUNCH();
 }
 
-void check_args(DType dt, const cpu::AttentionShape& s, const char* op) {
+void check_args(DType dt, const AttentionShape& s, const char* op) {
   FORGE_CHECK(dt == DType::kF32 || dt == DType::kBF16 || dt == DType::kF16, "[", op,
               "] unsupported dtype ", dtype_name(dt));
   FORGE_CHECK(s.B >= 0 && s.T >= 0 && s.NH > 0 && s.NKV > 0 && s.HS > 0, "[", op,
@@ -262,7 +262,7 @@ void check_args(DType dt, const cpu::AttentionShape& s, const char* op) {
 // (B, T, H, HS) tensor, its row stride and its batch (b) stride; and of head h's (T, T) matrix
 // in att (B, NH, T, T).
 struct Views {
-  const cpu::AttentionShape& s;
+  const AttentionShape& s;
   int64_t head(int h) const { return static_cast<int64_t>(h) * s.HS; }
   int64_t ld(int H) const { return static_cast<int64_t>(H) * s.HS; }
   int64_t batch_stride(int H) const { return static_cast<int64_t>(s.T) * H * s.HS; }
@@ -280,7 +280,7 @@ char* at(void* p, int64_t elems, size_t es) {
 }  // namespace
 
 void attention_fwd(Context& ctx, DType dt, void* out, void* att, const void* q, const void* k,
-                   const void* v, const cpu::AttentionShape& s) {
+                   const void* v, const AttentionShape& s) {
   check_args(dt, s, "attention_fwd");
   if (s.B == 0 || s.T == 0) return;
   const size_t es = dtype_size(dt);
@@ -321,7 +321,7 @@ void attention_fwd(Context& ctx, DType dt, void* out, void* att, const void* q, 
 
 void attention_bwd(Context& ctx, DType dt, void* dq, void* dk, void* dv, const void* dout,
                    const void* q, const void* k, const void* v, const void* att,
-                   const cpu::AttentionShape& s) {
+                   const AttentionShape& s) {
   check_args(dt, s, "attention_bwd");
   if (s.B == 0 || s.T == 0) return;
   const size_t es = dtype_size(dt);

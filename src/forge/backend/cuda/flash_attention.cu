@@ -305,7 +305,7 @@ bool flash_attention_supported(DType dt, int HS) {
 }
 
 void flash_attention_fwd(Context& ctx, DType dt, void* out, float* lse, const void* q, const void* k,
-                         const void* v, const cpu::AttentionShape& s, const AttentionStrides& st,
+                         const void* v, const AttentionShape& s, const AttentionStrides& st,
                          FlashKernels kernels) {
   const char* what = "flash_attention_fwd";
   flash::FlashParams p{};

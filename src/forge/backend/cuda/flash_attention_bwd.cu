@@ -301,7 +301,7 @@ void bwd_dispatch(Context& ctx, const FlashParams& p) {
 
 void flash_attention_bwd(Context& ctx, DType dt, void* dq, void* dk, void* dv, const void* dout,
                          const void* q, const void* k, const void* v, const void* out, const float* lse,
-                         float* delta, const cpu::AttentionShape& s, const AttentionStrides& st,
+                         float* delta, const AttentionShape& s, const AttentionStrides& st,
                          FlashKernels kernels) {
   const char* what = "flash_attention_bwd";
   flash::FlashParams p{};

@@ -302,7 +302,7 @@ __device__ __forceinline__ TileRange key_tiles(const FlashParams& p, int q0) {
 
 // Shape, strides and alignment checks shared by the forward and backward launchers; fills the
 // shape fields of p (pointers are set by the caller). `what` names the op in errors.
-inline void fill_shape(FlashParams& p, DType dt, const cpu::AttentionShape& s, int64_t ld_q, int64_t ld_k,
+inline void fill_shape(FlashParams& p, DType dt, const AttentionShape& s, int64_t ld_q, int64_t ld_k,
                        int64_t ld_v, int64_t ld_o, const char* what) {
   FORGE_CHECK(dt == DType::kBF16 || dt == DType::kF16, what, ": dtype ", dtype_name(dt),
               " is not supported (bf16 or f16)");

@@ -77,17 +77,17 @@ void bias_grad(Context& ctx, DType dt, float* dbias, const void* dout, int N, in
 
 // ---- RoPE (in place on (B, T, H, HS)) -------------------------------------------------------
 void rope_fwd(Context& ctx, DType dt, void* x, int B, int T_, int H, int HS, float base,
-              cpu::RopeStyle style, int pos0 = 0);
+              RopeStyle style, int pos0 = 0);
 void rope_bwd(Context& ctx, DType dt, void* dx, int B, int T_, int H, int HS, float base,
-              cpu::RopeStyle style, int pos0 = 0);
+              RopeStyle style, int pos0 = 0);
 
 // ---- attention (unfused: batched GEMMs + softmax kernels) ----------------------------------
 // Same contract as cpu::attention_fwd/bwd; att (B, NH, T, T) holds the probabilities in dt.
 void attention_fwd(Context& ctx, DType dt, void* out, void* att, const void* q, const void* k,
-                   const void* v, const cpu::AttentionShape& s);
+                   const void* v, const AttentionShape& s);
 void attention_bwd(Context& ctx, DType dt, void* dq, void* dk, void* dv, const void* dout,
                    const void* q, const void* k, const void* v, const void* att,
-                   const cpu::AttentionShape& s);
+                   const AttentionShape& s);
 
 // ---- flash attention (fused, tensor cores: wgmma or mma.sync; bf16 or f16) -------------------
 // The same mathematics as attention_fwd/bwd without the T×T probabilities: FlashAttention-2's
@@ -109,12 +109,12 @@ bool flash_attention_supported(DType dt, int HS);
 // out (B, T, NH, HS); lse (B, NH, T) f32 = ln Σ_visible exp(q·k/sqrt(HS)) per query row
 // (−FLT_MAX for a row with no visible key, whose output is 0).
 void flash_attention_fwd(Context& ctx, DType dt, void* out, float* lse, const void* q, const void* k,
-                         const void* v, const cpu::AttentionShape& s, const AttentionStrides& st = {},
+                         const void* v, const AttentionShape& s, const AttentionStrides& st = {},
                          FlashKernels kernels = FlashKernels::kAuto);
 // Writes (does not accumulate) dq, dk, dv. delta: (B, NH, T) f32 scratch for D = rowsum(dO∘O).
 void flash_attention_bwd(Context& ctx, DType dt, void* dq, void* dk, void* dv, const void* dout,
                          const void* q, const void* k, const void* v, const void* out, const float* lse,
-                         float* delta, const cpu::AttentionShape& s, const AttentionStrides& st = {},
+                         float* delta, const AttentionShape& s, const AttentionStrides& st = {},
                          FlashKernels kernels = FlashKernels::kAuto);
 
 // ---- LM head + cross-entropy, fused ---------------------------------------------------------
@@ -134,7 +134,7 @@ void lm_head_cross_entropy(Context& ctx, DType dt, float* losses, void* dx, floa
 // out[0] = Σ g² over n elements (f32 result, f64-free two-pass tree in fixed order).
 void sum_squares(Context& ctx, float* out, const float* g, int64_t n);
 // AdamW (cpu::adamw_update's formula) over one tensor. The step's scalars are read from device
-// memory: `factors` points to one cpu::AdamWFactors (cpu::adamw_factors), so a captured graph
+// memory: `factors` points to one AdamWFactors (adamw_factors), so a captured graph
 // picks up each step's lr and t. The clip factor is computed on the device from *global_sq (Σ g²
 // of all gradients): min(1, max_norm / (sqrt(sq) + 1e-6)), times factors->grad_scale; max_norm
 // <= 0 disables clipping. When `work` is non-null the updated weights are also written there as
@@ -144,7 +144,7 @@ void sum_squares(Context& ctx, float* out, const float* g, int64_t n);
 // norm is unscaled before clipping, and a non-finite *global_sq leaves every array untouched
 // (the step is skipped; loss_scale_step() then halves the scale). ops/loss_scale.h.
 void adamw_update(Context& ctx, float* param, float* m, float* v, const float* grad, void* work,
-                  DType work_dt, int64_t n, const cpu::AdamWFactors* factors, uint64_t sr_offset,
+                  DType work_dt, int64_t n, const AdamWFactors* factors, uint64_t sr_offset,
                   const float* global_sq, float max_norm,
                   const LossScaleState* loss_scale = nullptr);
 // f16 loss scaling, one step's two small kernels (graph-capturable, no host sync):

@@ -99,10 +99,10 @@ __global__ void __launch_bounds__(kThreads)
 
 template <typename T, int kN>
 void launch_rope(Context& ctx, T* x, const RopeFreqs& f, int rows, int T_, int H, int HS, int pos0,
-                 float sign, cpu::RopeStyle style) {
+                 float sign, RopeStyle style) {
   const int total = rows * (HS / 2 / kN);
   const int grid = grid_for(total, kThreads, ctx.num_sms());
-  if (style == cpu::RopeStyle::kRotateHalf) {
+  if (style == RopeStyle::kRotateHalf) {
     rope_kernel<T, kN, true>
         <<<grid, kThreads, 0, ctx.stream()>>>(x, f, rows, T_, H, HS, pos0, sign);
   } else {
@@ -113,7 +113,7 @@ void launch_rope(Context& ctx, T* x, const RopeFreqs& f, int rows, int T_, int H
 }
 
 void rope_rotate(Context& ctx, DType dt, void* x, int B, int T_, int H, int HS, float base,
-                 cpu::RopeStyle style, int pos0, float sign, const char* op) {
+                 RopeStyle style, int pos0, float sign, const char* op) {
   FORGE_CHECK(B >= 0 && T_ >= 0 && H >= 0 && HS > 0, "[", op, "] bad shape B=", B, " T=", T_,
               " H=", H, " HS=", HS);
   FORGE_CHECK(HS % 2 == 0, "[", op, "] head size must be even, got HS=", HS);
@@ -143,12 +143,12 @@ void rope_rotate(Context& ctx, DType dt, void* x, int B, int T_, int H, int HS, 
 }  // namespace
 
 void rope_fwd(Context& ctx, DType dt, void* x, int B, int T_, int H, int HS, float base,
-              cpu::RopeStyle style, int pos0) {
+              RopeStyle style, int pos0) {
   rope_rotate(ctx, dt, x, B, T_, H, HS, base, style, pos0, 1.0f, "rope_fwd");
 }
 
 void rope_bwd(Context& ctx, DType dt, void* dx, int B, int T_, int H, int HS, float base,
-              cpu::RopeStyle style, int pos0) {
+              RopeStyle style, int pos0) {
   rope_rotate(ctx, dt, dx, B, T_, H, HS, base, style, pos0, -1.0f, "rope_bwd");
 }
 
