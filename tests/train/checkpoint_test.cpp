@@ -8,6 +8,9 @@
 #include <fstream>
 
 #include "forge/core/error.h"
+#include "forge/core/rng.h"
+#include "forge/data/loader.h"
+#include "forge/data/shard.h"
 #include "forge/io/safetensors.h"
 #include "forge/model/model_dir.h"
 #include "testing.h"
@@ -158,6 +161,68 @@ TEST_F(CheckpointTest, CorruptCheckpointsAreNamedErrors) {
   ts.push_back({last, io::StDType::kBF16, params.back().shape, zero.data()});
   io::write_safetensors(path + "/optimizer.safetensors", ts);
   expect_error("expected F32");
+}
+
+// trainer_state.json's rng.loader must name the stream the loader really draws from: replaying
+// (seed, stream, offset) from the file with a plain Rng gives the loader's window starts.
+TEST_F(CheckpointTest, TrainerStateNamesTheLoadersRngStream) {
+  Transformer<float> model(config());
+  const std::vector<float> zero(model.num_params(), 0.0f);
+  const std::string path =
+      save_checkpoint(dir_.string(), model, zero, zero, {2, 77, 0, nlohmann::json::object()}, 0);
+  std::ifstream f(path + "/trainer_state.json");
+  const nlohmann::json j = nlohmann::json::parse(f);
+  const nlohmann::json& r = j["rng"]["loader"];
+  ASSERT_TRUE(r["stream"].is_number_unsigned()) << j.dump();
+  EXPECT_EQ(r["seed"].get<uint64_t>(), 77u);
+
+  // Token i at position i, so a window's first input is its start.
+  constexpr int kTokens = 1000, T = 8, B = 16;
+  std::vector<uint32_t> ids(kTokens);
+  for (int i = 0; i < kTokens; ++i) ids[i] = static_cast<uint32_t>(i);
+  write_shard((dir_ / "train.bin").string(), ids);
+  std::vector<Shard> shards;
+  shards.push_back(Shard::open((dir_ / "train.bin").string(), kTokens));
+  TrainLoader loader(&shards, {{0, 0, kTokens}}, T, 77);
+  std::vector<int32_t> x(B * T), y(B * T);
+  loader.next_batch(B, x.data(), y.data());
+  Rng replay(r["seed"].get<uint64_t>(), r["stream"].get<uint32_t>());
+  for (int b = 0; b < B; ++b)
+    EXPECT_EQ(x[b * T], static_cast<int32_t>(replay.below(kTokens - T))) << "window " << b;
+  EXPECT_EQ(replay.offset(), loader.rng_offset());
+}
+
+TEST_F(CheckpointTest, RejectsAStateNamingAnotherRngStream) {
+  Transformer<float> model(config());
+  const std::vector<float> zero(model.num_params(), 0.0f);
+  const std::string path =
+      save_checkpoint(dir_.string(), model, zero, zero, {2, 5, 9, nlohmann::json::object()}, 0);
+  const std::string state = path + "/trainer_state.json";
+  nlohmann::json j = nlohmann::json::parse(std::ifstream(state));
+  auto load_error = [&](const nlohmann::json& edited) -> std::string {
+    std::ofstream(state) << edited.dump(2);
+    try {
+      load_checkpoint(path);
+    } catch (const Error& e) {
+      return e.what();
+    }
+    return "";
+  };
+  nlohmann::json bad = j;
+  bad["rng"]["loader"]["stream"] = 0;
+  const std::string msg = load_error(bad);
+  EXPECT_NE(msg.find(state + ": rng.loader.stream is 0"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("stream 1"), std::string::npos) << msg;
+  bad = j;
+  bad["rng"]["loader"]["offset"] = 10;
+  EXPECT_NE(load_error(bad).find("rng.loader.offset 10"), std::string::npos);
+  // Version 1 files wrote stream 0 for the same loader: they still load, the entry unread.
+  bad = j;
+  bad["version"] = 1;
+  bad["rng"]["loader"]["stream"] = 0;
+  EXPECT_EQ(load_error(bad), "");
+  bad["version"] = 3;
+  EXPECT_NE(load_error(bad).find("unsupported trainer state version 3"), std::string::npos);
 }
 
 }  // namespace

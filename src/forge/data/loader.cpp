@@ -8,7 +8,7 @@ namespace forge {
 
 TrainLoader::TrainLoader(std::vector<Shard>* shards, std::vector<ShardRange> ranges, int T_,
                          uint64_t seed)
-    : shards_(shards), T_(T_), rng_(seed, /*stream=*/1) {
+    : shards_(shards), T_(T_), rng_(seed, kRngStream) {
   int64_t total = 0;
   for (const auto& r : ranges) {
     const int64_t starts = (r.end - r.begin) - T_;  // valid window starts: len − (T + 1) + 1

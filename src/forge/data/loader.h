@@ -23,6 +23,10 @@ struct ShardRange {
 
 class TrainLoader {
  public:
+  // The Philox stream its windows are drawn from (weight initialisation uses stream 0), named
+  // in a checkpoint's trainer_state.json next to the seed and offset.
+  static constexpr uint32_t kRngStream = 1;
+
   // Throws forge::Error when a shard is invalid or no range holds a window of T + 1 tokens.
   TrainLoader(std::vector<Shard>* shards, std::vector<ShardRange> ranges, int T_, uint64_t seed);
   // inputs, targets: (B, T).

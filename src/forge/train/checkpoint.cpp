@@ -8,6 +8,7 @@
 #include <fstream>
 
 #include "forge/core/error.h"
+#include "forge/data/loader.h"
 #include "forge/io/safetensors.h"
 #include "forge/model/model_dir.h"
 
@@ -18,6 +19,8 @@ namespace fs = std::filesystem;
 namespace {
 
 constexpr const char* kTmpPrefix = ".tmp-";
+// 2: rng.loader names the loader's real Philox stream (TrainLoader::kRngStream).
+constexpr int kStateVersion = 2;
 
 // Rows of a parameter in a checkpoint: the embedding (and an untied head) drop their padding.
 Shape saved_shape(const ParamTable& table, const ParamInfo& p, const ModelConfig& cfg) {
@@ -38,10 +41,14 @@ int parse_checkpoint_name(const std::string& name) {
 
 nlohmann::json state_json(const TrainerState& s) {
   return {{"format", "forge-trainer-state"},
-          {"version", 1},
+          {"version", kStateVersion},
           {"step", s.step},
           {"seed", s.seed},
-          {"rng", {{"loader", {{"seed", s.seed}, {"stream", 0}, {"offset", s.loader_rng_offset}}}}},
+          {"rng",
+           {{"loader",
+             {{"seed", s.seed},
+              {"stream", TrainLoader::kRngStream},
+              {"offset", s.loader_rng_offset}}}}},
           {"data_loader", {{"kind", "random_windows"}, {"rng_offset", s.loader_rng_offset}}},
           {"config", s.config}};
 }
@@ -52,7 +59,13 @@ TrainerState state_from_json(const std::string& path, const nlohmann::json& j) {
   };
   need(j.is_object() && j.value("format", "") == "forge-trainer-state",
        "not a forge trainer state (no \"format\": \"forge-trainer-state\")");
-  need(j.value("version", 0) == 1, "unsupported trainer state version (expected 1)");
+  const int version = j.contains("version") && j["version"].is_number_integer()
+                          ? j["version"].get<int>()
+                          : 0;
+  if (version != 1 && version != kStateVersion)
+    throw Error(str(path, ": unsupported trainer state version ",
+                    j.contains("version") ? j["version"].dump() : "(none)", " (expected 1 or ",
+                    kStateVersion, ")"));
   need(j.contains("step") && j["step"].is_number_integer() && j["step"].get<int64_t>() >= 0,
        "missing or bad \"step\"");
   need(j.contains("seed") && j["seed"].is_number_unsigned(), "missing or bad \"seed\"");
@@ -65,6 +78,26 @@ TrainerState state_from_json(const std::string& path, const nlohmann::json& j) {
   s.step = j["step"].get<int>();
   s.seed = j["seed"].get<uint64_t>();
   s.loader_rng_offset = j["data_loader"]["rng_offset"].get<uint64_t>();
+  // Version 1 wrote "stream": 0 although TrainLoader has always drawn from stream 1: its rng
+  // entry is not read. From version 2 on it must name the loader's stream, seed and offset.
+  if (version >= 2) {
+    need(j.contains("rng") && j["rng"].is_object() && j["rng"].contains("loader") &&
+             j["rng"]["loader"].is_object(),
+         "missing \"rng\": {\"loader\"}");
+    const nlohmann::json& r = j["rng"]["loader"];
+    for (const char* k : {"seed", "stream", "offset"})
+      if (!r.contains(k) || !r[k].is_number_unsigned())
+        throw Error(str(path, ": missing or bad \"rng\": {\"loader\": {\"", k, "\"}}"));
+    if (r["stream"].get<uint64_t>() != TrainLoader::kRngStream)
+      throw Error(str(path, ": rng.loader.stream is ", r["stream"].get<uint64_t>(),
+                      ", but the data loader draws from Philox stream ", TrainLoader::kRngStream));
+    if (r["seed"].get<uint64_t>() != s.seed)
+      throw Error(str(path, ": rng.loader.seed ", r["seed"].get<uint64_t>(),
+                      " disagrees with \"seed\" ", s.seed));
+    if (r["offset"].get<uint64_t>() != s.loader_rng_offset)
+      throw Error(str(path, ": rng.loader.offset ", r["offset"].get<uint64_t>(),
+                      " disagrees with data_loader.rng_offset ", s.loader_rng_offset));
+  }
   s.config = j["config"];
   return s;
 }

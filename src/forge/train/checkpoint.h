@@ -3,8 +3,14 @@
 //   optimizer.safetensors  Adam's m and v as F32 tensors "m.<name>" and "v.<name>", shaped like
 //                          the parameters in model.safetensors (the f32 weights there are the
 //                          master weights: nothing else to store)
-//   trainer_state.json     {"step", "seed", "rng": {"loader": {"seed", "stream", "offset"}},
-//                          "data_loader": {"rng_offset"}, "config": the full run configuration}
+//   trainer_state.json     {"format", "version": 2, "step", "seed",
+//                          "rng": {"loader": {"seed", "stream", "offset"}}, "data_loader":
+//                          {"rng_offset"}, "config": the full run configuration}
+//                          rng.loader is TrainLoader's Philox state: its stream must be
+//                          TrainLoader::kRngStream (1) and seed/offset must agree with "seed"
+//                          and data_loader.rng_offset, or loading fails. Version 1 files (which
+//                          wrote stream 0, wrongly: the loader always drew from stream 1) still
+//                          load; their rng entry is ignored.
 // "step" counts the optimizer steps completed: resuming runs step `step` next. Everything a step
 // depends on is here exactly (f32 bits, integer counters; the LR is a function of the step), so
 // a resumed run is bit-identical to one that never stopped.
