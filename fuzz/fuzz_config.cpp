@@ -29,7 +29,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
                     c.n_embd == d.n_embd && c.n_head == d.n_head && c.n_kv_head == d.n_kv_head &&
                     c.ffn_hidden == d.ffn_hidden && c.norm_eps == d.norm_eps &&
                     c.rope_theta == d.rope_theta && c.tie_embeddings == d.tie_embeddings &&
-                    c.sliding_window == d.sliding_window;
+                    c.sliding_window == d.sliding_window && c.rope_style == d.rope_style;
   if (!same) std::abort();
   return 0;
 }

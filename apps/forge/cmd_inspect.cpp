@@ -1,13 +1,16 @@
 // forge inspect DIR [--json]: what a model directory holds — its configuration as Forge reads
 // it, the parameter count, whether the embeddings are tied, and every tensor in its files with
 // dtype and shape. Reads config.json and the safetensors headers only (weights stay on disk),
-// but validates both fully, so a directory that inspects cleanly has well-formed files.
+// but validates both fully, so a directory that inspects cleanly has well-formed files. A model
+// that transformers would compute differently (interleaved RoPE, which only Forge's
+// "forge_rope_style" key records) gets a warning line ("warnings" in --json).
 #include <cstdio>
 #include <nlohmann/json.hpp>
 
 #include "args.h"
 #include "commands.h"
 #include "forge/core/error.h"
+#include "forge/model/config.h"
 #include "forge/model/model_dir.h"
 
 namespace forge::cli {
@@ -36,6 +39,7 @@ nlohmann::json config_json(const ModelConfig& c) {
                       {"tie_embeddings", c.tie_embeddings}};
   if (c.family == Family::kLlama) {
     j["rope_theta"] = c.rope_theta;
+    j["rope_style"] = rope_style_name(c.rope_style);
     j["sliding_window"] = c.sliding_window;
   }
   return j;
@@ -53,6 +57,7 @@ int cmd_inspect(const Argv& argv) {
   const std::string dir = a.positional();
   const ModelDirInfo info = inspect_model_dir(dir);
   const ModelConfig& c = info.config;
+  const std::vector<std::string> warnings = hf_config_warnings(c);
   if (a.has("json")) {
     nlohmann::json tensors = nlohmann::json::array();
     for (const auto& t : info.tensors)
@@ -67,6 +72,7 @@ int cmd_inspect(const Argv& argv) {
                               {"parameters", info.num_params},
                               {"tied", c.tie_embeddings},
                               {"tokenizer", info.has_tokenizer},
+                              {"warnings", warnings},
                               {"tensors", tensors}};
     std::printf("%s\n", j.dump().c_str());
     return 0;
@@ -80,8 +86,10 @@ int cmd_inspect(const Argv& argv) {
       c.vocab_size, c.max_seq_len, c.n_layer, c.n_embd, c.n_head, c.n_kv_head, c.head_dim(),
       c.ffn_hidden, c.norm_eps);
   if (c.family == Family::kLlama)
-    std::printf("  rope_theta %g | sliding_window %s\n", c.rope_theta,
+    std::printf("  rope_theta %g | rope_style %s | sliding_window %s\n", c.rope_theta,
+                rope_style_name(c.rope_style),
                 c.sliding_window > 0 ? std::to_string(c.sliding_window).c_str() : "none");
+  for (const auto& w : warnings) std::printf("  warning: %s\n", w.c_str());
   std::printf("  embeddings %s | tokenizer.json %s\n", c.tie_embeddings ? "tied" : "untied",
               info.has_tokenizer ? "yes" : "no");
   std::printf("  %zu tensors:\n", info.tensors.size());

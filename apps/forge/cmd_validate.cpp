@@ -2,7 +2,8 @@
 // temporary directory, loads that and saves it again, and requires the two saves to be
 // byte-identical and the weights bit-identical (the save/load round trip loses nothing). Also
 // runs one forward pass and requires finite weights and logits. Prints SHA-256 checksums of the
-// directory's weight files and of the canonical (f32, Forge-ordered) model.safetensors.
+// directory's weight files and of the canonical (f32, Forge-ordered) model.safetensors, and a
+// warning line for a model that transformers would compute differently (hf_config_warnings).
 //
 // --ids with --logits FILE writes the logits of that sequence as JSON, for comparing Forge
 // with transformers (tools/check_hf_export.py).
@@ -17,6 +18,7 @@
 #include "args.h"
 #include "commands.h"
 #include "forge/core/error.h"
+#include "forge/model/config.h"
 #include "forge/core/sha256.h"
 #include "forge/model/model_dir.h"
 
@@ -122,9 +124,11 @@ int cmd_validate(const Argv& argv) {
     f << nlohmann::json{{"ids", ids}, {"logits", logits}}.dump() << "\n";
   }
 
+  const std::vector<std::string> warnings = hf_config_warnings(cfg);
   if (a.has("json")) {
     const nlohmann::json j = {{"dir", dir},
                               {"valid", true},
+                              {"warnings", warnings},
                               {"model_type", info.hf_config.value("model_type", "")},
                               {"parameters", info.num_params},
                               {"sha256", file_sums},
@@ -140,6 +144,7 @@ int cmd_validate(const Argv& argv) {
     std::printf("  sha256 %s  %s\n", sum.get<std::string>().c_str(), f.c_str());
   std::printf("  sha256 %s  (canonical f32 model.safetensors%s)\n", canonical_sha.c_str(),
               identical ? ": byte-identical to the directory's" : "");
+  for (const auto& w : warnings) std::printf("  warning: %s\n", w.c_str());
   return 0;
 }
 

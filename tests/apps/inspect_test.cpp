@@ -136,6 +136,35 @@ TEST_F(InspectTest, ValidateRoundTripsAndPrintsTheFilesSha256) {
   expect_user_error(forge("validate " + p("model") + " --ids 1,70"), "out of range");
 }
 
+// An interleaved-RoPE model: both commands say that transformers would read it as rotate-half.
+TEST_F(InspectTest, InspectAndValidateWarnAboutInterleavedRope) {
+  ModelConfig c = load_model_dir(p("model")).config();
+  c.rope_style = RopeStyle::kInterleaved;
+  Transformer<float> il(c);
+  il.init_weights(5);
+  save_model_dir(p("interleaved"), il);
+  const std::string warning = "transformers ignores that key and would compute this model with "
+                              "rotate-half RoPE";
+  for (const char* cmd : {"inspect", "validate"}) {
+    SCOPED_TRACE(cmd);
+    const CmdResult text = forge(std::string(cmd) + " " + p("interleaved"));
+    ASSERT_EQ(text.code, 0) << text.err;
+    EXPECT_NE(text.out.find("  warning: rope_style interleaved"), std::string::npos) << text.out;
+    EXPECT_NE(text.out.find(warning), std::string::npos) << text.out;
+    const CmdResult json = forge(std::string(cmd) + " " + p("interleaved") + " --json");
+    ASSERT_EQ(json.code, 0) << json.err;
+    const auto j = nlohmann::json::parse(json.out);
+    ASSERT_EQ(j["warnings"].size(), 1u) << json.out;
+    EXPECT_NE(j["warnings"][0].get<std::string>().find(warning), std::string::npos);
+    // The default pairing: no warning.
+    const CmdResult plain = forge(std::string(cmd) + " " + p("model"));
+    ASSERT_EQ(plain.code, 0) << plain.err;
+    EXPECT_EQ(plain.out.find("warning"), std::string::npos) << plain.out;
+  }
+  const auto j = nlohmann::json::parse(forge("inspect " + p("interleaved") + " --json").out);
+  EXPECT_EQ(j["config"]["rope_style"], "interleaved");
+}
+
 TEST_F(InspectTest, BrokenFilesAreOneLineErrors) {
   const std::string st = "/model.safetensors";
   // Truncated in the data section, and inside the header.

@@ -66,5 +66,37 @@ TEST(ModelConfig, HfConfigRoundTripAndBothRopeDialects) {
   EXPECT_THROW(from_hf_config(nlohmann::json{{"model_type", "bert"}}), Error);
 }
 
+// rope_style is Forge-only: config.json carries it as "forge_rope_style" (absent for the
+// default, so a rotate-half model's config.json is plain Hugging Face), and reads it back.
+TEST(ModelConfig, RopeStyleRoundTripsThroughHfConfig) {
+  ModelConfig c = preset_config("llama-10m");
+  EXPECT_FALSE(to_hf_config(c).contains("forge_rope_style"));
+  ASSERT_TRUE(apply_model_override(c, "rope_style", "interleaved"));
+  const nlohmann::json j = to_hf_config(c);
+  EXPECT_EQ(j.value("forge_rope_style", ""), "interleaved");
+  EXPECT_EQ(from_hf_config(j).rope_style, RopeStyle::kInterleaved);
+  EXPECT_EQ(hf_config_warnings(from_hf_config(j)).size(), 1u);
+  EXPECT_TRUE(hf_config_warnings(preset_config("llama-10m")).empty());
+
+  nlohmann::json bad = j;
+  bad["forge_rope_style"] = "sideways";
+  try {
+    from_hf_config(bad);
+    ADD_FAILURE() << "read an unknown rope style";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("'forge_rope_style' is \"sideways\""), std::string::npos)
+        << e.what();
+  }
+  bad["forge_rope_style"] = "rotate_half";
+  EXPECT_EQ(from_hf_config(bad).rope_style, RopeStyle::kRotateHalf);
+  // GPT-2 has no RoPE: the key is an error there, as is the override.
+  nlohmann::json g = to_hf_config(preset_config("tiny"));
+  g["forge_rope_style"] = "interleaved";
+  EXPECT_THROW(from_hf_config(g), Error);
+  ModelConfig t = preset_config("tiny");
+  apply_model_override(t, "rope_style", "interleaved");
+  EXPECT_THROW(t.validate(), Error);
+}
+
 }  // namespace
 }  // namespace forge

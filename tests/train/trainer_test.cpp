@@ -208,6 +208,39 @@ TEST_F(TrainerTest, ResumeIsBitIdentical) {
             file_bytes(dir_ / "b/checkpoints/step_000008/optimizer.safetensors"));
 }
 
+// An interleaved-RoPE run resumes interleaved: the checkpoint's config.json records the style,
+// so the resumed steps log the losses the uninterrupted run logged.
+TEST_F(TrainerTest, InterleavedRopeRunResumesInterleaved) {
+  ModelConfig m = model();
+  m.family = Family::kLlama;
+  m.n_kv_head = 1;
+  m.tie_embeddings = false;
+  m.rope_style = RopeStyle::kInterleaved;
+  TrainConfig c = config();
+  c.steps = 6;
+  c.save_every = 3;
+  c.eval_every = 3;
+  c.eval_windows = 8;
+  const fs::path run = dir_ / "run";
+  train(m, c, (dir_ / "data").string(), run.string());
+  const auto ref = read_metrics(run);
+  nlohmann::json rc = nlohmann::json::parse(std::ifstream(run / "config.json"));
+  EXPECT_EQ(rc["model"].value("forge_rope_style", ""), "interleaved");
+  // Back to the checkpoint of step 3, as if the run had been killed after it.
+  fs::remove_all(run / "checkpoints/step_000006");
+  fs::remove_all(run / "model");
+  RunOptions opt;
+  opt.quiet = true;
+  resume(run.string(), 0, "", opt);
+  EXPECT_EQ(load_model_dir((run / "model").string()).config().rope_style, RopeStyle::kInterleaved);
+  const auto again = read_metrics(run);
+  ASSERT_EQ(again.size(), ref.size());
+  for (size_t i = 3; i < ref.size(); ++i)
+    for (const char* k : {"loss", "val_loss"})
+      if (ref[i].contains(k))
+        EXPECT_EQ(again[i][k].get<double>(), ref[i][k].get<double>()) << "line " << i << " " << k;
+}
+
 TEST_F(TrainerTest, ResumeNeedsACheckpoint) {
   TrainConfig c = config();
   c.steps = 2;

@@ -2,6 +2,7 @@
 
 #include <functional>
 #include <map>
+#include <optional>
 
 #include <nlohmann/json.hpp>
 
@@ -85,6 +86,8 @@ void ModelConfig::validate() const {
   if (family == Family::kGpt2) {
     need(n_kv_head == n_head, "gpt2 has no grouped-query attention (n_kv_head must equal n_head)");
     need(tie_embeddings, "gpt2 ties its embeddings (tie_embeddings must be true)");
+    need(rope_style == RopeStyle::kRotateHalf,
+         "gpt2 has no rotary embeddings (rope_style applies to llama models)");
   } else {
     need(head_dim() % 2 == 0, str("RoPE needs an even head dim, got ", head_dim()));
     need(rope_theta > 0, "rope_theta must be positive");
@@ -107,6 +110,16 @@ std::vector<std::string> preset_names() {
   return names;
 }
 
+const char* rope_style_name(RopeStyle s) {
+  return s == RopeStyle::kInterleaved ? "interleaved" : "rotate_half";
+}
+
+std::optional<RopeStyle> parse_rope_style(const std::string& name) {
+  if (name == "rotate_half") return RopeStyle::kRotateHalf;
+  if (name == "interleaved") return RopeStyle::kInterleaved;
+  return std::nullopt;
+}
+
 bool apply_model_override(ModelConfig& c, const std::string& key, const std::string& v) {
   if (key == "vocab_size") c.vocab_size = parse_int(key, v);
   else if (key == "max_seq_len") c.max_seq_len = parse_int(key, v);
@@ -123,9 +136,10 @@ bool apply_model_override(ModelConfig& c, const std::string& key, const std::str
   else if (key == "tie_embeddings") c.tie_embeddings = parse_bool(key, v);
   else if (key == "sliding_window") c.sliding_window = parse_int(key, v);
   else if (key == "rope_style") {
-    if (v == "rotate_half") c.rope_style = RopeStyle::kRotateHalf;
-    else if (v == "interleaved") c.rope_style = RopeStyle::kInterleaved;
-    else throw Error(str("override rope_style=", v, ": expected rotate_half or interleaved"));
+    const std::optional<RopeStyle> style = parse_rope_style(v);
+    if (!style)
+      throw Error(str("override rope_style=", v, ": expected rotate_half or interleaved"));
+    c.rope_style = *style;
   } else {
     return false;
   }
@@ -165,6 +179,10 @@ nlohmann::json to_hf_config(const ModelConfig& c) {
     j["attention_bias"] = false;
     j["mlp_bias"] = false;
     if (c.sliding_window > 0) j["sliding_window"] = c.sliding_window;
+    // Written only when not the default, so a rotate-half model's config.json is exactly what
+    // transformers writes. transformers ignores the key (and reads the model as rotate-half).
+    if (c.rope_style != RopeStyle::kRotateHalf)
+      j[kForgeRopeStyleKey] = rope_style_name(c.rope_style);
   }
   return j;
 }
@@ -180,6 +198,9 @@ ModelConfig from_hf_config(const nlohmann::json& j) {
   const std::string type = j["model_type"].get<std::string>();
   ModelConfig c;
   if (type == "gpt2") {
+    if (j.contains(kForgeRopeStyleKey))
+      throw Error(str("config.json: '", kForgeRopeStyleKey,
+                      "' is a llama setting; gpt2 has no rotary embeddings"));
     c = gpt2(get_int("vocab_size"), get_int("n_positions"), get_int("n_layer"), get_int("n_embd"),
              get_int("n_head"));
     if (j.contains("n_inner") && j["n_inner"].is_number_integer()) c.ffn_hidden = get_int("n_inner");
@@ -198,6 +219,15 @@ ModelConfig from_hf_config(const nlohmann::json& j) {
     c.tie_embeddings = j.value("tie_word_embeddings", false);
     if (j.contains("sliding_window") && j["sliding_window"].is_number_integer())
       c.sliding_window = j["sliding_window"].get<int>();
+    if (j.contains(kForgeRopeStyleKey)) {
+      const nlohmann::json& v = j[kForgeRopeStyleKey];
+      const std::optional<RopeStyle> style =
+          v.is_string() ? parse_rope_style(v.get<std::string>()) : std::nullopt;
+      if (!style)
+        throw Error(str("config.json: '", kForgeRopeStyleKey, "' is ", v.dump(),
+                        ", expected \"rotate_half\" or \"interleaved\""));
+      c.rope_style = *style;
+    }
     if (j.contains("head_dim") && j["head_dim"].is_number_integer() &&
         j["head_dim"].get<int>() != c.head_dim())
       throw Error(str("config.json: head_dim ", j["head_dim"].get<int>(),
@@ -207,6 +237,15 @@ ModelConfig from_hf_config(const nlohmann::json& j) {
   }
   c.validate();
   return c;
+}
+
+std::vector<std::string> hf_config_warnings(const ModelConfig& c) {
+  std::vector<std::string> w;
+  if (c.family == Family::kLlama && c.rope_style == RopeStyle::kInterleaved)
+    w.push_back(str("rope_style interleaved (config.json \"", kForgeRopeStyleKey,
+                    "\"): transformers ignores that key and would compute this model with "
+                    "rotate-half RoPE, giving different logits; only Forge runs it as trained"));
+  return w;
 }
 
 }  // namespace forge

@@ -5,6 +5,7 @@
 // Hugging Face dialects is read and written here too (one place knows the field names).
 #pragma once
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -49,9 +50,24 @@ std::vector<std::string> preset_names();
 // Returns false if the key is not a model field (so the caller can try other config structs).
 bool apply_model_override(ModelConfig& cfg, const std::string& key, const std::string& value);
 
+// "rotate_half" / "interleaved": the names of `rope_style=` and of config.json's
+// forge_rope_style; parse_rope_style gives nullopt for any other name.
+const char* rope_style_name(RopeStyle s);
+std::optional<RopeStyle> parse_rope_style(const std::string& name);
+
 // Hugging Face config.json (model_type gpt2 or llama/mistral). Reads both the transformers 4
 // dialect (rope_theta at top level) and the transformers 5 one (rope_parameters.rope_theta).
+// One Forge-specific key: "forge_rope_style": "interleaved" for a llama model with the GPT-J
+// RoPE pairing, written only then (a rotate-half model's config.json has nothing Forge-only).
+// Forge reads it back wherever it reads config.json (model directories, checkpoints, the run
+// configuration); transformers ignores it and would compute such a model as rotate-half,
+// which `forge inspect` and `forge validate` warn about (hf_config_warnings).
+inline constexpr const char* kForgeRopeStyleKey = "forge_rope_style";
 nlohmann::json to_hf_config(const ModelConfig& cfg);
 ModelConfig from_hf_config(const nlohmann::json& j);
+
+// What transformers would get wrong reading this model's config.json, one line each: empty for
+// every model transformers computes as Forge does.
+std::vector<std::string> hf_config_warnings(const ModelConfig& cfg);
 
 }  // namespace forge
