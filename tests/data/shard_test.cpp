@@ -160,5 +160,22 @@ TEST_F(ShardTest, SingleFileHoldsOutItsTailForValidation) {
   EXPECT_EQ(ds.val_tokens(), 50);
 }
 
+// A shard that cannot be written (the disk is full) leaves the old shard and no temporary file.
+TEST_F(ShardTest, FailedWriteKeepsTheOldShard) {
+  if (!fs::exists("/dev/full")) GTEST_SKIP() << "no /dev/full";
+  const std::string p = path("train_000000.bin");
+  write_shard(p, {1, 2, 3});
+  fs::create_symlink("/dev/full", p + ".tmp");
+  try {
+    write_shard(p, std::vector<uint32_t>(5000, 7));
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find(p + ": cannot write"), std::string::npos) << e.what();
+  }
+  const Shard s = Shard::open(p);
+  EXPECT_EQ(s.size(), 3);
+  EXPECT_FALSE(fs::exists(fs::symlink_status(p + ".tmp")));
+}
+
 }  // namespace
 }  // namespace forge

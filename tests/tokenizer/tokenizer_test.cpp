@@ -342,8 +342,26 @@ TEST_F(TokenizerFileTest, SaveJsonRoundTrips) {
     EXPECT_EQ(j["added_tokens"][0]["special"], true);
     if (p != SplitPattern::kNone)
       EXPECT_EQ(j["pre_tokenizer"]["pretokenizers"][0]["pattern"]["Regex"], split_regex(p));
-    EXPECT_FALSE(fs::exists(path("tokenizer.json.tmp." + std::to_string(::getpid()))));
+    EXPECT_FALSE(fs::exists(path("tokenizer.json.tmp")));
   }
+}
+
+// save_json replaces tokenizer.json atomically: a write that fails keeps the old file.
+TEST_F(TokenizerFileTest, FailedSaveKeepsTheOldTokenizerJson) {
+  if (!fs::exists("/dev/full")) GTEST_SKIP() << "no /dev/full";
+  const Tokenizer t = tiny(SplitPattern::kGpt2);
+  const std::string p = path("tokenizer.json");
+  write("tokenizer.json", "old");
+  fs::create_symlink("/dev/full", p + ".tmp");
+  try {
+    t.save_json(p);
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find(p + ": cannot write"), std::string::npos) << e.what();
+  }
+  std::ifstream f(p);
+  EXPECT_EQ(std::string(std::istreambuf_iterator<char>(f), {}), "old");
+  EXPECT_FALSE(fs::exists(fs::symlink_status(p + ".tmp")));
 }
 
 TEST_F(TokenizerFileTest, RejectsBrokenTokenizerJson) {

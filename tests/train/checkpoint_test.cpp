@@ -116,6 +116,26 @@ TEST_F(CheckpointTest, KeepsTheNewestAndIgnoresCrashLeftovers) {
   EXPECT_EQ(list_checkpoints(dir_.string()).size(), 3u);
 }
 
+// A save that fails half-way (here: the tokenizer to copy is missing) leaves the previous
+// checkpoint of that step as it was and no temporary directory behind.
+TEST_F(CheckpointTest, FailedSaveKeepsThePreviousCheckpoint) {
+  Transformer<float> model(config());
+  model.init_weights(1);
+  const std::vector<float> zero(model.num_params(), 0.0f);
+  const std::string path =
+      save_checkpoint(dir_.string(), model, zero, zero, {4, 1, 0, nlohmann::json::object()}, 3);
+  model.weights()[0] = 42.0f;
+  EXPECT_THROW(
+      save_checkpoint(dir_.string(), model, zero, zero, {4, 1, 0, nlohmann::json::object()}, 3,
+                      (dir_ / "no-tokenizer.json").string()),
+      Error);
+  EXPECT_NE(load_checkpoint(path).model.weights()[0], 42.0f);
+  std::vector<std::string> names;
+  for (const auto& e : fs::directory_iterator(dir_ / "checkpoints"))
+    names.push_back(e.path().filename());
+  EXPECT_EQ(names, std::vector<std::string>{"step_000004"});
+}
+
 TEST_F(CheckpointTest, CorruptCheckpointsAreNamedErrors) {
   Transformer<float> model(config());
   model.init_weights(1);

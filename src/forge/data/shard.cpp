@@ -11,6 +11,7 @@
 #include <filesystem>
 
 #include "forge/core/error.h"
+#include "forge/io/atomic_file.h"
 
 namespace forge {
 
@@ -128,43 +129,21 @@ void write_shard(const std::string& path, const std::vector<uint32_t>& tokens) {
   header[0] = wide ? kShardMagicU32 : kShardMagicU16;
   header[1] = wide ? 7 : 1;
   header[2] = static_cast<int32_t>(tokens.size());
-  std::vector<uint8_t> body(tokens.size() * (wide ? 4 : 2));
+  io::AtomicFile f(path);
+  f.write(header, sizeof(header));
   if (wide) {
-    std::memcpy(body.data(), tokens.data(), body.size());
+    f.write(tokens.data(), tokens.size() * 4);
   } else {
-    for (size_t i = 0; i < tokens.size(); ++i) {
-      const uint16_t v = static_cast<uint16_t>(tokens[i]);
-      std::memcpy(body.data() + 2 * i, &v, 2);
+    // Narrowed to uint16 a chunk at a time: no second copy of a multi-GB shard in memory.
+    constexpr size_t kChunk = size_t{1} << 20;
+    std::vector<uint16_t> chunk;
+    for (size_t i = 0; i < tokens.size(); i += kChunk) {
+      const size_t n = std::min(kChunk, tokens.size() - i);
+      chunk.assign(tokens.begin() + i, tokens.begin() + i + n);
+      f.write(chunk.data(), n * 2);
     }
   }
-  const std::string tmp = path + ".tmp";
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  if (fd < 0) throw Error(str(path, ": cannot write token shard: ", std::strerror(errno)));
-  auto write_all = [&](const void* p, size_t n) {
-    const uint8_t* b = static_cast<const uint8_t*>(p);
-    while (n > 0) {
-      const ssize_t w = ::write(fd, b, n);
-      if (w < 0) {
-        if (errno == EINTR) continue;
-        const std::string why = std::strerror(errno);
-        ::close(fd);
-        ::unlink(tmp.c_str());
-        throw Error(str(path, ": write failed: ", why));
-      }
-      b += w;
-      n -= static_cast<size_t>(w);
-    }
-  };
-  write_all(header, sizeof(header));
-  write_all(body.data(), body.size());
-  if (::fsync(fd) != 0 || ::close(fd) != 0) {
-    ::unlink(tmp.c_str());
-    throw Error(str(path, ": cannot flush token shard: ", std::strerror(errno)));
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    ::unlink(tmp.c_str());
-    throw Error(str(path, ": cannot rename into place: ", std::strerror(errno)));
-  }
+  f.commit();
 }
 
 std::vector<std::string> list_shards(const std::string& data, const std::string& split) {

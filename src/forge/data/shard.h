@@ -45,8 +45,8 @@ class Shard {
   int token_bytes_ = 2;
 };
 
-// Writes a shard atomically (temporary name, fsync, rename). Uses the uint16 format when every
-// id fits, else the uint32 one. Throws forge::Error on I/O failure.
+// Writes a shard atomically (io/atomic_file.h: temporary name, fsync, rename). Uses the uint16
+// format when every id fits, else the uint32 one. Throws forge::Error on I/O failure.
 void write_shard(const std::string& path, const std::vector<uint32_t>& tokens);
 
 // The shards a --data argument names: a file is itself (for any split); a directory gives its

@@ -35,6 +35,7 @@
 #include <utility>
 
 #include "forge/core/error.h"
+#include "forge/io/atomic_file.h"
 #include "forge/io/bf16.h"
 
 namespace forge::io {
@@ -370,25 +371,6 @@ std::vector<float> SafetensorsFile::read_f32(const std::string& name) const {
 // ---------------------------------------------------------------------------------------------
 // Writer
 
-namespace {
-
-// Writes all of [p, p+n) to fd, retrying short writes and EINTR. Returns errno, or 0.
-int write_all(int fd, const uint8_t* p, uint64_t n) {
-  while (n > 0) {
-    const size_t chunk = static_cast<size_t>(std::min<uint64_t>(n, 1u << 30));
-    const ssize_t w = ::write(fd, p, chunk);
-    if (w < 0) {
-      if (errno == EINTR) continue;
-      return errno;
-    }
-    p += w;
-    n -= static_cast<uint64_t>(w);
-  }
-  return 0;
-}
-
-}  // namespace
-
 void write_safetensors(const std::string& path, const std::vector<TensorToWrite>& tensors,
                        const std::map<std::string, std::string>& metadata) {
   // Validate and lay out everything before touching the file system.
@@ -425,39 +407,11 @@ void write_safetensors(const std::string& path, const std::vector<TensorToWrite>
   uint8_t len_bytes[8];
   for (int i = 0; i < 8; ++i) len_bytes[i] = static_cast<uint8_t>(uint64_t{text.size()} >> (8 * i));
 
-  const std::string tmp = path + ".tmp";
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) throw Error(str(path, ": cannot create ", tmp, ": ", std::strerror(errno)));
-  auto fail = [&](const char* what, int err) {
-    ::unlink(tmp.c_str());
-    return Error(str(path, ": cannot ", what, " ", tmp, ": ", std::strerror(err)));
-  };
-  int err = write_all(fd, len_bytes, 8);
-  if (!err) err = write_all(fd, reinterpret_cast<const uint8_t*>(text.data()), text.size());
-  for (size_t i = 0; i < tensors.size() && !err; ++i)
-    err = write_all(fd, static_cast<const uint8_t*>(tensors[i].data), sizes[i]);
-  if (err) {
-    ::close(fd);
-    throw fail("write", err);
-  }
-  if (::fsync(fd) != 0) {
-    err = errno;
-    ::close(fd);
-    throw fail("fsync", err);
-  }
-  if (::close(fd) != 0) throw fail("close", errno);
-  if (::rename(tmp.c_str(), path.c_str()) != 0) throw fail("rename", errno);
-  // Make the rename itself durable. Best effort: some file systems refuse fsync on directories,
-  // and the data are already safe under one name or the other.
-  const size_t slash = path.rfind('/');
-  const std::string dir = slash == std::string::npos ? "."
-                          : slash == 0               ? "/"
-                                                     : path.substr(0, slash);
-  const int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (dfd >= 0) {
-    ::fsync(dfd);
-    ::close(dfd);
-  }
+  AtomicFile f(path);
+  f.write(len_bytes, 8);
+  f.write(text);
+  for (size_t i = 0; i < tensors.size(); ++i) f.write(tensors[i].data, sizes[i]);
+  f.commit();
 }
 
 }  // namespace forge::io

@@ -12,8 +12,9 @@
 //
 // Writing produces what the Python `safetensors` library writes: compact JSON with
 // "__metadata__" first, padded with spaces so the data section starts 8-byte aligned, tensors
-// contiguous in the order given. The file is written to `path.tmp`, fsync'd, and renamed over
-// `path`, so a crash or an I/O error never leaves a half-written file where a good one was.
+// contiguous in the order given. The file is streamed through io::AtomicFile (atomic_file.h:
+// `path.tmp`, fsync, rename), so a crash or an I/O error never leaves a half-written file where
+// a good one was.
 #pragma once
 
 #include <cstdint>

@@ -3,11 +3,6 @@
 // way they are looked up by name through one TensorSet, so loading and inspecting don't care.
 #include "forge/model/model_dir.h"
 
-#include <fcntl.h>
-#include <unistd.h>
-
-#include <cerrno>
-#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -15,6 +10,7 @@
 #include <sstream>
 
 #include "forge/core/error.h"
+#include "forge/io/atomic_file.h"
 
 namespace forge {
 
@@ -162,37 +158,6 @@ ModelConfig read_hf_config(const nlohmann::json& j) {
   }
 }
 
-void write_file_atomic(const std::string& path, const std::string& bytes) {
-  const std::string tmp = path + ".tmp";
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) throw Error(str(path, ": cannot write: ", std::strerror(errno)));
-  size_t done = 0;
-  while (done < bytes.size()) {
-    const ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      const int err = errno;
-      ::close(fd);
-      ::unlink(tmp.c_str());
-      throw Error(str(path, ": write failed: ", std::strerror(err)));
-    }
-    done += static_cast<size_t>(n);
-  }
-  if (::fsync(fd) != 0 || ::close(fd) != 0) {
-    ::unlink(tmp.c_str());
-    throw Error(str(path, ": write failed: ", std::strerror(errno)));
-  }
-  if (::rename(tmp.c_str(), path.c_str()) != 0)
-    throw Error(str(path, ": cannot rename into place: ", std::strerror(errno)));
-}
-
-void fsync_dir(const std::string& dir) {
-  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd < 0) return;
-  ::fsync(fd);
-  ::close(fd);
-}
-
 void save_model_dir(const std::string& dir, const Transformer<float>& model,
                     const std::string& tokenizer_json) {
   std::error_code ec;
@@ -205,15 +170,14 @@ void save_model_dir(const std::string& dir, const Transformer<float>& model,
                        model.weights().data() + p.offset});
   }
   io::write_safetensors(dir + "/model.safetensors", tensors, {{"format", "pt"}});
-  write_file_atomic(dir + "/config.json", to_hf_config(cfg).dump(2) + "\n");
+  io::write_file_atomic(dir + "/config.json", to_hf_config(cfg).dump(2) + "\n");
   if (!tokenizer_json.empty()) {
     std::ifstream f(tokenizer_json, std::ios::binary);
     if (!f) throw Error(str(tokenizer_json, ": cannot open tokenizer"));
     std::stringstream text;
     text << f.rdbuf();
-    write_file_atomic(dir + "/tokenizer.json", text.str());
+    io::write_file_atomic(dir + "/tokenizer.json", text.str());
   }
-  fsync_dir(dir);
 }
 
 Transformer<float> load_model_dir(const std::string& dir) {

@@ -25,8 +25,8 @@ namespace forge {
 ModelConfig read_hf_config(const nlohmann::json& j);
 
 // Writes dir/config.json and dir/model.safetensors (creating dir), and copies `tokenizer_json`
-// to dir/tokenizer.json when it is not empty. Each file is written under a temporary name and
-// renamed, so an existing model is never left half-written.
+// to dir/tokenizer.json when it is not empty. Each file is replaced atomically (io/atomic_file.h),
+// so an existing model's files are never left half-written.
 void save_model_dir(const std::string& dir, const Transformer<float>& model,
                     const std::string& tokenizer_json = "");
 
@@ -47,10 +47,5 @@ struct ModelDirInfo {
   bool has_tokenizer = false;
 };
 ModelDirInfo inspect_model_dir(const std::string& dir);
-
-// Writes `bytes` to path + ".tmp", fsyncs it and renames it over `path`. Throws forge::Error.
-void write_file_atomic(const std::string& path, const std::string& bytes);
-// fsyncs a directory, so that renames inside it survive a crash. Best effort (no error).
-void fsync_dir(const std::string& dir);
 
 }  // namespace forge

@@ -56,7 +56,7 @@ class Tokenizer {
 
   // Writes a Hugging Face tokenizer.json (BPE model, ByteLevel pre-tokenizer with this regex,
   // ByteLevel decoder, added_tokens for the specials) that `tokenizers` loads and encodes
-  // identically. Atomic (temporary name + rename).
+  // identically. Replaced atomically (io/atomic_file.h: temporary name, fsync, rename).
   void save_json(const std::string& path) const;
 
  private:

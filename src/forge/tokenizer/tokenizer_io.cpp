@@ -15,11 +15,8 @@
 //    An added token that merely repeats a vocabulary entry with the same id and is not special
 //    stays a regular token.
 //  - save_json writes the split regexes as Split steps followed by ByteLevel(use_regex=false),
-//    the form that round-trips any regex exactly; the file is written under a temporary name
-//    and renamed, so a crash never leaves half a tokenizer.json.
-#include <unistd.h>
-
-#include <cstdio>
+//    the form that round-trips any regex exactly; the file is replaced atomically
+//    (io/atomic_file.h), so a crash never leaves half a tokenizer.json.
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -29,6 +26,7 @@
 #include <unordered_set>
 
 #include "forge/core/error.h"
+#include "forge/io/atomic_file.h"
 #include "forge/tokenizer/tokenizer.h"
 
 namespace forge::tok {
@@ -457,23 +455,7 @@ void Tokenizer::save_json(const std::string& path) const {
   }
   text.push_back('\n');
 
-  const std::string tmp = str(path, ".tmp.", ::getpid());
-  {
-    std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
-    if (!f) throw Error(str(tmp, ": cannot open for writing"));
-    f.write(text.data(), static_cast<std::streamsize>(text.size()));
-    f.flush();
-    if (!f) {
-      std::remove(tmp.c_str());
-      throw Error(str(tmp, ": write failed"));
-    }
-  }
-  std::error_code ec;
-  fs::rename(tmp, path, ec);
-  if (ec) {
-    std::remove(tmp.c_str());
-    throw Error(str(path, ": cannot rename ", tmp, " to it: ", ec.message()));
-  }
+  io::write_file_atomic(path, text);
 }
 
 }  // namespace forge::tok

@@ -9,6 +9,7 @@
 
 #include "forge/core/error.h"
 #include "forge/data/loader.h"
+#include "forge/io/atomic_file.h"
 #include "forge/io/safetensors.h"
 #include "forge/model/model_dir.h"
 
@@ -18,7 +19,6 @@ namespace fs = std::filesystem;
 
 namespace {
 
-constexpr const char* kTmpPrefix = ".tmp-";
 // 2: rng.loader names the loader's real Philox stream (TrainLoader::kRngStream).
 constexpr int kStateVersion = 2;
 
@@ -138,10 +138,11 @@ std::string save_checkpoint(const std::string& run_dir, const Transformer<float>
   if (ec) throw Error(str(dir.string(), ": cannot create directory: ", ec.message()));
   // Leftovers of a save that crashed.
   for (const auto& e : fs::directory_iterator(dir))
-    if (e.path().filename().string().starts_with(kTmpPrefix)) fs::remove_all(e.path());
+    if (e.path().filename().string().starts_with(io::kAtomicDirTmpPrefix)) fs::remove_all(e.path());
 
-  const std::string name = checkpoint_name(state.step);
-  const fs::path tmp = dir / (kTmpPrefix + name), final_path = dir / name;
+  const fs::path final_path = dir / checkpoint_name(state.step);
+  io::AtomicDir out(final_path.string());
+  const fs::path tmp = out.tmp_path();
   save_model_dir(tmp.string(), model, tokenizer_json);
   // The embedding's padding rows are not saved; they must be zero in m and v as in the weights,
   // or a resumed run would differ. They are (the padded logits get no gradient).
@@ -166,16 +167,9 @@ std::string save_checkpoint(const std::string& run_dir, const Transformer<float>
   }
   io::write_safetensors((tmp / "optimizer.safetensors").string(), tensors,
                         {{"format", "forge-adamw"}, {"step", std::to_string(state.step)}});
-  write_file_atomic((tmp / "trainer_state.json").string(), state_json(state).dump(2) + "\n");
-  fsync_dir(tmp.string());
-
-  // Replace a checkpoint of the same step (a run resumed and stopped again at the same place):
-  // move the old one aside first, since rename() cannot replace a non-empty directory.
-  const fs::path old = dir / (kTmpPrefix + name + ".old");
-  if (fs::exists(final_path)) fs::rename(final_path, old);
-  fs::rename(tmp, final_path);
-  fsync_dir(dir.string());
-  fs::remove_all(old);
+  io::write_file_atomic((tmp / "trainer_state.json").string(), state_json(state).dump(2) + "\n");
+  // Replaces a checkpoint of the same step (a run resumed and stopped again at the same place).
+  out.commit();
 
   if (keep > 0) {
     auto all = list_checkpoints(run_dir);

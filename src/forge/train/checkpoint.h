@@ -15,9 +15,10 @@
 // depends on is here exactly (f32 bits, integer counters; the LR is a function of the step), so
 // a resumed run is bit-identical to one that never stopped.
 //
-// Atomicity: a checkpoint is written under checkpoints/.tmp-step_NNNNNN, every file fsync'd,
-// then the directory is renamed and the parent fsync'd. A crash at any moment leaves either the
-// complete checkpoint or a .tmp- directory that readers ignore and the next save removes.
+// Atomicity (io::AtomicDir): a checkpoint is written under checkpoints/.tmp-step_NNNNNN, every
+// file fsync'd, then the directory is renamed and the parent fsync'd. A crash at any moment
+// leaves either the complete checkpoint or a .tmp- directory that readers ignore and the next
+// save removes; a save that fails with an error removes its .tmp- directory itself.
 #pragma once
 
 #include <cstdint>

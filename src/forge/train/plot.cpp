@@ -3,11 +3,9 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <filesystem>
-#include <fstream>
 #include <sstream>
 
-#include "forge/core/error.h"
+#include "forge/io/atomic_file.h"
 
 namespace forge {
 
@@ -88,13 +86,7 @@ void write_loss_svg(const std::string& path, const Curve& train, const Curve& va
     << "\" fill=\"#1f77b4\">train loss</text>\n<text x=\"" << W - right - 150 << "\" y=\""
     << top + 34 << "\" fill=\"#d62728\">validation loss</text>\n</svg>\n";
 
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream f(tmp, std::ios::trunc);
-    f << o.str();
-    if (!f) throw Error(str(path, ": cannot write plot"));
-  }
-  std::filesystem::rename(tmp, path);
+  io::write_file_atomic(path, o.str());
 }
 
 }  // namespace forge

@@ -13,6 +13,7 @@
 #include "forge/core/error.h"
 #include "forge/core/parse.h"
 #include "forge/core/timer.h"
+#include "forge/io/atomic_file.h"
 #include "forge/model/model_dir.h"
 #include "forge/model/transformer.h"
 #include "forge/ops/adamw.h"
@@ -179,13 +180,13 @@ TrainResult run(Transformer<float>& model, const TrainConfig& cfg, const std::st
   nlohmann::json run_config = {
       {"model", to_hf_config(mcfg)}, {"train", train_config_json(cfg)}, {"data", data}};
   if (!start.init_from.empty()) run_config["init_from"] = start.init_from;
-  write_file_atomic(out + "/config.json", run_config.dump(2) + "\n");
+  io::write_file_atomic(out + "/config.json", run_config.dump(2) + "\n");
   if (!start.tokenizer.empty()) {
     std::ifstream src(start.tokenizer, std::ios::binary);
     if (!src) throw Error(str(start.tokenizer, ": cannot open"));
     std::stringstream text;
     text << src.rdbuf();
-    write_file_atomic(out + "/tokenizer.json", text.str());
+    io::write_file_atomic(out + "/tokenizer.json", text.str());
   }
   const std::string tokenizer = fs::exists(out + "/tokenizer.json") ? out + "/tokenizer.json" : "";
   std::ofstream metrics(out + "/metrics.jsonl", start.resumed ? std::ios::app : std::ios::trunc);
@@ -391,7 +392,7 @@ void cut_metrics(const std::string& path, int step, RunStart& start) {
       if (s == 0) start.first_val_loss = j["val_loss"].get<double>();
     }
   }
-  write_file_atomic(path, kept);
+  io::write_file_atomic(path, kept);
 }
 
 }  // namespace
