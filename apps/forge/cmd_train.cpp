@@ -29,8 +29,10 @@ const Command kTrain = {
      {"data", "DIR|FILE", "token shards: a directory of train_*.bin/val_*.bin, or one .bin"},
      {"out", "RUNDIR", "run directory (default runs/<preset>-<time>)"},
      {"steps", "N", "optimizer steps (default 1000)"},
-     {"device", "cpu|cuda", "where to train (default cpu)"},
-     {"precision", "fp32|bf16|fp16", "compute precision (cpu: fp32; cuda: bf16 default, fp32, fp16 with loss scaling)"},
+     {"device", "cpu|cuda", "where to train (default cpu; --resume: the run's)"},
+     {"precision", "fp32|bf16|fp16",
+      "compute precision (cpu: fp32; cuda: bf16 default, fp32, fp16 with loss scaling; --resume: "
+      "the run's)"},
      {"save-every", "K", "write RUNDIR/checkpoints/step_NNNNNN every K steps (default: never)"},
      {"keep-checkpoints", "N", "keep the newest N checkpoints (default 3; 0 keeps all)"},
      {"init-from", "MODELDIR", "start from a Hugging Face model directory (fresh optimizer)"},
@@ -43,8 +45,9 @@ const Command kTrain = {
     "  train: steps batch_size seq_len grad_accum lr min_lr_frac warmup_steps weight_decay\n"
     "         beta1 beta2 eps grad_clip eval_every eval_windows seed\n"
     "presets: tiny gpt2-124m gpt2-350m llama-10m llama-25m llama-100m smollm2-135m\n"
-    "--resume takes the run's configuration from its checkpoint (only --steps and --data may\n"
-    "change). --init-from takes the model's shape from MODELDIR/config.json (no model settings).\n"
+    "--resume takes the run's configuration from its checkpoint, device and precision included\n"
+    "(only --steps, --data, --device and --precision may change). --init-from takes the model's\n"
+    "shape from MODELDIR/config.json (no model settings).\n"
     "SIGINT/SIGTERM: the current step finishes, a checkpoint is written, and forge exits 0."};
 
 void apply(ModelConfig& m, TrainConfig& t, const std::string& key, const std::string& value) {
@@ -85,17 +88,11 @@ int cmd_train(const Argv& argv) {
     print_help(kTrain);
     return 0;
   }
-  const Device device = parse_device(a.get("device", "cpu"));
-  // Default precision: bf16 on the GPU, fp32 (the only one) on the CPU.
-  const std::string precision = a.get("precision", device == Device::kCuda ? "bf16" : "fp32");
-  if (precision != "fp32" && precision != "bf16" && precision != "fp16")
-    throw Error(str("unknown precision '", precision, "' (expected fp32, bf16 or fp16)"));
-  if (device == Device::kCpu && precision != "fp32")
-    throw Error(str("--precision ", precision, " needs --device cuda; the CPU trains in fp32"));
-
+  // Unset, the library chooses: a new run trains on the CPU (bf16 is the GPU's default
+  // precision), a resumed one where it trained. It also checks the combination.
   RunOptions opt;
-  opt.device = device == Device::kCuda ? "cuda" : "cpu";
-  opt.precision = precision;
+  if (a.has("device")) opt.device = device_name(parse_device(a.get("device")));
+  if (a.has("precision")) opt.precision = a.get("precision");
   opt.stop = &g_stop;
   if (a.has("resume")) {
     for (const char* fixed :

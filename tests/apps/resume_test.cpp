@@ -13,6 +13,7 @@
 #include <sstream>
 #include <thread>
 
+#include "forge/backend/cuda/runtime.h"
 #include "forge/data/shard.h"
 #include "testing.h"
 
@@ -93,6 +94,17 @@ class ResumeTest : public ::testing::Test {
     std::stringstream s;
     s << f.rdbuf();
     return s.str();
+  }
+  nlohmann::json read_json(const std::string& name) const {
+    return nlohmann::json::parse(read(name));
+  }
+  void write_json(const std::string& name, const nlohmann::json& j) const {
+    std::ofstream(dir_ / name) << j.dump(2);
+  }
+  // A finished run of 6 steps taken back to its checkpoint of step 3, as if killed after it.
+  void back_to_step_3(const std::string& run) const {
+    fs::remove_all(dir_ / run / "checkpoints/step_000006");
+    fs::remove_all(dir_ / run / "model");
   }
   // Polls until pred() holds or `seconds` pass; true if it held.
   static bool wait_until(const std::function<bool()>& pred, double seconds = 20) {
@@ -190,6 +202,69 @@ TEST_F(ResumeTest, ResumeRejectsChangedSettings) {
   EXPECT_EQ(run({"train", "--resume", (dir_ / "run").string(), "--steps", "2"}, "back"), 1);
   EXPECT_NE(read("back.err").find("before the newest checkpoint"), std::string::npos)
       << read("back.err");
+}
+
+// A run records where it trained; resumed without --device/--precision it continues there (and
+// records it again); with them, it uses what was given and says so.
+TEST_F(ResumeTest, ResumeKeepsTheRunsDeviceAndPrecision) {
+  std::vector<std::string> args = train_args("run", 6);
+  for (const char* a : {"--device", "cpu", "--precision", "fp32"}) args.push_back(a);
+  ASSERT_EQ(run(args, "run"), 0) << read("run.err");
+  EXPECT_EQ(read_json("run/config.json")["device"], "cpu");
+  EXPECT_EQ(read_json("run/config.json")["precision"], "fp32");
+  const std::string state = "run/checkpoints/step_000003/trainer_state.json";
+  EXPECT_EQ(read_json(state)["config"]["device"], "cpu");
+  EXPECT_EQ(read_json(state)["config"]["precision"], "fp32");
+
+  back_to_step_3("run");
+  ASSERT_EQ(run({"train", "--resume", (dir_ / "run").string()}, "resume"), 0) << read("resume.err");
+  EXPECT_NE(read("resume.out").find("device cpu fp32"), std::string::npos) << read("resume.out");
+  EXPECT_EQ(read("resume.out").find("as given"), std::string::npos) << read("resume.out");
+  for (const std::string f :
+       {"run/config.json", "run/checkpoints/step_000006/trainer_state.json"}) {
+    const nlohmann::json j = read_json(f);
+    const nlohmann::json& rc = j.contains("config") ? j["config"] : j;
+    EXPECT_EQ(rc["device"], "cpu") << f;
+    EXPECT_EQ(rc["precision"], "fp32") << f;
+  }
+
+  back_to_step_3("run");
+  ASSERT_EQ(run({"train", "--resume", (dir_ / "run").string(), "--device", "cpu"}, "given"), 0)
+      << read("given.err");
+  EXPECT_NE(read("given.out").find("device cpu fp32 as given (the run trained on cpu fp32)\n"),
+            std::string::npos)
+      << read("given.out");
+}
+
+// A GPU run resumed where there is no GPU, without --device: a one-line error that leaves the
+// run as it was, never a silent switch to the CPU. With --device cpu it continues, saying so.
+TEST_F(ResumeTest, GpuRunResumedWithoutCudaIsAnError) {
+  if (cuda::available()) GTEST_SKIP() << "CUDA is available here: the run would resume on it";
+  ASSERT_EQ(run(train_args("run", 6), "run"), 0) << read("run.err");
+  back_to_step_3("run");
+  // What a run trained with --device cuda records.
+  const std::string state = "run/checkpoints/step_000003/trainer_state.json";
+  nlohmann::json j = read_json(state);
+  j["config"]["device"] = "cuda";
+  j["config"]["precision"] = "bf16";
+  write_json(state, j);
+  const std::string metrics_before = read("run/metrics.jsonl");
+
+  EXPECT_EQ(run({"train", "--resume", (dir_ / "run").string()}, "resume"), 1) << read("resume.out");
+  const std::string err = read("resume.err");
+  EXPECT_EQ(std::count(err.begin(), err.end(), '\n'), 1) << err;
+  EXPECT_NE(err.find("the run trained on cuda bf16"), std::string::npos) << err;
+  EXPECT_NE(err.find("pass --device cpu to continue on the CPU"), std::string::npos) << err;
+  EXPECT_EQ(read("resume.out").find("step 4/6"), std::string::npos) << read("resume.out");
+  EXPECT_EQ(read("run/metrics.jsonl"), metrics_before);
+  EXPECT_FALSE(fs::exists(dir_ / "run/model"));
+
+  ASSERT_EQ(run({"train", "--resume", (dir_ / "run").string(), "--device", "cpu"}, "cpu"), 0)
+      << read("cpu.err");
+  EXPECT_NE(read("cpu.out").find("device cpu fp32 as given (the run trained on cuda bf16)\n"),
+            std::string::npos)
+      << read("cpu.out");
+  EXPECT_EQ(read_json("run/config.json")["device"], "cpu");
 }
 
 }  // namespace

@@ -136,6 +136,50 @@ TEST_F(CheckpointTest, FailedSaveKeepsThePreviousCheckpoint) {
   EXPECT_EQ(names, std::vector<std::string>{"step_000004"});
 }
 
+// fp16 runs: the dynamic loss scale is part of the state, every field exactly; a bad one is a
+// named error. Runs without loss scaling store none.
+TEST_F(CheckpointTest, LossScaleStateRoundTrips) {
+  Transformer<float> model(config());
+  const std::vector<float> zero(model.num_params(), 0.0f);
+  TrainerState st{3, 1, 0, nlohmann::json::object()};
+  EXPECT_FALSE(load_checkpoint(save_checkpoint(dir_.string(), model, zero, zero, st, 0))
+                   .state.loss_scale.has_value());
+  LossScaleState ls;
+  ls.scale = 2097152.0f;  // 2^21
+  ls.step_scale = 4194304.0f;
+  ls.good_steps = 17;
+  ls.skipped = 1;
+  ls.skipped_total = 19;
+  ls.growth_interval = 2000;
+  st.step = 4;
+  st.loss_scale = ls;
+  const std::string path = save_checkpoint(dir_.string(), model, zero, zero, st, 0);
+  const std::optional<LossScaleState> back = load_checkpoint(path).state.loss_scale;
+  ASSERT_TRUE(back.has_value());
+  EXPECT_EQ(back->scale, ls.scale);
+  EXPECT_EQ(back->step_scale, ls.step_scale);
+  EXPECT_EQ(back->good_steps, ls.good_steps);
+  EXPECT_EQ(back->skipped, ls.skipped);
+  EXPECT_EQ(back->skipped_total, ls.skipped_total);
+  EXPECT_EQ(back->growth_interval, ls.growth_interval);
+
+  const std::string state = path + "/trainer_state.json";
+  const nlohmann::json good = nlohmann::json::parse(std::ifstream(state));
+  for (const auto& [key, value] : std::vector<std::pair<std::string, nlohmann::json>>{
+           {"scale", 0}, {"scale", "big"}, {"good_steps", -1}, {"growth_interval", 0}}) {
+    nlohmann::json j = good;
+    j["loss_scale"][key] = value;
+    std::ofstream(state) << j.dump();
+    try {
+      load_checkpoint(path);
+      ADD_FAILURE() << key << " = " << value.dump() << " was accepted";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(state + ": bad \"loss_scale\""), std::string::npos)
+          << e.what();
+    }
+  }
+}
+
 TEST_F(CheckpointTest, CorruptCheckpointsAreNamedErrors) {
   Transformer<float> model(config());
   model.init_weights(1);

@@ -7,7 +7,7 @@
 // same lines. fp16: graph replays equal eager steps with the loss scale in the loop; an initial
 // scale of 2^40 overflows, skips steps (weights and Adam state untouched) and halves until the
 // gradients fit, then doubles after the growth interval; a short fp16 run learns and reruns
-// bit for bit.
+// bit for bit, and its loss-scale state carried into a fresh runner continues it exactly.
 #include <unistd.h>
 
 #include <algorithm>
@@ -16,14 +16,15 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <optional>
 
 #include "backend/cuda/op_testing.h"
-#include "model/small_configs.h"
-#include "train/counting_corpus.h"
 #include "forge/core/error.h"
 #include "forge/model/transformer.h"
 #include "forge/train/runner.h"
 #include "forge/train/trainer.h"
+#include "model/small_configs.h"
+#include "train/counting_corpus.h"
 
 namespace forge {
 namespace {
@@ -185,6 +186,54 @@ TEST_F(CudaRunnerTest, F16LossScaleSkipsOverflowsAndGrows) {
     EXPECT_EQ(grew_at, first_clean + 1);  // interval 2
   }
   EXPECT_FALSE(cuda::testing::bit_identical(r->weights(), init.weights()));
+}
+
+// A checkpoint's loss-scale state (StepRunner::loss_scale_state) put into a fresh runner
+// (set_loss_scale_state, made with other LossScaleOptions) continues exactly where the first
+// runner is: same scales, skips and losses, same weights — Adam's t included, which subtracts
+// the skip count. Runners without loss scaling report none.
+TEST_F(CudaRunnerTest, F16LossScaleStateRestoresExactly) {
+  const ModelConfig cfg = gpt2_hs64();
+  const LossScaleOptions ls{/*init_scale=*/1099511627776.0f, /*growth_interval=*/2};  // 2^40
+  auto a = make_runner(cfg, "fp16", true, ls);
+  Transformer<float> init(cfg);
+  init.init_weights(21);
+  a->set_weights(init.weights());
+  const int B = 4, T = 32, kSplit = 24, kSteps = 32;
+  auto step = [&](StepRunner& r, int s) {
+    r.zero_grad();
+    auto x = testing::random_ids(B * T, cfg.vocab_size, 3000 + s), y = x;
+    std::rotate(y.begin(), y.begin() + 1, y.end());
+    r.micro_step(x.data(), y.data(), B, T, 1.0);
+    AdamWParams p;
+    p.lr = 1e-3f, p.step = s + 1;
+    r.optimizer_step(p, 1.0);
+    return r.take_report();
+  };
+  int skipped = 0;
+  for (int s = 0; s < kSplit; ++s) skipped += step(*a, s).skipped ? 1 : 0;
+  ASSERT_GT(skipped, 0) << "2^40 must overflow f16 at first";
+  const std::optional<LossScaleState> st = a->loss_scale_state();
+  ASSERT_TRUE(st.has_value());
+  EXPECT_EQ(st->skipped_total, skipped);
+  EXPECT_EQ(st->growth_interval, 2);
+  EXPECT_LT(st->scale, 1099511627776.0f);
+
+  auto b = make_runner(cfg, "fp16", true);  // default options: the state must bring its own
+  b->set_weights(a->weights());
+  b->set_adam_state(a->adam_m(), a->adam_v());
+  b->set_loss_scale_state(*st);
+  for (int s = kSplit; s < kSteps; ++s) {
+    const StepReport ra = step(*a, s), rb = step(*b, s);
+    EXPECT_EQ(rb.loss_scale, ra.loss_scale) << "step " << s;
+    EXPECT_EQ(rb.skipped, ra.skipped) << "step " << s;
+    EXPECT_EQ(rb.micro_losses, ra.micro_losses) << "step " << s;
+  }
+  EXPECT_TRUE(cuda::testing::bit_identical(b->weights(), a->weights()));
+  EXPECT_TRUE(cuda::testing::bit_identical(b->adam_m(), a->adam_m()));
+  EXPECT_TRUE(cuda::testing::bit_identical(b->adam_v(), a->adam_v()));
+  for (const char* precision : {"bf16", "fp32"})
+    EXPECT_FALSE(make_runner(cfg, precision, true)->loss_scale_state().has_value()) << precision;
 }
 
 TEST_F(CudaRunnerTest, BadTokenIdIsAnErrorBeforeAnythingRuns) {

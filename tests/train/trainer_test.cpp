@@ -241,6 +241,36 @@ TEST_F(TrainerTest, InterleavedRopeRunResumesInterleaved) {
         EXPECT_EQ(again[i][k].get<double>(), ref[i][k].get<double>()) << "line " << i << " " << k;
 }
 
+// A checkpoint whose run configuration records no device (an older forge wrote it) is not
+// guessed at: resume() asks for one, and continues where it is told.
+TEST_F(TrainerTest, ResumeOfARunWithoutARecordedDeviceNeedsOne) {
+  TrainConfig c = config();
+  c.steps = 4;
+  c.save_every = 2;
+  c.eval_windows = 4;
+  const fs::path run = dir_ / "run";
+  train(model(), c, (dir_ / "data").string(), run.string());
+  fs::remove_all(run / "checkpoints/step_000004");
+  const fs::path state = run / "checkpoints/step_000002/trainer_state.json";
+  nlohmann::json j = nlohmann::json::parse(std::ifstream(state));
+  j["config"].erase("device");
+  j["config"].erase("precision");
+  std::ofstream(state) << j.dump();
+  RunOptions opt;
+  opt.quiet = true;
+  try {
+    resume(run.string(), 0, "", opt);
+    ADD_FAILURE() << "resumed without a device";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("records no device"), std::string::npos) << e.what();
+  }
+  opt.device = "cpu";
+  EXPECT_EQ(resume(run.string(), 0, "", opt).steps_done, 4);
+  opt.precision = "bf16";
+  EXPECT_THROW(train(model(), c, (dir_ / "data").string(), (dir_ / "bad").string(), opt), Error);
+  EXPECT_FALSE(fs::exists(dir_ / "bad"));
+}
+
 TEST_F(TrainerTest, ResumeNeedsACheckpoint) {
   TrainConfig c = config();
   c.steps = 2;

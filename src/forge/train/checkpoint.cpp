@@ -3,9 +3,11 @@
 #include "forge/train/checkpoint.h"
 
 #include <algorithm>
+#include <climits>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 
 #include "forge/core/error.h"
 #include "forge/data/loader.h"
@@ -39,18 +41,61 @@ int parse_checkpoint_name(const std::string& name) {
   return step;
 }
 
+nlohmann::json loss_scale_json(const LossScaleState& ls) {
+  return {{"scale", ls.scale},
+          {"good_steps", ls.good_steps},
+          {"skipped_total", ls.skipped_total},
+          {"growth_interval", ls.growth_interval},
+          {"step_scale", ls.step_scale},
+          {"skipped", ls.skipped}};
+}
+
+LossScaleState loss_scale_from_json(const std::string& path, const nlohmann::json& j) {
+  auto bad = [&](const std::string& what) {
+    return Error(str(path, ": bad \"loss_scale\": ", what));
+  };
+  if (!j.is_object()) throw bad(str("expected an object, found ", j.dump()));
+  auto number = [&](const char* k) {
+    if (!j.contains(k) || !j[k].is_number()) throw bad(str("\"", k, "\" missing or not a number"));
+    return j[k].get<double>();
+  };
+  auto integer = [&](const char* k, int64_t lo) {
+    if (!j.contains(k) || !j[k].is_number_integer() || j[k].get<int64_t>() < lo ||
+        j[k].get<int64_t>() > INT32_MAX)
+      throw bad(str("\"", k, "\" must be an integer >= ", lo));
+    return static_cast<int32_t>(j[k].get<int64_t>());
+  };
+  LossScaleState ls;
+  const double scale = number("scale"), step_scale = number("step_scale");
+  constexpr double kMax = std::numeric_limits<float>::max();
+  if (!(scale > 0 && scale <= kMax)) throw bad(str("scale ", scale, " is not a positive float"));
+  if (!(step_scale >= 0 && step_scale <= kMax))
+    throw bad(str("step_scale ", step_scale, " is not a float >= 0"));
+  ls.scale = static_cast<float>(scale);
+  ls.step_scale = static_cast<float>(step_scale);
+  ls.good_steps = integer("good_steps", 0);
+  ls.skipped_total = integer("skipped_total", 0);
+  ls.growth_interval = integer("growth_interval", 1);
+  ls.skipped = integer("skipped", 0);
+  if (ls.skipped > 1) throw bad(str("\"skipped\" is ", ls.skipped, ", expected 0 or 1"));
+  return ls;
+}
+
 nlohmann::json state_json(const TrainerState& s) {
-  return {{"format", "forge-trainer-state"},
-          {"version", kStateVersion},
-          {"step", s.step},
-          {"seed", s.seed},
-          {"rng",
-           {{"loader",
-             {{"seed", s.seed},
-              {"stream", TrainLoader::kRngStream},
-              {"offset", s.loader_rng_offset}}}}},
-          {"data_loader", {{"kind", "random_windows"}, {"rng_offset", s.loader_rng_offset}}},
-          {"config", s.config}};
+  nlohmann::json j = {
+      {"format", "forge-trainer-state"},
+      {"version", kStateVersion},
+      {"step", s.step},
+      {"seed", s.seed},
+      {"rng",
+       {{"loader",
+         {{"seed", s.seed},
+          {"stream", TrainLoader::kRngStream},
+          {"offset", s.loader_rng_offset}}}}},
+      {"data_loader", {{"kind", "random_windows"}, {"rng_offset", s.loader_rng_offset}}},
+      {"config", s.config}};
+  if (s.loss_scale) j["loss_scale"] = loss_scale_json(*s.loss_scale);
+  return j;
 }
 
 TrainerState state_from_json(const std::string& path, const nlohmann::json& j) {
@@ -99,6 +144,7 @@ TrainerState state_from_json(const std::string& path, const nlohmann::json& j) {
                       " disagrees with data_loader.rng_offset ", s.loader_rng_offset));
   }
   s.config = j["config"];
+  if (j.contains("loss_scale")) s.loss_scale = loss_scale_from_json(path, j["loss_scale"]);
   return s;
 }
 

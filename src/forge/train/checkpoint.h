@@ -5,7 +5,9 @@
 //                          master weights: nothing else to store)
 //   trainer_state.json     {"format", "version": 2, "step", "seed",
 //                          "rng": {"loader": {"seed", "stream", "offset"}}, "data_loader":
-//                          {"rng_offset"}, "config": the full run configuration}
+//                          {"rng_offset"}, "config": the full run configuration, and for f16
+//                          runs "loss_scale": {"scale", "good_steps", "skipped_total",
+//                          "growth_interval", "step_scale", "skipped"}}
 //                          rng.loader is TrainLoader's Philox state: its stream must be
 //                          TrainLoader::kRngStream (1) and seed/offset must agree with "seed"
 //                          and data_loader.rng_offset, or loading fails. Version 1 files (which
@@ -23,11 +25,13 @@
 
 #include <cstdint>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "forge/model/transformer.h"
+#include "forge/ops/loss_scale.h"
 
 namespace forge {
 
@@ -36,6 +40,8 @@ struct TrainerState {
   uint64_t seed = 0;               // the run's seed (initialisation and data order)
   uint64_t loader_rng_offset = 0;  // TrainLoader's Philox offset: its whole position
   nlohmann::json config;           // {"model": config.json, "train": {...}, "data": ..., ...}
+  // f16 runs: the dynamic loss scale after `step` (StepRunner::loss_scale_state()).
+  std::optional<LossScaleState> loss_scale = std::nullopt;
 };
 
 // What a checkpoint holds, in memory. m and v are flat buffers like model.weights() (padding

@@ -6,10 +6,12 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "forge/core/dtype.h"
+#include "forge/core/error.h"
 #include "forge/model/config.h"
 #include "forge/model/params.h"
 #include "forge/ops/adamw.h"
@@ -59,6 +61,18 @@ class StepRunner {
   virtual std::vector<float> adam_m() = 0;
   virtual std::vector<float> adam_v() = 0;
   virtual void set_adam_state(const std::vector<float>& m, const std::vector<float>& v) = 0;
+
+  // f16 dynamic loss scaling (ops/loss_scale.h), for checkpoints: the state after the last
+  // ended step (waiting for every queued step first), or nullopt when the runner's precision
+  // uses no loss scaling (the default: CPU, fp32, bf16).
+  virtual std::optional<LossScaleState> loss_scale_state() { return std::nullopt; }
+  // Replaces the state with one loss_scale_state() returned (a checkpoint's), before the first
+  // step of a resumed run, so that its scale, clean-step count and skip count (which Adam's t
+  // subtracts) continue where they stopped. Called only when loss_scale_state() is not nullopt;
+  // the default, for runners without loss scaling, treats a call as a broken invariant.
+  virtual void set_loss_scale_state(const LossScaleState&) {
+    FORGE_CHECK(false, describe(), ": set_loss_scale_state() on a runner without loss scaling");
+  }
 
   // Peak bytes of device memory held (0 on the CPU).
   virtual size_t peak_device_bytes() const { return 0; }

@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <sstream>
 #include <type_traits>
 
@@ -151,7 +152,25 @@ struct RunStart {
   std::string tokenizer;         // tokenizer.json to copy into the run directory
   Curve train_curve, val_curve;  // what metrics.jsonl already holds
   double first_val_loss = NAN;
+  std::optional<LossScaleState> loss_scale;  // f16: the checkpoint's loss-scale state
+  std::string device_hint;  // appended to a failure to make the runner (resume: whose device)
 };
+
+std::string default_precision(const std::string& device) {
+  return device == "cuda" ? "bf16" : "fp32";
+}
+
+// Every way in checks here, resume() included (its device may come from a run configuration).
+void check_device(const std::string& device, const std::string& precision) {
+  if (device != "cpu" && device != "cuda")
+    throw Error(str("unknown device '", device, "' (expected cpu or cuda)"));
+  if (precision != "fp32" && precision != "bf16" && precision != "fp16")
+    throw Error(str("unknown precision '", precision, "' (expected fp32, bf16 or fp16)"));
+  if (device == "cpu" && precision != "fp32")
+    throw Error(str("--precision ", precision, " needs --device cuda; the CPU trains in fp32"));
+}
+
+void cut_metrics(const std::string& path, int step, RunStart& start);
 
 TrainResult run(Transformer<float>& model, const TrainConfig& cfg, const std::string& data,
                 const std::string& out, RunStart start, const RunOptions& opt) {
@@ -165,11 +184,25 @@ TrainResult run(Transformer<float>& model, const TrainConfig& cfg, const std::st
   if (T_ > mcfg.max_seq_len)
     throw Error(str("seq_len ", T_, " exceeds the model's max_seq_len ", mcfg.max_seq_len));
   const int B = cfg.batch_size;
+  const std::string device = opt.device.empty() ? "cpu" : opt.device;
+  const std::string precision = opt.precision.empty() ? default_precision(device) : opt.precision;
+  check_device(device, precision);
   if (!start.resumed && fs::exists(out + "/metrics.jsonl"))
     throw Error(
         str(out, ": already holds a run (metrics.jsonl); choose another --out or --resume it"));
 
   Dataset ds = Dataset::open(data, mcfg.vocab_size);
+  // The steps run on a StepRunner (CPU or GPU); `model` stays the host copy that checkpoints
+  // and the final export read, refreshed from the runner when they need it. Made before anything
+  // in the run directory changes, so an unavailable device leaves the run as it was.
+  std::unique_ptr<StepRunner> runner;
+  try {
+    runner = device == "cuda" ? make_cuda_runner(mcfg, precision) : make_cpu_runner(mcfg);
+  } catch (const Error& e) {
+    if (start.device_hint.empty()) throw;
+    throw Error(str(e.what(), "; ", start.device_hint));
+  }
+  if (start.resumed) cut_metrics(out + "/metrics.jsonl", start.step, start);
   TrainLoader loader(&ds.shards, ds.train, T_, cfg.seed);
   loader.set_rng_offset(start.loader_offset);
   EvalWindows val(&ds.shards, ds.val, T_);
@@ -177,8 +210,11 @@ TrainResult run(Transformer<float>& model, const TrainConfig& cfg, const std::st
   std::error_code ec;
   fs::create_directories(out, ec);
   if (ec) throw Error(str(out, ": cannot create run directory: ", ec.message()));
-  nlohmann::json run_config = {
-      {"model", to_hf_config(mcfg)}, {"train", train_config_json(cfg)}, {"data", data}};
+  nlohmann::json run_config = {{"model", to_hf_config(mcfg)},
+                               {"train", train_config_json(cfg)},
+                               {"data", data},
+                               {"device", device},
+                               {"precision", precision}};
   if (!start.init_from.empty()) run_config["init_from"] = start.init_from;
   io::write_file_atomic(out + "/config.json", run_config.dump(2) + "\n");
   if (!start.tokenizer.empty()) {
@@ -198,12 +234,15 @@ TrainResult run(Transformer<float>& model, const TrainConfig& cfg, const std::st
   if (v.empty()) v.assign(P, 0.0f);
   FORGE_CHECK(static_cast<int64_t>(m.size()) == P && static_cast<int64_t>(v.size()) == P,
               "optimizer state size mismatch");
-  // The steps run on a StepRunner (CPU or GPU); `model` stays the host copy that checkpoints
-  // and the final export read, refreshed from the runner when they need it.
-  std::unique_ptr<StepRunner> runner =
-      opt.device == "cuda" ? make_cuda_runner(mcfg, opt.precision) : make_cpu_runner(mcfg);
   runner->set_weights(model.weights());
   runner->set_adam_state(m, v);
+  if (start.loss_scale) {
+    if (runner->loss_scale_state())
+      runner->set_loss_scale_state(*start.loss_scale);
+    else
+      std::printf("the checkpoint's f16 loss scale is not used: %s needs none\n",
+                  precision.c_str());
+  }
   auto sync_host = [&] {
     model.weights() = runner->weights();
     m = runner->adam_m();
@@ -239,6 +278,7 @@ TrainResult run(Transformer<float>& model, const TrainConfig& cfg, const std::st
   int last_saved = -1;
   auto checkpoint = [&](int done) {
     TrainerState st{done, cfg.seed, loader.rng_offset(), run_config};
+    st.loss_scale = runner->loss_scale_state();  // after flush(): the state after step `done`
     sync_host();
     const std::string path = save_checkpoint(out, model, m, v, st, cfg.keep_checkpoints, tokenizer);
     last_saved = done;
@@ -443,13 +483,37 @@ TrainResult resume(const std::string& run_dir, int steps, const std::string& dat
   start.loader_offset = ck.state.loader_rng_offset;
   start.m = std::move(ck.m);
   start.v = std::move(ck.v);
+  start.loss_scale = ck.state.loss_scale;
   start.resumed = true;
   if (rc.contains("init_from") && rc["init_from"].is_string())
     start.init_from = rc["init_from"].get<std::string>();
-  cut_metrics(run_dir + "/metrics.jsonl", start.step, start);
+
+  // Device and precision: the run's, unless opt chooses (then that wins, said in one line). A
+  // run's device is never swapped silently: a GPU run on a machine without one is an error.
+  auto recorded = [&](const char* key) {
+    return rc.contains(key) && rc[key].is_string() ? rc[key].get<std::string>() : "";
+  };
+  const std::string run_device = recorded("device"), run_precision = recorded("precision");
+  const std::string run_on =
+      run_device + (run_precision.empty() || run_device.empty() ? "" : " " + run_precision);
+  RunOptions o = opt;
+  o.device = !opt.device.empty() ? opt.device : run_device;
+  if (o.device.empty())
+    throw Error(str(all.back().second,
+                    "/trainer_state.json: the run configuration records no device (written by "
+                    "an older forge); pass --device cpu or --device cuda"));
+  if (opt.precision.empty())
+    o.precision = o.device == run_device && !run_precision.empty() ? run_precision
+                                                                   : default_precision(o.device);
+  if (!opt.device.empty() || !opt.precision.empty())
+    std::printf("device %s %s as given (the run trained on %s)\n", o.device.c_str(),
+                o.precision.c_str(), run_on.empty() ? "an unrecorded device" : run_on.c_str());
+  else if (o.device == "cuda")
+    start.device_hint = str("the run trained on ", run_on,
+                            " (its configuration); pass --device cpu to continue on the CPU");
   std::printf("resuming %s from %s (step %d of %d)\n", run_dir.c_str(), all.back().second.c_str(),
               start.step, cfg.steps);
-  return run(ck.model, cfg, data_path, run_dir, std::move(start), opt);
+  return run(ck.model, cfg, data_path, run_dir, std::move(start), o);
 }
 
 }  // namespace forge

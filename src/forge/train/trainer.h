@@ -3,7 +3,7 @@
 //   metrics.jsonl   one JSON object per step (step, loss, lr, grad_norm, tokens_per_s, and
 //                   val_loss on evaluation steps)
 //   loss.svg        the loss curves, redrawn at every evaluation
-//   config.json     the full run configuration (model and training)
+//   config.json     the full run configuration (model, training, data, device, precision)
 //   model/          the final weights as a Hugging Face model directory
 //   checkpoints/    step_NNNNNN/ every save_every steps and when stopped (checkpoint.h)
 //   tokenizer.json  the tokenizer of an --init-from model, copied into every model it saves
@@ -60,8 +60,12 @@ struct RunOptions {
   // Polled after every step; non-zero: checkpoint and return. A signal handler may set it.
   const volatile std::sig_atomic_t* stop = nullptr;
   bool quiet = false;  // no per-step progress lines (as TrainConfig::quiet, for resume())
-  std::string device = "cpu";       // "cpu" or "cuda": where the steps run (train/runner.h)
-  std::string precision = "fp32";   // cuda: "fp32" or "bf16"; cpu: "fp32"
+  // Where the steps run (train/runner.h) and in what precision; both are recorded in the run
+  // configuration. Empty means "not chosen": a new run takes cpu and the device's default
+  // precision (cuda: bf16; cpu: fp32, its only one); resume() takes the run's own, and a device
+  // chosen without a precision keeps the run's precision when the device is the run's.
+  std::string device;     // "cpu" or "cuda"
+  std::string precision;  // "fp32", "bf16" or "fp16" (f16 with dynamic loss scaling; cuda only)
 };
 
 // Trains from scratch (weights initialised from cfg.seed) on `data` (a --data argument),
@@ -76,7 +80,10 @@ TrainResult train_from(const std::string& model_dir, const TrainConfig& cfg,
 
 // Continues the run in `run_dir` from its newest checkpoint up to `steps` (0: the run's own
 // total; another total stretches the LR schedule, so losses then differ from the original
-// plan). `data` replaces the run's data path when not empty (the shards moved).
+// plan). `data` replaces the run's data path when not empty (the shards moved). The device,
+// precision and (fp16) loss-scale state are the run's unless opt names a device or precision,
+// which then wins and is reported in one line; a run whose device is not available here (a GPU
+// run on a machine without CUDA) is an error, never a silent switch to the CPU.
 TrainResult resume(const std::string& run_dir, int steps, const std::string& data = "",
                    const RunOptions& opt = {});
 
