@@ -105,7 +105,9 @@ TEST_F(InspectTest, InspectShowsConfigTensorsAndParameterCount) {
       saw_k = true;
       EXPECT_EQ(t["shape"], nlohmann::json::array({16, 32}));
     }
-    if (t["name"] == "lm_head.weight") EXPECT_EQ(t["shape"], nlohmann::json::array({70, 32}));
+    if (t["name"] == "lm_head.weight") {
+      EXPECT_EQ(t["shape"], nlohmann::json::array({70, 32}));
+    }
   }
   EXPECT_TRUE(saw_k);
   const CmdResult text = forge("inspect " + p("model"));

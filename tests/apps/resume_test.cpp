@@ -137,8 +137,9 @@ class ResumeTest : public ::testing::Test {
       EXPECT_EQ(a[i]["step"], b[i]["step"]) << i;
       for (const char* k : {"loss", "grad_norm", "lr", "val_loss"}) {
         ASSERT_EQ(a[i].contains(k), b[i].contains(k)) << i << " " << k;
-        if (a[i].contains(k))
+        if (a[i].contains(k)) {
           EXPECT_EQ(a[i][k].get<double>(), b[i][k].get<double>()) << "step " << i << " " << k;
+        }
       }
     }
   }
@@ -181,7 +182,7 @@ TEST_F(ResumeTest, SigtermCheckpointsAndExitsZeroThenResumes) {
   ASSERT_FALSE(logged.empty());
   const int reached = logged.back()["step"].get<int>() + 1;
   ASSERT_LT(reached, kSteps) << "the run finished before it could be stopped";
-  char name[32];
+  char name[48];  // room for any int: -Wformat-truncation
   std::snprintf(name, sizeof name, "run/checkpoints/step_%06d", reached);
   EXPECT_TRUE(fs::exists(dir_ / name / "trainer_state.json")) << name;
   EXPECT_NE(read("run.out").find("stopped after step " + std::to_string(reached)),

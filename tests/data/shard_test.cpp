@@ -129,7 +129,9 @@ TEST_F(ShardTest, TrainLoaderWindowsAreContiguousAndShifted) {
     for (int r = 0; r < B; ++r)
       for (int t = 0; t < T; ++t) {
         EXPECT_EQ(y[r * T + t], (x[r * T + t] + 1) % 997);  // targets are inputs shifted by one
-        if (t > 0) EXPECT_EQ(x[r * T + t], (x[r * T + t - 1] + 1) % 997);
+        if (t > 0) {
+          EXPECT_EQ(x[r * T + t], (x[r * T + t - 1] + 1) % 997);
+        }
       }
   }
   // Restoring the RNG offset restores the stream.

@@ -340,8 +340,9 @@ TEST_F(TokenizerFileTest, SaveJsonRoundTrips) {
     EXPECT_EQ(j["decoder"]["type"], "ByteLevel");
     EXPECT_EQ(j["added_tokens"][0]["content"], "<s>");
     EXPECT_EQ(j["added_tokens"][0]["special"], true);
-    if (p != SplitPattern::kNone)
+    if (p != SplitPattern::kNone) {
       EXPECT_EQ(j["pre_tokenizer"]["pretokenizers"][0]["pattern"]["Regex"], split_regex(p));
+    }
     EXPECT_FALSE(fs::exists(path("tokenizer.json.tmp")));
   }
 }

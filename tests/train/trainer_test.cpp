@@ -194,8 +194,9 @@ TEST_F(TrainerTest, ResumeIsBitIdentical) {
     EXPECT_EQ(b[i]["step"], a[i]["step"]);
     for (const char* k : {"loss", "grad_norm", "lr", "val_loss"}) {
       ASSERT_EQ(a[i].contains(k), b[i].contains(k)) << i << " " << k;
-      if (a[i].contains(k))
+      if (a[i].contains(k)) {
         EXPECT_EQ(a[i][k].get<double>(), b[i][k].get<double>()) << i << " " << k;
+      }
     }
   }
   EXPECT_EQ(file_bytes(dir_ / "a/model/model.safetensors"),
@@ -237,8 +238,9 @@ TEST_F(TrainerTest, InterleavedRopeRunResumesInterleaved) {
   ASSERT_EQ(again.size(), ref.size());
   for (size_t i = 3; i < ref.size(); ++i)
     for (const char* k : {"loss", "val_loss"})
-      if (ref[i].contains(k))
+      if (ref[i].contains(k)) {
         EXPECT_EQ(again[i][k].get<double>(), ref[i][k].get<double>()) << "line " << i << " " << k;
+      }
 }
 
 // A checkpoint whose run configuration records no device (an older forge wrote it) is not
