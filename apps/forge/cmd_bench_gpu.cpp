@@ -7,6 +7,7 @@
 #include "args.h"
 #include "bench.h"
 #include "commands.h"
+#include "run_env.h"
 #include "forge/core/error.h"
 
 namespace forge::cli {
@@ -104,6 +105,7 @@ int bench_gpu(const std::string& what, const Argv& argv) {
   o.steps = a.get_int("steps", o.steps);
   o.precision = a.get("precision", o.precision);
   o.json_out = a.get("json-out", "");
+  o.cuda = cuda_settings_from_env();
   if (o.batch <= 0 || o.seq_len <= 0 || o.steps <= 0) throw Error("--batch, --seq-len and --steps must be positive");
 #ifdef FORGE_HAVE_CUDA
   if (what == "gemm") bench::gemm_cuda(o);

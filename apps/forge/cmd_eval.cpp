@@ -6,6 +6,7 @@
 
 #include "args.h"
 #include "commands.h"
+#include "run_env.h"
 #include "forge/core/dtype.h"
 #include "forge/core/error.h"
 #include "forge/core/timer.h"
@@ -64,7 +65,7 @@ int cmd_eval(const Argv& argv) {
   // StepRunner the trainer uses; the CPU model is the reference.
   std::unique_ptr<StepRunner> gpu;
   if (device == Device::kCuda) {
-    gpu = make_cuda_runner(cfg, "fp32");
+    gpu = make_cuda_runner(cfg, "fp32", cuda_settings_from_env());
     gpu->set_weights(model.weights());
   }
   std::vector<int32_t> x(static_cast<size_t>(B) * T_), y(static_cast<size_t>(B) * T_);
@@ -73,7 +74,7 @@ int cmd_eval(const Argv& argv) {
   for (int64_t done = 0; done < windows.count();) {
     const int b = static_cast<int>(std::min<int64_t>(B, windows.count() - done));
     for (int i = 0; i < b; ++i) windows.window(done + i, x.data() + static_cast<size_t>(i) * T_, y.data() + static_cast<size_t>(i) * T_);
-    sum += (gpu ? gpu->eval_loss(x.data(), y.data(), b, T_) : model.forward(x.data(), y.data(), b, T_)) * b * T_;
+    sum += (gpu ? gpu->eval_loss(x.data(), y.data(), b, T_) : model.loss(x.data(), y.data(), b, T_)) * b * T_;
     done += b;
     if (!a.has("json") && timer.seconds() > 2.0) {
       std::fprintf(stderr, "\r%lld/%lld windows", static_cast<long long>(done), static_cast<long long>(windows.count()));

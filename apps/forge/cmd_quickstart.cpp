@@ -8,6 +8,7 @@
 
 #include "args.h"
 #include "commands.h"
+#include "run_env.h"
 #include "forge/core/dtype.h"
 #include "forge/core/error.h"
 #include "forge/core/rng.h"
@@ -119,6 +120,7 @@ int cmd_quickstart(const Argv& argv) {
   RunOptions opt;
   opt.device = device == Device::kCuda ? "cuda" : "cpu";
   opt.precision = device == Device::kCuda ? "bf16" : "fp32";
+  opt.cuda = cuda_settings_from_env();
   const TrainResult r = forge::train(model, cfg, out + "/data", out, opt);
 
   // 4. Sample: each sample starts at a document boundary, i.e. a fresh fortune.

@@ -10,6 +10,7 @@
 
 #include "args.h"
 #include "commands.h"
+#include "run_env.h"
 #include "forge/core/dtype.h"
 #include "forge/core/error.h"
 #include "forge/model/config.h"
@@ -96,6 +97,7 @@ int cmd_train(const Argv& argv) {
   RunOptions opt;
   opt.device = device == Device::kCuda ? "cuda" : "cpu";
   opt.precision = precision;
+  opt.cuda = cuda_settings_from_env();
   opt.stop = &g_stop;
   if (a.has("resume")) {
     for (const char* fixed :

@@ -200,7 +200,7 @@ TrainResult run(Transformer<float>& model, const TrainConfig& cfg, const std::st
   // The steps run on a StepRunner (CPU or GPU); `model` stays the host copy that checkpoints
   // and the final export read, refreshed from the runner when they need it.
   std::unique_ptr<StepRunner> runner =
-      opt.device == "cuda" ? make_cuda_runner(mcfg, opt.precision) : make_cpu_runner(mcfg);
+      opt.device == "cuda" ? make_cuda_runner(mcfg, opt.precision, opt.cuda) : make_cpu_runner(mcfg);
   runner->set_weights(model.weights());
   runner->set_adam_state(m, v);
   auto sync_host = [&] {

@@ -23,6 +23,7 @@
 
 #include "forge/data/loader.h"
 #include "forge/model/config.h"
+#include "forge/train/runner.h"
 
 namespace forge {
 
@@ -62,6 +63,7 @@ struct RunOptions {
   bool quiet = false;  // no per-step progress lines (as TrainConfig::quiet, for resume())
   std::string device = "cpu";       // "cpu" or "cuda": where the steps run (train/runner.h)
   std::string precision = "fp32";   // cuda: "fp32" or "bf16"; cpu: "fp32"
+  CudaSettings cuda;                // cuda: attention path, CUDA graphs, which GPU
 };
 
 // Trains from scratch (weights initialised from cfg.seed) on `data` (a --data argument),
