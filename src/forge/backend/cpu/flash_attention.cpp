@@ -20,18 +20,16 @@
 #include <type_traits>
 #include <vector>
 
+#include "forge/backend/cpu/attention_rows.h"
 #include "forge/core/error.h"
 #include "forge/ops/attention.h"
 
 namespace forge::cpu {
 namespace {
 
-void check_shape(const AttentionShape& s, const char* op) {
-  FORGE_CHECK(s.B >= 0 && s.T >= 0 && s.NH > 0 && s.NKV > 0 && s.HS > 0, "[", op,
-              "] bad shape B=", s.B, " T=", s.T, " NH=", s.NH, " NKV=", s.NKV, " HS=", s.HS);
-  FORGE_CHECK(s.NH % s.NKV == 0, "[", op, "] NH=", s.NH, " is not a multiple of NKV=", s.NKV);
-  FORGE_CHECK(s.window >= 0, "[", op, "] negative window ", s.window);
-}
+using attention_rows::check_shape;
+using attention_rows::dot;
+using attention_rows::exp_of;
 
 // Row (b, t, head h) of a strided (B, T, H·HS) view with `stride` elements between tokens.
 struct View {
@@ -52,23 +50,8 @@ Views views_of(const AttentionShape& s, const AttentionStrides& st) {
   return {{st.q ? st.q : dq, s.T}, {st.k ? st.k : dkv, s.T}, {st.v ? st.v : dkv, s.T}, {st.o ? st.o : dq, s.T}};
 }
 
-int lo_key(int i, const AttentionShape& s) { return s.window > 0 ? std::max(0, i - s.window + 1) : 0; }
-int hi_key(int i, const AttentionShape& s) { return s.causal ? i + 1 : s.T; }
-
-// Same vectorisable double dot product as attention.cpp (fixed order for a given build).
-template <typename T>
-double dot(const T* a, const T* b, int n) {
-  double acc = 0;
-#pragma omp simd reduction(+ : acc)
-  for (int d = 0; d < n; ++d) acc += static_cast<double>(a[d]) * static_cast<double>(b[d]);
-  return acc;
-}
-
-template <typename T>
-double exp_of(double x) {
-  // expf for the float path (the double exp cost ~5% of a CPU step); sums stay double.
-  return std::is_same_v<T, float> ? std::exp(static_cast<float>(x)) : std::exp(x);
-}
+int lo_key(int i, const AttentionShape& s) { return attention_rows::visible_keys(i, s).lo; }
+int hi_key(int i, const AttentionShape& s) { return attention_rows::visible_keys(i, s).hi; }
 
 template <typename T>
 T* lse_row(T* lse, int b, int h, int i, const AttentionShape& s) {
