@@ -47,15 +47,17 @@ void attention_bwd(T* dq, T* dk, T* dv, const T* dout, const T* q, const T* k, c
 // The CPU twin of cuda::flash_attention_fwd/bwd: the same contract, which is what the model runs
 // on either backend. out (B, T, NH, HS); lse (B, NH, T) = ln Σ_visible exp(q·k/sqrt(HS)) per
 // query row (lowest() for a row with no visible key, whose output is 0). q, k, v and out may be
-// strided views (AttentionStrides).
+// strided views (AttentionStrides). probs (B, NH, T, T), when non-null, also receives the
+// probabilities of the visible keys (masked entries are left as they were).
 template <typename T>
 void flash_attention_fwd(T* out, T* lse, const T* q, const T* k, const T* v, const AttentionShape& s,
-                         const AttentionStrides& st = {});
+                         const AttentionStrides& st = {}, T* probs = nullptr);
 
-// Writes (does not accumulate) dq, dk, dv, recomputing the probabilities from q, k and lse.
+// Writes (does not accumulate) dq, dk, dv, recomputing the probabilities from q, k and lse, or
+// reading them from probs (what the forward wrote) when non-null.
 template <typename T>
 void flash_attention_bwd(T* dq, T* dk, T* dv, const T* dout, const T* q, const T* k, const T* v,
                          const T* out, const T* lse, const AttentionShape& s,
-                         const AttentionStrides& st = {});
+                         const AttentionStrides& st = {}, const T* probs = nullptr);
 
 }  // namespace forge::cpu

@@ -63,6 +63,20 @@ TEST(FlashAttentionCpu, MatchesTheReferenceForwardAndBackward) {
     EXPECT_TRUE(all_close(dq, dq_ref, {1e-12, 1e-10})) << "dq";
     EXPECT_TRUE(all_close(dk, dk_ref, {1e-12, 1e-10})) << "dk";
     EXPECT_TRUE(all_close(dv, dv_ref, {1e-12, 1e-10})) << "dv";
+
+    // With the probabilities saved by the forward, the backward reads them instead: the same
+    // results, and the saved rows are the reference's (which has 0 at masked keys; the fused
+    // op leaves those untouched, so the buffer starts at 0 here).
+    std::vector<double> probs(att.size(), 0.0), out2(nq), lse2(lse.size());
+    flash_attention_fwd<double>(out2.data(), lse2.data(), q.data(), k.data(), v.data(), s, {}, probs.data());
+    EXPECT_EQ(out2, out);
+    EXPECT_TRUE(all_close(probs, att, {1e-14, 1e-12})) << "probs";
+    std::fill(dq.begin(), dq.end(), 1e30), std::fill(dk.begin(), dk.end(), 1e30), std::fill(dv.begin(), dv.end(), 1e30);
+    flash_attention_bwd<double>(dq.data(), dk.data(), dv.data(), dout.data(), q.data(), k.data(), v.data(),
+                                out.data(), lse.data(), s, {}, probs.data());
+    EXPECT_TRUE(all_close(dq, dq_ref, {1e-12, 1e-10})) << "dq from saved P";
+    EXPECT_TRUE(all_close(dk, dk_ref, {1e-12, 1e-10})) << "dk from saved P";
+    EXPECT_TRUE(all_close(dv, dv_ref, {1e-12, 1e-10})) << "dv from saved P";
   }
 }
 

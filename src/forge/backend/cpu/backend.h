@@ -36,8 +36,12 @@ class CpuBackend {
   using ActBuf = std::vector<T>;
   using StatBuf = std::vector<T>;
   struct AttnSaved {
-    std::vector<T> lse;  // (B, NH, T)
+    std::vector<T> lse;    // (B, NH, T)
+    std::vector<T> probs;  // (B, NH, T, T) where small (kSavedProbsBytes), else empty
   };
+  // Up to this size per layer the attention probabilities are kept for the backward, which then
+  // skips recomputing them (cpu::flash_attention_bwd): the tiny preset's are 4 MiB a layer.
+  static constexpr size_t kSavedProbsBytes = size_t{64} << 20;
 
   CpuBackend(const ModelConfig&, const ParamTable& table) : weights_(table.total()), grads_(table.total()) {}
 
@@ -57,7 +61,10 @@ class CpuBackend {
   ActBuf act_buf(size_t n) { return ActBuf(n); }
   StatBuf stat_buf(size_t n) { return StatBuf(n); }
   AttnSaved attention_saved(const AttentionShape& s) {
-    return {std::vector<T>(static_cast<size_t>(s.B) * s.NH * s.T)};
+    const size_t rows = static_cast<size_t>(s.B) * s.NH * s.T;
+    AttnSaved a{std::vector<T>(rows), {}};
+    if (rows * s.T * sizeof(T) <= kSavedProbsBytes) a.probs.resize(rows * s.T);
+    return a;
   }
   void plan_attention(const AttentionShape&) {}
   void synchronize() {}  // every op has finished when it returns
@@ -127,12 +134,13 @@ class CpuBackend {
   }
   void attention_fwd(Act out, AttnSaved& saved, Act q, Act k, Act v, const AttentionShape& s,
                      const AttentionStrides& st) {
-    cpu::flash_attention_fwd<T>(out, saved.lse.data(), q, k, v, s, st);
+    cpu::flash_attention_fwd<T>(out, saved.lse.data(), q, k, v, s, st, saved.probs.empty() ? nullptr : saved.probs.data());
   }
   // Writes dq, dk, dv.
   void attention_bwd(Act dq, Act dk, Act dv, Act dout, Act q, Act k, Act v, Act out, AttnSaved& saved,
                      const AttentionShape& s, const AttentionStrides& st) {
-    cpu::flash_attention_bwd<T>(dq, dk, dv, dout, q, k, v, out, saved.lse.data(), s, st);
+    cpu::flash_attention_bwd<T>(dq, dk, dv, dout, q, k, v, out, saved.lse.data(), s, st,
+                                saved.probs.empty() ? nullptr : saved.probs.data());
   }
   void lm_head_cross_entropy(Stat losses, Act dx, Grad dw, Act x, Act w, const int32_t* targets, const Real* dloss,
                              int N, int C, int V, int Vp) {

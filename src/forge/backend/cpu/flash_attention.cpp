@@ -9,9 +9,16 @@
 //
 // Accumulation in double for both instantiations; values are rounded to T when stored.
 //
-// Threads and determinism: the forward and dq run over (b, h), each thread owning whole rows;
-// dk and dv run over (b, kv head), one thread summing all NH/NKV query heads of a group (head
-// order, then query order) in a double scratch, then writing once. No element is written by two
+// Threads and determinism: the forward runs over (b, h), each thread owning whole rows; the
+// backward is one pass over (b, kv head), one thread computing each probability row once and
+// summing all NH/NKV query heads of the group (head order, then query order) into dk and dv in
+// a double scratch, then writing once: one q·k product, one dout·v product and an exp per
+// visible (i, j).
+//
+// Saved probabilities (optional): the forward can also write P (B, NH, T, T), and the backward
+// then reads it instead of recomputing q·k and the exp, which leaves one dout·v product per
+// (i, j). The CPU backend does this where P is small (it is the CPU's speed, ~half a tiny-preset
+// training step is attention); the results differ from recomputation in rounding only. No element is written by two
 // threads and every sum has a fixed order: bit-identical for any thread count.
 #include <algorithm>
 #include <cmath>
@@ -58,13 +65,15 @@ T* lse_row(T* lse, int b, int h, int i, const AttentionShape& s) {
   return lse + (static_cast<int64_t>(b) * s.NH + h) * s.T + i;
 }
 
-// p[j] = P_ij for the visible keys j of query i (from the saved lse), and dS_ij / scale into ds.
+// p[j] = P_ij for the visible keys j of query i (from the saved lse, or read from the saved row
+// of probabilities when there is one), and dS_ij / scale into ds.
 template <typename T>
 void probs_and_dscores(double* p, double* ds, const T* qi, const T* dout_i, double D, double lse,
-                       const T* k, const T* v, int b, int i, int kvh, const Views& w, double scale,
-                       const AttentionShape& s) {
+                       const T* prow, const T* k, const T* v, int b, int i, int kvh, const Views& w,
+                       double scale, const AttentionShape& s) {
   for (int j = lo_key(i, s); j < hi_key(i, s); ++j) {
-    p[j] = exp_of<T>(scale * dot(qi, w.k.row(k, b, j, kvh, s.HS), s.HS) - lse);
+    p[j] = prow ? static_cast<double>(prow[j])
+                : exp_of<T>(scale * dot(qi, w.k.row(k, b, j, kvh, s.HS), s.HS) - lse);
     const double dp = dot(dout_i, w.v.row(v, b, j, kvh, s.HS), s.HS);
     ds[j] = p[j] * (dp - D);
   }
@@ -73,8 +82,13 @@ void probs_and_dscores(double* p, double* ds, const T* qi, const T* dout_i, doub
 }  // namespace
 
 template <typename T>
+T* probs_row(T* probs, int b, int h, int i, const AttentionShape& s) {
+  return probs ? probs + ((static_cast<int64_t>(b) * s.NH + h) * s.T + i) * s.T : nullptr;
+}
+
+template <typename T>
 void flash_attention_fwd(T* out, T* lse, const T* q, const T* k, const T* v, const AttentionShape& s,
-                         const AttentionStrides& st) {
+                         const AttentionStrides& st, T* probs) {
   check_shape(s, "flash_attention_fwd");
   const Views w = views_of(s, st);
   const int group = s.NH / s.NKV;
@@ -104,8 +118,10 @@ void flash_attention_fwd(T* out, T* lse, const T* q, const T* k, const T* v, con
               score[j] = exp_of<T>(score[j] - mx);
               sum += score[j];
             }
+            T* prow = probs_row(probs, b, h, i, s);
             for (int j = lo; j < hi; ++j) {
               const double p = score[j] / sum;
+              if (prow) prow[j] = static_cast<T>(p);
               const T* vj = w.v.row(v, b, j, kvh, s.HS);
               for (int d = 0; d < s.HS; ++d) acc[d] += p * static_cast<double>(vj[d]);
             }
@@ -122,7 +138,7 @@ void flash_attention_fwd(T* out, T* lse, const T* q, const T* k, const T* v, con
 template <typename T>
 void flash_attention_bwd(T* dq, T* dk, T* dv, const T* dout, const T* q, const T* k, const T* v,
                          const T* out, const T* lse, const AttentionShape& s,
-                         const AttentionStrides& st) {
+                         const AttentionStrides& st, const T* probs) {
   check_shape(s, "flash_attention_bwd");
   const Views w = views_of(s, st);
   const int group = s.NH / s.NKV;
@@ -132,36 +148,14 @@ void flash_attention_bwd(T* dq, T* dk, T* dv, const T* dout, const T* q, const T
     return dot(w.o.row(dout, b, i, h, s.HS), w.o.row(out, b, i, h, s.HS), s.HS);
   };
 
-  // Pass 1, over (b, h): dq_i = scale · Σ_j dS_ij · k_j.
+  // One pass over (b, kv head): for each query head h of the group and each query row i, the
+  // probabilities and dS of the row are computed once, then
+  //   dq_i = scale · Σ_j dS_ij · k_j                      (written: the row is this task's)
+  //   dk_j += scale · dS_ij · q_i,  dv_j += P_ij · dout_i  (double scratch, written at the end)
+  // The task owns dq of the group's query heads and dk/dv of its kv head.
 #pragma omp parallel
   {
     std::vector<double> p(s.T), ds(s.T), acc(s.HS);
-#pragma omp for collapse(2) schedule(static)
-    for (int b = 0; b < s.B; ++b) {
-      for (int h = 0; h < s.NH; ++h) {
-        const int kvh = h / group;
-        for (int i = 0; i < s.T; ++i) {
-          const T* qi = w.q.row(q, b, i, h, s.HS);
-          const T* dout_i = w.o.row(dout, b, i, h, s.HS);
-          probs_and_dscores(p.data(), ds.data(), qi, dout_i, delta(b, i, h),
-                            static_cast<double>(*lse_row(lse, b, h, i, s)), k, v, b, i, kvh, w, scale, s);
-          std::fill(acc.begin(), acc.end(), 0.0);
-          for (int j = lo_key(i, s); j < hi_key(i, s); ++j) {
-            const T* kj = w.k.row(k, b, j, kvh, s.HS);
-            for (int d = 0; d < s.HS; ++d) acc[d] += ds[j] * static_cast<double>(kj[d]);
-          }
-          T* dqi = w.q.row(dq, b, i, h, s.HS);
-          for (int d = 0; d < s.HS; ++d) dqi[d] = static_cast<T>(scale * acc[d]);
-        }
-      }
-    }
-  }
-
-  // Pass 2, over (b, kv head): dv_j = Σ_{h in group, i} P_ij · dout_i and
-  // dk_j = scale · Σ_{h in group, i} dS_ij · q_i, summed in double, then written once.
-#pragma omp parallel
-  {
-    std::vector<double> p(s.T), ds(s.T);
     std::vector<double> dk_acc(static_cast<size_t>(s.T) * s.HS), dv_acc(static_cast<size_t>(s.T) * s.HS);
 #pragma omp for collapse(2) schedule(static)
     for (int b = 0; b < s.B; ++b) {
@@ -173,15 +167,21 @@ void flash_attention_bwd(T* dq, T* dk, T* dv, const T* dout, const T* q, const T
             const T* qi = w.q.row(q, b, i, h, s.HS);
             const T* dout_i = w.o.row(dout, b, i, h, s.HS);
             probs_and_dscores(p.data(), ds.data(), qi, dout_i, delta(b, i, h),
-                              static_cast<double>(*lse_row(lse, b, h, i, s)), k, v, b, i, kvh, w, scale, s);
+                              static_cast<double>(*lse_row(lse, b, h, i, s)), probs_row(probs, b, h, i, s), k, v,
+                              b, i, kvh, w, scale, s);
+            std::fill(acc.begin(), acc.end(), 0.0);
             for (int j = lo_key(i, s); j < hi_key(i, s); ++j) {
+              const T* kj = w.k.row(k, b, j, kvh, s.HS);
               double* dkj = dk_acc.data() + static_cast<size_t>(j) * s.HS;
               double* dvj = dv_acc.data() + static_cast<size_t>(j) * s.HS;
               for (int d = 0; d < s.HS; ++d) {
+                acc[d] += ds[j] * static_cast<double>(kj[d]);
                 dkj[d] += ds[j] * static_cast<double>(qi[d]);
                 dvj[d] += p[j] * static_cast<double>(dout_i[d]);
               }
             }
+            T* dqi = w.q.row(dq, b, i, h, s.HS);
+            for (int d = 0; d < s.HS; ++d) dqi[d] = static_cast<T>(scale * acc[d]);
           }
         }
         for (int j = 0; j < s.T; ++j) {
@@ -199,9 +199,9 @@ void flash_attention_bwd(T* dq, T* dk, T* dv, const T* dout, const T* q, const T
 
 #define FORGE_INSTANTIATE(T)                                                                      \
   template void flash_attention_fwd<T>(T*, T*, const T*, const T*, const T*, const AttentionShape&, \
-                                       const AttentionStrides&);                                  \
+                                       const AttentionStrides&, T*);                              \
   template void flash_attention_bwd<T>(T*, T*, T*, const T*, const T*, const T*, const T*, const T*, \
-                                       const T*, const AttentionShape&, const AttentionStrides&);
+                                       const T*, const AttentionShape&, const AttentionStrides&, const T*);
 FORGE_INSTANTIATE(float)
 FORGE_INSTANTIATE(double)
 #undef FORGE_INSTANTIATE
