@@ -241,6 +241,17 @@ TEST_F(CudaModelTest, Bf16FlashAttentionModelMatchesTheCpuAndTheUnfusedPath) {
   }
 }
 
+// The attention path is a setting of the model (CudaModelOptions), not of the environment: the
+// library ignores FORGE_ATTENTION, which only the CLI reads (the old code took it from there).
+TEST_F(CudaModelTest, AttentionPathComesFromTheOptionsNotTheEnvironment) {
+  const ModelConfig cfg = head64_config(Family::kGpt2);
+  ::setenv("FORGE_ATTENTION", "unfused", 1);
+  auto m = make_gpu(ctx(), cfg, DType::kBF16);
+  ::unsetenv("FORGE_ATTENTION");
+  EXPECT_TRUE(m->backend().flash_attention());
+  EXPECT_FALSE(make_gpu(ctx(), cfg, DType::kBF16, AttentionPath::kUnfused)->backend().flash_attention());
+}
+
 // The three attention paths of a bf16 GPT-2 124M (two of its layers) on one step at T = 1024
 // and T = 300 (many tiles, a partial last one), GPU against GPU: the CPU reference at this size
 // would take minutes. Measured on the H200: losses within 2e-5 relative, every parameter's
