@@ -6,6 +6,7 @@
 #include <ctime>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <nlohmann/json.hpp>
 
 #include "args.h"
@@ -106,8 +107,7 @@ int cmd_train(const Argv& argv) {
     if (!a.overrides().empty())
       throw Error(str("--resume takes the run's configuration from its checkpoint; drop '",
                       a.overrides()[0].first, "=", a.overrides()[0].second, "'"));
-    const int steps = a.get_int("steps", 0);
-    if (a.has("steps") && steps <= 0) throw Error(str("--steps must be positive, got ", steps));
+    const int steps = a.get_int("steps", 0, 1, std::numeric_limits<int>::max());  // 0: the run's
     install_stop_handlers();
     forge::resume(a.get("resume"), steps, a.get("data", ""), opt);
     return 0;
@@ -127,6 +127,9 @@ int cmd_train(const Argv& argv) {
       throw Error(str(a.get("config"), ": malformed JSON: ", e.what()));
     }
     if (!file_cfg.is_object()) throw Error(str(a.get("config"), ": expected a JSON object"));
+    if (file_cfg.contains("preset") && !file_cfg["preset"].is_string())
+      throw Error(
+          str(a.get("config"), ": \"preset\" must be a string, got ", file_cfg["preset"].dump()));
     if (file_cfg.contains("preset") && !a.has("preset"))
       preset = file_cfg["preset"].get<std::string>();
   }
@@ -146,10 +149,10 @@ int cmd_train(const Argv& argv) {
     setting(k, v.is_string() ? v.get<std::string>() : v.dump());
   }
   for (const auto& [k, v] : a.overrides()) setting(k, v);
-  if (a.has("steps")) train.steps = a.get_int("steps", train.steps);
-  if (a.has("save-every")) train.save_every = a.get_int("save-every", 0);
-  if (a.has("keep-checkpoints")) train.keep_checkpoints = a.get_int("keep-checkpoints", 3);
-  if (train.save_every < 0) throw Error(str("--save-every must be >= 0, got ", train.save_every));
+  const int int_max = std::numeric_limits<int>::max();
+  train.steps = a.get_int("steps", train.steps, 1, int_max);
+  train.save_every = a.get_int("save-every", train.save_every, 0, int_max);
+  train.keep_checkpoints = a.get_int("keep-checkpoints", train.keep_checkpoints, 0, int_max);
   const std::string data = a.require("data");
   fs::path from = fs::path(init_from).lexically_normal();
   if (from.filename().empty()) from = from.parent_path();  // "models/x/" -> "models/x"

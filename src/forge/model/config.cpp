@@ -1,6 +1,7 @@
 #include "forge/model/config.h"
 
 #include <functional>
+#include <limits>
 #include <map>
 
 #include <nlohmann/json.hpp>
@@ -60,11 +61,16 @@ const std::map<std::string, std::function<ModelConfig()>>& presets() {
   return p;
 }
 
-int parse_int(const std::string& k, const std::string& v) { return parse_setting_int(k, v); }
-float parse_float(const std::string& k, const std::string& v) {
-  return static_cast<float>(parse_setting_double(k, v));
+int parse_int(const std::string& k, const std::string& v) {
+  return forge::parse_int(k, v, std::numeric_limits<int>::min(), std::numeric_limits<int>::max());
 }
-bool parse_bool(const std::string& k, const std::string& v) { return parse_setting_bool(k, v); }
+float parse_float(const std::string& k, const std::string& v) {
+  const float max = std::numeric_limits<float>::max();
+  return static_cast<float>(forge::parse_double(k, v, {-max, max}));
+}
+bool parse_bool(const std::string& k, const std::string& v) {
+  return forge::parse_bool(k, v);
+}
 
 }  // namespace
 

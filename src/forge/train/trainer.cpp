@@ -6,6 +6,7 @@
 #include <deque>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <type_traits>
@@ -28,8 +29,12 @@ namespace fs = std::filesystem;
 
 namespace {
 
-int parse_int(const std::string& k, const std::string& v) { return parse_setting_int(k, v); }
-double parse_double(const std::string& k, const std::string& v) { return parse_setting_double(k, v); }
+int parse_int(const std::string& k, const std::string& v) {
+  return forge::parse_int(k, v, std::numeric_limits<int>::min(), std::numeric_limits<int>::max());
+}
+double parse_double(const std::string& k, const std::string& v) {
+  return forge::parse_double(k, v);
+}
 
 std::string format_duration(double s) {
   char buf[32];
@@ -132,7 +137,7 @@ bool TrainConfig::apply_override(const std::string& k, const std::string& v) {
   else if (k == "eval_windows")
     eval_windows = parse_int(k, v);
   else if (k == "seed")
-    seed = static_cast<uint64_t>(parse_double(k, v));
+    seed = parse_uint64(k, v);  // all 64 bits; a double would round above 2^53
   else
     return false;
   return true;
