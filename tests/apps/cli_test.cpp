@@ -11,6 +11,7 @@
 #include "forge/data/shard.h"
 #include "forge/generate/sampler.h"
 #include "forge/model/model_dir.h"
+#include "forge/train/train_config.h"
 #include "testing.h"
 
 namespace forge {
@@ -242,6 +243,33 @@ TEST_F(CliTest, GenerateSeedUsesAll64Bits) {
       "--seed: expected an integer in [0, 18446744073709551615]");
   expect_user_error(forge("generate --model " + p("model") + " --ids 1 --seed -1"), "--seed");
   expect_user_error(forge("generate --model " + p("model") + " --ids ' 1'"), "bad token id ' 1'");
+}
+
+// Before: --help listed the training keys by hand (save_every and keep_checkpoints were
+// missing), and the overrides had no ranges: beta2=1 divided by zero in AdamW's bias correction,
+// eval_windows=0 averaged over no windows.
+TEST_F(CliTest, TrainSettingsHaveRangesAndAreAllListedInHelp) {
+  const CmdResult h = forge("train --help");
+  ASSERT_EQ(h.code, 0);
+  for (const TrainField& f : train_fields())
+    EXPECT_NE(h.out.find("    " + std::string(f.name) + "=" + f.metavar + " "), std::string::npos)
+        << f.name << "\n"
+        << h.out;
+  EXPECT_NE(h.out.find("(default 1337; 0 to 2^64-1)"), std::string::npos) << h.out;
+  EXPECT_NE(h.out.find("(default 0.95; [0, 1))"), std::string::npos) << h.out;
+
+  write_counting_shard(p("ok.bin"), 4000, 50);
+  const std::string train =
+      "train --data " + p("ok.bin") + " --out " + p("run") + " --steps 1" + kSmallModel;
+  expect_user_error(forge(train + " beta2=1"), "beta2: expected a number in [0, 1), got '1'");
+  expect_user_error(forge(train + " eval_windows=0"),
+                    "eval_windows: expected an integer in [1, 2147483647], got '0'");
+  expect_user_error(forge(train + " warmup_steps=-2"), "warmup_steps: expected an integer in [-1,");
+  expect_user_error(forge(train + " min_lr_frac=1.5"), "min_lr_frac: expected a number in [0, 1]");
+  std::ofstream(p("cfg.json")) << R"({"eps": 0})";
+  expect_user_error(forge(train + " --config " + p("cfg.json")),
+                    "eps: expected a number > 0, got '0'");
+  EXPECT_FALSE(fs::exists(p("run/metrics.jsonl")));
 }
 
 TEST_F(CliTest, QuickstartRunsOnASmallCorpus) {

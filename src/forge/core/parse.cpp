@@ -40,14 +40,18 @@ bool Interval::contains(double x) const {
   return (lo_open ? x > lo : x >= lo) && (hi_open ? x < hi : x <= hi);
 }
 
-std::string Interval::describe() const {
+std::string Interval::bounds() const {
   const bool has_lo = std::isfinite(lo), has_hi = std::isfinite(hi);
   if (has_lo && has_hi)
-    return str("a number in ", lo_open ? "(" : "[", shortest(lo), ", ", shortest(hi),
-               hi_open ? ")" : "]");
-  if (has_lo) return str("a number ", lo_open ? "> " : ">= ", shortest(lo));
-  if (has_hi) return str("a number ", hi_open ? "< " : "<= ", shortest(hi));
-  return "a finite number";
+    return str(lo_open ? "(" : "[", shortest(lo), ", ", shortest(hi), hi_open ? ")" : "]");
+  if (has_lo) return str(lo_open ? "> " : ">= ", shortest(lo));
+  if (has_hi) return str(hi_open ? "< " : "<= ", shortest(hi));
+  return "any";
+}
+
+std::string Interval::describe() const {
+  if (!std::isfinite(lo) && !std::isfinite(hi)) return "a finite number";
+  return str("a number ", std::isfinite(lo) && std::isfinite(hi) ? "in " : "", bounds());
 }
 
 int parse_int(const std::string& what, std::string_view text, int lo, int hi) {

@@ -26,6 +26,7 @@ struct Interval {
   bool hi_open = false;  // hi itself is excluded
 
   bool contains(double x) const;
+  std::string bounds() const;    // "[0, 1)", "> 0", "any"
   std::string describe() const;  // "a number in [0, 1)", "a number > 0", "a finite number"
 };
 
