@@ -46,17 +46,21 @@ std::string field_help(const TrainField& f) {
              ")");
 }
 
+// "    n_layer=N             L: transformer blocks (>= 1)\n"
+std::string setting_line(const std::string& name, const std::string& metavar,
+                         const std::string& help) {
+  std::string left = name + "=" + metavar;
+  left.resize(std::max<size_t>(left.size() + 1, 22), ' ');
+  return "    " + left + help + "\n";
+}
+
 std::string settings_help() {
   std::string s =
       "key=value overrides (after --config, which comes after --preset):\n"
-      "  model: vocab_size max_seq_len n_layer n_embd n_head n_kv_head ffn_hidden norm_eps\n"
-      "         rope_theta rope_style=rotate_half|interleaved tie_embeddings sliding_window\n"
-      "  train (recorded in RUNDIR/config.json):\n";
-  for (const TrainField& f : train_fields()) {
-    std::string left = str(f.name, "=", f.metavar);
-    left.resize(std::max<size_t>(left.size() + 1, 22), ' ');
-    s += "    " + left + field_help(f) + "\n";
-  }
+      "  model (defaults: the preset's):\n";
+  for (const ModelSetting& m : model_settings()) s += setting_line(m.name, m.metavar, m.help);
+  s += "  train (recorded in RUNDIR/config.json):\n";
+  for (const TrainField& f : train_fields()) s += setting_line(f.name, f.metavar, field_help(f));
   s += "presets:";
   for (const std::string& name : preset_names()) s += " " + name;
   return s + "\n" + kTrainNotes;

@@ -10,6 +10,7 @@
 
 #include "forge/data/shard.h"
 #include "forge/generate/sampler.h"
+#include "forge/model/config.h"
 #include "forge/model/model_dir.h"
 #include "forge/train/train_config.h"
 #include "testing.h"
@@ -269,6 +270,26 @@ TEST_F(CliTest, TrainSettingsHaveRangesAndAreAllListedInHelp) {
   std::ofstream(p("cfg.json")) << R"({"eps": 0})";
   expect_user_error(forge(train + " --config " + p("cfg.json")),
                     "eps: expected a number > 0, got '0'");
+  EXPECT_FALSE(fs::exists(p("run/metrics.jsonl")));
+}
+
+// Before: the model keys of --help were a hand-written list, and the overrides took any int or
+// double: n_layer=0 got as far as validate(), norm_eps=1e39 became an infinite epsilon.
+TEST_F(CliTest, ModelSettingsAreCheckedAndListedInHelp) {
+  const CmdResult h = forge("train --help");
+  ASSERT_EQ(h.code, 0);
+  for (const ModelSetting& m : model_settings())
+    EXPECT_NE(h.out.find("    " + m.name + "=" + m.metavar + " "), std::string::npos)
+        << m.name << "\n"
+        << h.out;
+  write_counting_shard(p("ok.bin"), 4000, 50);
+  const std::string train =
+      "train --data " + p("ok.bin") + " --out " + p("run") + " --steps 1" + kSmallModel;
+  expect_user_error(forge(train + " n_layer=0"),
+                    "n_layer: expected an integer in [1, 2147483647], got '0'");
+  expect_user_error(forge(train + " norm_eps=1e39"),
+                    "norm_eps: expected a value that fits a 32-bit float, got '1e39'");
+  expect_user_error(forge(train + " rope_style=spiral"), "rope_style: expected rotate_half or");
   EXPECT_FALSE(fs::exists(p("run/metrics.jsonl")));
 }
 
