@@ -1,5 +1,6 @@
 #include <cmath>
 #include <cstdio>
+#include <limits>
 #include <memory>
 
 #include <nlohmann/json.hpp>
@@ -42,11 +43,8 @@ int cmd_eval(const Argv& argv) {
   const Device device = parse_device(a.get("device", "cpu"));
   Transformer<float> model = load_model_dir(a.require("model"));
   const ModelConfig& cfg = model.config();
-  const int T_ = a.get_int("seq-len", cfg.max_seq_len);
-  const int B = a.get_int("batch", 8);
-  if (T_ <= 0 || T_ > cfg.max_seq_len)
-    throw Error(str("--seq-len ", T_, " must be in [1, ", cfg.max_seq_len, "] for this model"));
-  if (B <= 0) throw Error(str("--batch must be positive, got ", B));
+  const int T_ = a.get_int("seq-len", cfg.max_seq_len, 1, cfg.max_seq_len);  // this model's
+  const int B = a.get_int("batch", 8, 1, std::numeric_limits<int>::max());
 
   const std::string data = a.require("data");
   std::vector<std::string> paths = list_shards(data, "val");

@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <limits>
 
 #include "args.h"
 #include "commands.h"
@@ -110,7 +111,7 @@ int cmd_quickstart(const Argv& argv) {
   model.vocab_size = tokenizer.vocab_size();
   model.max_seq_len = 128;
   TrainConfig cfg;
-  cfg.steps = a.get_int("steps", 400);
+  cfg.steps = a.get_int("steps", 400, 1, std::numeric_limits<int>::max());
   cfg.batch_size = 16;
   cfg.seq_len = 128;
   cfg.lr = 2e-3;
