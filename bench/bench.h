@@ -7,6 +7,8 @@
 #include <string>
 #include <vector>
 
+#include "forge/train/runner.h"
+
 namespace forge::bench {
 
 struct BenchOptions {
@@ -17,6 +19,7 @@ struct BenchOptions {
   int warmup = 3;
   std::string precision = "bf16";
   std::string json_out;   // write results here when non-empty
+  CudaSettings cuda;      // attention path, CUDA graphs (the CLI reads FORGE_ATTENTION etc.)
 };
 
 // forge bench attention: flash attention forward and backward timings.

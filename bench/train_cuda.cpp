@@ -35,7 +35,7 @@ void train_cuda(const BenchOptions& o) {
   ModelConfig cfg = preset_config(o.preset);
   const int B = o.batch, T = o.seq_len;
   if (T > cfg.max_seq_len) cfg.max_seq_len = T;
-  std::unique_ptr<StepRunner> runner = make_cuda_runner(cfg, o.precision);
+  std::unique_ptr<StepRunner> runner = make_cuda_runner(cfg, o.precision, o.cuda);
   const int64_t P = runner->table().total();
   {
     std::vector<float> w(P);

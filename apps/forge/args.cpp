@@ -1,5 +1,6 @@
 #include "args.h"
 
+#include <charconv>
 #include <cstdio>
 
 #include "forge/core/error.h"
@@ -26,28 +27,20 @@ std::vector<std::string> Args::all(const std::string& name) const {
   return it == values_.end() ? std::vector<std::string>{} : it->second;
 }
 
-int Args::get_int(const std::string& name, int def) const {
-  if (!has(name)) return def;
-  const std::string v = get(name);
-  try {
-    size_t pos = 0;
-    const long x = std::stol(v, &pos);
-    if (pos == v.size()) return static_cast<int>(x);
-  } catch (...) {
-  }
-  throw Error(str("--", name, " ", v, ": expected an integer"));
+int Args::get_int(const std::string& name, int def, int lo, int hi) const {
+  return has(name) ? parse_int("--" + name, get(name), lo, hi) : def;
 }
 
-double Args::get_double(const std::string& name, double def) const {
-  if (!has(name)) return def;
-  const std::string v = get(name);
-  try {
-    size_t pos = 0;
-    const double x = std::stod(v, &pos);
-    if (pos == v.size()) return x;
-  } catch (...) {
-  }
-  throw Error(str("--", name, " ", v, ": expected a number"));
+int64_t Args::get_int64(const std::string& name, int64_t def, int64_t lo, int64_t hi) const {
+  return has(name) ? parse_int64("--" + name, get(name), lo, hi) : def;
+}
+
+uint64_t Args::get_uint64(const std::string& name, uint64_t def, uint64_t lo, uint64_t hi) const {
+  return has(name) ? parse_uint64("--" + name, get(name), lo, hi) : def;
+}
+
+double Args::get_double(const std::string& name, double def, const Interval& range) const {
+  return has(name) ? parse_double("--" + name, get(name), range) : def;
 }
 
 std::string Args::require(const std::string& name) const {
@@ -122,14 +115,11 @@ std::vector<int> parse_id_list(const std::string& s) {
   while (start <= s.size()) {
     const size_t comma = s.find(',', start);
     const std::string tok = s.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
-    try {
-      size_t pos = 0;
-      const long v = std::stol(tok, &pos);
-      if (pos != tok.size() || v < 0 || v > INT32_MAX) throw 0;
-      ids.push_back(static_cast<int>(v));
-    } catch (...) {
+    int id = 0;
+    const auto [ptr, ec] = std::from_chars(tok.data(), tok.data() + tok.size(), id);
+    if (tok.empty() || ec != std::errc() || ptr != tok.data() + tok.size() || id < 0)
       throw Error(str("bad token id '", tok, "' in '", s, "' (expected non-negative integers separated by commas)"));
-    }
+    ids.push_back(id);
     if (comma == std::string::npos) break;
     start = comma + 1;
   }

@@ -4,10 +4,14 @@
 // a one-line error that points at --help.
 #pragma once
 
+#include <cstdint>
+#include <limits>
 #include <map>
 #include <string>
 #include <utility>
 #include <vector>
+
+#include "forge/core/parse.h"
 
 namespace forge::cli {
 
@@ -32,8 +36,14 @@ class Args {
   bool has(const std::string& name) const { return values_.count(name) > 0; }
   std::string get(const std::string& name, const std::string& def = "") const;
   std::vector<std::string> all(const std::string& name) const;
-  int get_int(const std::string& name, int def) const;
-  double get_double(const std::string& name, double def) const;
+  // Checked numbers (forge/core/parse.h): `def` when absent; otherwise the whole value must be
+  // a number in the range, or forge::Error "--steps: expected an integer in [1, 2147483647],
+  // got '4294967297'". Every caller states the range it accepts.
+  int get_int(const std::string& name, int def, int lo, int hi) const;
+  int64_t get_int64(const std::string& name, int64_t def, int64_t lo, int64_t hi) const;
+  uint64_t get_uint64(const std::string& name, uint64_t def, uint64_t lo = 0,
+                      uint64_t hi = std::numeric_limits<uint64_t>::max()) const;
+  double get_double(const std::string& name, double def, const Interval& range) const;
   // Throws forge::Error "--name is required" when absent.
   std::string require(const std::string& name) const;
   const std::vector<std::pair<std::string, std::string>>& overrides() const { return overrides_; }

@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <limits>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <thread>
@@ -98,7 +99,9 @@ int bench_tokenizer(const Argv& argv) {
     return 0;
   }
   const std::vector<std::string> inputs = a.has("input") ? a.all("input") : default_inputs();
-  const int threads = a.get_int("threads", 0) > 0 ? a.get_int("threads", 0) : omp_get_max_threads();
+  // 0: all cores.
+  const int asked_threads = a.get_int("threads", 0, 0, std::numeric_limits<int>::max());
+  const int threads = asked_threads > 0 ? asked_threads : omp_get_max_threads();
   if (a.has("no-train") && !a.has("tokenizer")) throw Error("--no-train needs --tokenizer");
   std::vector<std::string> texts;
   int64_t bytes = 0;
@@ -115,7 +118,7 @@ int bench_tokenizer(const Argv& argv) {
   std::optional<tok::Tokenizer> trained;
   if (!a.has("no-train")) {
     tok::BpeTrainOptions o;
-    o.vocab_size = a.get_int("vocab-size", 8192);
+    o.vocab_size = a.get_int("vocab-size", 8192, 1, std::numeric_limits<int>::max());
     o.pattern = tok::parse_split_pattern(a.get("pattern", "gpt2"));
     o.threads = threads;
     std::fprintf(stderr, "training a %d-token vocabulary on %.1f MB with %d threads...\n",

@@ -2,11 +2,13 @@
 // lives here so that a build without CUDA still answers --help and says plainly why it cannot
 // run them.
 #include <array>
+#include <limits>
 #include <sstream>
 
 #include "args.h"
 #include "bench.h"
 #include "commands.h"
+#include "run_env.h"
 #include "forge/core/error.h"
 
 namespace forge::cli {
@@ -76,8 +78,7 @@ int bench_attention(const Argv& argv) {
   o.causal = a.get("causal", o.causal);
   if (o.causal != "yes" && o.causal != "no" && o.causal != "both")
     throw Error("--causal must be yes, no or both, not '" + o.causal + "'");
-  o.iters = a.get_int("iters", o.iters);
-  if (o.iters <= 0) throw Error("--iters must be positive");
+  o.iters = a.get_int("iters", o.iters, 1, std::numeric_limits<int>::max());
   o.json_out = a.get("json-out", "");
 #ifdef FORGE_HAVE_CUDA
   bench::attention_cuda(o);
@@ -99,12 +100,12 @@ int bench_gpu(const std::string& what, const Argv& argv) {
   if (a.get("device", "cuda") != "cuda") throw Error("bench " + what + " runs on --device cuda only");
   bench::BenchOptions o;
   o.preset = a.get("preset", o.preset);
-  o.batch = a.get_int("batch", o.batch);
-  o.seq_len = a.get_int("seq-len", o.seq_len);
-  o.steps = a.get_int("steps", o.steps);
+  o.batch = a.get_int("batch", o.batch, 1, std::numeric_limits<int>::max());
+  o.seq_len = a.get_int("seq-len", o.seq_len, 1, std::numeric_limits<int>::max());
+  o.steps = a.get_int("steps", o.steps, 1, std::numeric_limits<int>::max());
   o.precision = a.get("precision", o.precision);
   o.json_out = a.get("json-out", "");
-  if (o.batch <= 0 || o.seq_len <= 0 || o.steps <= 0) throw Error("--batch, --seq-len and --steps must be positive");
+  o.cuda = cuda_settings_from_env();
 #ifdef FORGE_HAVE_CUDA
   if (what == "gemm") bench::gemm_cuda(o);
   else bench::train_cuda(o);

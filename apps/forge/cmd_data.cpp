@@ -4,6 +4,7 @@
 // stdout.
 #include <algorithm>
 #include <cstdio>
+#include <limits>
 #include <string>
 
 #include "args.h"
@@ -44,18 +45,6 @@ void usage() {
       "`forge data prepare --help` describes it.\n");
 }
 
-int64_t parse_count(const Args& a, const std::string& name, int64_t def) {
-  if (!a.has(name)) return def;
-  const std::string v = a.get(name);
-  try {
-    size_t pos = 0;
-    const long long x = std::stoll(v, &pos);
-    if (pos == v.size() && x > 0) return x;
-  } catch (...) {
-  }
-  throw Error(str("--", name, " ", v, ": expected a positive integer"));
-}
-
 int prepare(const Argv& argv) {
   const Args a = parse_args(kPrepareCmd, argv);
   if (a.help()) {
@@ -67,12 +56,12 @@ int prepare(const Argv& argv) {
   if (o.inputs.empty()) throw Error("--input is required (one or more text files)");
   o.out_dir = a.require("out");
   o.format = parse_doc_format(a.get("format", "file"));
-  o.val_fraction = a.get_double("val-fraction", o.val_fraction);
-  o.shard_tokens = parse_count(a, "shard-tokens", o.shard_tokens);
+  o.val_fraction = a.get_double("val-fraction", o.val_fraction, {0, 0.5});
+  o.shard_tokens =
+      a.get_int64("shard-tokens", o.shard_tokens, 1, std::numeric_limits<int64_t>::max());
   o.eot = a.get("eot", o.eot);
   o.allow_invalid_utf8 = a.has("allow-invalid-utf8");
-  o.threads = a.get_int("threads", 0);
-  if (o.threads < 0) throw Error(str("--threads must be 0 (all cores) or more, got ", o.threads));
+  o.threads = a.get_int("threads", 0, 0, std::numeric_limits<int>::max());  // 0: all cores
   const tok::Tokenizer tokenizer = tok::Tokenizer::load(a.require("tokenizer"));
 
   bool drew = false;

@@ -1,11 +1,13 @@
 #include <cmath>
 #include <cstdio>
+#include <limits>
 #include <memory>
 
 #include <nlohmann/json.hpp>
 
 #include "args.h"
 #include "commands.h"
+#include "run_env.h"
 #include "forge/core/dtype.h"
 #include "forge/core/error.h"
 #include "forge/core/timer.h"
@@ -41,11 +43,8 @@ int cmd_eval(const Argv& argv) {
   const Device device = parse_device(a.get("device", "cpu"));
   Transformer<float> model = load_model_dir(a.require("model"));
   const ModelConfig& cfg = model.config();
-  const int T_ = a.get_int("seq-len", cfg.max_seq_len);
-  const int B = a.get_int("batch", 8);
-  if (T_ <= 0 || T_ > cfg.max_seq_len)
-    throw Error(str("--seq-len ", T_, " must be in [1, ", cfg.max_seq_len, "] for this model"));
-  if (B <= 0) throw Error(str("--batch must be positive, got ", B));
+  const int T_ = a.get_int("seq-len", cfg.max_seq_len, 1, cfg.max_seq_len);  // this model's
+  const int B = a.get_int("batch", 8, 1, std::numeric_limits<int>::max());
 
   const std::string data = a.require("data");
   std::vector<std::string> paths = list_shards(data, "val");
@@ -64,7 +63,7 @@ int cmd_eval(const Argv& argv) {
   // StepRunner the trainer uses; the CPU model is the reference.
   std::unique_ptr<StepRunner> gpu;
   if (device == Device::kCuda) {
-    gpu = make_cuda_runner(cfg, "fp32");
+    gpu = make_cuda_runner(cfg, "fp32", cuda_settings_from_env());
     gpu->set_weights(model.weights());
   }
   std::vector<int32_t> x(static_cast<size_t>(B) * T_), y(static_cast<size_t>(B) * T_);
@@ -73,7 +72,7 @@ int cmd_eval(const Argv& argv) {
   for (int64_t done = 0; done < windows.count();) {
     const int b = static_cast<int>(std::min<int64_t>(B, windows.count() - done));
     for (int i = 0; i < b; ++i) windows.window(done + i, x.data() + static_cast<size_t>(i) * T_, y.data() + static_cast<size_t>(i) * T_);
-    sum += (gpu ? gpu->eval_loss(x.data(), y.data(), b, T_) : model.forward(x.data(), y.data(), b, T_)) * b * T_;
+    sum += (gpu ? gpu->eval_loss(x.data(), y.data(), b, T_) : model.loss(x.data(), y.data(), b, T_)) * b * T_;
     done += b;
     if (!a.has("json") && timer.seconds() > 2.0) {
       std::fprintf(stderr, "\r%lld/%lld windows", static_cast<long long>(done), static_cast<long long>(windows.count()));

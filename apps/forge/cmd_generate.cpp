@@ -1,5 +1,6 @@
 #include <cstdio>
 #include <filesystem>
+#include <limits>
 #include <optional>
 
 #include <nlohmann/json.hpp>
@@ -27,7 +28,7 @@ const Command kGenerate = {
      {"temperature", "T", "0 = greedy (default 1.0)"},
      {"top-k", "K", "keep the K most likely tokens (default: all)"},
      {"top-p", "P", "nucleus sampling threshold (default 1.0 = off)"},
-     {"seed", "S", "sampling seed (default 0)"},
+     {"seed", "S", "sampling seed, 0 to 2^64-1 (default 0)"},
      {"device", "D", "cpu (default) or cuda"},
      {"json", "", "print one JSON object with the new ids"}},
     false,
@@ -45,6 +46,15 @@ int cmd_generate(const Argv& argv) {
   if (parse_device(a.get("device", "cpu")) != Device::kCpu)
     throw Error("--device cuda: this build generates on the CPU only");
   if (a.has("prompt") == a.has("ids")) throw Error("give exactly one of --prompt TEXT and --ids 1,2,3");
+  const int int_max = std::numeric_limits<int>::max();
+  SampleOptions opt;
+  opt.max_new_tokens = a.get_int("max-new-tokens", 64, 0, int_max);
+  // The sampler holds these two as floats; the ranges keep them finite there.
+  opt.temperature =
+      static_cast<float>(a.get_double("temperature", 1.0, {0, std::numeric_limits<float>::max()}));
+  opt.top_p = static_cast<float>(a.get_double("top-p", 1.0, {0, 1, true, false}));
+  opt.top_k = a.get_int("top-k", 0, 0, int_max);  // 0: all
+  opt.seed = a.get_uint64("seed", 0);             // all 64 bits key the sampler's Philox stream
   const std::string dir = a.require("model");
   Transformer<float> model = load_model_dir(dir);
   std::optional<tok::Tokenizer> tokenizer;
@@ -60,14 +70,6 @@ int cmd_generate(const Argv& argv) {
   for (int id : ids)
     if (id >= model.config().vocab_size)
       throw Error(str("--ids: token id ", id, " is out of range for vocabulary size ", model.config().vocab_size));
-  SampleOptions opt;
-  opt.max_new_tokens = a.get_int("max-new-tokens", 64);
-  opt.temperature = static_cast<float>(a.get_double("temperature", 1.0));
-  opt.top_k = a.get_int("top-k", 0);
-  opt.top_p = static_cast<float>(a.get_double("top-p", 1.0));
-  opt.seed = static_cast<uint64_t>(a.get_int("seed", 0));
-  if (opt.max_new_tokens < 0) throw Error("--max-new-tokens must be >= 0");
-  if (opt.top_p <= 0 || opt.top_p > 1) throw Error("--top-p must be in (0, 1]");
   const auto out = generate(model, std::vector<int32_t>(ids.begin(), ids.end()), opt);
   const std::string text = tokenizer ? sanitize_utf8(tokenizer->decode(out)) : "";
   if (a.has("json")) {

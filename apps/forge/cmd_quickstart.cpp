@@ -5,9 +5,11 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <limits>
 
 #include "args.h"
 #include "commands.h"
+#include "run_env.h"
 #include "forge/core/dtype.h"
 #include "forge/core/error.h"
 #include "forge/core/rng.h"
@@ -109,7 +111,7 @@ int cmd_quickstart(const Argv& argv) {
   model.vocab_size = tokenizer.vocab_size();
   model.max_seq_len = 128;
   TrainConfig cfg;
-  cfg.steps = a.get_int("steps", 400);
+  cfg.steps = a.get_int("steps", 400, 1, std::numeric_limits<int>::max());
   cfg.batch_size = 16;
   cfg.seq_len = 128;
   cfg.lr = 2e-3;
@@ -119,6 +121,7 @@ int cmd_quickstart(const Argv& argv) {
   RunOptions opt;
   opt.device = device == Device::kCuda ? "cuda" : "cpu";
   opt.precision = device == Device::kCuda ? "bf16" : "fp32";
+  opt.cuda = cuda_settings_from_env();
   const TrainResult r = forge::train(model, cfg, out + "/data", out, opt);
 
   // 4. Sample: each sample starts at a document boundary, i.e. a fresh fortune.

@@ -13,6 +13,7 @@
 #include <fstream>
 #include <iostream>
 #include <iterator>
+#include <limits>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
@@ -123,10 +124,9 @@ int train(const Argv& argv) {
   const std::string out = a.require("out");
   if (!a.has("vocab-size")) throw Error("--vocab-size is required");
   tok::BpeTrainOptions o;
-  o.vocab_size = a.get_int("vocab-size", 0);
+  o.vocab_size = a.get_int("vocab-size", 0, 1, std::numeric_limits<int>::max());
   o.pattern = tok::parse_split_pattern(a.get("pattern", "gpt2"));
-  o.threads = a.get_int("threads", 0);
-  if (o.threads < 0) throw Error(str("--threads must be 0 (all cores) or more, got ", o.threads));
+  o.threads = a.get_int("threads", 0, 0, std::numeric_limits<int>::max());  // 0: all cores
   if (a.has("special") && a.has("no-specials"))
     throw Error("--special and --no-specials contradict each other");
   if (a.has("special")) o.specials = a.all("special");

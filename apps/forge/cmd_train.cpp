@@ -1,15 +1,19 @@
 // forge train: pretrain from scratch, fine-tune from a Hugging Face model (--init-from), or
 // continue a stopped run (--resume). Parses the settings, installs the SIGINT/SIGTERM handler
 // that asks the trainer to checkpoint and stop, and calls the library.
+#include <algorithm>
 #include <chrono>
 #include <csignal>
 #include <ctime>
 #include <filesystem>
 #include <fstream>
+#include <string_view>
+#include <utility>
 #include <nlohmann/json.hpp>
 
 #include "args.h"
 #include "commands.h"
+#include "run_env.h"
 #include "forge/core/dtype.h"
 #include "forge/core/error.h"
 #include "forge/model/config.h"
@@ -21,34 +25,76 @@ namespace {
 
 namespace fs = std::filesystem;
 
-const Command kTrain = {
-    "train",
-    "pretrain a model on token shards",
-    {{"config", "FILE", "JSON file of settings: {\"preset\": ..., \"key\": value, ...}"},
-     {"preset", "NAME", "model shape (default tiny); see below"},
-     {"data", "DIR|FILE", "token shards: a directory of train_*.bin/val_*.bin, or one .bin"},
-     {"out", "RUNDIR", "run directory (default runs/<preset>-<time>)"},
-     {"steps", "N", "optimizer steps (default 1000)"},
-     {"device", "cpu|cuda", "where to train (default cpu; --resume: the run's)"},
-     {"precision", "fp32|bf16|fp16",
-      "compute precision (cpu: fp32; cuda: bf16 default, fp32, fp16 with loss scaling; --resume: "
-      "the run's)"},
-     {"save-every", "K", "write RUNDIR/checkpoints/step_NNNNNN every K steps (default: never)"},
-     {"keep-checkpoints", "N", "keep the newest N checkpoints (default 3; 0 keeps all)"},
-     {"init-from", "MODELDIR", "start from a Hugging Face model directory (fresh optimizer)"},
-     {"resume", "RUNDIR", "continue a run from its newest checkpoint up to --steps"}},
-    true,
-    "",
-    "key=value overrides (after --config, which comes after --preset):\n"
-    "  model: vocab_size max_seq_len n_layer n_embd n_head n_kv_head ffn_hidden norm_eps\n"
-    "         rope_theta rope_style=rotate_half|interleaved tie_embeddings sliding_window\n"
-    "  train: steps batch_size seq_len grad_accum lr min_lr_frac warmup_steps weight_decay\n"
-    "         beta1 beta2 eps grad_clip eval_every eval_windows seed\n"
-    "presets: tiny gpt2-124m gpt2-350m llama-10m llama-25m llama-100m smollm2-135m\n"
+// --steps, --save-every and --keep-checkpoints are the training settings of those names
+// (steps, save_every, keep_checkpoints): the same help, default and range.
+constexpr std::pair<const char*, const char*> kTrainOptions[] = {
+    {"steps", "steps"}, {"save-every", "save_every"}, {"keep-checkpoints", "keep_checkpoints"}};
+
+const TrainField& option_field(std::string_view option) {
+  for (const auto& [opt, field] : kTrainOptions)
+    if (option == opt) return *find_train_field(field);
+  FORGE_CHECK(false, "--", option, " is not a training setting");
+}
+
+const char* const kTrainNotes =
     "--resume takes the run's configuration from its checkpoint, device and precision included\n"
     "(only --steps, --data, --device and --precision may change). --init-from takes the model's\n"
     "shape from MODELDIR/config.json (no model settings).\n"
-    "SIGINT/SIGTERM: the current step finishes, a checkpoint is written, and forge exits 0."};
+    "SIGINT/SIGTERM: the current step finishes, a checkpoint is written, and forge exits 0.";
+
+// What --help says about a training setting: "optimizer steps (default 1000; >= 1)".
+std::string field_help(const TrainField& f) {
+  return str(f.help, " (default ", train_field_text(TrainConfig{}, f), "; ", train_field_range(f),
+             ")");
+}
+
+// "    n_layer=N             L: transformer blocks (>= 1)\n"
+std::string setting_line(const std::string& name, const std::string& metavar,
+                         const std::string& help) {
+  std::string left = name + "=" + metavar;
+  left.resize(std::max<size_t>(left.size() + 1, 22), ' ');
+  return "    " + left + help + "\n";
+}
+
+std::string settings_help() {
+  std::string s =
+      "key=value overrides (after --config, which comes after --preset):\n"
+      "  model (defaults: the preset's):\n";
+  for (const ModelSetting& m : model_settings()) s += setting_line(m.name, m.metavar, m.help);
+  s += "  train (recorded in RUNDIR/config.json):\n";
+  for (const TrainField& f : train_fields()) s += setting_line(f.name, f.metavar, field_help(f));
+  s += "presets:";
+  for (const std::string& name : preset_names()) s += " " + name;
+  return s + "\n" + kTrainNotes;
+}
+
+const Command& train_command() {
+  static const Command cmd = {
+      "train",
+      "pretrain a model on token shards",
+      {{"config", "FILE", "JSON file of settings: {\"preset\": ..., \"key\": value, ...}"},
+       {"preset", "NAME", "model shape (default tiny); see below"},
+       {"data", "DIR|FILE", "token shards: a directory of train_*.bin/val_*.bin, or one .bin"},
+       {"out", "RUNDIR", "run directory (default runs/<preset>-<time>)"},
+       {"steps", "N", field_help(option_field("steps"))},
+       {"device", "cpu|cuda", "where to train (default cpu; --resume: the run's)"},
+       {"precision", "fp32|bf16|fp16",
+        "compute precision (cpu: fp32; cuda: bf16 default, fp32, fp16 with loss scaling; "
+        "--resume: the run's)"},
+       {"save-every", "K", field_help(option_field("save-every"))},
+       {"keep-checkpoints", "N", field_help(option_field("keep-checkpoints"))},
+       {"init-from", "MODELDIR", "start from a Hugging Face model directory (fresh optimizer)"},
+       {"resume", "RUNDIR", "continue a run from its newest checkpoint up to --steps"}},
+      true,
+      "",
+      settings_help()};
+  return cmd;
+}
+
+// Sets the training setting behind --`option` when it is given.
+void apply_option(const Args& a, const std::string& option, TrainConfig& t) {
+  if (a.has(option)) set_train_field(t, option_field(option), "--" + option, a.get(option));
+}
 
 void apply(ModelConfig& m, TrainConfig& t, const std::string& key, const std::string& value) {
   if (apply_model_override(m, key, value)) return;
@@ -83,9 +129,10 @@ void install_stop_handlers() {
 }  // namespace
 
 int cmd_train(const Argv& argv) {
-  const Args a = parse_args(kTrain, argv);
+  const Command& cmd = train_command();
+  const Args a = parse_args(cmd, argv);
   if (a.help()) {
-    print_help(kTrain);
+    print_help(cmd);
     return 0;
   }
   // Unset, the library chooses: a new run trains on the CPU (bf16 is the GPU's default
@@ -93,6 +140,7 @@ int cmd_train(const Argv& argv) {
   RunOptions opt;
   if (a.has("device")) opt.device = device_name(parse_device(a.get("device")));
   if (a.has("precision")) opt.precision = a.get("precision");
+  opt.cuda = cuda_settings_from_env();
   opt.stop = &g_stop;
   if (a.has("resume")) {
     for (const char* fixed :
@@ -103,10 +151,11 @@ int cmd_train(const Argv& argv) {
     if (!a.overrides().empty())
       throw Error(str("--resume takes the run's configuration from its checkpoint; drop '",
                       a.overrides()[0].first, "=", a.overrides()[0].second, "'"));
-    const int steps = a.get_int("steps", 0);
-    if (a.has("steps") && steps <= 0) throw Error(str("--steps must be positive, got ", steps));
+    TrainConfig given;
+    given.steps = 0;  // resume(): 0 keeps the run's own total
+    apply_option(a, "steps", given);
     install_stop_handlers();
-    forge::resume(a.get("resume"), steps, a.get("data", ""), opt);
+    forge::resume(a.get("resume"), given.steps, a.get("data", ""), opt);
     return 0;
   }
   const std::string init_from = a.get("init-from", "");
@@ -124,6 +173,9 @@ int cmd_train(const Argv& argv) {
       throw Error(str(a.get("config"), ": malformed JSON: ", e.what()));
     }
     if (!file_cfg.is_object()) throw Error(str(a.get("config"), ": expected a JSON object"));
+    if (file_cfg.contains("preset") && !file_cfg["preset"].is_string())
+      throw Error(
+          str(a.get("config"), ": \"preset\" must be a string, got ", file_cfg["preset"].dump()));
     if (file_cfg.contains("preset") && !a.has("preset"))
       preset = file_cfg["preset"].get<std::string>();
   }
@@ -143,10 +195,7 @@ int cmd_train(const Argv& argv) {
     setting(k, v.is_string() ? v.get<std::string>() : v.dump());
   }
   for (const auto& [k, v] : a.overrides()) setting(k, v);
-  if (a.has("steps")) train.steps = a.get_int("steps", train.steps);
-  if (a.has("save-every")) train.save_every = a.get_int("save-every", 0);
-  if (a.has("keep-checkpoints")) train.keep_checkpoints = a.get_int("keep-checkpoints", 3);
-  if (train.save_every < 0) throw Error(str("--save-every must be >= 0, got ", train.save_every));
+  for (const auto& [option, field] : kTrainOptions) apply_option(a, option, train);
   const std::string data = a.require("data");
   fs::path from = fs::path(init_from).lexically_normal();
   if (from.filename().empty()) from = from.parent_path();  // "models/x/" -> "models/x"

@@ -109,10 +109,10 @@ int cmd_validate(const Argv& argv) {
       throw Error(str("--ids: id ", id, " is out of range for vocabulary size ", cfg.vocab_size));
   const std::vector<int32_t> tokens(ids.begin(), ids.end());
   const int T_ = static_cast<int>(tokens.size()), V = cfg.vocab_size, Vp = cfg.padded_vocab();
-  model.forward(tokens.data(), nullptr, 1, T_);
+  const float* all = model.logits_of(tokens.data(), 1, T_);  // (T, Vp)
   nlohmann::json logits = nlohmann::json::array();
   for (int t = 0; t < T_; ++t) {
-    const float* row = model.logits() + static_cast<size_t>(t) * Vp;  // (Vp)
+    const float* row = all + static_cast<size_t>(t) * Vp;  // (Vp)
     for (int v = 0; v < V; ++v)
       if (!std::isfinite(row[v]))
         throw Error(str(dir, ": non-finite logit at position ", t, ", token ", v));

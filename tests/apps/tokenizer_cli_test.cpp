@@ -150,7 +150,8 @@ TEST_F(TokenizerCli, OneLineErrors) {
   expect_user_error(forge("tokenizer decode --tokenizer " + p("t.json") + " --ids 1,99999"),
                     "99999");
   expect_user_error(forge("bench generate"), "not implemented yet");
-  expect_user_error(forge("bench gemm --batch 0"), "must be positive");
+  expect_user_error(forge("bench gemm --batch 0"),
+                    "--batch: expected an integer in [1, 2147483647], got '0'");
   expect_user_error(forge("bench attention --causal maybe"), "--causal must be yes, no or both");
   expect_user_error(forge("bench attention --shapes 4x16x4096"), "is not BxHxTxD");
   expect_user_error(forge("bench frob"), "unknown benchmark 'frob'");

@@ -1,5 +1,7 @@
 #include "forge/model/config.h"
 
+#include <functional>
+#include <map>
 #include <nlohmann/json.hpp>
 
 #include "forge/core/error.h"
@@ -47,6 +49,80 @@ TEST(ModelConfig, OverridesParseAndValidate) {
   EXPECT_THROW(apply_model_override(c, "n_layer", "three"), Error);
   c.n_head = 5;  // 128 % 5 != 0
   EXPECT_THROW(c.validate(), Error);
+}
+
+// Every listed key sets the member of that name (the members are listed again here, by hand,
+// on purpose), and no member is missing from the listing.
+TEST(ModelConfig, EverySettingSetsItsMember) {
+  struct Real {
+    std::string text;  // a value unlike llama-10m's
+    double want;
+    std::function<double(const ModelConfig&)> get;
+  };
+  const std::map<std::string, Real> real = {
+      {"vocab_size", {"77", 77, [](const ModelConfig& c) { return c.vocab_size; }}},
+      {"max_seq_len", {"33", 33, [](const ModelConfig& c) { return c.max_seq_len; }}},
+      {"n_layer", {"5", 5, [](const ModelConfig& c) { return c.n_layer; }}},
+      {"n_embd", {"96", 96, [](const ModelConfig& c) { return c.n_embd; }}},
+      {"n_head", {"6", 6, [](const ModelConfig& c) { return c.n_head; }}},
+      {"n_kv_head", {"3", 3, [](const ModelConfig& c) { return c.n_kv_head; }}},
+      {"ffn_hidden", {"250", 250, [](const ModelConfig& c) { return c.ffn_hidden; }}},
+      {"norm_eps", {"0.25", 0.25, [](const ModelConfig& c) { return c.norm_eps; }}},
+      {"rope_theta", {"500000", 5e5, [](const ModelConfig& c) { return c.rope_theta; }}},
+      {"rope_style",
+       {"interleaved", 1,
+        [](const ModelConfig& c) { return c.rope_style == RopeStyle::kInterleaved ? 1 : 0; }}},
+      {"tie_embeddings",
+       {"false", 0, [](const ModelConfig& c) { return c.tie_embeddings ? 1 : 0; }}},
+      {"sliding_window", {"64", 64, [](const ModelConfig& c) { return c.sliding_window; }}},
+  };
+  const auto listed = model_settings();
+  EXPECT_EQ(listed.size(), real.size());
+  for (const ModelSetting& m : listed) {
+    SCOPED_TRACE(m.name);
+    ASSERT_TRUE(real.count(m.name));
+    const Real& r = real.at(m.name);
+    ModelConfig c = preset_config("llama-10m");
+    ASSERT_NE(r.get(c), r.want);  // the override changes something
+    ASSERT_TRUE(apply_model_override(c, m.name, r.text));
+    EXPECT_EQ(r.get(c), r.want);
+  }
+}
+
+TEST(ModelConfig, OverridesAreCheckedAgainstTheirRange) {
+  auto error_of = [](const std::string& key, const std::string& v) -> std::string {
+    ModelConfig c = preset_config("tiny");
+    try {
+      apply_model_override(c, key, v);
+    } catch (const Error& e) {
+      return e.what();
+    }
+    return "";
+  };
+  EXPECT_EQ(error_of("n_layer", "0"), "n_layer: expected an integer in [1, 2147483647], got '0'");
+  EXPECT_EQ(error_of("vocab_size", "4294967297"),
+            "vocab_size: expected an integer in [1, 2147483647], got '4294967297'");
+  EXPECT_EQ(error_of("n_head", " 4"), "n_head: expected an integer in [1, 2147483647], got ' 4'");
+  EXPECT_EQ(error_of("sliding_window", "-1"),
+            "sliding_window: expected an integer in [0, 2147483647], got '-1'");
+  EXPECT_EQ(error_of("norm_eps", "0"), "norm_eps: expected a number > 0, got '0'");
+  // Before: parsed as a double and cast, 1e39 became an infinite epsilon.
+  EXPECT_EQ(error_of("norm_eps", "1e39"),
+            "norm_eps: expected a value that fits a 32-bit float, got '1e39'");
+  EXPECT_EQ(error_of("rope_style", "spiral"),
+            "rope_style: expected rotate_half or interleaved, got 'spiral'");
+  EXPECT_EQ(error_of("tie_embeddings", "yes"), "tie_embeddings: expected true or false, got 'yes'");
+  EXPECT_EQ(error_of("rope_theta", "1e6"), "");
+}
+
+TEST(ModelConfig, Gpt2HeadsOverrideSetsTheKvHeadsToo) {
+  ModelConfig gpt2 = preset_config("tiny");
+  ASSERT_TRUE(apply_model_override(gpt2, "n_head", "8"));
+  EXPECT_EQ(gpt2.n_kv_head, 8);
+  ModelConfig llama = preset_config("llama-10m");
+  const int nkv = llama.n_kv_head;
+  ASSERT_TRUE(apply_model_override(llama, "n_head", "16"));
+  EXPECT_EQ(llama.n_kv_head, nkv);
 }
 
 TEST(ModelConfig, HfConfigRoundTripAndBothRopeDialects) {

@@ -45,26 +45,27 @@ void check_model(const fs::path& dir) {
   for (int b = 0; b < B; ++b)
     for (int t = 0; t < T_; ++t) targets[b * T_ + t] = t + 1 < T_ ? ids[b * T_ + t + 1] : -1;
 
-  const double loss = model.forward(ids.data(), targets.data(), B, T_);
+  const double loss = model.loss(ids.data(), targets.data(), B, T_);
   const double want_loss = g["loss"].get<double>();
   EXPECT_NEAR(loss, want_loss, 1e-4 * std::fabs(want_loss)) << "loss";
 
   // Logits (B, T, Vp) -> the V real columns. Tolerance 1e-4 relative to each value, with an
   // absolute floor of 1e-4 of the largest logit for values near zero.
   const int Vp = model.config().padded_vocab();
+  const float* logits = model.logits_of(ids.data(), B, T_);
   std::vector<float> got, want;
   double scale = 0;
   for (int b = 0; b < B; ++b)
     for (int t = 0; t < T_; ++t)
       for (int v = 0; v < V; ++v) {
-        got.push_back(model.logits()[(static_cast<size_t>(b) * T_ + t) * Vp + v]);
+        got.push_back(logits[(static_cast<size_t>(b) * T_ + t) * Vp + v]);
         want.push_back(g["logits"][b][t][v].get<float>());
         scale = std::max(scale, std::fabs(static_cast<double>(want.back())));
       }
   EXPECT_TRUE(testing::all_close(got, want, {1e-4 * scale, 1e-4})) << "logits";
 
   model.zero_grad();
-  model.backward(1.0);
+  model.loss_and_grad(ids.data(), targets.data(), B, T_, 1.0);
   const auto& norms = g["grad_norms"];
   size_t checked = 0;
   for (const auto& p : model.table().params()) {

@@ -61,10 +61,9 @@ void check_model_gradient(const ModelConfig& cfg, uint64_t seed) {
   auto targets = random_ids(B * T, cfg.vocab_size, seed + 3);
   targets[3] = -1;  // ignore_index
   m.zero_grad();
-  m.forward(tokens.data(), targets.data(), B, T);
-  m.backward(1.0);
+  m.loss_and_grad(tokens.data(), targets.data(), B, T);
   const std::vector<double> analytic = m.grads();
-  const auto numeric = testing::finite_diff(m.weights(), [&] { return m.forward(tokens.data(), targets.data(), B, T); });
+  const auto numeric = testing::finite_diff(m.weights(), [&] { return m.loss(tokens.data(), targets.data(), B, T); });
   for (const auto& p : m.table().params()) {
     std::vector<double> a(analytic.begin() + p.offset, analytic.begin() + p.offset + p.numel());
     std::vector<double> n(numeric.begin() + p.offset, numeric.begin() + p.offset + p.numel());
@@ -98,11 +97,9 @@ TEST(Transformer, FloatMatchesDouble) {
     auto targets = random_ids(B * T, cfg.vocab_size, 42);
     md.zero_grad();
     mf.zero_grad();
-    const double ld = md.forward(tokens.data(), targets.data(), B, T);
-    const double lf = mf.forward(tokens.data(), targets.data(), B, T);
+    const double ld = md.loss_and_grad(tokens.data(), targets.data(), B, T);
+    const double lf = mf.loss_and_grad(tokens.data(), targets.data(), B, T);
     EXPECT_NEAR(lf, ld, 1e-5 * std::fabs(ld));
-    md.backward(1.0);
-    mf.backward(1.0);
     // f32 through ~20 ops of depth: 1e-4 relative with an absolute floor for tiny entries.
     EXPECT_TRUE(all_close(mf.grads(), md.grads(), {2e-5, 1e-3})) << cfg.family_name();
   }
@@ -117,15 +114,16 @@ TEST(Transformer, UniformWeightsPredictUniformly) {
   const int B = 1, T = 4;
   auto tokens = random_ids(B * T, cfg.vocab_size, 5);
   auto targets = random_ids(B * T, cfg.vocab_size, 6);
-  EXPECT_NEAR(m.forward(tokens.data(), targets.data(), B, T), std::log(37.0), 1e-12);
+  EXPECT_NEAR(m.loss(tokens.data(), targets.data(), B, T), std::log(37.0), 1e-12);
 }
 
 TEST(Transformer, RejectsOutOfRangeTokensAndLongSequences) {
   Transformer<float> m(tiny_gpt2());
   std::vector<int32_t> tokens = {1, 2, 37, 4};
-  EXPECT_THROW(m.forward(tokens.data(), nullptr, 1, 4), Error);
+  EXPECT_THROW(m.logits_of(tokens.data(), 1, 4), Error);
+  EXPECT_THROW(m.loss(tokens.data(), tokens.data(), 1, 4), Error);
   std::vector<int32_t> long_seq(9, 1);
-  EXPECT_THROW(m.forward(long_seq.data(), nullptr, 1, 9), Error);
+  EXPECT_THROW(m.logits_of(long_seq.data(), 1, 9), Error);
 }
 
 }  // namespace

@@ -34,13 +34,12 @@ using cuda::testing::CudaTest;
 
 ModelConfig small(Family f) { return testing::small_config(f); }
 
-// FORGE_CUDA_GRAPH is read when a runner is made.
 std::unique_ptr<StepRunner> make_runner(const ModelConfig& cfg, const std::string& precision,
                                         bool graphs, const LossScaleOptions& ls = {}) {
-  setenv("FORGE_CUDA_GRAPH", graphs ? "1" : "0", 1);
-  auto r = make_cuda_runner(cfg, precision, ls);
-  unsetenv("FORGE_CUDA_GRAPH");
-  return r;
+  CudaSettings s;
+  s.loss_scale = ls;
+  s.graphs = graphs;
+  return make_cuda_runner(cfg, precision, s);
 }
 
 struct Trace {
@@ -373,9 +372,8 @@ TEST_F(CudaTrainerTest, GraphAndEagerRunsLogTheSameLines) {
   opt.quiet = true;
   const std::string data = (dir_ / "data").string();
   train(model(), config(), data, (dir_ / "graph").string(), opt);
-  setenv("FORGE_CUDA_GRAPH", "0", 1);
+  opt.cuda.graphs = false;
   train(model(), config(), data, (dir_ / "eager").string(), opt);
-  unsetenv("FORGE_CUDA_GRAPH");
   expect_same_lines(dir_ / "graph", dir_ / "eager");
   EXPECT_EQ(file_bytes(dir_ / "graph/model/model.safetensors"),
             file_bytes(dir_ / "eager/model/model.safetensors"));

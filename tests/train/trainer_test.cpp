@@ -103,7 +103,7 @@ TEST_F(TrainerTest, LearnsWritesMetricsPlotAndModel) {
   std::vector<int32_t> x(32), y(32);
   for (int64_t i = 0; i < w.count(); ++i) {
     w.window(i, x.data(), y.data());
-    sum += loaded.forward(x.data(), y.data(), 1, 32);
+    sum += loaded.loss(x.data(), y.data(), 1, 32);
   }
   EXPECT_NEAR(sum / w.count(), r.last_val_loss, 1e-5);
 }

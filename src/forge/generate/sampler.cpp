@@ -47,8 +47,7 @@ std::vector<int32_t> generate(Transformer<float>& model, const std::vector<int32
   for (int i = 0; i < opt.max_new_tokens; ++i) {
     const int T_ = static_cast<int>(std::min<size_t>(ctx.size(), cfg.max_seq_len));
     const int32_t* window = ctx.data() + (ctx.size() - T_);
-    model.forward(window, nullptr, 1, T_);
-    const float* last = model.logits() + static_cast<size_t>(T_ - 1) * cfg.padded_vocab();
+    const float* last = model.logits_of(window, 1, T_) + static_cast<size_t>(T_ - 1) * cfg.padded_vocab();
     const int32_t next = sample_token(last, cfg.vocab_size, opt, rng);
     ctx.push_back(next);
     out.push_back(next);

@@ -1,8 +1,12 @@
 #include "forge/model/config.h"
 
+#include <cmath>
 #include <functional>
+#include <limits>
 #include <map>
 #include <optional>
+#include <type_traits>
+#include <variant>
 
 #include <nlohmann/json.hpp>
 
@@ -61,11 +65,96 @@ const std::map<std::string, std::function<ModelConfig()>>& presets() {
   return p;
 }
 
-int parse_int(const std::string& k, const std::string& v) { return parse_setting_int(k, v); }
-float parse_float(const std::string& k, const std::string& v) {
-  return static_cast<float>(parse_setting_double(k, v));
+// The key=value model settings, one row each: the override parser and the --help listing
+// (model_settings) both walk this table. Not config.json: its keys are Hugging Face's, in
+// to_hf_config / from_hf_config.
+struct IntRow {
+  int ModelConfig::*ptr;
+  int lo, hi;
+};
+struct FloatRow {
+  float ModelConfig::*ptr;
+  Interval range;  // checked in double; the value must also fit a float
+};
+struct BoolRow {
+  bool ModelConfig::*ptr;
+};
+struct RopeStyleRow {};  // rotate_half | interleaved
+
+struct ModelRow {
+  const char* name;
+  const char* metavar;
+  const char* help;
+  std::variant<IntRow, FloatRow, BoolRow, RopeStyleRow> member;
+};
+
+constexpr int kIntMax = std::numeric_limits<int>::max();
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+// The ranges are the per-field ones; validate() checks how the fields fit together.
+constexpr ModelRow kModelRows[] = {
+    {"vocab_size", "N", "V: vocabulary size", IntRow{&ModelConfig::vocab_size, 1, kIntMax}},
+    {"max_seq_len", "N", "context length (gpt2: learned positions)",
+     IntRow{&ModelConfig::max_seq_len, 1, kIntMax}},
+    {"n_layer", "N", "L: transformer blocks", IntRow{&ModelConfig::n_layer, 1, kIntMax}},
+    {"n_embd", "N", "C: width", IntRow{&ModelConfig::n_embd, 1, kIntMax}},
+    {"n_head", "N", "NH: attention heads (gpt2: n_kv_head follows)",
+     IntRow{&ModelConfig::n_head, 1, kIntMax}},
+    {"n_kv_head", "N", "NKV: key/value heads (llama; grouped-query attention when < NH)",
+     IntRow{&ModelConfig::n_kv_head, 1, kIntMax}},
+    {"ffn_hidden", "N", "MLP width", IntRow{&ModelConfig::ffn_hidden, 1, kIntMax}},
+    {"norm_eps", "X", "LayerNorm / RMSNorm epsilon",
+     FloatRow{&ModelConfig::norm_eps, {0, kInf, true, false}}},
+    {"rope_theta", "X", "RoPE base (llama)",
+     FloatRow{&ModelConfig::rope_theta, {0, kInf, true, false}}},
+    {"rope_style", "STYLE", "how RoPE pairs dimensions (llama): rotate_half or interleaved",
+     RopeStyleRow{}},
+    {"tie_embeddings", "BOOL", "lm_head shares the token embedding: true or false",
+     BoolRow{&ModelConfig::tie_embeddings}},
+    {"sliding_window", "N", "attention window; 0: full causal",
+     IntRow{&ModelConfig::sliding_window, 0, kIntMax}},
+};
+
+void apply_row(ModelConfig& c, const ModelRow& row, const std::string& v) {
+  const std::string what = row.name;
+  std::visit(
+      [&](const auto& m) {
+        using M = std::decay_t<decltype(m)>;
+        if constexpr (std::is_same_v<M, IntRow>) {
+          c.*m.ptr = parse_int(what, v, m.lo, m.hi);
+        } else if constexpr (std::is_same_v<M, FloatRow>) {
+          const double x = parse_double(what, v, m.range);
+          if (std::fabs(x) > std::numeric_limits<float>::max())
+            throw Error(str(what, ": expected a value that fits a 32-bit float, got '", v, "'"));
+          c.*m.ptr = static_cast<float>(x);
+        } else if constexpr (std::is_same_v<M, BoolRow>) {
+          c.*m.ptr = parse_bool(what, v);
+        } else {
+          const std::optional<RopeStyle> style = parse_rope_style(v);
+          if (!style)
+            throw Error(str(what, ": expected rotate_half or interleaved, got '", v, "'"));
+          c.rope_style = *style;
+        }
+      },
+      row.member);
+  const IntRow* int_row = std::get_if<IntRow>(&row.member);
+  if (int_row && int_row->ptr == &ModelConfig::n_head && c.family == Family::kGpt2)
+    c.n_kv_head = c.n_head;  // GPT-2 has no grouped heads
 }
-bool parse_bool(const std::string& k, const std::string& v) { return parse_setting_bool(k, v); }
+
+std::string accepted(const ModelRow& row) {
+  return std::visit(
+      [](const auto& m) -> std::string {
+        using M = std::decay_t<decltype(m)>;
+        if constexpr (std::is_same_v<M, IntRow>)
+          return m.hi == kIntMax ? str(">= ", m.lo) : str("[", m.lo, ", ", m.hi, "]");
+        else if constexpr (std::is_same_v<M, FloatRow>)
+          return m.range.bounds();
+        else
+          return "";
+      },
+      row.member);
+}
 
 }  // namespace
 
@@ -121,29 +210,22 @@ std::optional<RopeStyle> parse_rope_style(const std::string& name) {
 }
 
 bool apply_model_override(ModelConfig& c, const std::string& key, const std::string& v) {
-  if (key == "vocab_size") c.vocab_size = parse_int(key, v);
-  else if (key == "max_seq_len") c.max_seq_len = parse_int(key, v);
-  else if (key == "n_layer") c.n_layer = parse_int(key, v);
-  else if (key == "n_embd") c.n_embd = parse_int(key, v);
-  else if (key == "n_head") {
-    c.n_head = parse_int(key, v);
-    if (c.family == Family::kGpt2) c.n_kv_head = c.n_head;  // GPT-2 has no grouped heads
+  for (const ModelRow& row : kModelRows) {
+    if (key != row.name) continue;
+    apply_row(c, row, v);
+    return true;
   }
-  else if (key == "n_kv_head") c.n_kv_head = parse_int(key, v);
-  else if (key == "ffn_hidden") c.ffn_hidden = parse_int(key, v);
-  else if (key == "norm_eps") c.norm_eps = parse_float(key, v);
-  else if (key == "rope_theta") c.rope_theta = parse_float(key, v);
-  else if (key == "tie_embeddings") c.tie_embeddings = parse_bool(key, v);
-  else if (key == "sliding_window") c.sliding_window = parse_int(key, v);
-  else if (key == "rope_style") {
-    const std::optional<RopeStyle> style = parse_rope_style(v);
-    if (!style)
-      throw Error(str("override rope_style=", v, ": expected rotate_half or interleaved"));
-    c.rope_style = *style;
-  } else {
-    return false;
+  return false;
+}
+
+std::vector<ModelSetting> model_settings() {
+  std::vector<ModelSetting> out;
+  for (const ModelRow& row : kModelRows) {
+    const std::string range = accepted(row);
+    out.push_back(
+        {row.name, row.metavar, range.empty() ? row.help : str(row.help, " (", range, ")")});
   }
-  return true;
+  return out;
 }
 
 nlohmann::json to_hf_config(const ModelConfig& c) {

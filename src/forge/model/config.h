@@ -45,10 +45,16 @@ struct ModelConfig {
 ModelConfig preset_config(const std::string& name);
 std::vector<std::string> preset_names();
 
-// Applies one `key=value` override (vocab_size, max_seq_len, n_layer, n_embd, n_head,
-// n_kv_head, ffn_hidden, norm_eps, rope_theta, rope_style, tie_embeddings, sliding_window).
-// Returns false if the key is not a model field (so the caller can try other config structs).
+// Applies one `key=value` override (the keys of model_settings()). Returns false if the key is
+// not a model field (so the caller can try other config structs); a bad value throws
+// forge::Error naming the key and what it accepts.
 bool apply_model_override(ModelConfig& cfg, const std::string& key, const std::string& value);
+
+// The model's key=value settings, for --help: "n_layer", "N", "L: transformer blocks (>= 1)".
+struct ModelSetting {
+  std::string name, metavar, help;
+};
+std::vector<ModelSetting> model_settings();
 
 // "rotate_half" / "interleaved": the names of `rope_style=` and of config.json's
 // forge_rope_style; parse_rope_style gives nullopt for any other name.

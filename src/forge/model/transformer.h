@@ -1,84 +1,156 @@
-// The whole model on the CPU backend: explicit forward and backward, no autograd.
-// T is float for training and double for the finite-difference checks of the whole model.
+// The model, written once for every backend: explicit forward and backward (no autograd) and an
+// inference forward, over the op interface a backend implements (backend/cpu/backend.h,
+// backend/cuda/backend.h). The backend is a template parameter: each op is a direct call, no
+// virtual dispatch. The CPU backend composes the GPU's fused ops from unfused kernels, so the
+// CPU runs exactly the sequence of calls the GPU does and CI tests the GPU's orchestration.
 //
-// Activations kept for the backward live in one Activations struct per layer, sized once per
-// (B, T) shape (an arena re-planned only when the shape changes). Parameter gradients
-// accumulate into grads() (one flat buffer, same table as the weights), so gradient
-// accumulation over micro-batches is just several backward() calls between zero_grad()s.
+// One training micro-batch is forward(tokens, targets, dloss) then backward():
+//   - The LM head is fused with the loss (lm_head_cross_entropy): with dloss given, forward()
+//     already produces the head's gradients and backward() carries on from the final norm.
+//     dloss points to one Real in backend memory: the gradient of the summed per-position
+//     losses (scale / number of targets), so a GPU step needs no host sync.
+//   - Parameter gradients accumulate into the backend's flat gradient buffer (same table as the
+//     weights), so gradient accumulation is several micro-batches between zero_grad()s.
+//   - Activations kept for the backward are planned once per (B, T) (plan_generation() changes
+//     when they are allocated anew, which makes a captured CUDA graph stale).
+//
+// Host conveniences (CPU backend): loss(), loss_and_grad() and logits_of() validate host ids
+// and return host values; the CPU runner, the CLI and the tests use them.
 #pragma once
 
 #include <cstdint>
+#include <utility>
 #include <vector>
 
+#include "forge/backend/cpu/backend.h"
 #include "forge/model/config.h"
 #include "forge/model/params.h"
 
 namespace forge {
 
-template <typename T>
-class Transformer {
+template <class Backend>
+class Model {
  public:
-  explicit Transformer(const ModelConfig& cfg);
+  using Real = typename Backend::Real;
+  using Act = typename Backend::Act;
+  using Stat = typename Backend::Stat;
+
+  // Backend arguments follow the configuration (the CUDA backend takes its context and options).
+  template <class... Args>
+  explicit Model(const ModelConfig& cfg, Args&&... backend_args)
+      : cfg_(cfg), table_(cfg), be_(cfg_, table_, std::forward<Args>(backend_args)...) {}
 
   const ModelConfig& config() const { return cfg_; }
   const ParamTable& table() const { return table_; }
-  std::vector<T>& weights() { return weights_; }
-  const std::vector<T>& weights() const { return weights_; }
-  std::vector<T>& grads() { return grads_; }
-  const std::vector<T>& grads() const { return grads_; }
   int64_t num_params() const { return table_.total(); }
+  Backend& backend() { return be_; }
+  const Backend& backend() const { return be_; }
 
+  // Weights as host f32 (the parameter table's layout), gradients likewise.
+  void set_weights(const std::vector<float>& w) { be_.set_weights(w); }
+  std::vector<float> weights_host() const { return be_.weights_host(); }
+  std::vector<float> grads_host() const { return be_.grads_host(); }
   // Initialises weights as ParamTable::init describes.
   void init_weights(uint64_t seed);
-  void zero_grad();
+  void zero_grad() { be_.zero_grad(); }
 
-  // tokens (B, T) in [0, V), T <= max_seq_len (throws forge::Error otherwise). With targets
-  // (B, T) (−1 = ignore), returns the mean cross-entropy over non-ignored positions and keeps
-  // what backward() needs; without, returns 0 and only the logits are meaningful.
-  double forward(const int32_t* tokens, const int32_t* targets, int B, int T_);
+  // tokens, targets (B, T) in backend memory, targets −1 = ignore; T <= max_seq_len. Per-position
+  // losses go to losses(); with dloss non-null the head's gradients too (see the header). Ids
+  // are not checked here (a host check before the upload is the caller's: loss() does it).
+  void forward(const int32_t* tokens, const int32_t* targets, const Real* dloss, int B, int T_);
+  // Per-position losses of the last forward, (B·T), 0 at ignored targets.
+  Stat losses() { return losses_.data(); }
+  // Continues the backward from the final norm; needs a forward with dloss.
+  void backward();
 
-  // Logits of the last forward, (B, T, Vp); columns >= V are padding. Overwritten by backward().
-  const T* logits() const { return logits_.data(); }
+  // Inference: logits (B, T, Vp) of tokens (backend memory) into logits(); columns >= V are
+  // padding. No targets, nothing kept for a backward.
+  void forward_logits(const int32_t* tokens, int B, int T_);
+  Act logits() { return logits_.data(); }
 
-  // Accumulates (+=) into grads() the gradient of scale · (mean loss of the last forward).
-  void backward(double scale = 1.0);
+  int64_t plan_generation() const { return plan_generation_; }
+
+  // ---- host conveniences (backends whose memory the host reads) -------------------------------
+  // Mean loss over non-ignored targets (0 when all are ignored), no gradients.
+  double loss(const int32_t* tokens, const int32_t* targets, int B, int T_)
+    requires Backend::kHost;
+  // The same, and gradients of scale · (mean loss) accumulated (+=) into grads().
+  double loss_and_grad(const int32_t* tokens, const int32_t* targets, int B, int T_, double scale = 1.0)
+    requires Backend::kHost;
+  // logits (B, T, Vp) of host tokens, checked.
+  const Real* logits_of(const int32_t* tokens, int B, int T_)
+    requires Backend::kHost;
+  auto& weights() requires Backend::kHost { return be_.weights(); }
+  const auto& weights() const requires Backend::kHost { return be_.weights(); }
+  auto& grads() requires Backend::kHost { return be_.grads(); }
+  const auto& grads() const requires Backend::kHost { return be_.grads(); }
 
  private:
+  using ActBuf = typename Backend::ActBuf;
+  using StatBuf = typename Backend::StatBuf;
   struct LayerActs {
-    std::vector<T> x_in;       // (B, T, C) residual stream entering the block
-    std::vector<T> ln1, ln1_mean, ln1_rstd;  // (B, T, C), (B, T), (B, T)
-    std::vector<T> q, k, v;    // (B, T, NH, HS), (B, T, NKV, HS) ×2; q and k after RoPE
-    std::vector<T> att;        // (B, NH, T, T) attention probabilities
-    std::vector<T> atty;       // (B, T, NH·HS) attention output before the projection
-    std::vector<T> x_mid;      // (B, T, C) residual stream after attention
-    std::vector<T> ln2, ln2_mean, ln2_rstd;
-    std::vector<T> fc;         // gpt2: (B, T, FF) pre-GELU; llama: gate (B, T, FF)
-    std::vector<T> up;         // llama: (B, T, FF)
-    std::vector<T> hidden;     // (B, T, FF) activation output (GELU or SwiGLU)
+    ActBuf x_in;     // (B, T, C) residual stream entering the block
+    ActBuf ln1;      // (B, T, C)
+    StatBuf ln1_mean, ln1_rstd;  // (B, T)
+    ActBuf qkv;      // gpt2: (B, T, 3C), read in place as q, k, v (strides 3C)
+    ActBuf q, k, v;  // llama: (B, T, NH, HS), (B, T, NKV, HS) ×2, after RoPE
+    typename Backend::AttnSaved att;  // what the attention backward needs (backend's choice)
+    ActBuf atty;     // (B, T, NH·HS) attention output before the projection
+    ActBuf x_mid;    // (B, T, C) residual stream after attention
+    ActBuf ln2;
+    StatBuf ln2_mean, ln2_rstd;
+    ActBuf fc;       // gpt2: (B, T, FF) pre-GELU; llama: gate (B, T, FF)
+    ActBuf up;       // llama: (B, T, FF)
+    ActBuf hidden;   // (B, T, FF) activation output (GELU or SwiGLU)
+  };
+  struct QkvView {
+    Act q, k, v;
+    AttentionStrides st;
   };
 
+  bool gpt2() const { return cfg_.family == Family::kGpt2; }
+  AttentionShape attention_shape() const {
+    return {B_, T_, cfg_.n_head, cfg_.n_kv_head, cfg_.head_dim(), true, cfg_.sliding_window};
+  }
+  void check_shape(int B, int T_) const;
   void plan(int B, int T_);
-  void attention_forward(int l, const T* x, int B, int T_);
-  void mlp_forward(int l, int B, int T_);
-  void block_backward(int l, std::vector<T>& dres, int B, int T_);
+  void plan_logits(int N);
+  QkvView qkv_view(LayerActs& a);
+  QkvView dqkv_view();
+  void embed(const int32_t* tokens);
+  void blocks_forward();
+  void block_backward(int l);
+  void norm_fwd(Act out, Stat mean, Stat rstd, Act inp, int64_t w_off, int64_t b_off);
+  void residual_norm_fwd(Act res, Act out, Stat mean, Stat rstd, Act a, Act b, int64_t w_off, int64_t b_off);
+  void norm_bwd(Act dinp, Act dout, Act inp, Stat mean, Stat rstd, int64_t w_off, int64_t b_off);
+  WeightLayout layout() const { return gpt2() ? WeightLayout::kInOut : WeightLayout::kOutIn; }
+  Act w(int64_t off) { return off >= 0 ? be_.w(off) : nullptr; }
+  typename Backend::Grad g(int64_t off) { return off >= 0 ? be_.g(off) : nullptr; }
 
   ModelConfig cfg_;
   ParamTable table_;
-  std::vector<T> weights_, grads_;
+  Backend be_;
 
   int B_ = 0, T_ = 0;
-  std::vector<int32_t> tokens_, targets_;
+  int64_t plan_generation_ = 0;
+  const int32_t* tokens_ = nullptr;
+  bool have_head_grad_ = false;
   std::vector<LayerActs> acts_;
-  std::vector<T> x_out_;                   // (B, T, C) residual stream after the last block
-  std::vector<T> lnf_, lnf_mean_, lnf_rstd_;
-  std::vector<T> logits_, losses_;         // (B, T, Vp), (B, T)
-  int64_t loss_count_ = 0;
-  bool have_targets_ = false;
-  // Backward scratch, (B, T, ·).
-  std::vector<T> d_ln_, d_atty_, d_q_, d_k_, d_v_, d_qkv_, d_fc_, d_up_, d_hidden_, tmp_;
+  ActBuf x_out_, lnf_;               // (B, T, C) after the last block; final norm
+  StatBuf lnf_mean_, lnf_rstd_;      // (B, T)
+  StatBuf losses_;                   // (B, T)
+  ActBuf logits_;                    // (N, Vp) of forward_logits
+  int logits_rows_ = 0;
+  // Backward scratch, (B, T, ·); tmp_ also holds each block's projection outputs forward.
+  ActBuf tmp_, d_res_, d_ln_, d_atty_, d_q_, d_k_, d_v_, d_qkv_, d_fc_, d_up_, d_hidden_;
+  std::vector<int32_t> host_targets_;  // host conveniences: the targets of the last loss()
 };
 
-extern template class Transformer<float>;
-extern template class Transformer<double>;
+// The CPU model; T = double for the finite-difference checks.
+template <typename T>
+using Transformer = Model<CpuBackend<T>>;
+
+extern template class Model<CpuBackend<float>>;
+extern template class Model<CpuBackend<double>>;
 
 }  // namespace forge

@@ -15,6 +15,7 @@
 #include "forge/model/config.h"
 #include "forge/model/params.h"
 #include "forge/ops/adamw.h"
+#include "forge/ops/attention.h"
 #include "forge/ops/loss_scale.h"
 
 namespace forge {
@@ -79,11 +80,25 @@ class StepRunner {
 };
 
 std::unique_ptr<StepRunner> make_cpu_runner(const ModelConfig& cfg);
-// precision: "fp32", "bf16" or "fp16" (f16 compute with dynamic loss scaling, `ls`). Throws forge::Error when Forge was built without CUDA, there is
-// no GPU, or the precision is not supported. The training step is captured as a CUDA graph once
-// its shapes repeat and replayed from then on; FORGE_CUDA_GRAPH=0 in the environment runs every
-// step eagerly instead (same kernels, same results).
+
+// Settings of a CUDA run. Nothing in the library reads the environment: the CLI fills these from
+// its flags and from FORGE_ATTENTION / FORGE_CUDA_GRAPH (apps/forge/run_env.h).
+struct CudaSettings {
+  LossScaleOptions loss_scale;                     // fp16 only
+  AttentionPath attention = AttentionPath::kAuto;  // ops/attention.h
+  // The training step is captured as a CUDA graph once its shapes repeat and replayed from then
+  // on; false runs every step eagerly (same kernels, same results).
+  bool graphs = true;
+  int device = 0;  // the GPU this runner uses (cudaGetDevice numbering)
+};
+
+// precision: "fp32", "bf16" or "fp16" (f16 compute with dynamic loss scaling). Throws
+// forge::Error when Forge was built without CUDA, there is no such GPU, or the precision is not
+// supported.
 std::unique_ptr<StepRunner> make_cuda_runner(const ModelConfig& cfg, const std::string& precision,
-                                             const LossScaleOptions& ls = {});
+                                             const CudaSettings& settings = {});
+
+// "auto" (or "flash"), "unfused", "flash-mma", "flash-wgmma"; throws forge::Error otherwise.
+AttentionPath parse_attention_path(const std::string& name);
 
 }  // namespace forge

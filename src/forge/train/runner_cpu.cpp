@@ -1,4 +1,5 @@
-// The CPU StepRunner: Transformer<float>, f32 AdamW state in host vectors.
+// The CPU StepRunner: Transformer<float> (the one model on the CPU backend), f32 AdamW state in
+// host vectors; and parse_attention_path, which every build has.
 #include <deque>
 #include <memory>
 
@@ -22,12 +23,11 @@ class CpuRunner final : public StepRunner {
 
   // Every call finishes its work before it returns: the report is ready at once.
   void micro_step(const int32_t* x, const int32_t* y, int B, int T_, double scale) override {
-    report_.micro_losses.push_back(model_.forward(x, y, B, T_));
-    model_.backward(scale);
+    report_.micro_losses.push_back(model_.loss_and_grad(x, y, B, T_, scale));
   }
 
   double eval_loss(const int32_t* x, const int32_t* y, int B, int T_) override {
-    return model_.forward(x, y, B, T_);
+    return model_.loss(x, y, B, T_);
   }
 
   void optimizer_step(const AdamWParams& p, double max_norm) override {
@@ -71,5 +71,13 @@ class CpuRunner final : public StepRunner {
 }  // namespace
 
 std::unique_ptr<StepRunner> make_cpu_runner(const ModelConfig& cfg) { return std::make_unique<CpuRunner>(cfg); }
+
+AttentionPath parse_attention_path(const std::string& name) {
+  if (name == "auto" || name == "flash") return AttentionPath::kAuto;
+  if (name == "unfused") return AttentionPath::kUnfused;
+  if (name == "flash-mma") return AttentionPath::kFlashMma;
+  if (name == "flash-wgmma") return AttentionPath::kFlashWgmma;
+  throw Error(str("attention path '", name, "' (expected auto, flash, unfused, flash-mma or flash-wgmma)"));
+}
 
 }  // namespace forge

@@ -1,4 +1,4 @@
-// The CUDA StepRunner: CudaTransformer on one GPU, every step queued without a host sync and
+// The CUDA StepRunner: the model on CudaBackend, on one GPU (CudaSettings::device), every step queued without a host sync and
 // reported one step late (DESIGN.md, "One training step").
 //
 // Per step the host validates and stages inputs, enqueues, and moves on:
@@ -14,7 +14,7 @@
 //                   the GPU stays busy), then mean loss = sum / targets and norm = sqrt(Σ g²) in
 //                   double, exactly as the synchronous runner computed them
 // f16 (--precision fp16): the model keeps a dynamic loss scale on the device (ops/loss_scale.h,
-// CudaTransformer); each step copies that state into its slot with Σ g², and take_report
+// CudaBackend); each step copies that state into its slot with Σ g², and take_report
 // unscales the norm by the scale the step used and reports the scale and whether the step was
 // skipped. A skip is only known one step late on the host, so Adam's t cannot be fixed up
 // there: the AdamW kernel subtracts the device's count of skipped steps from t itself.
@@ -28,7 +28,8 @@
 // and launched, later steps replay it. A new B, T, micro-batch count or clip setting, or a
 // re-plan of the activations (an evaluation with another batch size), drops the graph and starts
 // over. A replay runs the same kernels on the same buffers as eager execution, so results are
-// bit-identical; FORGE_CUDA_GRAPH=0 runs every step eagerly.
+// bit-identical; CudaSettings::graphs = false (the CLI's FORGE_CUDA_GRAPH=0) runs every step
+// eagerly.
 #include <cuda_runtime.h>
 
 #include <cmath>
@@ -50,11 +51,6 @@
 namespace forge {
 
 namespace {
-
-bool graphs_enabled() {
-  const char* e = std::getenv("FORGE_CUDA_GRAPH");
-  return !(e != nullptr && std::strcmp(e, "0") == 0);
-}
 
 // Range check and count of real targets, the one place host ids are validated.
 int64_t check_ids(const int32_t* x, const int32_t* y, size_t n, int V) {
@@ -95,10 +91,10 @@ struct StepKey {
 
 class CudaRunner final : public StepRunner {
  public:
-  CudaRunner(const ModelConfig& cfg, DType dt, const LossScaleOptions& ls)
-      : ctx_(0),
-        model_(ctx_, cfg, dt, ls),
-        graphs_(graphs_enabled()),
+  CudaRunner(const ModelConfig& cfg, DType dt, const CudaSettings& s)
+      : ctx_(s.device),
+        model_(cfg, ctx_, CudaModelOptions{dt, s.loss_scale, s.attention}),
+        graphs_(s.graphs),
         eval_sum_dev_(ctx_.allocator(), 1),
         eval_sum_(1) {
     for (Slot& s : slots_)
@@ -112,10 +108,10 @@ class CudaRunner final : public StepRunner {
 
   const ParamTable& table() const override { return model_.table(); }
   std::string describe() const override {
-    const DType dt = model_.dtype();
+    const DType dt = be().dtype();
     return str("cuda ", dt == DType::kF32 ? "fp32" : dt == DType::kBF16 ? "bf16" : "fp16", " on ",
-               cuda::device_summary(), graphs_ ? ", CUDA graph" : ", eager (FORGE_CUDA_GRAPH=0)",
-               model_.flash_attention() ? ", flash attention" : ", unfused attention");
+               cuda::device_summary(), graphs_ ? ", CUDA graph" : ", eager",
+               be().flash_attention() ? ", flash attention" : ", unfused attention");
   }
   void zero_grad() override {
     FORGE_CHECK(micro_ == 0, "zero_grad() in the middle of a step");
@@ -150,7 +146,7 @@ class CudaRunner final : public StepRunner {
     // master) would make the copy depend on the step's random key; with a master it buys
     // nothing, since sub-ulp updates accumulate in f32. Measured on the H200: with stochastic
     // rounding a SIGKILL + resume diverged in the last bits; with round-to-nearest it does not.
-    const auto factors = CudaTransformer::optimizer_factors(p, /*sr_seed=*/0);
+    const auto factors = CudaBackend::optimizer_factors(p, /*sr_seed=*/0);
     std::memcpy(s.in.data(), factors.data(), sizeof(factors));
     const StepKey key{B_,
                       T_step_,
@@ -178,10 +174,10 @@ class CudaRunner final : public StepRunner {
     }
     FORGE_CUDA_CHECK(cudaMemcpyAsync(s.loss_sums.data(), loss_sums_dev_.data(),
                                      micro_ * sizeof(double), cudaMemcpyDeviceToHost, st));
-    FORGE_CUDA_CHECK(cudaMemcpyAsync(s.norm_sq.data(), model_.grad_norm_sq(), sizeof(float),
+    FORGE_CUDA_CHECK(cudaMemcpyAsync(s.norm_sq.data(), be().grad_norm_sq(), sizeof(float),
                                      cudaMemcpyDeviceToHost, st));
-    if (model_.loss_scale() != nullptr)
-      FORGE_CUDA_CHECK(cudaMemcpyAsync(s.loss_scale.data(), model_.loss_scale(),
+    if (be().loss_scale() != nullptr)
+      FORGE_CUDA_CHECK(cudaMemcpyAsync(s.loss_scale.data(), be().loss_scale(),
                                        sizeof(LossScaleState), cudaMemcpyDeviceToHost, st));
     FORGE_CUDA_CHECK(cudaEventRecord(s.done, st));
     s.in_flight = true;
@@ -226,16 +222,18 @@ class CudaRunner final : public StepRunner {
 
   std::vector<float> weights() override { return model_.weights_host(); }
   void set_weights(const std::vector<float>& w) override { model_.set_weights(w); }
-  std::vector<float> adam_m() override { return model_.adam_m_host(); }
-  std::vector<float> adam_v() override { return model_.adam_v_host(); }
+  std::vector<float> adam_m() override { return be().adam_m_host(); }
+  std::vector<float> adam_v() override { return be().adam_v_host(); }
   void set_adam_state(const std::vector<float>& m, const std::vector<float>& v) override {
-    model_.set_adam_state(m, v);
+    be().set_adam_state(m, v);
   }
   size_t peak_device_bytes() const override {
     return ctx_.allocator().stats().peak_reserved + ctx_.workspace_bytes();
   }
 
  private:
+  CudaBackend& be() { return model_.backend(); }
+  const CudaBackend& be() const { return model_.backend(); }
   struct Slot {
     cuda::PinnedBuffer<uint8_t> in;        // InputLayout: what the step reads
     cuda::PinnedBuffer<double> loss_sums;  // (micro-batches) Σ per-position losses
@@ -258,7 +256,7 @@ class CudaRunner final : public StepRunner {
       model_.backward();
       cuda::sum_in_order(ctx_, loss_sums_dev_.data() + i, model_.losses(), n);
     }
-    model_.optimizer_step(reinterpret_cast<const AdamWFactors*>(in), k.max_norm);
+    be().optimizer_step(reinterpret_cast<const AdamWFactors*>(in), k.max_norm);
   }
 
   // Starts filling slot cur_: its previous step must be done (its input copy read the slot).
@@ -279,7 +277,7 @@ class CudaRunner final : public StepRunner {
       r.micro_losses.push_back(
           s.counts[i] > 0 ? s.loss_sums.data()[i] / static_cast<double>(s.counts[i]) : 0.0);
     r.grad_norm = std::sqrt(static_cast<double>(s.norm_sq.data()[0]));
-    if (model_.loss_scale() != nullptr) {  // Σ g² was of the scaled gradients
+    if (be().loss_scale() != nullptr) {  // Σ g² was of the scaled gradients
       const LossScaleState& ls = s.loss_scale.data()[0];
       r.loss_scale = ls.step_scale;
       r.skipped = ls.skipped != 0;
@@ -343,14 +341,14 @@ class CudaRunner final : public StepRunner {
 }  // namespace
 
 std::unique_ptr<StepRunner> make_cuda_runner(const ModelConfig& cfg, const std::string& precision,
-                                             const LossScaleOptions& ls) {
+                                             const CudaSettings& settings) {
   if (!cuda::available()) throw Error("--device cuda: " + cuda::device_summary());
   DType dt;
   if (precision == "fp32") dt = DType::kF32;
   else if (precision == "bf16") dt = DType::kBF16;
   else if (precision == "fp16") dt = DType::kF16;
   else throw Error(str("unknown precision '", precision, "' (expected fp32, bf16 or fp16)"));
-  return std::make_unique<CudaRunner>(cfg, dt, ls);
+  return std::make_unique<CudaRunner>(cfg, dt, settings);
 }
 
 }  // namespace forge

@@ -7,7 +7,7 @@
 namespace forge {
 
 std::unique_ptr<StepRunner> make_cuda_runner(const ModelConfig&, const std::string&,
-                                             const LossScaleOptions&) {
+                                             const CudaSettings&) {
   throw Error("--device cuda: " + cuda::device_summary());
 }
 

@@ -9,10 +9,8 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <sstream>
-#include <type_traits>
 
 #include "forge/core/error.h"
-#include "forge/core/parse.h"
 #include "forge/core/timer.h"
 #include "forge/io/atomic_file.h"
 #include "forge/model/model_dir.h"
@@ -30,9 +28,6 @@ namespace fs = std::filesystem;
 
 namespace {
 
-int parse_int(const std::string& k, const std::string& v) { return parse_setting_int(k, v); }
-double parse_double(const std::string& k, const std::string& v) { return parse_setting_double(k, v); }
-
 std::string format_duration(double s) {
   char buf[32];
   const long t = static_cast<long>(std::max(0.0, s) + 0.5);
@@ -43,46 +38,6 @@ std::string format_duration(double s) {
   else
     std::snprintf(buf, sizeof(buf), "%lds", t);
   return buf;
-}
-
-nlohmann::json train_config_json(const TrainConfig& c) {
-  return {{"steps", c.steps},
-          {"batch_size", c.batch_size},
-          {"seq_len", c.seq_len},
-          {"grad_accum", c.grad_accum},
-          {"lr", c.lr},
-          {"min_lr_frac", c.min_lr_frac},
-          {"warmup_steps", c.warmup_steps},
-          {"weight_decay", c.weight_decay},
-          {"beta1", c.beta1},
-          {"beta2", c.beta2},
-          {"eps", c.eps},
-          {"grad_clip", c.grad_clip},
-          {"eval_every", c.eval_every},
-          {"eval_windows", c.eval_windows},
-          {"seed", c.seed},
-          {"save_every", c.save_every},
-          {"keep_checkpoints", c.keep_checkpoints}};
-}
-
-// The inverse of train_config_json, exact (doubles and the u64 seed as stored).
-TrainConfig train_config_from_json(const nlohmann::json& j, const std::string& where) {
-  TrainConfig c;
-  try {
-    auto get = [&](const char* k, auto& field) {
-      if (j.contains(k)) field = j.at(k).get<std::remove_reference_t<decltype(field)>>();
-    };
-    get("steps", c.steps), get("batch_size", c.batch_size), get("seq_len", c.seq_len);
-    get("grad_accum", c.grad_accum), get("lr", c.lr), get("min_lr_frac", c.min_lr_frac);
-    get("warmup_steps", c.warmup_steps), get("weight_decay", c.weight_decay);
-    get("beta1", c.beta1), get("beta2", c.beta2), get("eps", c.eps);
-    get("grad_clip", c.grad_clip), get("eval_every", c.eval_every);
-    get("eval_windows", c.eval_windows), get("seed", c.seed), get("save_every", c.save_every);
-    get("keep_checkpoints", c.keep_checkpoints);
-  } catch (const nlohmann::json::exception& e) {
-    throw Error(str(where, ": bad training configuration: ", e.what()));
-  }
-  return c;
 }
 
 // Mean loss over the first `windows` validation windows (the same ones at every evaluation).
@@ -103,42 +58,6 @@ double evaluate(StepRunner& model, const EvalWindows& val, int B, int T_, int wi
 }
 
 }  // namespace
-
-bool TrainConfig::apply_override(const std::string& k, const std::string& v) {
-  if (k == "steps")
-    steps = parse_int(k, v);
-  else if (k == "batch_size")
-    batch_size = parse_int(k, v);
-  else if (k == "seq_len")
-    seq_len = parse_int(k, v);
-  else if (k == "grad_accum")
-    grad_accum = parse_int(k, v);
-  else if (k == "lr")
-    lr = parse_double(k, v);
-  else if (k == "min_lr_frac")
-    min_lr_frac = parse_double(k, v);
-  else if (k == "warmup_steps")
-    warmup_steps = parse_int(k, v);
-  else if (k == "weight_decay")
-    weight_decay = parse_double(k, v);
-  else if (k == "beta1")
-    beta1 = parse_double(k, v);
-  else if (k == "beta2")
-    beta2 = parse_double(k, v);
-  else if (k == "eps")
-    eps = parse_double(k, v);
-  else if (k == "grad_clip")
-    grad_clip = parse_double(k, v);
-  else if (k == "eval_every")
-    eval_every = parse_int(k, v);
-  else if (k == "eval_windows")
-    eval_windows = parse_int(k, v);
-  else if (k == "seed")
-    seed = static_cast<uint64_t>(parse_double(k, v));
-  else
-    return false;
-  return true;
-}
 
 namespace {
 
@@ -197,7 +116,7 @@ TrainResult run(Transformer<float>& model, const TrainConfig& cfg, const std::st
   // in the run directory changes, so an unavailable device leaves the run as it was.
   std::unique_ptr<StepRunner> runner;
   try {
-    runner = device == "cuda" ? make_cuda_runner(mcfg, precision) : make_cpu_runner(mcfg);
+    runner = device == "cuda" ? make_cuda_runner(mcfg, precision, opt.cuda) : make_cpu_runner(mcfg);
   } catch (const Error& e) {
     if (start.device_hint.empty()) throw;
     throw Error(str(e.what(), "; ", start.device_hint));

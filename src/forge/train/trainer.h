@@ -23,30 +23,10 @@
 
 #include "forge/data/loader.h"
 #include "forge/model/config.h"
+#include "forge/train/runner.h"
+#include "forge/train/train_config.h"
 
 namespace forge {
-
-struct TrainConfig {
-  int steps = 1000;           // optimizer steps
-  int batch_size = 8;         // B: sequences per micro-batch
-  int seq_len = 0;            // T: 0 means the model's max_seq_len
-  int grad_accum = 1;         // micro-batches per optimizer step
-  double lr = 6e-4;           // peak learning rate
-  double min_lr_frac = 0.1;   // cosine floor as a fraction of lr
-  int warmup_steps = -1;      // -1: 5% of steps
-  double weight_decay = 0.1;  // AdamW, on tensors with >= 2 dims
-  double beta1 = 0.9, beta2 = 0.95, eps = 1e-8;
-  double grad_clip = 1.0;    // global norm; <= 0 disables
-  int eval_every = 100;      // validation every N steps (and after the last)
-  int eval_windows = 64;     // validation windows of T + 1 tokens per evaluation
-  uint64_t seed = 1337;      // initialisation and data order
-  int save_every = 0;        // checkpoint every K steps (and after the last); 0: never
-  int keep_checkpoints = 3;  // newest checkpoints kept; <= 0 keeps all
-  bool quiet = false;        // no per-step progress lines
-
-  // Applies one key=value override; returns false if the key is not a training field.
-  bool apply_override(const std::string& key, const std::string& value);
-};
 
 struct TrainResult {
   double first_val_loss = 0, last_val_loss = 0;
@@ -66,6 +46,7 @@ struct RunOptions {
   // chosen without a precision keeps the run's precision when the device is the run's.
   std::string device;     // "cpu" or "cuda"
   std::string precision;  // "fp32", "bf16" or "fp16" (f16 with dynamic loss scaling; cuda only)
+  CudaSettings cuda;      // cuda: attention path, CUDA graphs, which GPU
 };
 
 // Trains from scratch (weights initialised from cfg.seed) on `data` (a --data argument),

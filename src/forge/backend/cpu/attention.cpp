@@ -24,40 +24,16 @@
 #include <cstdint>
 #include <vector>
 
+#include "forge/backend/cpu/attention_rows.h"
 #include "forge/core/error.h"
 
 namespace forge::cpu {
 namespace {
 
-void check_shape(const AttentionShape& s, const char* op) {
-  FORGE_CHECK(s.B >= 0 && s.T >= 0 && s.NH > 0 && s.NKV > 0 && s.HS > 0, "[", op,
-              "] bad shape B=", s.B, " T=", s.T, " NH=", s.NH, " NKV=", s.NKV, " HS=", s.HS);
-  FORGE_CHECK(s.NH % s.NKV == 0, "[", op, "] NH=", s.NH, " is not a multiple of NKV=", s.NKV);
-  FORGE_CHECK(s.window >= 0, "[", op, "] negative window ", s.window);
-}
-
-// Visible keys of query i: [lo, hi).
-struct KeyRange {
-  int lo, hi;
-};
-
-KeyRange visible_keys(int i, const AttentionShape& s) {
-  const int hi = s.causal ? i + 1 : s.T;
-  const int lo = s.window > 0 ? std::max(0, i - s.window + 1) : 0;
-  return {lo, hi};
-}
-
-// `omp simd` lets the compiler vectorise the reduction (it may reassociate within the vector
-// lanes; the order is still fixed by the build, so results stay deterministic). Without it the
-// double accumulation is one serial dependency chain: attention was ~40% of a tiny-preset
-// training step on the CPU.
-template <typename T>
-double dot(const T* a, const T* b, int n) {
-  double acc = 0;
-#pragma omp simd reduction(+ : acc)
-  for (int d = 0; d < n; ++d) acc += static_cast<double>(a[d]) * static_cast<double>(b[d]);
-  return acc;
-}
+using attention_rows::check_shape;
+using attention_rows::dot;
+using attention_rows::KeyRange;
+using attention_rows::visible_keys;
 
 // Strided views: row t of head h in a (B, T, H, HS) buffer.
 template <typename T>
@@ -108,9 +84,7 @@ void attention_fwd(T* out, T* att, const T* q, const T* k, const T* v, const Att
             }
             double sum = 0;
             for (int j = r.lo; j < r.hi; ++j) {
-              // expf for the float path: the double exp cost ~5% of a CPU step; sums stay double.
-              score[j] = std::is_same_v<T, float> ? std::exp(static_cast<float>(score[j] - mx))
-                                                  : std::exp(score[j] - mx);
+              score[j] = attention_rows::exp_of<T>(score[j] - mx);
               sum += score[j];
             }
             for (int j = r.lo; j < r.hi; ++j) {

@@ -13,8 +13,10 @@
 #include <cmath>
 #include <type_traits>
 #include <cstdint>
+#include <vector>
 
 #include "forge/core/error.h"
+#include "forge/ops/linear.h"
 
 namespace forge::cpu {
 namespace {
@@ -96,9 +98,42 @@ void cross_entropy_bwd(T* dlogits, const T* logits, const int32_t* targets, T dl
   }
 }
 
+namespace {
+
+// Rows per chunk of logits: about 4M elements (16 MiB in f32), a function of the shape alone
+// so that the order dw is summed in (chunk by chunk) never depends on the thread count. The
+// tiny preset's (2048, 2048) logits are one chunk: the same three GEMMs as unchunked.
+int head_chunk_rows(int N, int Vp) {
+  const int64_t budget = int64_t{1} << 22;
+  return static_cast<int>(std::clamp<int64_t>(budget / std::max(Vp, 1), 1, std::max(N, 1)));
+}
+
+}  // namespace
+
+template <typename T>
+void lm_head_cross_entropy(T* losses, T* dx, T* dw, const T* x, const T* w, const int32_t* targets,
+                           T dloss, int N, int C, int V, int Vp) {
+  check_args(N, V, Vp, "lm_head_cross_entropy");
+  FORGE_CHECK((dx == nullptr) == (dw == nullptr), "[lm_head_cross_entropy] dx and dw go together");
+  const int rows = head_chunk_rows(N, Vp);
+  std::vector<T> logits(static_cast<size_t>(std::min(rows, N)) * Vp);  // (rows, Vp)
+  for (int r0 = 0; r0 < N; r0 += rows) {
+    const int n = std::min(rows, N - r0);
+    const T* xc = x + static_cast<int64_t>(r0) * C;  // (n, C)
+    linear_fwd<T>(logits.data(), xc, w, nullptr, n, C, Vp, WeightLayout::kOutIn);
+    cross_entropy_fwd<T>(losses + r0, logits.data(), targets + r0, n, V, Vp);
+    if (dx == nullptr) continue;
+    cross_entropy_bwd<T>(logits.data(), logits.data(), targets + r0, dloss, n, V, Vp);
+    linear_bwd<T>(dx + static_cast<int64_t>(r0) * C, dw, nullptr, logits.data(), xc, w, n, C, Vp,
+                  WeightLayout::kOutIn);
+  }
+}
+
 #define FORGE_INSTANTIATE(T)                                                       \
   template void cross_entropy_fwd<T>(T*, const T*, const int32_t*, int, int, int); \
-  template void cross_entropy_bwd<T>(T*, const T*, const int32_t*, T, int, int, int);
+  template void cross_entropy_bwd<T>(T*, const T*, const int32_t*, T, int, int, int); \
+  template void lm_head_cross_entropy<T>(T*, T*, T*, const T*, const T*, const int32_t*, T, int, int, \
+                                         int, int);
 FORGE_INSTANTIATE(float)
 FORGE_INSTANTIATE(double)
 #undef FORGE_INSTANTIATE

@@ -17,11 +17,13 @@ Context::Context(int device) : device_(device), allocator_(device) {
   // 32 MiB: what NVIDIA recommends for cuBLASLt on Hopper.
   workspace_bytes_ = 32u << 20;
   FORGE_CUDA_CHECK(cudaMalloc(&workspace_, workspace_bytes_));
+  gemm_plans_.reset(new_gemm_plan_cache());
 }
 
 Context::~Context() {
   cudaSetDevice(device_);
   cudaStreamSynchronize(stream_);
+  gemm_plans_.reset();
   cudaFree(workspace_);
   cublasLtDestroy(lt_);
   cudaStreamDestroy(stream_);

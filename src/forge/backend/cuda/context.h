@@ -1,14 +1,21 @@
-// The one explicit CUDA context (STYLE.md: no hidden globals): device, stream, cuBLASLt handle
-// and workspace, the caching allocator. Everything that launches work takes a Context&; all of
+// The one explicit CUDA context (STYLE.md: no hidden globals): device, stream, cuBLASLt handle,
+// workspace and plan cache, the caching allocator. Everything that launches work takes a Context&; all of
 // it goes to the one stream, in order, so nothing in a training step needs a host sync.
 #pragma once
 
 #include <cublasLt.h>
 #include <cuda_runtime.h>
 
+#include <memory>
+
 #include "forge/backend/cuda/allocator.h"
 
 namespace forge::cuda {
+
+// cuBLASLt plans (descriptors and the heuristic's algorithm) of one context, keyed by shape;
+// thread-safe. Defined in gemm.cu.
+class GemmPlanCache;
+GemmPlanCache* new_gemm_plan_cache();
 
 class Context {
  public:
@@ -24,6 +31,7 @@ class Context {
   void* workspace() const { return workspace_; }
   size_t workspace_bytes() const { return workspace_bytes_; }
   Allocator& allocator() { return allocator_; }
+  GemmPlanCache& gemm_plans() { return *gemm_plans_; }
   const Allocator& allocator() const { return allocator_; }
   const cudaDeviceProp& props() const { return props_; }
   int num_sms() const { return props_.multiProcessorCount; }
@@ -38,6 +46,12 @@ class Context {
   void* workspace_ = nullptr;
   size_t workspace_bytes_ = 0;
   Allocator allocator_;
+  struct GemmPlanCacheDeleter {
+    void operator()(GemmPlanCache* p) const;
+  };
+  // Per context, not per process: a plan is chosen for this device, and a runner per device
+  // (multi-GPU) must not share one.
+  std::unique_ptr<GemmPlanCache, GemmPlanCacheDeleter> gemm_plans_;
 };
 
 }  // namespace forge::cuda

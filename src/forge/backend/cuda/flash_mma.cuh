@@ -32,7 +32,6 @@
 #include "forge/ops/attention.h"
 
 namespace forge::cuda {
-struct AttentionStrides;
 enum class FlashKernels;  // ops.h
 }
 

@@ -1,8 +1,9 @@
 // cuBLASLt wrapper (design in gemm.h). A plan — operation descriptor, three matrix layouts and
 // the heuristic's algorithm — is built once per distinct (shape, transposes, types, epilogue,
-// batch, strides, leading dimensions, operand alignments, beta ≠ 0) and cached for the process;
-// a training step uses a few dozen shapes, so the cache stays small and every later call is a
-// map lookup plus cublasLtMatmul.
+// batch, strides, leading dimensions, operand alignments, beta ≠ 0) and cached in the Context
+// (one cache per context, so per device; a mutex makes it safe to share a context between
+// threads); a training step uses a few dozen shapes, so the cache stays small and every later
+// call is a map lookup plus cublasLtMatmul.
 //
 // Determinism: every cuBLASLt reduction scheme (none, in-place with ordering counters, or a
 // separate reduction over a workspace) sums in a fixed order, and the algorithm for a key never
@@ -165,6 +166,23 @@ Plan make_plan(Context& ctx, const GemmArgs& g, const Stored& st, const Alignmen
 
 }  // namespace
 
+class GemmPlanCache {
+ public:
+  ~GemmPlanCache() {
+    for (auto& [key, p] : plans) {
+      cublasLtMatrixLayoutDestroy(p.la);
+      cublasLtMatrixLayoutDestroy(p.lb);
+      cublasLtMatrixLayoutDestroy(p.lc);
+      cublasLtMatmulDescDestroy(p.op);
+    }
+  }
+  std::map<PlanKey, Plan> plans;
+  std::mutex mu;  // held from the lookup through the enqueue: the descriptor's pointers are set per call
+};
+
+GemmPlanCache* new_gemm_plan_cache() { return new GemmPlanCache(); }
+void Context::GemmPlanCacheDeleter::operator()(GemmPlanCache* p) const { delete p; }
+
 void gemm(Context& ctx, const GemmArgs& g, const void* a, const void* b, void* c) {
   FORGE_CHECK(g.M > 0 && g.N > 0 && g.K > 0 && g.batch > 0, "[gemm] bad shape M=", g.M, " N=", g.N,
               " K=", g.K);
@@ -180,9 +198,7 @@ void gemm(Context& ctx, const GemmArgs& g, const void* a, const void* b, void* c
   const Alignment al{alignment_of(b, st.ldb, g.stride_b, g.batch, dtype_size(g.ab_type)),
                      alignment_of(a, st.lda, g.stride_a, g.batch, dtype_size(g.ab_type)),
                      alignment_of(c, st.ldc, g.stride_c, g.batch, dtype_size(g.c_type))};
-  // Plans are cached per shape and type; descriptors live for the process (a few dozen shapes).
-  static std::map<PlanKey, Plan> plans;
-  static std::mutex mu;
+  GemmPlanCache& cache = ctx.gemm_plans();
   const PlanKey key{g.M,
                     g.N,
                     g.K,
@@ -202,13 +218,10 @@ void gemm(Context& ctx, const GemmArgs& g, const void* a, const void* b, void* c
                     al.b,
                     al.c,
                     g.beta != 0.0f};
-  Plan* plan;
-  {
-    std::lock_guard<std::mutex> lock(mu);
-    auto it = plans.find(key);
-    if (it == plans.end()) it = plans.emplace(key, make_plan(ctx, g, st, al)).first;
-    plan = &it->second;
-  }
+  std::lock_guard<std::mutex> lock(cache.mu);
+  auto it = cache.plans.find(key);
+  if (it == cache.plans.end()) it = cache.plans.emplace(key, make_plan(ctx, g, st, al)).first;
+  Plan* plan = &it->second;
   if (g.bias)
     FORGE_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
                                                       &g.bias, sizeof(g.bias)));

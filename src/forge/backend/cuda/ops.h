@@ -95,12 +95,7 @@ void attention_bwd(Context& ctx, DType dt, void* dq, void* dk, void* dv, const v
 // two kernels (dQ over query tiles, dK/dV over key tiles), no atomics, bit-identical reruns.
 // HS must be 32, 64, 80, 96 or 128 (flash_attention_supported); q/k/v/out/dout 16-byte aligned.
 //
-// Token strides: elements between consecutive tokens of one tensor, so q, k and v may be
-// column slices of one fused (B, T, 3C) qkv buffer (GPT-2). 0 = dense: NH·HS for q and out,
-// NKV·HS for k and v. dq, dk, dv use the strides of q, k, v; dout uses out's.
-struct AttentionStrides {
-  int64_t q = 0, k = 0, v = 0, o = 0;
-};
+// Token strides: AttentionStrides (ops/attention.h).
 // Which kernels: kAuto = Hopper's wgmma kernels (flash_attention_wgmma.cu) on a compute
 // capability 9.x device for head sizes 64 and 128, the mma.sync kernels otherwise; kMma and
 // kWgmma force one family (kWgmma where it cannot run is refused). For tests and benchmarks.

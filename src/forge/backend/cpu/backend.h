@@ -1,0 +1,154 @@
+// The CPU backend as the model sees it (model/transformer.h): the parameter storage and every op
+// the model calls, each a thin binding to the reference kernels of ops/*.h. The fused ops of the
+// GPU (GEMM + GELU epilogue, the GELU backward fused into a product, the LM head fused with the
+// loss, flash attention on strided q/k/v) are ops here too, composed from the unfused kernels, so
+// the CPU runs the same sequence of calls as the GPU and the model's orchestration is tested in CI.
+//
+// T is float for training and double for the finite-difference checks of the whole model.
+// Everything — activations, statistics, gradients — is T; pointers are host pointers.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <vector>
+
+#include "forge/model/config.h"
+#include "forge/model/params.h"
+#include "forge/ops/activation.h"
+#include "forge/ops/attention.h"
+#include "forge/ops/cross_entropy.h"
+#include "forge/ops/embedding.h"
+#include "forge/ops/layernorm.h"
+#include "forge/ops/linear.h"
+#include "forge/ops/rmsnorm.h"
+#include "forge/ops/rope.h"
+
+namespace forge {
+
+template <typename T>
+class CpuBackend {
+ public:
+  static constexpr bool kHost = true;  // pointers are host memory: the model may read them
+  using Real = T;                      // dloss, losses
+  using Act = T*;                      // activations
+  using Stat = T*;                     // norm statistics, log-sum-exp
+  using Grad = T*;                     // parameter gradients
+  using ActBuf = std::vector<T>;
+  using StatBuf = std::vector<T>;
+  struct AttnSaved {
+    std::vector<T> lse;    // (B, NH, T)
+    std::vector<T> probs;  // (B, NH, T, T) where small (kSavedProbsBytes), else empty
+  };
+  // Up to this size per layer the attention probabilities are kept for the backward, which then
+  // skips recomputing them (cpu::flash_attention_bwd): the tiny preset's are 4 MiB a layer.
+  static constexpr size_t kSavedProbsBytes = size_t{64} << 20;
+
+  CpuBackend(const ModelConfig&, const ParamTable& table) : weights_(table.total()), grads_(table.total()) {}
+
+  // ---- parameters ---------------------------------------------------------------------------
+  std::vector<T>& weights() { return weights_; }
+  const std::vector<T>& weights() const { return weights_; }
+  std::vector<T>& grads() { return grads_; }
+  const std::vector<T>& grads() const { return grads_; }
+  void set_weights(const std::vector<float>& w) { weights_.assign(w.begin(), w.end()); }
+  std::vector<float> weights_host() const { return {weights_.begin(), weights_.end()}; }
+  std::vector<float> grads_host() const { return {grads_.begin(), grads_.end()}; }
+  void zero_grad() { std::fill(grads_.begin(), grads_.end(), T(0)); }
+  Act w(int64_t off) { return weights_.data() + off; }
+  Grad g(int64_t off) { return grads_.data() + off; }
+
+  // ---- buffers --------------------------------------------------------------------------------
+  ActBuf act_buf(size_t n) { return ActBuf(n); }
+  StatBuf stat_buf(size_t n) { return StatBuf(n); }
+  AttnSaved attention_saved(const AttentionShape& s) {
+    const size_t rows = static_cast<size_t>(s.B) * s.NH * s.T;
+    AttnSaved a{std::vector<T>(rows), {}};
+    if (rows * s.T * sizeof(T) <= kSavedProbsBytes) a.probs.resize(rows * s.T);
+    return a;
+  }
+  void plan_attention(const AttentionShape&) {}
+  void synchronize() {}  // every op has finished when it returns
+  static Act at(Act p, int64_t n) { return p + n; }
+  void zero(Act p, size_t n) { std::fill_n(p, n, T(0)); }
+  // The GELU of GPT-2's MLP is a separate pass here: linear_dgelu_bwd needs a (N, FF) scratch.
+  bool fuses_gelu() const { return false; }
+  const Real* scale_dloss(const Real* dloss) { return dloss; }
+
+  // ---- ops ------------------------------------------------------------------------------------
+  void embedding_fwd(Act out, const int32_t* tokens, Act wte, Act wpe, int B, int T_, int C) {
+    cpu::embedding_fwd<T>(out, tokens, wte, wpe, B, T_, C);
+  }
+  void embedding_bwd(Grad dwte, Grad dwpe, Act dout, const int32_t* tokens, int B, int T_, int C) {
+    cpu::embedding_bwd<T>(dwte, dwpe, dout, tokens, B, T_, C);
+  }
+  void layernorm_fwd(Act out, Stat mean, Stat rstd, Act inp, Act w, Act b, int N, int C, float eps) {
+    cpu::layernorm_fwd<T>(out, mean, rstd, inp, w, b, N, C, eps);
+  }
+  void residual_layernorm_fwd(Act res, Act out, Stat mean, Stat rstd, Act a, Act b, Act w, Act bias, int N,
+                              int C, float eps) {
+    cpu::residual_layernorm_fwd<T>(res, out, mean, rstd, a, b, w, bias, N, C, eps);
+  }
+  void layernorm_bwd(Act dinp, Grad dw, Grad db, Act dout, Act inp, Act w, Stat mean, Stat rstd, int N, int C) {
+    cpu::layernorm_bwd<T>(dinp, dw, db, dout, inp, w, mean, rstd, N, C);
+  }
+  void rmsnorm_fwd(Act out, Stat rstd, Act inp, Act w, int N, int C, float eps) {
+    cpu::rmsnorm_fwd<T>(out, rstd, inp, w, N, C, eps);
+  }
+  void residual_rmsnorm_fwd(Act res, Act out, Stat rstd, Act a, Act b, Act w, int N, int C, float eps) {
+    cpu::residual_rmsnorm_fwd<T>(res, out, rstd, a, b, w, N, C, eps);
+  }
+  void rmsnorm_bwd(Act dinp, Grad dw, Act dout, Act inp, Act w, Stat rstd, int N, int C) {
+    cpu::rmsnorm_bwd<T>(dinp, dw, dout, inp, w, rstd, N, C);
+  }
+  void linear_fwd(Act out, Act inp, Act w, Act bias, int N, int C, int OC, WeightLayout layout) {
+    cpu::linear_fwd<T>(out, inp, w, bias, N, C, OC, layout);
+  }
+  // hidden = gelu(fc), fc = inp · op(W) + bias: the product, then the activation.
+  void linear_gelu_fwd(Act hidden, Act fc, Act inp, Act w, Act bias, int N, int C, int OC, WeightLayout layout) {
+    cpu::linear_fwd<T>(fc, inp, w, bias, N, C, OC, layout);
+    cpu::gelu_fwd<T>(hidden, fc, static_cast<int64_t>(N) * OC);
+  }
+  // dinp (N, C) += (accumulate) or = dout · op(W)ᵀ; dW and dbias (when non-null) accumulate.
+  void linear_bwd(Act dinp, Grad dw, Grad db, Act dout, Act inp, Act w, int N, int C, int OC, WeightLayout layout,
+                  bool accumulate) {
+    if (dinp != nullptr && !accumulate) zero(dinp, static_cast<size_t>(N) * C);
+    cpu::linear_bwd<T>(dinp, dw, db, dout, inp, w, N, C, OC, layout);
+  }
+  // dfc (N, C) = (dout · op(W)ᵀ) ∘ gelu'(fc): the down projection's backward into `scratch`
+  // (N, C), then the GELU's. dW and dbias accumulate.
+  void linear_dgelu_bwd(Act dfc, Grad dw, Grad db, Act dout, Act inp, Act w, Act fc, Act scratch, int N, int C,
+                        int OC, WeightLayout layout) {
+    linear_bwd(scratch, dw, db, dout, inp, w, N, C, OC, layout, false);
+    zero(dfc, static_cast<size_t>(N) * C);
+    cpu::gelu_bwd<T>(dfc, fc, scratch, static_cast<int64_t>(N) * C);
+  }
+  void swiglu_fwd(Act out, Act gate, Act up, int64_t n) { cpu::swiglu_fwd<T>(out, gate, up, n); }
+  void swiglu_bwd(Act dgate, Act dup, Act dout, Act gate, Act up, int64_t n) {
+    cpu::swiglu_bwd<T>(dgate, dup, dout, gate, up, n);
+  }
+  void rope_fwd(Act x, int B, int T_, int H, int HS, float theta, RopeStyle style) {
+    cpu::rope_fwd<T>(x, B, T_, H, HS, theta, style);
+  }
+  void rope_bwd(Act dx, int B, int T_, int H, int HS, float theta, RopeStyle style) {
+    cpu::rope_bwd<T>(dx, B, T_, H, HS, theta, style);
+  }
+  void attention_fwd(Act out, AttnSaved& saved, Act q, Act k, Act v, const AttentionShape& s,
+                     const AttentionStrides& st) {
+    cpu::flash_attention_fwd<T>(out, saved.lse.data(), q, k, v, s, st, saved.probs.empty() ? nullptr : saved.probs.data());
+  }
+  // Writes dq, dk, dv.
+  void attention_bwd(Act dq, Act dk, Act dv, Act dout, Act q, Act k, Act v, Act out, AttnSaved& saved,
+                     const AttentionShape& s, const AttentionStrides& st) {
+    cpu::flash_attention_bwd<T>(dq, dk, dv, dout, q, k, v, out, saved.lse.data(), s, st,
+                                saved.probs.empty() ? nullptr : saved.probs.data());
+  }
+  void lm_head_cross_entropy(Stat losses, Act dx, Grad dw, Act x, Act w, const int32_t* targets, const Real* dloss,
+                             int N, int C, int V, int Vp) {
+    cpu::lm_head_cross_entropy<T>(losses, dx, dw, x, w, targets, dloss ? *dloss : T(0), N, C, V, Vp);
+  }
+
+ private:
+  std::vector<T> weights_, grads_;
+};
+
+}  // namespace forge

@@ -1,0 +1,337 @@
+// CudaBackend (backend.h): parameter storage, op bindings and the optimizer on one Context.
+#include "forge/backend/cuda/backend.h"
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+
+#include "forge/backend/cuda/check.h"
+#include "forge/backend/cuda/gemm.h"
+#include "forge/core/error.h"
+
+namespace forge {
+
+using cuda::GemmArgs;
+
+CudaBackend::CudaBackend(const ModelConfig& cfg, const ParamTable& table, cuda::Context& ctx,
+                         const CudaModelOptions& o)
+    : ctx_(ctx), table_(table), dt_(o.dtype), es_(dtype_size(o.dtype)) {
+  if (dt_ != DType::kF32 && dt_ != DType::kBF16 && dt_ != DType::kF16)
+    throw Error(str("CUDA training supports fp32, bf16 and f16 compute, not ", dtype_name(dt_)));
+  // Flash attention needs 16-bit inputs; fp32 mode keeps the unfused path (exact CPU parity).
+  flash_ = cuda::flash_attention_supported(dt_, cfg.head_dim()) && o.attention != AttentionPath::kUnfused;
+  flash_kernels_ = o.attention == AttentionPath::kFlashMma     ? cuda::FlashKernels::kMma
+                   : o.attention == AttentionPath::kFlashWgmma ? cuda::FlashKernels::kWgmma
+                                                               : cuda::FlashKernels::kAuto;
+  auto& a = ctx.allocator();
+  const size_t P = table_.total();
+  master_ = Buf<float>(a, P);
+  grads_ = Buf<float>(a, P);
+  m_ = Buf<float>(a, P);
+  v_ = Buf<float>(a, P);
+  if (dt_ != DType::kF32) work_ = Buf<uint8_t>(a, P * es_);
+  norm_sq_ = Buf<float>(a, 1);
+  factors_ = Buf<AdamWFactors>(a, 2);
+  if (dt_ == DType::kF16) {
+    const LossScaleOptions& ls = o.loss_scale;
+    if (!(ls.init_scale > 0.0f) || ls.growth_interval < 1)
+      throw Error(str("loss scaling: init scale ", ls.init_scale, " and growth interval ", ls.growth_interval,
+                      " (expected > 0 and >= 1)"));
+    loss_scale_ = Buf<LossScaleState>(a, 1);
+    scaled_dloss_ = Buf<float>(a, 1);
+    set_loss_scale(loss_scale_init(ls));
+  }
+  FORGE_CUDA_CHECK(cudaMemsetAsync(m_.data(), 0, m_.bytes(), ctx_.stream()));
+  FORGE_CUDA_CHECK(cudaMemsetAsync(v_.data(), 0, v_.bytes(), ctx_.stream()));
+  zero_grad();
+}
+
+// ---- parameters -------------------------------------------------------------------------------
+
+CudaBackend::Act CudaBackend::w(int64_t off) const {
+  if (dt_ == DType::kF32) return master_.data() + off;
+  return work_.data() + off * es_;
+}
+
+void CudaBackend::set_weights(const std::vector<float>& host) {
+  FORGE_CHECK(host.size() == static_cast<size_t>(table_.total()), "set_weights: ", host.size(), " values for ",
+              table_.total(), " parameters");
+  FORGE_CUDA_CHECK(cudaMemcpyAsync(master_.data(), host.data(), master_.bytes(), cudaMemcpyHostToDevice, ctx_.stream()));
+  if (dt_ != DType::kF32) cuda::convert(ctx_, dt_, work_.data(), DType::kF32, master_.data(), table_.total());
+  ctx_.synchronize();  // the host vector may go away
+}
+
+namespace {
+
+std::vector<float> to_host(cuda::Context& ctx, const cuda::DeviceBuffer<float>& d) {
+  std::vector<float> h(d.size());
+  ctx.synchronize();
+  FORGE_CUDA_CHECK(cudaMemcpy(h.data(), d.data(), d.bytes(), cudaMemcpyDeviceToHost));
+  return h;
+}
+
+}  // namespace
+
+std::vector<float> CudaBackend::weights_host() const { return to_host(ctx_, master_); }
+std::vector<float> CudaBackend::grads_host() const { return to_host(ctx_, grads_); }
+std::vector<float> CudaBackend::adam_m_host() const { return to_host(ctx_, m_); }
+std::vector<float> CudaBackend::adam_v_host() const { return to_host(ctx_, v_); }
+
+void CudaBackend::set_adam_state(const std::vector<float>& m, const std::vector<float>& v) {
+  FORGE_CHECK(m.size() == m_.size() && v.size() == v_.size(), "set_adam_state: wrong sizes");
+  // On our stream (a pageable cudaMemcpy may return before its DMA lands, and our stream does
+  // not wait for the default one), then waited for: the host vectors may go away.
+  FORGE_CUDA_CHECK(cudaMemcpyAsync(m_.data(), m.data(), m_.bytes(), cudaMemcpyHostToDevice, ctx_.stream()));
+  FORGE_CUDA_CHECK(cudaMemcpyAsync(v_.data(), v.data(), v_.bytes(), cudaMemcpyHostToDevice, ctx_.stream()));
+  ctx_.synchronize();
+}
+
+LossScaleState CudaBackend::loss_scale_host() const {
+  FORGE_CHECK(loss_scale_.size() > 0, "loss_scale_host(): no loss scaling in ", dtype_name(dt_), " mode");
+  LossScaleState s;
+  ctx_.synchronize();
+  FORGE_CUDA_CHECK(cudaMemcpy(&s, loss_scale_.data(), sizeof(s), cudaMemcpyDeviceToHost));
+  return s;
+}
+
+void CudaBackend::set_loss_scale(const LossScaleState& s) {
+  FORGE_CHECK(loss_scale_.size() > 0, "set_loss_scale(): no loss scaling in ", dtype_name(dt_), " mode");
+  FORGE_CUDA_CHECK(cudaMemcpyAsync(loss_scale_.data(), &s, sizeof(s), cudaMemcpyHostToDevice, ctx_.stream()));
+  ctx_.synchronize();  // `s` may go out of scope
+}
+
+void CudaBackend::zero_grad() { FORGE_CUDA_CHECK(cudaMemsetAsync(grads_.data(), 0, grads_.bytes(), ctx_.stream())); }
+
+void CudaBackend::zero(Act p, size_t n) { FORGE_CUDA_CHECK(cudaMemsetAsync(p, 0, n * es_, ctx_.stream())); }
+
+const CudaBackend::Real* CudaBackend::scale_dloss(const Real* dloss) {
+  if (loss_scale_.size() == 0) return dloss;
+  cuda::loss_scale_dloss(ctx_, scaled_dloss_.data(), dloss, loss_scale_.data());
+  return scaled_dloss_.data();
+}
+
+// ---- optimizer ---------------------------------------------------------------------------------
+
+std::array<AdamWFactors, 2> CudaBackend::optimizer_factors(const AdamWParams& p, uint64_t sr_seed) {
+  AdamWParams no_decay = p;
+  no_decay.weight_decay = 0.0f;
+  return {adamw_factors(p, sr_seed), adamw_factors(no_decay, sr_seed)};
+}
+
+void CudaBackend::optimizer_step(const AdamWFactors* factors, float max_norm) {
+  cuda::sum_squares(ctx_, norm_sq_.data(), grads_.data(), table_.total());
+  for (const auto& info : table_.params()) {
+    void* work = dt_ == DType::kF32 ? nullptr : work_.data() + info.offset * es_;
+    cuda::adamw_update(ctx_, master_.data() + info.offset, m_.data() + info.offset, v_.data() + info.offset,
+                       grads_.data() + info.offset, work, dt_, info.numel(), factors + (info.decay ? 0 : 1),
+                       static_cast<uint64_t>(info.offset), norm_sq_.data(), max_norm, loss_scale());
+  }
+  if (loss_scale_.size() > 0) cuda::loss_scale_step(ctx_, loss_scale_.data(), norm_sq_.data());
+}
+
+void CudaBackend::optimizer_step(const AdamWParams& p, float max_norm, uint64_t sr_seed) {
+  // A pageable cudaMemcpyAsync returns once the source is staged, so the local array may go.
+  const std::array<AdamWFactors, 2> f = optimizer_factors(p, sr_seed);
+  FORGE_CUDA_CHECK(cudaMemcpyAsync(factors_.data(), f.data(), sizeof(f), cudaMemcpyHostToDevice, ctx_.stream()));
+  optimizer_step(factors_.data(), max_norm);
+}
+
+// ---- ops ----------------------------------------------------------------------------------------
+
+void CudaBackend::embedding_fwd(Act out, const int32_t* tokens, Act wte, Act wpe, int B, int T_, int C) {
+  cuda::embedding_fwd(ctx_, dt_, out, tokens, wte, wpe, B, T_, C);
+}
+void CudaBackend::embedding_bwd(Grad dwte, Grad dwpe, Act dout, const int32_t* tokens, int B, int T_, int C) {
+  cuda::embedding_bwd(ctx_, dt_, dwte, dwpe, dout, tokens, B, T_, C);
+}
+void CudaBackend::layernorm_fwd(Act out, Stat mean, Stat rstd, Act inp, Act w, Act b, int N, int C, float eps) {
+  cuda::layernorm_fwd(ctx_, dt_, out, mean, rstd, inp, w, b, N, C, eps);
+}
+void CudaBackend::residual_layernorm_fwd(Act res, Act out, Stat mean, Stat rstd, Act a, Act b, Act w, Act bias, int N,
+                                         int C, float eps) {
+  cuda::residual_layernorm_fwd(ctx_, dt_, res, out, mean, rstd, a, b, w, bias, N, C, eps);
+}
+void CudaBackend::layernorm_bwd(Act dinp, Grad dw, Grad db, Act dout, Act inp, Act w, Stat mean, Stat rstd, int N,
+                                int C) {
+  cuda::layernorm_bwd(ctx_, dt_, dinp, dw, db, dout, inp, w, mean, rstd, N, C);
+}
+void CudaBackend::rmsnorm_fwd(Act out, Stat rstd, Act inp, Act w, int N, int C, float eps) {
+  cuda::rmsnorm_fwd(ctx_, dt_, out, rstd, inp, w, N, C, eps);
+}
+void CudaBackend::residual_rmsnorm_fwd(Act res, Act out, Stat rstd, Act a, Act b, Act w, int N, int C, float eps) {
+  cuda::residual_rmsnorm_fwd(ctx_, dt_, res, out, rstd, a, b, w, N, C, eps);
+}
+void CudaBackend::rmsnorm_bwd(Act dinp, Grad dw, Act dout, Act inp, Act w, Stat rstd, int N, int C) {
+  cuda::rmsnorm_bwd(ctx_, dt_, dinp, dw, dout, inp, w, rstd, N, C);
+}
+
+// out (N, OC) = inp (N, C) · op(W) (+ bias in the GEMM's epilogue); W is (OC, C) (kOutIn) or (C, OC).
+void CudaBackend::linear_fwd(Act out, Act inp, Act w, Act bias, int N, int C, int OC, WeightLayout layout) {
+  GemmArgs g;
+  g.M = N, g.N = OC, g.K = C, g.trans_b = layout == WeightLayout::kOutIn;
+  g.ab_type = g.c_type = dt_;
+  if (bias) g.epilogue = cuda::GemmEpilogue::kBias, g.bias = bias;
+  cuda::gemm(ctx_, g, inp, w, out);
+}
+
+// 16-bit modes: one GEMM writing both hidden = gelu(fc) and fc (the aux output the backward
+// needs, GELU_AUX_BIAS); fp32: the GEMM and a GELU kernel.
+void CudaBackend::linear_gelu_fwd(Act hidden, Act fc, Act inp, Act w, Act bias, int N, int C, int OC,
+                                  WeightLayout layout) {
+  if (!fuses_gelu() || bias == nullptr) {
+    linear_fwd(fc, inp, w, bias, N, C, OC, layout);
+    cuda::gelu_fwd(ctx_, dt_, hidden, fc, static_cast<int64_t>(N) * OC);
+    return;
+  }
+  GemmArgs g;
+  g.M = N, g.N = OC, g.K = C, g.trans_b = layout == WeightLayout::kOutIn;
+  g.ab_type = g.c_type = dt_;
+  g.epilogue = cuda::GemmEpilogue::kBiasGeluAux, g.bias = bias, g.aux = fc;
+  cuda::gemm(ctx_, g, inp, w, hidden);
+}
+
+// dW (f32, W's layout) += and dbias (f32, when non-null) += the products of dout and inp.
+void CudaBackend::weight_grads(Grad dw, Grad db, Act dout, Act inp, int N, int C, int OC, WeightLayout layout) {
+  GemmArgs g;
+  g.trans_a = true, g.beta = 1.0f, g.ab_type = dt_, g.c_type = DType::kF32, g.K = N;
+  if (layout == WeightLayout::kInOut) {  // dW (C, OC) += inpᵀ · dout
+    g.M = C, g.N = OC;
+    cuda::gemm(ctx_, g, inp, dout, dw);
+  } else {  // dW (OC, C) += doutᵀ · inp
+    g.M = OC, g.N = C;
+    cuda::gemm(ctx_, g, dout, inp, dw);
+  }
+  if (db) cuda::bias_grad(ctx_, dt_, db, dout, N, OC);  // dbias += Σ_n dout
+}
+
+// The first product into a gradient buffer overwrites it (beta 0): no memset, no read.
+void CudaBackend::linear_bwd(Act dinp, Grad dw, Grad db, Act dout, Act inp, Act w, int N, int C, int OC,
+                             WeightLayout layout, bool accumulate) {
+  if (dinp) {
+    GemmArgs g;  // dinp (+)= dout (N, OC) · op(W) (OC, C)
+    g.M = N, g.N = C, g.K = OC, g.trans_b = layout == WeightLayout::kInOut, g.beta = accumulate ? 1.0f : 0.0f;
+    g.ab_type = g.c_type = dt_;
+    cuda::gemm(ctx_, g, dout, w, dinp);
+  }
+  weight_grads(dw, db, dout, inp, N, C, OC, layout);
+}
+
+void CudaBackend::linear_dgelu_bwd(Act dfc, Grad dw, Grad db, Act dout, Act inp, Act w, Act fc, Act scratch, int N,
+                                   int C, int OC, WeightLayout layout) {
+  if (!fuses_gelu()) {
+    linear_bwd(scratch, dw, db, dout, inp, w, N, C, OC, layout, false);
+    zero(dfc, static_cast<size_t>(N) * C);
+    cuda::gelu_bwd(ctx_, dt_, dfc, fc, scratch, static_cast<int64_t>(N) * C);
+    return;
+  }
+  GemmArgs g;  // dfc = (dout · op(W)) ∘ gelu'(fc): the GELU backward in the product's epilogue
+  g.M = N, g.N = C, g.K = OC, g.trans_b = layout == WeightLayout::kInOut;
+  g.ab_type = g.c_type = dt_;
+  g.epilogue = cuda::GemmEpilogue::kDGelu, g.aux = fc;
+  cuda::gemm(ctx_, g, dout, w, dfc);
+  weight_grads(dw, db, dout, inp, N, C, OC, layout);
+}
+
+void CudaBackend::swiglu_fwd(Act out, Act gate, Act up, int64_t n) { cuda::swiglu_fwd(ctx_, dt_, out, gate, up, n); }
+void CudaBackend::swiglu_bwd(Act dgate, Act dup, Act dout, Act gate, Act up, int64_t n) {
+  cuda::swiglu_bwd(ctx_, dt_, dgate, dup, dout, gate, up, n);
+}
+void CudaBackend::rope_fwd(Act x, int B, int T_, int H, int HS, float theta, RopeStyle style) {
+  cuda::rope_fwd(ctx_, dt_, x, B, T_, H, HS, theta, style);
+}
+void CudaBackend::rope_bwd(Act dx, int B, int T_, int H, int HS, float theta, RopeStyle style) {
+  cuda::rope_bwd(ctx_, dt_, dx, B, T_, H, HS, theta, style);
+}
+
+// ---- attention ----------------------------------------------------------------------------------
+
+CudaBackend::AttnSaved CudaBackend::attention_saved(const AttentionShape& s) {
+  AttnSaved a;
+  const size_t rows = static_cast<size_t>(s.B) * s.NH * s.T;
+  if (flash_) a.lse = Buf<float>(ctx_.allocator(), rows);
+  else a.att = Buf<uint8_t>(ctx_.allocator(), rows * s.T * es_);
+  return a;
+}
+
+void CudaBackend::plan_attention(const AttentionShape& s) {
+  auto& a = ctx_.allocator();
+  const size_t N = static_cast<size_t>(s.B) * s.T;
+  if (flash_) {
+    delta_ = Buf<float>(a, N * s.NH);
+    return;
+  }
+  const size_t nq = N * s.NH * s.HS * es_, nkv = N * s.NKV * s.HS * es_;
+  dense_q_ = Buf<uint8_t>(a, nq), dense_dq_ = Buf<uint8_t>(a, nq);
+  dense_k_ = Buf<uint8_t>(a, nkv), dense_dk_ = Buf<uint8_t>(a, nkv);
+  dense_v_ = Buf<uint8_t>(a, nkv), dense_dv_ = Buf<uint8_t>(a, nkv);
+}
+
+bool CudaBackend::dense(const AttentionShape& s, const AttentionStrides& st) const {
+  const int64_t q = static_cast<int64_t>(s.NH) * s.HS, kv = static_cast<int64_t>(s.NKV) * s.HS;
+  return (st.q == 0 || st.q == q) && (st.k == 0 || st.k == kv) && (st.v == 0 || st.v == kv);
+}
+
+// rows × width elements between a strided view (stride elements per row) and a dense buffer.
+void CudaBackend::to_dense(Act dense, Act strided, int64_t stride, int64_t width, int64_t rows, bool from_strided) {
+  const size_t pitch = stride * es_, w = width * es_;
+  if (from_strided)
+    FORGE_CUDA_CHECK(cudaMemcpy2DAsync(dense, w, strided, pitch, w, rows, cudaMemcpyDeviceToDevice, ctx_.stream()));
+  else
+    FORGE_CUDA_CHECK(cudaMemcpy2DAsync(strided, pitch, dense, w, w, rows, cudaMemcpyDeviceToDevice, ctx_.stream()));
+}
+
+// The unfused kernels take dense q/k/v: strided views are copied into scratch first (fp32's path
+// and the forced comparison path; flash reads the views in place).
+void CudaBackend::attention_fwd(Act out, AttnSaved& saved, Act q, Act k, Act v, const AttentionShape& s,
+                                const AttentionStrides& st) {
+  if (flash_) {
+    cuda::flash_attention_fwd(ctx_, dt_, out, saved.lse.data(), q, k, v, s, st, flash_kernels_);
+    return;
+  }
+  FORGE_CHECK(st.o == 0 || st.o == static_cast<int64_t>(s.NH) * s.HS, "unfused attention: strided output");
+  if (!dense(s, st)) {
+    const int64_t rows = static_cast<int64_t>(s.B) * s.T, wq = static_cast<int64_t>(s.NH) * s.HS;
+    const int64_t wkv = static_cast<int64_t>(s.NKV) * s.HS;
+    to_dense(dense_q_.data(), q, st.q ? st.q : wq, wq, rows, true);
+    to_dense(dense_k_.data(), k, st.k ? st.k : wkv, wkv, rows, true);
+    to_dense(dense_v_.data(), v, st.v ? st.v : wkv, wkv, rows, true);
+    q = dense_q_.data(), k = dense_k_.data(), v = dense_v_.data();
+  }
+  cuda::attention_fwd(ctx_, dt_, out, saved.att.data(), q, k, v, s);
+}
+
+void CudaBackend::attention_bwd(Act dq, Act dk, Act dv, Act dout, Act q, Act k, Act v, Act out, AttnSaved& saved,
+                                const AttentionShape& s, const AttentionStrides& st) {
+  if (flash_) {  // writes the gradients; GPT-2's land in place in the fused (N, 3C) buffer
+    cuda::flash_attention_bwd(ctx_, dt_, dq, dk, dv, dout, q, k, v, out, saved.lse.data(), delta_.data(), s, st,
+                              flash_kernels_);
+    return;
+  }
+  const int64_t rows = static_cast<int64_t>(s.B) * s.T, wq = static_cast<int64_t>(s.NH) * s.HS;
+  const int64_t wkv = static_cast<int64_t>(s.NKV) * s.HS;
+  const bool strided = !dense(s, st);
+  if (strided) {
+    to_dense(dense_q_.data(), q, st.q ? st.q : wq, wq, rows, true);
+    to_dense(dense_k_.data(), k, st.k ? st.k : wkv, wkv, rows, true);
+    to_dense(dense_v_.data(), v, st.v ? st.v : wkv, wkv, rows, true);
+  }
+  Act gq = strided ? dense_dq_.data() : dq, gk = strided ? dense_dk_.data() : dk;
+  Act gv = strided ? dense_dv_.data() : dv;
+  zero(gq, rows * wq);  // the unfused backward accumulates
+  zero(gk, rows * wkv);
+  zero(gv, rows * wkv);
+  cuda::attention_bwd(ctx_, dt_, gq, gk, gv, dout, strided ? dense_q_.data() : q, strided ? dense_k_.data() : k,
+                      strided ? dense_v_.data() : v, saved.att.data(), s);
+  if (strided) {
+    to_dense(gq, dq, st.q ? st.q : wq, wq, rows, false);
+    to_dense(gk, dk, st.k ? st.k : wkv, wkv, rows, false);
+    to_dense(gv, dv, st.v ? st.v : wkv, wkv, rows, false);
+  }
+}
+
+void CudaBackend::lm_head_cross_entropy(Stat losses, Act dx, Grad dw, Act x, Act w, const int32_t* targets,
+                                        const Real* dloss, int N, int C, int V, int Vp) {
+  cuda::lm_head_cross_entropy(ctx_, dt_, losses, dx, dw, x, w, targets, dloss, N, C, V, Vp);
+}
+
+}  // namespace forge

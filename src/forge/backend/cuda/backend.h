@@ -1,0 +1,157 @@
+// The CUDA backend as the model sees it (model/transformer.h): parameter storage, the ops the
+// model calls (bindings to backend/cuda/ops.h and cuBLASLt GEMMs, on the Context's stream, no
+// host syncs) and the optimizer. Buffers:
+//   master (P, f32)   the weights AdamW updates (HF layout, the model's ParamTable)
+//   work   (P, dt)    what the kernels read: a bf16 (f16) copy in bf16 (f16) mode, the master
+//                     itself in fp32
+//   grads  (P, f32)   accumulated by every backward; m, v (P, f32) Adam's moments
+// Activations are dt (void*), statistics f32.
+//
+// Fused where the GPU gains: GELU in cuBLASLt's epilogues in 16-bit modes (fp32, the CPU-parity
+// mode, keeps separate GELU kernels: cuBLASLt's tanh differs in the last bits), the flash
+// attention kernels reading GPT-2's q/k/v in place, the row-chunked LM head + loss.
+//
+// f16 mode: the same kernels on __half, plus dynamic loss scaling (ops/loss_scale.h): the state
+// sits in device memory (loss_scale()), scale_dloss() multiplies dloss by its scale on the
+// device, optimizer_step() unscales before clipping, skips the update when Σ g² is not finite,
+// and then updates the state — all inside the step a CUDA graph captures.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <vector>
+
+#include "forge/backend/cuda/allocator.h"
+#include "forge/backend/cuda/context.h"
+#include "forge/backend/cuda/ops.h"
+#include "forge/core/dtype.h"
+#include "forge/model/config.h"
+#include "forge/model/params.h"
+#include "forge/ops/adamw.h"
+#include "forge/ops/attention.h"
+#include "forge/ops/linear.h"
+#include "forge/ops/loss_scale.h"
+
+namespace forge {
+
+// What a CUDA model is built with (settings of the run; nothing is read from the environment).
+struct CudaModelOptions {
+  DType dtype = DType::kBF16;  // kF32 (parity with the CPU), kBF16, or kF16 (with loss scaling)
+  LossScaleOptions loss_scale;  // kF16 only
+  AttentionPath attention = AttentionPath::kAuto;
+};
+
+class CudaBackend {
+ public:
+  static constexpr bool kHost = false;
+  using Real = float;
+  using Act = void*;  // dt elements
+  using Stat = float*;
+  using Grad = float*;
+  using ActBuf = cuda::DeviceBuffer<uint8_t>;
+  using StatBuf = cuda::DeviceBuffer<float>;
+  struct AttnSaved {
+    cuda::DeviceBuffer<float> lse;    // flash: (B, NH, T) log-sum-exp
+    cuda::DeviceBuffer<uint8_t> att;  // unfused: (B, NH, T, T) probabilities in dt
+  };
+
+  CudaBackend(const ModelConfig& cfg, const ParamTable& table, cuda::Context& ctx, const CudaModelOptions& o);
+  CudaBackend(const CudaBackend&) = delete;
+  CudaBackend& operator=(const CudaBackend&) = delete;
+
+  cuda::Context& context() const { return ctx_; }
+  DType dtype() const { return dt_; }
+  // Whether attention runs as the fused flash kernels or as the unfused path (fp32's, or forced).
+  bool flash_attention() const { return flash_; }
+
+  // ---- parameters (host copies are f32 in the table's layout) -------------------------------
+  void set_weights(const std::vector<float>& host);
+  std::vector<float> weights_host() const;
+  std::vector<float> grads_host() const;
+  std::vector<float> adam_m_host() const;
+  std::vector<float> adam_v_host() const;
+  void set_adam_state(const std::vector<float>& m, const std::vector<float>& v);
+  void zero_grad();
+  Act w(int64_t off) const;
+  Grad g(int64_t off) const { return grads_.data() + off; }
+
+  // ---- optimizer ----------------------------------------------------------------------------
+  // Global-norm clipping + AdamW over every tensor (weight decay on >= 2-D tensors only); the
+  // norm is computed and applied on the device and stays there (grad_norm_sq()). The step's
+  // scalars are read from device memory, factors (2): [0] for tensors with weight decay, [1] for
+  // the others (optimizer_factors()), so a captured CUDA graph replays with each step's lr and t.
+  void optimizer_step(const AdamWFactors* factors, float max_norm);
+  // The same from host parameters: uploads optimizer_factors(p, sr_seed) first (not capturable).
+  void optimizer_step(const AdamWParams& p, float max_norm, uint64_t sr_seed);
+  // p.weight_decay for decaying tensors; sr_seed != 0: stochastic rounding of the bf16 copy.
+  static std::array<AdamWFactors, 2> optimizer_factors(const AdamWParams& p, uint64_t sr_seed);
+  const float* grad_norm_sq() const { return norm_sq_.data(); }
+  // f16 mode: the device loss-scale state (null otherwise). After an optimizer_step(), its
+  // step_scale is what that step's gradients (and grad_norm_sq()) were scaled by.
+  const LossScaleState* loss_scale() const { return loss_scale_.size() > 0 ? loss_scale_.data() : nullptr; }
+  LossScaleState loss_scale_host() const;
+  void set_loss_scale(const LossScaleState& s);
+
+  // ---- buffers --------------------------------------------------------------------------------
+  ActBuf act_buf(size_t n) { return ActBuf(ctx_.allocator(), n * es_); }
+  StatBuf stat_buf(size_t n) { return StatBuf(ctx_.allocator(), n); }
+  AttnSaved attention_saved(const AttentionShape& s);
+  void plan_attention(const AttentionShape& s);
+  Act at(Act p, int64_t n) const { return static_cast<uint8_t*>(p) + n * static_cast<int64_t>(es_); }
+  void zero(Act p, size_t n);
+  bool fuses_gelu() const { return dt_ != DType::kF32; }
+  const Real* scale_dloss(const Real* dloss);
+  void synchronize() { ctx_.synchronize(); }
+
+  // ---- ops (the contracts of backend/cpu/backend.h) -------------------------------------------
+  void embedding_fwd(Act out, const int32_t* tokens, Act wte, Act wpe, int B, int T_, int C);
+  void embedding_bwd(Grad dwte, Grad dwpe, Act dout, const int32_t* tokens, int B, int T_, int C);
+  void layernorm_fwd(Act out, Stat mean, Stat rstd, Act inp, Act w, Act b, int N, int C, float eps);
+  void residual_layernorm_fwd(Act res, Act out, Stat mean, Stat rstd, Act a, Act b, Act w, Act bias, int N, int C,
+                              float eps);
+  void layernorm_bwd(Act dinp, Grad dw, Grad db, Act dout, Act inp, Act w, Stat mean, Stat rstd, int N, int C);
+  void rmsnorm_fwd(Act out, Stat rstd, Act inp, Act w, int N, int C, float eps);
+  void residual_rmsnorm_fwd(Act res, Act out, Stat rstd, Act a, Act b, Act w, int N, int C, float eps);
+  void rmsnorm_bwd(Act dinp, Grad dw, Act dout, Act inp, Act w, Stat rstd, int N, int C);
+  void linear_fwd(Act out, Act inp, Act w, Act bias, int N, int C, int OC, WeightLayout layout);
+  void linear_gelu_fwd(Act hidden, Act fc, Act inp, Act w, Act bias, int N, int C, int OC, WeightLayout layout);
+  void linear_bwd(Act dinp, Grad dw, Grad db, Act dout, Act inp, Act w, int N, int C, int OC, WeightLayout layout,
+                  bool accumulate);
+  void linear_dgelu_bwd(Act dfc, Grad dw, Grad db, Act dout, Act inp, Act w, Act fc, Act scratch, int N, int C,
+                        int OC, WeightLayout layout);
+  void swiglu_fwd(Act out, Act gate, Act up, int64_t n);
+  void swiglu_bwd(Act dgate, Act dup, Act dout, Act gate, Act up, int64_t n);
+  void rope_fwd(Act x, int B, int T_, int H, int HS, float theta, RopeStyle style);
+  void rope_bwd(Act dx, int B, int T_, int H, int HS, float theta, RopeStyle style);
+  void attention_fwd(Act out, AttnSaved& saved, Act q, Act k, Act v, const AttentionShape& s,
+                     const AttentionStrides& st);
+  void attention_bwd(Act dq, Act dk, Act dv, Act dout, Act q, Act k, Act v, Act out, AttnSaved& saved,
+                     const AttentionShape& s, const AttentionStrides& st);
+  void lm_head_cross_entropy(Stat losses, Act dx, Grad dw, Act x, Act w, const int32_t* targets, const Real* dloss,
+                             int N, int C, int V, int Vp);
+
+ private:
+  template <typename T>
+  using Buf = cuda::DeviceBuffer<T>;
+  void weight_grads(Grad dw, Grad db, Act dout, Act inp, int N, int C, int OC, WeightLayout layout);
+  bool dense(const AttentionShape& s, const AttentionStrides& st) const;
+  void to_dense(Act dst, Act src, int64_t stride, int64_t width, int64_t rows, bool from_strided);
+
+  cuda::Context& ctx_;
+  ParamTable table_;
+  DType dt_;
+  size_t es_;  // bytes per dt element
+  bool flash_ = false;
+  cuda::FlashKernels flash_kernels_ = cuda::FlashKernels::kAuto;
+  Buf<float> master_, grads_, m_, v_;
+  Buf<uint8_t> work_;  // bf16/f16 working copy (empty in fp32 mode)
+  Buf<float> norm_sq_;
+  Buf<AdamWFactors> factors_;       // (2) for optimizer_step(const AdamWParams&, ...)
+  Buf<LossScaleState> loss_scale_;  // (1) f16 mode only
+  Buf<float> scaled_dloss_;         // (1) f16 mode: dloss · scale, what the head reads
+  Buf<float> delta_;                // flash backward scratch (B, NH, T)
+  // Unfused attention on strided q/k/v (GPT-2's fused projection): dense copies and gradients.
+  Buf<uint8_t> dense_q_, dense_k_, dense_v_, dense_dq_, dense_dk_, dense_dv_;
+};
+
+}  // namespace forge

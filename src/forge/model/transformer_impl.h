@@ -1,0 +1,342 @@
+// Model<Backend>'s forward and backward, the one copy of the layer orchestration: included by
+// transformer.cpp (CPU backends) and transformer_cuda.cpp (the CUDA backend), which instantiate
+// it. The order of operations follows DESIGN.md's "one training step"; the backward walks it in
+// reverse.
+//
+// Per block, forward:
+//   ln1 (layer 0 only: later layers get it from the previous block's fused residual + norm)
+//   → q, k, v (GPT-2: one (N, 3C) product read in place with strides; Llama: three products and
+//   RoPE) → attention → output projection → residual + ln2 (one fused op) → MLP (GPT-2: product
+//   with the GELU fused, down projection; Llama: gate, up, SwiGLU, down) → residual + the next
+//   block's ln1 (or the final norm). Then the LM head fused with the loss.
+// Backward: gradient buffers are overwritten by the first product into them (no memset) and
+// accumulated after; every norm backward accumulates into d_res_, the residual stream's gradient.
+#pragma once
+
+#include <algorithm>
+
+#include "forge/core/error.h"
+#include "forge/model/transformer.h"
+
+namespace forge {
+
+template <class B>
+void Model<B>::init_weights(uint64_t seed) {
+  std::vector<float> w(table_.total());
+  table_.init(w.data(), seed);
+  be_.set_weights(w);
+}
+
+template <class B>
+void Model<B>::check_shape(int Bn, int Tn) const {
+  if (Bn <= 0 || Tn <= 0) throw Error(str("[forward] empty batch (B=", Bn, ", T=", Tn, ")"));
+  if (Tn > cfg_.max_seq_len)
+    throw Error(str("[forward] sequence length ", Tn, " exceeds the model's max_seq_len ", cfg_.max_seq_len));
+}
+
+template <class B>
+void Model<B>::plan(int Bn, int Tn) {
+  if (Bn == B_ && Tn == T_) return;
+  ++plan_generation_;
+  be_.synchronize();  // the buffers below may be in use by enqueued work of the old shape
+  B_ = Bn;
+  T_ = Tn;
+  const size_t N = static_cast<size_t>(Bn) * Tn, C = cfg_.n_embd, FF = cfg_.ffn_hidden;
+  const size_t HS = cfg_.head_dim(), NH = cfg_.n_head, NKV = cfg_.n_kv_head;
+  const AttentionShape shape = attention_shape();
+  acts_.clear();
+  acts_.resize(cfg_.n_layer);
+  for (LayerActs& a : acts_) {
+    a.x_in = be_.act_buf(N * C);
+    a.ln1 = be_.act_buf(N * C);
+    if (gpt2()) a.ln1_mean = be_.stat_buf(N);
+    a.ln1_rstd = be_.stat_buf(N);
+    if (gpt2()) {
+      a.qkv = be_.act_buf(N * 3 * C);
+    } else {
+      a.q = be_.act_buf(N * NH * HS);
+      a.k = be_.act_buf(N * NKV * HS);
+      a.v = be_.act_buf(N * NKV * HS);
+    }
+    a.att = be_.attention_saved(shape);
+    a.atty = be_.act_buf(N * NH * HS);
+    a.x_mid = be_.act_buf(N * C);
+    a.ln2 = be_.act_buf(N * C);
+    if (gpt2()) a.ln2_mean = be_.stat_buf(N);
+    a.ln2_rstd = be_.stat_buf(N);
+    a.fc = be_.act_buf(N * FF);
+    if (!gpt2()) a.up = be_.act_buf(N * FF);
+    a.hidden = be_.act_buf(N * FF);
+  }
+  x_out_ = be_.act_buf(N * C);
+  lnf_ = be_.act_buf(N * C);
+  if (gpt2()) lnf_mean_ = be_.stat_buf(N);
+  lnf_rstd_ = be_.stat_buf(N);
+  losses_ = be_.stat_buf(N);
+  tmp_ = be_.act_buf(N * C);
+  d_res_ = be_.act_buf(N * C);
+  d_ln_ = be_.act_buf(N * C);
+  d_atty_ = be_.act_buf(N * NH * HS);
+  if (gpt2()) {  // the attention backward writes into the fused (N, 3C) gradient in place
+    d_qkv_ = be_.act_buf(N * 3 * C);
+  } else {
+    d_q_ = be_.act_buf(N * NH * HS);
+    d_k_ = be_.act_buf(N * NKV * HS);
+    d_v_ = be_.act_buf(N * NKV * HS);
+  }
+  d_fc_ = be_.act_buf(N * FF);
+  if (!gpt2()) d_up_ = be_.act_buf(N * FF);
+  if (!gpt2() || !be_.fuses_gelu()) d_hidden_ = be_.act_buf(N * FF);  // a fused DGELU needs none
+  be_.plan_attention(shape);
+}
+
+template <class B>
+void Model<B>::plan_logits(int N) {
+  if (N <= logits_rows_) return;
+  be_.synchronize();
+  logits_ = be_.act_buf(static_cast<size_t>(N) * cfg_.padded_vocab());
+  logits_rows_ = N;
+}
+
+// Where a layer's q, k, v live: column slices of GPT-2's fused (N, 3C) projection, or three dense
+// buffers. The gradients mirror them.
+template <class B>
+typename Model<B>::QkvView Model<B>::qkv_view(LayerActs& a) {
+  if (gpt2()) {
+    const int64_t C = cfg_.n_embd;
+    Act base = a.qkv.data();
+    return {base, be_.at(base, C), be_.at(base, 2 * C), {3 * C, 3 * C, 3 * C, 0}};
+  }
+  return {a.q.data(), a.k.data(), a.v.data(), {}};
+}
+
+template <class B>
+typename Model<B>::QkvView Model<B>::dqkv_view() {
+  if (gpt2()) {
+    const int64_t C = cfg_.n_embd;
+    Act base = d_qkv_.data();
+    return {base, be_.at(base, C), be_.at(base, 2 * C), {3 * C, 3 * C, 3 * C, 0}};
+  }
+  return {d_q_.data(), d_k_.data(), d_v_.data(), {}};
+}
+
+// Normalisation: LayerNorm (GPT-2) or RMSNorm (Llama).
+template <class B>
+void Model<B>::norm_fwd(Act out, Stat mean, Stat rstd, Act inp, int64_t w_off, int64_t b_off) {
+  const int N = B_ * T_, C = cfg_.n_embd;
+  if (gpt2()) be_.layernorm_fwd(out, mean, rstd, inp, w(w_off), w(b_off), N, C, cfg_.norm_eps);
+  else be_.rmsnorm_fwd(out, rstd, inp, w(w_off), N, C, cfg_.norm_eps);
+}
+
+// res = a + b, then out = norm(res), in one op. Its backward needs no counterpart: the add's is
+// the identity and norm_bwd accumulates into the residual stream's gradient.
+template <class B>
+void Model<B>::residual_norm_fwd(Act res, Act out, Stat mean, Stat rstd, Act a, Act b, int64_t w_off,
+                                 int64_t b_off) {
+  const int N = B_ * T_, C = cfg_.n_embd;
+  if (gpt2()) be_.residual_layernorm_fwd(res, out, mean, rstd, a, b, w(w_off), w(b_off), N, C, cfg_.norm_eps);
+  else be_.residual_rmsnorm_fwd(res, out, rstd, a, b, w(w_off), N, C, cfg_.norm_eps);
+}
+
+template <class B>
+void Model<B>::norm_bwd(Act dinp, Act dout, Act inp, Stat mean, Stat rstd, int64_t w_off, int64_t b_off) {
+  const int N = B_ * T_, C = cfg_.n_embd;
+  if (gpt2()) be_.layernorm_bwd(dinp, g(w_off), g(b_off), dout, inp, w(w_off), mean, rstd, N, C);
+  else be_.rmsnorm_bwd(dinp, g(w_off), dout, inp, w(w_off), rstd, N, C);
+}
+
+template <class B>
+void Model<B>::embed(const int32_t* tokens) {
+  tokens_ = tokens;
+  be_.embedding_fwd(acts_[0].x_in.data(), tokens, w(table_.wte()), w(table_.wpe()), B_, T_, cfg_.n_embd);
+}
+
+template <class B>
+void Model<B>::blocks_forward() {
+  const int N = B_ * T_, C = cfg_.n_embd, NH = cfg_.n_head, NKV = cfg_.n_kv_head, HS = cfg_.head_dim();
+  const int FF = cfg_.ffn_hidden;
+  const WeightLayout lay = layout();
+  for (int l = 0; l < cfg_.n_layer; ++l) {
+    const LayerOffsets& o = table_.layer(l);
+    LayerActs& a = acts_[l];
+    // Attention.
+    if (l == 0) norm_fwd(a.ln1.data(), a.ln1_mean.data(), a.ln1_rstd.data(), a.x_in.data(), o.ln1_w, o.ln1_b);
+    if (gpt2()) {
+      be_.linear_fwd(a.qkv.data(), a.ln1.data(), w(o.qkv_w), w(o.qkv_b), N, C, 3 * C, lay);
+    } else {
+      be_.linear_fwd(a.q.data(), a.ln1.data(), w(o.q_w), nullptr, N, C, NH * HS, lay);
+      be_.linear_fwd(a.k.data(), a.ln1.data(), w(o.k_w), nullptr, N, C, NKV * HS, lay);
+      be_.linear_fwd(a.v.data(), a.ln1.data(), w(o.v_w), nullptr, N, C, NKV * HS, lay);
+      be_.rope_fwd(a.q.data(), B_, T_, NH, HS, cfg_.rope_theta, cfg_.rope_style);
+      be_.rope_fwd(a.k.data(), B_, T_, NKV, HS, cfg_.rope_theta, cfg_.rope_style);
+    }
+    const QkvView in = qkv_view(a);
+    be_.attention_fwd(a.atty.data(), a.att, in.q, in.k, in.v, attention_shape(), in.st);
+    be_.linear_fwd(tmp_.data(), a.atty.data(), w(o.attn_out_w), w(o.attn_out_b), N, NH * HS, C, lay);
+    residual_norm_fwd(a.x_mid.data(), a.ln2.data(), a.ln2_mean.data(), a.ln2_rstd.data(), a.x_in.data(),
+                      tmp_.data(), o.ln2_w, o.ln2_b);
+    // MLP.
+    if (gpt2()) {
+      be_.linear_gelu_fwd(a.hidden.data(), a.fc.data(), a.ln2.data(), w(o.fc_w), w(o.fc_b), N, C, FF, lay);
+    } else {
+      be_.linear_fwd(a.fc.data(), a.ln2.data(), w(o.gate_w), nullptr, N, C, FF, lay);
+      be_.linear_fwd(a.up.data(), a.ln2.data(), w(o.up_w), nullptr, N, C, FF, lay);
+      be_.swiglu_fwd(a.hidden.data(), a.fc.data(), a.up.data(), static_cast<int64_t>(N) * FF);
+    }
+    be_.linear_fwd(tmp_.data(), a.hidden.data(), w(o.down_w), w(o.down_b), N, FF, C, lay);
+    if (l + 1 < cfg_.n_layer) {  // the block's output and the next layer's ln1
+      LayerActs& nx = acts_[l + 1];
+      const LayerOffsets& no = table_.layer(l + 1);
+      residual_norm_fwd(nx.x_in.data(), nx.ln1.data(), nx.ln1_mean.data(), nx.ln1_rstd.data(), a.x_mid.data(),
+                        tmp_.data(), no.ln1_w, no.ln1_b);
+    } else {  // the last block's output and the final norm
+      residual_norm_fwd(x_out_.data(), lnf_.data(), lnf_mean_.data(), lnf_rstd_.data(), a.x_mid.data(),
+                        tmp_.data(), table_.lnf_w(), table_.lnf_b());
+    }
+  }
+}
+
+template <class B>
+void Model<B>::forward(const int32_t* tokens, const int32_t* targets, const Real* dloss, int Bn, int Tn) {
+  check_shape(Bn, Tn);
+  FORGE_CHECK(targets != nullptr, "Model::forward needs targets (the head is fused with the loss)");
+  plan(Bn, Tn);
+  embed(tokens);
+  blocks_forward();
+  const int N = B_ * T_, C = cfg_.n_embd;
+  have_head_grad_ = dloss != nullptr;
+  if (have_head_grad_) {
+    be_.zero(d_ln_.data(), static_cast<size_t>(N) * C);
+    dloss = be_.scale_dloss(dloss);  // f16: back-propagate scale · dloss
+  }
+  be_.lm_head_cross_entropy(losses_.data(), have_head_grad_ ? d_ln_.data() : nullptr,
+                            have_head_grad_ ? g(table_.lm_head()) : nullptr, lnf_.data(), w(table_.lm_head()),
+                            targets, dloss, N, C, cfg_.vocab_size, cfg_.padded_vocab());
+}
+
+template <class B>
+void Model<B>::forward_logits(const int32_t* tokens, int Bn, int Tn) {
+  check_shape(Bn, Tn);
+  plan(Bn, Tn);
+  embed(tokens);
+  blocks_forward();
+  const int N = B_ * T_;
+  plan_logits(N);
+  have_head_grad_ = false;
+  be_.linear_fwd(logits_.data(), lnf_.data(), w(table_.lm_head()), nullptr, N, cfg_.n_embd, cfg_.padded_vocab(),
+                 WeightLayout::kOutIn);
+}
+
+template <class B>
+void Model<B>::block_backward(int l) {
+  const int N = B_ * T_, C = cfg_.n_embd, NH = cfg_.n_head, NKV = cfg_.n_kv_head, HS = cfg_.head_dim();
+  const int FF = cfg_.ffn_hidden;
+  const WeightLayout lay = layout();
+  const LayerOffsets& o = table_.layer(l);
+  LayerActs& a = acts_[l];
+  // MLP: d_res_ is d(block output).
+  if (gpt2()) {  // d_fc = (d_res · W_down) ∘ gelu'(fc), fused where the backend can
+    be_.linear_dgelu_bwd(d_fc_.data(), g(o.down_w), g(o.down_b), d_res_.data(), a.hidden.data(), w(o.down_w),
+                         a.fc.data(), d_hidden_.data(), N, FF, C, lay);
+    be_.linear_bwd(d_ln_.data(), g(o.fc_w), g(o.fc_b), d_fc_.data(), a.ln2.data(), w(o.fc_w), N, C, FF, lay, false);
+  } else {
+    const int64_t nff = static_cast<int64_t>(N) * FF;
+    be_.linear_bwd(d_hidden_.data(), g(o.down_w), nullptr, d_res_.data(), a.hidden.data(), w(o.down_w), N, FF, C,
+                   lay, false);
+    be_.zero(d_fc_.data(), nff);
+    be_.zero(d_up_.data(), nff);
+    be_.swiglu_bwd(d_fc_.data(), d_up_.data(), d_hidden_.data(), a.fc.data(), a.up.data(), nff);
+    be_.linear_bwd(d_ln_.data(), g(o.gate_w), nullptr, d_fc_.data(), a.ln2.data(), w(o.gate_w), N, C, FF, lay,
+                   false);
+    be_.linear_bwd(d_ln_.data(), g(o.up_w), nullptr, d_up_.data(), a.ln2.data(), w(o.up_w), N, C, FF, lay, true);
+  }
+  norm_bwd(d_res_.data(), d_ln_.data(), a.x_mid.data(), a.ln2_mean.data(), a.ln2_rstd.data(), o.ln2_w, o.ln2_b);
+  // Attention: d_res_ is now d(x_mid).
+  be_.linear_bwd(d_atty_.data(), g(o.attn_out_w), g(o.attn_out_b), d_res_.data(), a.atty.data(),
+                 w(o.attn_out_w), N, NH * HS, C, lay, false);
+  const QkvView in = qkv_view(a), d = dqkv_view();
+  be_.attention_bwd(d.q, d.k, d.v, d_atty_.data(), in.q, in.k, in.v, a.atty.data(), a.att, attention_shape(),
+                    in.st);
+  if (gpt2()) {
+    be_.linear_bwd(d_ln_.data(), g(o.qkv_w), g(o.qkv_b), d_qkv_.data(), a.ln1.data(), w(o.qkv_w), N, C, 3 * C,
+                   lay, false);
+  } else {
+    be_.rope_bwd(d.q, B_, T_, NH, HS, cfg_.rope_theta, cfg_.rope_style);
+    be_.rope_bwd(d.k, B_, T_, NKV, HS, cfg_.rope_theta, cfg_.rope_style);
+    be_.linear_bwd(d_ln_.data(), g(o.q_w), nullptr, d.q, a.ln1.data(), w(o.q_w), N, C, NH * HS, lay, false);
+    be_.linear_bwd(d_ln_.data(), g(o.k_w), nullptr, d.k, a.ln1.data(), w(o.k_w), N, C, NKV * HS, lay, true);
+    be_.linear_bwd(d_ln_.data(), g(o.v_w), nullptr, d.v, a.ln1.data(), w(o.v_w), N, C, NKV * HS, lay, true);
+  }
+  norm_bwd(d_res_.data(), d_ln_.data(), a.x_in.data(), a.ln1_mean.data(), a.ln1_rstd.data(), o.ln1_w, o.ln1_b);
+}
+
+template <class B>
+void Model<B>::backward() {
+  FORGE_CHECK(have_head_grad_, "backward() needs a forward() with dloss");
+  const int N = B_ * T_, C = cfg_.n_embd;
+  be_.zero(d_res_.data(), static_cast<size_t>(N) * C);
+  norm_bwd(d_res_.data(), d_ln_.data(), x_out_.data(), lnf_mean_.data(), lnf_rstd_.data(), table_.lnf_w(),
+           table_.lnf_b());
+  for (int l = cfg_.n_layer - 1; l >= 0; --l) block_backward(l);
+  be_.embedding_bwd(g(table_.wte()), g(table_.wpe()), d_res_.data(), tokens_, B_, T_, C);
+}
+
+// ---- host conveniences ------------------------------------------------------------------------
+
+namespace detail {
+
+// Range check of host ids, the one place they are validated before a CPU forward.
+inline int64_t check_host_ids(const int32_t* tokens, const int32_t* targets, int64_t n, int V) {
+  int64_t count = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    if (tokens[i] < 0 || tokens[i] >= V)
+      throw Error(str("token id ", tokens[i], " at position ", i, " is out of range [0, ", V, ")"));
+    if (targets && (targets[i] < -1 || targets[i] >= V))
+      throw Error(str("target id ", targets[i], " at position ", i, " is out of range [0, ", V, ")"));
+    count += targets && targets[i] >= 0;
+  }
+  return count;
+}
+
+}  // namespace detail
+
+template <class B>
+double Model<B>::loss(const int32_t* tokens, const int32_t* targets, int Bn, int Tn)
+  requires B::kHost
+{
+  check_shape(Bn, Tn);
+  const int64_t N = static_cast<int64_t>(Bn) * Tn;
+  const int64_t count = detail::check_host_ids(tokens, targets, N, cfg_.vocab_size);
+  forward(tokens, targets, nullptr, Bn, Tn);
+  double sum = 0;  // in index order, as cpu::sum_in_order and the GPU runner sum
+  for (int64_t i = 0; i < N; ++i) sum += static_cast<double>(losses_[i]);
+  return count > 0 ? sum / static_cast<double>(count) : 0.0;
+}
+
+template <class B>
+double Model<B>::loss_and_grad(const int32_t* tokens, const int32_t* targets, int Bn, int Tn, double scale)
+  requires B::kHost
+{
+  check_shape(Bn, Tn);
+  FORGE_CHECK(targets != nullptr, "loss_and_grad needs targets");
+  const int64_t N = static_cast<int64_t>(Bn) * Tn;
+  const int64_t count = detail::check_host_ids(tokens, targets, N, cfg_.vocab_size);
+  const Real dloss = count > 0 ? static_cast<Real>(scale / static_cast<double>(count)) : Real(0);
+  forward(tokens, targets, &dloss, Bn, Tn);
+  backward();
+  double sum = 0;
+  for (int64_t i = 0; i < N; ++i) sum += static_cast<double>(losses_[i]);
+  return count > 0 ? sum / static_cast<double>(count) : 0.0;
+}
+
+template <class B>
+const typename Model<B>::Real* Model<B>::logits_of(const int32_t* tokens, int Bn, int Tn)
+  requires B::kHost
+{
+  check_shape(Bn, Tn);
+  detail::check_host_ids(tokens, nullptr, static_cast<int64_t>(Bn) * Tn, cfg_.vocab_size);
+  forward_logits(tokens, Bn, Tn);
+  return logits_.data();
+}
+
+}  // namespace forge

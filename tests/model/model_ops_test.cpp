@@ -1,0 +1,138 @@
+// The op sequence of the one model, recorded on the CPU: a backend that logs each op before the
+// CPU backend runs it. Model<Backend> is the template the GPU instantiates too, so these are the
+// calls a GPU step makes — fused ops included (residual + norm, the GEMM with the GELU epilogue
+// and its fused backward, attention reading GPT-2's q/k/v in place with strides, the LM head
+// fused with the loss). The expected sequences are DESIGN.md's "one training step", written out
+// by hand; the finite-difference tests (transformer_grad_test.cpp) check the same path's values.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "forge/model/transformer_impl.h"
+#include "testing.h"
+
+namespace forge {
+namespace {
+
+template <typename T>
+class RecordingBackend : public CpuBackend<T> {
+ public:
+  using CpuBackend<T>::CpuBackend;
+  std::vector<std::string> calls;
+
+#define FORGE_RECORD(op)                             \
+  template <class... A>                              \
+  void op(A&&... a) {                                \
+    calls.push_back(#op);                            \
+    CpuBackend<T>::op(std::forward<A>(a)...);        \
+  }
+  FORGE_RECORD(embedding_fwd)
+  FORGE_RECORD(embedding_bwd)
+  FORGE_RECORD(layernorm_fwd)
+  FORGE_RECORD(residual_layernorm_fwd)
+  FORGE_RECORD(layernorm_bwd)
+  FORGE_RECORD(rmsnorm_fwd)
+  FORGE_RECORD(residual_rmsnorm_fwd)
+  FORGE_RECORD(rmsnorm_bwd)
+  FORGE_RECORD(linear_fwd)
+  FORGE_RECORD(linear_gelu_fwd)
+  FORGE_RECORD(linear_bwd)
+  FORGE_RECORD(linear_dgelu_bwd)
+  FORGE_RECORD(swiglu_fwd)
+  FORGE_RECORD(swiglu_bwd)
+  FORGE_RECORD(rope_fwd)
+  FORGE_RECORD(rope_bwd)
+  FORGE_RECORD(lm_head_cross_entropy)
+#undef FORGE_RECORD
+
+  // Attention is logged with whether q/k/v are read in place (strided views).
+  void attention_fwd(T* out, typename CpuBackend<T>::AttnSaved& saved, T* q, T* k, T* v, const AttentionShape& s,
+                     const AttentionStrides& st) {
+    calls.push_back(st.q != 0 ? "attention_fwd strided" : "attention_fwd");
+    CpuBackend<T>::attention_fwd(out, saved, q, k, v, s, st);
+  }
+  void attention_bwd(T* dq, T* dk, T* dv, T* dout, T* q, T* k, T* v, T* out,
+                     typename CpuBackend<T>::AttnSaved& saved, const AttentionShape& s, const AttentionStrides& st) {
+    calls.push_back(st.q != 0 ? "attention_bwd strided" : "attention_bwd");
+    CpuBackend<T>::attention_bwd(dq, dk, dv, dout, q, k, v, out, saved, s, st);
+  }
+};
+
+using Recorded = Model<RecordingBackend<double>>;
+
+ModelConfig one_layer(Family f) {
+  ModelConfig c;
+  c.family = f;
+  c.vocab_size = 30;
+  c.max_seq_len = 8;
+  c.n_layer = 1;
+  c.n_embd = 16;
+  c.n_head = 2;
+  c.n_kv_head = f == Family::kGpt2 ? 2 : 1;
+  c.ffn_hidden = 24;
+  c.tie_embeddings = f == Family::kGpt2;
+  return c;
+}
+
+std::vector<std::string> record_step(const ModelConfig& cfg) {
+  Recorded m(cfg);
+  m.init_weights(3);
+  const auto x = testing::random_ids(2 * 5, cfg.vocab_size, 4), y = testing::random_ids(2 * 5, cfg.vocab_size, 5);
+  m.loss_and_grad(x.data(), y.data(), 2, 5);
+  return m.backend().calls;
+}
+
+TEST(ModelOps, Gpt2StepRunsTheFusedSequence) {
+  const std::vector<std::string> want = {
+      // forward
+      "embedding_fwd", "layernorm_fwd", "linear_fwd" /* c_attn (N, 3C) */, "attention_fwd strided",
+      "linear_fwd" /* attn c_proj */, "residual_layernorm_fwd", "linear_gelu_fwd" /* c_fc + GELU */,
+      "linear_fwd" /* mlp c_proj */, "residual_layernorm_fwd" /* + ln_f */, "lm_head_cross_entropy",
+      // backward
+      "layernorm_bwd" /* ln_f */, "linear_dgelu_bwd" /* mlp c_proj + GELU */, "linear_bwd" /* c_fc */,
+      "layernorm_bwd" /* ln_2 */, "linear_bwd" /* attn c_proj */, "attention_bwd strided",
+      "linear_bwd" /* c_attn */, "layernorm_bwd" /* ln_1 */, "embedding_bwd"};
+  EXPECT_EQ(record_step(one_layer(Family::kGpt2)), want);
+}
+
+TEST(ModelOps, LlamaStepRunsTheFusedSequence) {
+  const std::vector<std::string> want = {
+      // forward
+      "embedding_fwd", "rmsnorm_fwd", "linear_fwd", "linear_fwd", "linear_fwd" /* q, k, v */, "rope_fwd",
+      "rope_fwd", "attention_fwd", "linear_fwd" /* o_proj */, "residual_rmsnorm_fwd", "linear_fwd",
+      "linear_fwd" /* gate, up */, "swiglu_fwd", "linear_fwd" /* down */, "residual_rmsnorm_fwd" /* + norm */,
+      "lm_head_cross_entropy",
+      // backward
+      "rmsnorm_bwd", "linear_bwd" /* down */, "swiglu_bwd", "linear_bwd", "linear_bwd" /* gate, up */,
+      "rmsnorm_bwd", "linear_bwd" /* o_proj */, "attention_bwd", "rope_bwd", "rope_bwd", "linear_bwd",
+      "linear_bwd", "linear_bwd" /* q, k, v */, "rmsnorm_bwd", "embedding_bwd"};
+  EXPECT_EQ(record_step(one_layer(Family::kLlama)), want);
+}
+
+// Two layers: the second layer's ln1 comes from the first block's fused residual + norm, so
+// exactly one plain norm runs forward (layer 0's ln1).
+TEST(ModelOps, LaterLayersTakeTheirNormFromTheResidualAdd) {
+  ModelConfig cfg = one_layer(Family::kLlama);
+  cfg.n_layer = 2;
+  const auto calls = record_step(cfg);
+  EXPECT_EQ(std::count(calls.begin(), calls.end(), "rmsnorm_fwd"), 1);
+  EXPECT_EQ(std::count(calls.begin(), calls.end(), "residual_rmsnorm_fwd"), 4);
+}
+
+// The recorded model is the CPU model: same loss and gradients bit for bit.
+TEST(ModelOps, RecordingChangesNothing) {
+  const ModelConfig cfg = one_layer(Family::kGpt2);
+  Recorded a(cfg);
+  Transformer<double> b(cfg);
+  a.init_weights(7);
+  b.init_weights(7);
+  const auto x = testing::random_ids(10, cfg.vocab_size, 8), y = testing::random_ids(10, cfg.vocab_size, 9);
+  EXPECT_EQ(a.loss_and_grad(x.data(), y.data(), 2, 5), b.loss_and_grad(x.data(), y.data(), 2, 5));
+  EXPECT_EQ(a.grads(), b.grads());
+}
+
+}  // namespace
+}  // namespace forge

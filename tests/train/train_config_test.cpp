@@ -1,0 +1,218 @@
+#include "forge/train/train_config.h"
+
+#include <charconv>
+#include <cmath>
+#include <functional>
+#include <limits>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <set>
+
+#include "forge/core/error.h"
+#include "testing.h"
+
+namespace forge {
+namespace {
+
+// The members, listed by hand a second time on purpose: the table's rows are checked against
+// the struct's real fields, so a row pointing at the wrong member (or a missing row) fails.
+const std::map<std::string, std::function<std::string(const TrainConfig&)>>& real_members() {
+  auto i = [](int TrainConfig::*m) {
+    return [m](const TrainConfig& c) { return std::to_string(c.*m); };
+  };
+  auto d = [](double TrainConfig::*m) {
+    return [m](const TrainConfig& c) {
+      char buf[32];
+      return std::string(buf, std::to_chars(buf, buf + sizeof(buf), c.*m).ptr);
+    };
+  };
+  static const std::map<std::string, std::function<std::string(const TrainConfig&)>> m = {
+      {"steps", i(&TrainConfig::steps)},
+      {"batch_size", i(&TrainConfig::batch_size)},
+      {"seq_len", i(&TrainConfig::seq_len)},
+      {"grad_accum", i(&TrainConfig::grad_accum)},
+      {"lr", d(&TrainConfig::lr)},
+      {"min_lr_frac", d(&TrainConfig::min_lr_frac)},
+      {"warmup_steps", i(&TrainConfig::warmup_steps)},
+      {"weight_decay", d(&TrainConfig::weight_decay)},
+      {"beta1", d(&TrainConfig::beta1)},
+      {"beta2", d(&TrainConfig::beta2)},
+      {"eps", d(&TrainConfig::eps)},
+      {"grad_clip", d(&TrainConfig::grad_clip)},
+      {"eval_every", i(&TrainConfig::eval_every)},
+      {"eval_windows", i(&TrainConfig::eval_windows)},
+      {"seed", [](const TrainConfig& c) { return std::to_string(c.seed); }},
+      {"save_every", i(&TrainConfig::save_every)},
+      {"keep_checkpoints", i(&TrainConfig::keep_checkpoints)},
+  };
+  return m;
+}
+
+// A value for field number k that no other field gets and no default equals: integers
+// 2 + k, doubles just above 1 / (k + 3) (a value with all 52 mantissa bits in play), the seed
+// 2^64 - 1. Each is inside its field's range.
+std::string distinct_value(const TrainField& f, int k) {
+  return std::visit(
+      [&](const auto& m) -> std::string {
+        using M = std::decay_t<decltype(m)>;
+        if constexpr (std::is_same_v<M, IntMember>) return std::to_string(2 + k);
+        if constexpr (std::is_same_v<M, Uint64Member>) return "18446744073709551615";
+        char buf[32];
+        const double x = std::nextafter(1.0 / (k + 3), 1.0);
+        return std::string(buf, std::to_chars(buf, buf + sizeof(buf), x).ptr);
+      },
+      f.member);
+}
+
+TEST(TrainConfig, TableListsEveryFieldOnce) {
+  std::set<std::string> names;
+  for (const TrainField& f : train_fields()) {
+    EXPECT_TRUE(names.insert(f.name).second) << f.name << " twice";
+    EXPECT_TRUE(real_members().count(f.name)) << f.name << " is not a TrainConfig member";
+    EXPECT_EQ(find_train_field(f.name), &f);
+  }
+  EXPECT_EQ(names.size(), real_members().size());
+  EXPECT_EQ(find_train_field("n_layer"), nullptr);
+  EXPECT_EQ(find_train_field("quiet"), nullptr);  // a run option, not a setting
+}
+
+// config.json exactly as the hand-written train_config_json wrote it before the table: same
+// keys, same JSON types, same text. Old run directories are read with these keys.
+TEST(TrainConfig, JsonIsTheFormatOldRunsHave) {
+  EXPECT_EQ(train_config_json(TrainConfig{}).dump(),
+            R"({"batch_size":8,"beta1":0.9,"beta2":0.95,"eps":1e-08,"eval_every":100,)"
+            R"("eval_windows":64,"grad_accum":1,"grad_clip":1.0,"keep_checkpoints":3,"lr":0.0006,)"
+            R"("min_lr_frac":0.1,"save_every":0,"seed":1337,"seq_len":0,"steps":1000,)"
+            R"("warmup_steps":-1,"weight_decay":0.1})");
+  EXPECT_TRUE(train_config_json(TrainConfig{})["seed"].is_number_unsigned());
+}
+
+TEST(TrainConfig, OldRunConfigReadsBackExactly) {
+  // As an older forge wrote it, with values that a double or an int would not carry.
+  const auto j = nlohmann::json::parse(
+      R"({"batch_size":3,"beta1":0.8999999999999999,"beta2":0.999,"eps":1e-10,"eval_every":7,)"
+      R"("eval_windows":5,"grad_accum":4,"grad_clip":0.0,"keep_checkpoints":2,)"
+      R"("lr":0.00030000000000000003,"min_lr_frac":0.05,"save_every":6,)"
+      R"("seed":18446744073709551615,"seq_len":32,"steps":12,"warmup_steps":3,)"
+      R"("weight_decay":0.0})");
+  const TrainConfig c = train_config_from_json(j, "run/config.json");
+  EXPECT_EQ(c.steps, 12);
+  EXPECT_EQ(c.batch_size, 3);
+  EXPECT_EQ(c.seq_len, 32);
+  EXPECT_EQ(c.grad_accum, 4);
+  EXPECT_EQ(c.lr, 0.00030000000000000003);
+  EXPECT_NE(c.lr, 3e-4);  // the test can see a rounding
+  EXPECT_EQ(c.min_lr_frac, 0.05);
+  EXPECT_EQ(c.warmup_steps, 3);
+  EXPECT_EQ(c.weight_decay, 0.0);
+  EXPECT_EQ(c.beta1, 0.8999999999999999);
+  EXPECT_NE(c.beta1, 0.9);
+  EXPECT_EQ(c.beta2, 0.999);
+  EXPECT_EQ(c.eps, 1e-10);
+  EXPECT_EQ(c.grad_clip, 0.0);
+  EXPECT_EQ(c.eval_every, 7);
+  EXPECT_EQ(c.eval_windows, 5);
+  EXPECT_EQ(c.seed, UINT64_MAX);
+  EXPECT_EQ(c.save_every, 6);
+  EXPECT_EQ(c.keep_checkpoints, 2);
+  EXPECT_EQ(train_config_json(c), j);  // and writes back the same object
+}
+
+// For every row: the override sets the real member, config.json holds the value under the
+// row's key with the same bits, and reading config.json gives the same configuration.
+TEST(TrainConfig, OverrideJsonWriteAndReadAgreeForEveryField) {
+  TrainConfig c;
+  std::map<std::string, std::string> given;
+  int k = 0;
+  for (const TrainField& f : train_fields()) {
+    const std::string v = distinct_value(f, k++);
+    ASSERT_TRUE(c.apply_override(f.name, v)) << f.name;
+    given[f.name] = v;
+  }
+  const nlohmann::json j = train_config_json(c);
+  const TrainConfig back = train_config_from_json(nlohmann::json::parse(j.dump()), "config.json");
+  for (const auto& [name, v] : given) {
+    SCOPED_TRACE(name);
+    EXPECT_EQ(real_members().at(name)(c), v);  // the override reached the member of that name
+    EXPECT_EQ(real_members().at(name)(back), v);
+    ASSERT_TRUE(j.contains(name));
+    if (j[name].is_number_float()) {
+      EXPECT_EQ(j[name].get<double>(), std::stod(v));
+    } else {
+      EXPECT_EQ(j[name].dump(), v);
+    }
+    EXPECT_EQ(train_field_text(c, *find_train_field(name)), j[name].dump());
+  }
+  EXPECT_EQ(train_config_json(back), j);
+}
+
+// Every row refuses the value just outside its range, naming the key and the range.
+TEST(TrainConfig, OverridesOutsideTheRangeAreErrorsNamingTheKey) {
+  for (const TrainField& f : train_fields()) {
+    SCOPED_TRACE(f.name);
+    std::string below;
+    std::visit(
+        [&](const auto& m) {
+          using M = std::decay_t<decltype(m)>;
+          if constexpr (std::is_same_v<M, IntMember>) {
+            below = std::to_string(static_cast<int64_t>(m.lo) - 1);
+          } else if constexpr (std::is_same_v<M, Uint64Member>) {
+            below = "-1";
+          } else if (std::isfinite(m.range.lo)) {
+            const double x = m.range.lo_open ? m.range.lo : std::nextafter(m.range.lo, -1e300);
+            char buf[32];
+            below = std::string(buf, std::to_chars(buf, buf + sizeof(buf), x).ptr);
+          } else {
+            below = "nan";
+          }
+        },
+        f.member);
+    TrainConfig c;
+    try {
+      c.apply_override(f.name, below);
+      ADD_FAILURE() << f.name << "=" << below << " was accepted";
+    } catch (const Error& e) {
+      const std::string msg = e.what();
+      EXPECT_EQ(msg.find(std::string(f.name) + ": expected "), 0u) << msg;
+      EXPECT_NE(msg.find("got '" + below + "'"), std::string::npos) << msg;
+    }
+    EXPECT_THROW(c.apply_override(f.name, ""), Error);
+    EXPECT_THROW(c.apply_override(f.name, "1x"), Error);
+  }
+  TrainConfig c;
+  EXPECT_THROW(c.apply_override("steps", "4294967297"), Error);
+  EXPECT_THROW(c.apply_override("beta2", "1"), Error);
+  EXPECT_THROW(c.apply_override("eps", "0"), Error);
+  EXPECT_THROW(c.apply_override("min_lr_frac", "1.5"), Error);
+  EXPECT_FALSE(c.apply_override("n_layer", "2"));
+}
+
+TEST(TrainConfig, BadConfigJsonIsAnErrorNamingFileAndKey) {
+  auto error_of = [](const char* text) -> std::string {
+    try {
+      train_config_from_json(nlohmann::json::parse(text), "run/config.json");
+    } catch (const Error& e) {
+      return e.what();
+    }
+    return "";
+  };
+  EXPECT_EQ(error_of(R"({"steps": 4294967297})"),
+            "run/config.json: train.steps: expected an integer in [-2147483648, 2147483647], "
+            "got '4294967297'");
+  EXPECT_NE(error_of(R"({"steps": "5"})").find("train.steps"), std::string::npos);
+  EXPECT_NE(error_of(R"({"steps": 5.0})").find("train.steps"), std::string::npos);
+  EXPECT_NE(error_of(R"({"seed": -1})").find("train.seed"), std::string::npos);
+  EXPECT_NE(error_of(R"({"lr": null})").find("train.lr"), std::string::npos);
+  EXPECT_NE(error_of(R"([1, 2])").find("expected an object"), std::string::npos);
+  // A run's own file is read for what its types hold, not today's ranges: a run written
+  // before the ranges were checked resumes. Missing keys keep their defaults, unknown ones
+  // are ignored.
+  EXPECT_EQ(error_of(R"({"keep_checkpoints": -1, "eval_windows": 0, "future_key": 1})"), "");
+  const TrainConfig c = train_config_from_json(nlohmann::json::parse(R"({"steps": 5})"), "x");
+  EXPECT_EQ(c.steps, 5);
+  EXPECT_EQ(c.lr, TrainConfig{}.lr);
+  EXPECT_EQ(c.seed, TrainConfig{}.seed);
+}
+
+}  // namespace
+}  // namespace forge
