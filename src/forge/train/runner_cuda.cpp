@@ -37,6 +37,7 @@
 #include <cstring>
 #include <deque>
 #include <memory>
+#include <optional>
 
 #include "forge/backend/cuda/check.h"
 #include "forge/backend/cuda/context.h"
@@ -226,6 +227,18 @@ class CudaRunner final : public StepRunner {
   std::vector<float> adam_v() override { return be().adam_v_host(); }
   void set_adam_state(const std::vector<float>& m, const std::vector<float>& v) override {
     be().set_adam_state(m, v);
+  }
+  // f16: the device's loss-scale state; callers ask between steps (checkpoints), and
+  // loss_scale_host() waits for everything queued.
+  std::optional<LossScaleState> loss_scale_state() override {
+    if (be().loss_scale() == nullptr) return std::nullopt;
+    return be().loss_scale_host();
+  }
+  // Written in place (the captured graph reads that buffer) and waited for; nothing else moves.
+  void set_loss_scale_state(const LossScaleState& s) override {
+    FORGE_CHECK(be().loss_scale() != nullptr, "set_loss_scale_state: this runner has no loss scaling");
+    FORGE_CHECK(micro_ == 0, "set_loss_scale_state in the middle of a step");
+    be().set_loss_scale(s);
   }
   size_t peak_device_bytes() const override {
     return ctx_.allocator().stats().peak_reserved + ctx_.workspace_bytes();
