@@ -4,9 +4,14 @@
 // Two thread pools (OpenBLAS's pthreads and libgomp's) on the same cores fight: libgomp's
 // threads spin after every parallel region while OpenBLAS's wait for a core. Measured on the
 // 2-core CI machine, tiny preset at 16×128 tokens: ~1,100 tokens/s with both pools, ~4,000
-// with OpenBLAS alone on one core. With one pool all cores work on every product. Each C
-// element is still computed by one thread in BLAS's fixed K order, so results do not depend
-// on the thread count.
+// with OpenBLAS alone on one core. With one pool all cores work on every product.
+//
+// Determinism: OpenBLAS's result for a row of C depends on how many rows the call has (its
+// edge kernels and its blocking along that dimension sum in another order), so splitting the
+// rows by thread count made C depend on the thread count (1 vs 3 threads on 237×70×149: 140 of
+// 16,590 elements differ in the last bits). The row chunks are therefore a function of the
+// shape only — at most kMaxChunks chunks of a multiple of kRowAlign rows, one per ~1 MFLOP —
+// and a thread takes whole chunks, so every call OpenBLAS sees is the same for any thread count.
 #include "forge/ops/matmul.h"
 
 #include <cblas.h>
@@ -32,6 +37,26 @@ void gemm_rows(double* c, const double* a, const double* b, int rows, int N, int
               rows, N, K, alpha, a, lda, b, tb ? K : N, beta, c, N);
 }
 
+// C's rows in chunks of `rows` (the last may be shorter): a function of (M, N, K) alone.
+struct RowChunks {
+  int rows, count;
+};
+
+RowChunks row_chunks(int M, int N, int K) {
+  // Below ~1 MFLOP per chunk a fork costs more than it saves. The cap bounds the extra packing:
+  // OpenBLAS packs all of op(B) once per call, so each chunk beyond the thread count repeats it
+  // (all products of a tiny-preset step, run serially: 490 ms in 2 chunks, 481 ms in 8, 492 ms
+  // in 16). It also caps one product at 8 threads, plenty for a reference backend.
+  constexpr int64_t kFlopsPerChunk = 1000000;
+  constexpr int kMaxChunks = 8;
+  constexpr int kRowAlign = 16;  // whole micro-tiles for OpenBLAS's usual unrolls (4, 8, 16)
+  const int64_t flops = 2LL * M * N * K;
+  const int want = static_cast<int>(std::clamp<int64_t>(flops / kFlopsPerChunk, 1, kMaxChunks));
+  const int per_chunk = (M + want - 1) / want;
+  const int rows = (per_chunk + kRowAlign - 1) / kRowAlign * kRowAlign;
+  return {rows, (M + rows - 1) / rows};
+}
+
 template <typename T>
 void gemm(T* c, const T* a, const T* b, int M, int N, int K, bool ta, bool tb, T alpha, T beta) {
   static const bool single = [] {
@@ -40,14 +65,11 @@ void gemm(T* c, const T* a, const T* b, int M, int N, int K, bool ta, bool tb, T
   }();
   (void)single;
   const int lda = ta ? M : K;
-  // Below ~1 MFLOP per extra thread the fork costs more than it saves.
-  const int64_t flops = 2LL * M * N * K;
-  const int threads = std::clamp<int64_t>(flops / 1000000, 1, omp_get_max_threads());
-  const int chunk = (M + threads - 1) / threads;
+  const RowChunks chunks = row_chunks(M, N, K);
+  const int threads = std::min(chunks.count, omp_get_max_threads());
 #pragma omp parallel for num_threads(threads) schedule(static) if (threads > 1)
-  for (int t = 0; t < threads; ++t) {
-    const int m0 = t * chunk, rows = std::min(chunk, M - m0);
-    if (rows <= 0) continue;
+  for (int i = 0; i < chunks.count; ++i) {
+    const int m0 = i * chunks.rows, rows = std::min(chunks.rows, M - m0);
     // Row m0 of op(A): A(m0, 0) when A is (M, K); column m0 of A when A is (K, M).
     const T* a0 = ta ? a + m0 : a + static_cast<int64_t>(m0) * K;
     gemm_rows(c + static_cast<int64_t>(m0) * N, a0, b, rows, N, K, ta, tb, lda, alpha, beta);
