@@ -241,6 +241,33 @@ TEST_F(CudaModelTest, Bf16FlashAttentionModelMatchesTheCpuAndTheUnfusedPath) {
   }
 }
 
+// The inference forward (logits, no targets) is the same template on both backends: fp32 GPU
+// logits match the CPU model's within 1e-4 relative (floor: 1e-5 of the largest logit), for
+// both families, on two sequence lengths (the second re-plans the activations).
+TEST_F(CudaModelTest, Fp32LogitsMatchTheCpu) {
+  for (Family f : {Family::kGpt2, Family::kLlama}) {
+    const ModelConfig cfg = small_config(f);
+    Transformer<float> ref(cfg);
+    ref.init_weights(12);
+    auto gpu = make_gpu(ctx(), cfg, DType::kF32);
+    gpu->set_weights(ref.weights());
+    for (int T : {17, 32}) {
+      const int B = 2;
+      const auto x = testing::random_ids(B * T, cfg.vocab_size, 13 + T);
+      const float* want = ref.logits_of(x.data(), B, T);
+      const std::vector<float> cpu(want, want + static_cast<size_t>(B) * T * cfg.padded_vocab());
+      auto dx = upload(x);
+      gpu->forward_logits(dx.data(), B, T);
+      std::vector<float> got(cpu.size());
+      ctx().synchronize();
+      FORGE_CUDA_CHECK(cudaMemcpy(got.data(), gpu->logits(), got.size() * 4, cudaMemcpyDeviceToHost));
+      double mx = 0;
+      for (float v : cpu) mx = std::max(mx, std::fabs(static_cast<double>(v)));
+      EXPECT_TRUE(testing::all_close(got, cpu, {1e-5 * mx, 1e-4})) << cfg.family_name() << " T=" << T;
+    }
+  }
+}
+
 // The attention path is a setting of the model (CudaModelOptions), not of the environment: the
 // library ignores FORGE_ATTENTION, which only the CLI reads (the old code took it from there).
 TEST_F(CudaModelTest, AttentionPathComesFromTheOptionsNotTheEnvironment) {
