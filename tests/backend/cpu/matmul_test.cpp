@@ -25,6 +25,33 @@ TEST(Matmul, AllTransposesMatchReference) {
   }
 }
 
+// Products big enough to be cut into chunks of rows (M >= N) or of columns (N > M), with short
+// last chunks, in both dtypes: every chunk's operand offsets and leading dimensions are right.
+TEST(Matmul, SplitProductsMatchReference) {
+  const int shapes[][3] = {{237, 70, 149}, {45, 397, 120}, {3, 509, 700}};
+  uint64_t seed = 200;
+  for (const auto& s : shapes) {
+    const int M = s[0], N = s[1], K = s[2];
+    for (bool ta : {false, true}) {
+      for (bool tb : {false, true}) {
+        auto a = random_normal<double>(M * K, seed++);
+        auto b = random_normal<double>(K * N, seed++);
+        auto c = random_normal<double>(M * N, seed++);
+        auto ref = c;
+        matmul<double>(c.data(), a.data(), b.data(), M, N, K, ta, tb, 0.5, 2.0);
+        matmul_reference<double>(ref.data(), a.data(), b.data(), M, N, K, ta, tb, 0.5, 2.0);
+        EXPECT_TRUE(all_close(c, ref, forge::testing::kTolF64))
+            << "M=" << M << " N=" << N << " K=" << K << " ta=" << ta << " tb=" << tb;
+        std::vector<float> af(a.begin(), a.end()), bf(b.begin(), b.end()), cf(M * N);
+        matmul<float>(cf.data(), af.data(), bf.data(), M, N, K, ta, tb);
+        matmul_reference<double>(ref.data(), a.data(), b.data(), M, N, K, ta, tb);
+        EXPECT_TRUE(all_close(cf, ref, forge::testing::kTolF32))
+            << "float M=" << M << " N=" << N << " K=" << K << " ta=" << ta << " tb=" << tb;
+      }
+    }
+  }
+}
+
 TEST(Matmul, ReferenceMatchesHandComputedProduct) {
   // [[1,2],[3,4]] · [[5,6],[7,8]] = [[19,22],[43,50]]
   const double a[] = {1, 2, 3, 4}, b[] = {5, 6, 7, 8};

@@ -1,9 +1,10 @@
 // Every CPU op, forward and backward, float and double, gives bit-identical outputs with 1, 2, 3
 // and 4 OpenMP threads (the README's determinism promise, op by op). Shapes are awkward on
 // purpose — no size is a multiple of a block or of a thread count — and large enough that every
-// op really forks: matmul and linear only split work above ~1 MFLOP, so their shapes are chosen
-// at 2–5 MFLOP. Outputs are compared with memcmp; a mismatch names the buffer, the thread count
-// and the first differing element with both values.
+// op really forks: matmul and linear cut a product in chunks of ~1 MFLOP and at least 64 rows
+// or columns, so their shapes are chosen at 2–10 MFLOP with sides up to 397. Outputs are compared
+// with memcmp; a mismatch names the buffer, the thread count and the first differing element with
+// both values.
 #include <omp.h>
 
 #include <cstdint>
@@ -115,8 +116,11 @@ TYPED_TEST_SUITE(ThreadCount, Dtypes);
 
 TYPED_TEST(ThreadCount, Matmul) {
   using T = TypeParam;
-  // (M, N, K): 4.9 MFLOP, 2.1 MFLOP, and M below any thread count's row split.
-  const int shapes[][3] = {{237, 70, 149}, {53, 131, 151}, {3, 509, 700}};
+  // (M, N, K): cut in 2 and 4 chunks of rows, in 2 and 4 chunks of columns (each with a short
+  // last chunk), and in 2 chunks of columns with M = 3 (which the old split by thread count cut
+  // into rows of 2 and 1).
+  const int shapes[][3] = {
+      {237, 70, 149}, {397, 45, 120}, {53, 131, 151}, {45, 397, 120}, {3, 509, 700}};
   uint64_t seed = 1000;
   for (const auto& mnk : shapes) {
     const int M = mnk[0], N = mnk[1], K = mnk[2];
@@ -154,9 +158,9 @@ TYPED_TEST(ThreadCount, MatmulBatched) {
 
 TYPED_TEST(ThreadCount, Linear) {
   using T = TypeParam;
-  // (N, C, OC): 4.7 MFLOP per product, OC past one 64-channel bias block; then the model's
-  // widest product, the vocabulary head.
-  const int shapes[][3] = {{261, 130, 70}, {37, 50, 1031}};
+  // (N, C, OC): 10 MFLOP per product, every one of the three cut in several chunks (of rows
+  // or columns), OC past two 64-channel bias blocks; then the shape of the vocabulary head.
+  const int shapes[][3] = {{261, 130, 150}, {37, 50, 1031}};
   uint64_t seed = 1200;
   for (const auto& s : shapes) {
     const int N = s[0], C = s[1], OC = s[2];

@@ -1,17 +1,17 @@
 // CPU matmul: OpenBLAS for speed, plus a plain-loop reference with a double accumulator.
 //
-// Threading: OpenBLAS runs single-threaded and we split the rows of C across OpenMP threads.
-// Two thread pools (OpenBLAS's pthreads and libgomp's) on the same cores fight: libgomp's
-// threads spin after every parallel region while OpenBLAS's wait for a core. Measured on the
-// 2-core CI machine, tiny preset at 16×128 tokens: ~1,100 tokens/s with both pools, ~4,000
-// with OpenBLAS alone on one core. With one pool all cores work on every product.
+// Threading: OpenBLAS runs single-threaded and we split C in chunks of rows or columns over
+// OpenMP threads. Two thread pools (OpenBLAS's pthreads and libgomp's) on the same cores fight:
+// libgomp's threads spin after every parallel region while OpenBLAS's wait for a core. Measured
+// on the 2-core CI machine, tiny preset at 16×128 tokens: ~1,100 tokens/s with both pools,
+// ~4,000 with OpenBLAS alone on one core. With one pool all cores work on every product.
 //
-// Determinism: OpenBLAS's result for a row of C depends on how many rows the call has (its
-// edge kernels and its blocking along that dimension sum in another order), so splitting the
-// rows by thread count made C depend on the thread count (1 vs 3 threads on 237×70×149: 140 of
-// 16,590 elements differ in the last bits). The row chunks are therefore a function of the
-// shape only — at most kMaxChunks chunks of a multiple of kRowAlign rows, one per ~1 MFLOP —
-// and a thread takes whole chunks, so every call OpenBLAS sees is the same for any thread count.
+// Determinism: OpenBLAS's result for an element of C depends on the shape of the call that
+// computes it (its edge kernels and its blocking sum in another order), so splitting the rows
+// by thread count made C depend on the thread count (1 vs 3 threads on 237×70×149: 140 of 16,590
+// elements differ in the last bits). The chunks are now a function of the shape only (split_of
+// below) and a thread takes whole chunks, so every call OpenBLAS sees is the same for any
+// thread count.
 #include "forge/ops/matmul.h"
 
 #include <cblas.h>
@@ -24,37 +24,60 @@
 namespace forge::cpu {
 namespace {
 
-// Rows [m0, m0 + rows) of C; lda is the full A's leading dimension.
-void gemm_rows(float* c, const float* a, const float* b, int rows, int N, int K, bool ta,
-               bool tb, int lda, float alpha, float beta) {
-  cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
-              rows, N, K, alpha, a, lda, b, tb ? K : N, beta, c, N);
-}
-
-void gemm_rows(double* c, const double* a, const double* b, int rows, int N, int K, bool ta,
-               bool tb, int lda, double alpha, double beta) {
-  cblas_dgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
-              rows, N, K, alpha, a, lda, b, tb ? K : N, beta, c, N);
-}
-
-// C's rows in chunks of `rows` (the last may be shorter): a function of (M, N, K) alone.
-struct RowChunks {
-  int rows, count;
+// The block C[m0 : m0 + rows, n0 : n0 + cols] of the product; every leading dimension is that
+// of the full matrix.
+struct Block {
+  int m0, rows, n0, cols;
 };
 
-RowChunks row_chunks(int M, int N, int K) {
-  // Below ~1 MFLOP per chunk a fork costs more than it saves. The cap bounds the extra packing:
-  // OpenBLAS packs all of op(B) once per call, so each chunk beyond the thread count repeats it
-  // (all products of a tiny-preset step, run serially: 490 ms in 2 chunks, 481 ms in 8, 492 ms
-  // in 16). It also caps one product at 8 threads, plenty for a reference backend.
+void gemm_block(float* c, const float* a, const float* b, int M, int N, int K, bool ta, bool tb,
+                float alpha, float beta, Block blk) {
+  // Row m0 of op(A): A(m0, 0) when A is (M, K), column m0 of A when A is (K, M); likewise
+  // column n0 of op(B).
+  const float* a0 = ta ? a + blk.m0 : a + static_cast<int64_t>(blk.m0) * K;
+  const float* b0 = tb ? b + static_cast<int64_t>(blk.n0) * K : b + blk.n0;
+  cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
+              blk.rows, blk.cols, K, alpha, a0, ta ? M : K, b0, tb ? K : N, beta,
+              c + static_cast<int64_t>(blk.m0) * N + blk.n0, N);
+}
+
+void gemm_block(double* c, const double* a, const double* b, int M, int N, int K, bool ta, bool tb,
+                double alpha, double beta, Block blk) {
+  const double* a0 = ta ? a + blk.m0 : a + static_cast<int64_t>(blk.m0) * K;
+  const double* b0 = tb ? b + static_cast<int64_t>(blk.n0) * K : b + blk.n0;
+  cblas_dgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
+              blk.rows, blk.cols, K, alpha, a0, ta ? M : K, b0, tb ? K : N, beta,
+              c + static_cast<int64_t>(blk.m0) * N + blk.n0, N);
+}
+
+// How a product is cut into independent calls: `count` chunks of `size` rows (or columns) of C,
+// the last one possibly shorter. A function of (M, N, K) alone, never of the thread count.
+struct Split {
+  bool columns;  // chunks of columns of C rather than of rows
+  int size, count;
+};
+
+Split split_of(int M, int N, int K) {
+  // OpenBLAS packs the whole of op(B) once per call for a chunk of rows, the whole of op(A) for
+  // a chunk of columns; every chunk beyond the first repeats that packing, so the longer side of
+  // C is the one cut (the repeated operand is then the smaller one). All products of a tiny-preset
+  // step, best of 12 on two cores of an H200 host: 290 ms with 2 threads against 352 ms for the
+  // old split of rows by thread count (419 vs 401 ms with 1 thread, where the old code made one
+  // call). Below ~1 MFLOP per chunk a fork costs more than it saves; at least 64 rows or columns
+  // per chunk keep the repeated packing small next to the work; a power-of-two count splits
+  // evenly over 2 or 4 threads.
   constexpr int64_t kFlopsPerChunk = 1000000;
-  constexpr int kMaxChunks = 8;
-  constexpr int kRowAlign = 16;  // whole micro-tiles for OpenBLAS's usual unrolls (4, 8, 16)
+  constexpr int kMaxChunks = 8;  // also caps one product at 8 threads, plenty for a reference
+  constexpr int kMinSize = 64;
+  constexpr int kAlign = 16;  // whole micro-tiles for OpenBLAS's usual unrolls (4, 8, 16)
+  const bool columns = N > M;
+  const int extent = columns ? N : M;
   const int64_t flops = 2LL * M * N * K;
-  const int want = static_cast<int>(std::clamp<int64_t>(flops / kFlopsPerChunk, 1, kMaxChunks));
-  const int per_chunk = (M + want - 1) / want;
-  const int rows = (per_chunk + kRowAlign - 1) / kRowAlign * kRowAlign;
-  return {rows, (M + rows - 1) / rows};
+  const int64_t want = std::min<int64_t>({flops / kFlopsPerChunk, kMaxChunks, extent / kMinSize});
+  int count = 1;
+  while (count * 2 <= want) count *= 2;
+  const int size = ((extent + count - 1) / count + kAlign - 1) / kAlign * kAlign;
+  return {columns, size, (extent + size - 1) / size};
 }
 
 template <typename T>
@@ -64,15 +87,14 @@ void gemm(T* c, const T* a, const T* b, int M, int N, int K, bool ta, bool tb, T
     return true;
   }();
   (void)single;
-  const int lda = ta ? M : K;
-  const RowChunks chunks = row_chunks(M, N, K);
-  const int threads = std::min(chunks.count, omp_get_max_threads());
+  const Split split = split_of(M, N, K);
+  const int extent = split.columns ? N : M;
+  const int threads = std::min(split.count, omp_get_max_threads());
 #pragma omp parallel for num_threads(threads) schedule(static) if (threads > 1)
-  for (int i = 0; i < chunks.count; ++i) {
-    const int m0 = i * chunks.rows, rows = std::min(chunks.rows, M - m0);
-    // Row m0 of op(A): A(m0, 0) when A is (M, K); column m0 of A when A is (K, M).
-    const T* a0 = ta ? a + m0 : a + static_cast<int64_t>(m0) * K;
-    gemm_rows(c + static_cast<int64_t>(m0) * N, a0, b, rows, N, K, ta, tb, lda, alpha, beta);
+  for (int i = 0; i < split.count; ++i) {
+    const int e0 = i * split.size, len = std::min(split.size, extent - e0);
+    const Block blk = split.columns ? Block{0, M, e0, len} : Block{e0, len, 0, N};
+    gemm_block(c, a, b, M, N, K, ta, tb, alpha, beta, blk);
   }
 }
 
