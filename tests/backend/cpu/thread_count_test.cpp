@@ -304,6 +304,73 @@ TYPED_TEST(ThreadCount, Attention) {
   }
 }
 
+TYPED_TEST(ThreadCount, FlashAttention) {
+  using T = TypeParam;
+  // GPT-2's layout (q, k, v column slices of one (B·T, 3C) buffer, gradients into another) and
+  // the dense one with GQA and a window; each with the probabilities recomputed and saved.
+  struct Case {
+    AttentionShape s;
+    bool fused_qkv;
+  };
+  const Case cases[] = {{{2, 37, 4, 4, 10, true, 0}, true}, {{2, 37, 4, 2, 10, true, 7}, false}};
+  uint64_t seed = 2400;
+  for (const Case& cs : cases) {
+    const AttentionShape& s = cs.s;
+    const int rows = s.B * s.T, cq = s.NH * s.HS, ckv = s.NKV * s.HS;
+    // Dense: q (rows, cq), k and v (rows, ckv). Fused: one (rows, 3·cq) buffer.
+    const int64_t sq = cs.fused_qkv ? 3 * cq : cq, skv = cs.fused_qkv ? 3 * cq : ckv;
+    const AttentionStrides st =
+        cs.fused_qkv ? AttentionStrides{sq, skv, skv, 0} : AttentionStrides{};
+    const size_t nqkv = cs.fused_qkv ? static_cast<size_t>(rows) * 3 * cq
+                                     : static_cast<size_t>(rows) * (cq + 2 * ckv);
+    const auto qkv = random_normal<T>(nqkv, seed++);
+    const auto dout = random_normal<T>(static_cast<size_t>(rows) * cq, seed++);
+    const T* q = qkv.data();
+    const T* k = cs.fused_qkv ? q + cq : q + static_cast<size_t>(rows) * cq;
+    const T* v = cs.fused_qkv ? q + 2 * cq : k + static_cast<size_t>(rows) * ckv;
+    const size_t nlse = static_cast<size_t>(s.B) * s.NH * s.T;
+    for (bool save_probs : {false, true}) {
+      const std::string what = std::string("flash_attention ") +
+                               (cs.fused_qkv ? "fused qkv" : "GQA window 7") +
+                               (save_probs ? ", probabilities saved" : "");
+      expect_thread_count_independent(what, [&] {
+        std::vector<T> out(static_cast<size_t>(rows) * cq), lse(nlse), dqkv(nqkv, T(0));
+        std::vector<T> probs(save_probs ? nlse * s.T : 0, T(0));
+        T* p = save_probs ? probs.data() : nullptr;
+        flash_attention_fwd<T>(out.data(), lse.data(), q, k, v, s, st, p);
+        T* dq = dqkv.data();
+        T* dk = dq + (k - q);
+        T* dv = dq + (v - q);
+        flash_attention_bwd<T>(dq, dk, dv, dout.data(), q, k, v, out.data(), lse.data(), s, st, p);
+        return std::vector<Output>{output("out", out), output("lse", lse), output("probs", probs),
+                                   output("dq, dk, dv", dqkv)};
+      });
+    }
+  }
+}
+
+TYPED_TEST(ThreadCount, LmHeadCrossEntropy) {
+  using T = TypeParam;
+  // N·Vp above the op's 2^22-logit chunk, so the rows are processed in two chunks (3,855 and
+  // 145 rows at Vp = 1,088); a padded vocabulary and ignored targets.
+  const int N = 4000, C = 20, V = 1031, Vp = 1088;
+  const auto x = random_normal<T>(static_cast<size_t>(N) * C, 2500);
+  const auto w = random_normal<T>(static_cast<size_t>(Vp) * C, 2501, 0.5);
+  auto targets = random_ids(N, V, 2502);
+  targets[7] = targets[3900] = -1;
+  const auto dx0 = random_normal<T>(static_cast<size_t>(N) * C, 2503);
+  const auto dw0 = random_normal<T>(static_cast<size_t>(Vp) * C, 2504);
+  expect_thread_count_independent("lm_head_cross_entropy", [&] {
+    std::vector<T> losses(N), losses_fwd(N), dx = dx0, dw = dw0;
+    lm_head_cross_entropy<T>(losses.data(), dx.data(), dw.data(), x.data(), w.data(),
+                             targets.data(), T(1) / N, N, C, V, Vp);
+    lm_head_cross_entropy<T>(losses_fwd.data(), nullptr, nullptr, x.data(), w.data(),
+                             targets.data(), T(0), N, C, V, Vp);
+    return std::vector<Output>{output("losses", losses), output("dx", dx), output("dw", dw),
+                               output("losses (forward only)", losses_fwd)};
+  });
+}
+
 TYPED_TEST(ThreadCount, Rope) {
   using T = TypeParam;
   const int B = 2, T_ = 37, H = 3, HS = 10;
