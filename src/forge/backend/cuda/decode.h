@@ -1,0 +1,54 @@
+// The CUDA twins of the KV-cache decode ops (ops/decode.h): same contracts and layouts, on the
+// Context's stream, dtypes kF32, kBF16 and kF16 (void* tensors hold `dt` elements). Every
+// per-step value — tokens, positions — is an int32 array in device memory that the kernels read,
+// and no op synchronises or allocates, so a decode step captured in a cuda::Graph replays with
+// new tokens and positions written into those arrays. No CUDA headers here (ops.h's rule).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "forge/core/dtype.h"
+#include "forge/ops/decode.h"
+#include "forge/ops/rope.h"
+
+namespace forge::cuda {
+
+class Context;
+
+// out (N, C) = wte[tokens[n]] + wpe[pos[n]] (wpe null: token embedding only).
+void embedding_at(Context& ctx, DType dt, void* out, const int32_t* tokens, const int32_t* pos,
+                  const void* wte, const void* wpe, int N, int C);
+
+// RoPE of row n of x (N, H, HS), `stride` elements between rows (0 = H·HS), to position pos[n],
+// in place; rope_fwd's angle method (decode.cu), so it agrees with rope_fwd at t = pos[n].
+void rope_at(Context& ctx, DType dt, void* x, const int32_t* pos, int N, int H, int HS, float base,
+             RopeStyle style, int64_t stride = 0);
+
+// cache_k, cache_v (S, cap, NKV, HS): row pos[s] % cap of slot s = k[s], v[s] (S, NKV, HS) with
+// k_stride, v_stride elements between rows (0 = NKV·HS).
+void kv_append(Context& ctx, DType dt, void* cache_k, void* cache_v, const void* k, const void* v,
+               const int32_t* pos, const DecodeShape& s, int64_t k_stride = 0,
+               int64_t v_stride = 0);
+
+// Head sizes decode_attention supports: 32, 64, 80, 96, 128.
+bool decode_attention_supported(int HS);
+// Blocks the KV length of one (slot, kv head) is split across, a function of the shape alone
+// (so a captured graph stays valid for every position); 1 = no second reduction kernel.
+int decode_attention_splits(const DecodeShape& s);
+// Scratch decode_attention needs for its per-split partial results (0 when splits = 1).
+size_t decode_attention_scratch_bytes(const DecodeShape& s);
+
+// out (S, NH, HS) dense = softmax(q·kᵀ / sqrt(HS))·v of each slot's query row over its cache rows
+// [0, min(pos[s] + 1, cap)); q (S, NH, HS) with q_stride elements between rows (0 = NH·HS).
+// f32 accumulation. scratch: decode_attention_scratch_bytes(s) bytes of device memory (may be
+// null when that is 0); the caches must be 16-byte aligned. Throws forge::Error for a head size
+// outside decode_attention_supported or a bad shape.
+void decode_attention(Context& ctx, DType dt, void* out, const void* q, const void* cache_k,
+                      const void* cache_v, const int32_t* pos, const DecodeShape& s,
+                      int64_t q_stride, void* scratch);
+
+// pos[s] = min(pos[s] + 1, limit) for s < S, on the device.
+void advance_positions(Context& ctx, int32_t* pos, int S, int32_t limit);
+
+}  // namespace forge::cuda
