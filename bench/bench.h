@@ -20,6 +20,10 @@ struct BenchOptions {
   std::string precision = "bf16";
   std::string json_out;   // write results here when non-empty
   CudaSettings cuda;      // attention path, CUDA graphs (the CLI reads FORGE_ATTENTION etc.)
+  // bench gemm --rows: the small-N linear kernels at these row counts, on these presets' shapes
+  std::vector<int> rows;
+  std::vector<std::string> presets;
+  bool sweep = false;     // also time every tiling the small-N kernels take
 };
 
 // forge bench attention: flash attention forward and backward timings.
@@ -33,6 +37,7 @@ struct AttentionBenchOptions {
 
 // Throw forge::Error when Forge was built without CUDA or no GPU is present.
 void gemm_cuda(const BenchOptions& o);
+void small_gemm_cuda(const BenchOptions& o);  // bench gemm --rows
 void train_cuda(const BenchOptions& o);
 void attention_cuda(const AttentionBenchOptions& o);
 

@@ -9,7 +9,9 @@
 #include "bench.h"
 #include "commands.h"
 #include "run_env.h"
+#include "forge/backend/cuda/small_gemm.h"
 #include "forge/core/error.h"
+#include "forge/core/parse.h"
 
 namespace forge::cli {
 
@@ -23,12 +25,16 @@ const Command kBenchGpu = {
      {"seq-len", "T", "sequence length (default 1024)"},
      {"steps", "N", "timed steps for train (default 20)"},
      {"precision", "bf16|fp32|fp16", "train precision (default bf16)"},
+     {"rows", "N", "gemm: the small-N linear kernels vs cuBLASLt at these row counts (1..32)", true},
+     {"sweep", "", "gemm --rows: also time every tiling of the small-N kernels"},
      {"device", "cuda", "the only device these benchmarks run on"},
      {"json-out", "FILE", "also write the numbers as JSON"}},
     false,
     "",
     "train reports tokens/s, MFU (6N + 6LCT FLOPs per token over 989 TFLOP/s), step time and\n"
-    "peak memory, beside llm.c's and torch.compile's figures on the same GPU model (ANCHORS.md)."};
+    "peak memory, beside llm.c's and torch.compile's figures on the same GPU model (ANCHORS.md).\n"
+    "gemm --rows 1 8 32 times a decode step's linear layers (smollm2-135m and gpt2-124m, or\n"
+    "--preset) with the small-N kernels and with cuBLASLt, weights read from HBM."};
 
 const Command kBenchAttention = {
     "bench attention",
@@ -106,8 +112,14 @@ int bench_gpu(const std::string& what, const Argv& argv) {
   o.precision = a.get("precision", o.precision);
   o.json_out = a.get("json-out", "");
   o.cuda = cuda_settings_from_env();
+  for (const std::string& r : a.all("rows")) o.rows.push_back(parse_int("--rows", r, 1, cuda::kSmallLinearMaxRows));
+  o.presets = a.has("preset") ? std::vector<std::string>{o.preset}
+                              : std::vector<std::string>{"smollm2-135m", "gpt2-124m"};
+  o.sweep = a.has("sweep");
+  if (o.sweep && o.rows.empty()) throw Error("--sweep goes with gemm --rows (e.g. --rows 1 8 32 --sweep)");
 #ifdef FORGE_HAVE_CUDA
-  if (what == "gemm") bench::gemm_cuda(o);
+  if (what == "gemm" && !o.rows.empty()) bench::small_gemm_cuda(o);
+  else if (what == "gemm") bench::gemm_cuda(o);
   else bench::train_cuda(o);
   return 0;
 #else

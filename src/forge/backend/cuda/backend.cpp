@@ -7,6 +7,7 @@
 
 #include "forge/backend/cuda/check.h"
 #include "forge/backend/cuda/gemm.h"
+#include "forge/backend/cuda/small_gemm.h"
 #include "forge/core/error.h"
 
 namespace forge {
@@ -166,7 +167,13 @@ void CudaBackend::rmsnorm_bwd(Act dinp, Grad dw, Act dout, Act inp, Act w, Stat 
 }
 
 // out (N, OC) = inp (N, C) · op(W) (+ bias in the GEMM's epilogue); W is (OC, C) (kOutIn) or (C, OC).
+// A few rows (decoding: one per sequence) go to the small-N kernels, where cuBLASLt is
+// latency-bound (small_gemm.cu has the measurements); training's N = B·T never does.
 void CudaBackend::linear_fwd(Act out, Act inp, Act w, Act bias, int N, int C, int OC, WeightLayout layout) {
+  if (cuda::small_linear_eligible(dt_, N, C, OC, layout) && cuda::small_linear_aligned(out, inp, w)) {
+    cuda::small_linear_fwd(ctx_, dt_, out, inp, w, bias, N, C, OC, layout);
+    return;
+  }
   GemmArgs g;
   g.M = N, g.N = OC, g.K = C, g.trans_b = layout == WeightLayout::kOutIn;
   g.ab_type = g.c_type = dt_;
@@ -230,6 +237,21 @@ void CudaBackend::linear_dgelu_bwd(Act dfc, Grad dw, Grad db, Act dout, Act inp,
   g.epilogue = cuda::GemmEpilogue::kDGelu, g.aux = fc;
   cuda::gemm(ctx_, g, dout, w, dfc);
   weight_grads(dw, db, dout, inp, N, C, OC, layout);
+}
+
+// Small N: one kernel computes both products and the SwiGLU (nothing goes through scratch);
+// otherwise gate = scratch[0, N·FF) and up = scratch[N·FF, 2·N·FF) by two linear_fwd, then
+// swiglu_fwd — the CPU backend's composition.
+void CudaBackend::linear_swiglu_fwd(Act hidden, Act scratch, Act inp, Act w_gate_up, int N, int C, int FF) {
+  if (cuda::small_linear_swiglu_eligible(dt_, N, C, FF) && cuda::small_linear_aligned(hidden, inp, w_gate_up)) {
+    cuda::small_linear_swiglu_fwd(ctx_, dt_, hidden, inp, w_gate_up, N, C, FF);
+    return;
+  }
+  const int64_t nff = static_cast<int64_t>(N) * FF;
+  linear_fwd(scratch, inp, w_gate_up, nullptr, N, C, FF, WeightLayout::kOutIn);
+  linear_fwd(at(scratch, nff), inp, at(w_gate_up, static_cast<int64_t>(FF) * C), nullptr, N, C, FF,
+             WeightLayout::kOutIn);
+  swiglu_fwd(hidden, scratch, at(scratch, nff), nff);
 }
 
 void CudaBackend::swiglu_fwd(Act out, Act gate, Act up, int64_t n) { cuda::swiglu_fwd(ctx_, dt_, out, gate, up, n); }

@@ -9,7 +9,9 @@
 //
 // Fused where the GPU gains: GELU in cuBLASLt's epilogues in 16-bit modes (fp32, the CPU-parity
 // mode, keeps separate GELU kernels: cuBLASLt's tanh differs in the last bits), the flash
-// attention kernels reading GPT-2's q/k/v in place, the row-chunked LM head + loss.
+// attention kernels reading GPT-2's q/k/v in place, the row-chunked LM head + loss. Linear layers
+// of a few rows (decoding, N ≤ cuda::kSmallLinearMaxRows) run on the small-N kernels
+// (small_gemm.h) instead of cuBLASLt, the Llama gate/up projection + SwiGLU as one kernel.
 //
 // f16 mode: the same kernels on __half, plus dynamic loss scaling (ops/loss_scale.h): the state
 // sits in device memory (loss_scale()), scale_dloss() multiplies dloss by its scale on the
@@ -119,6 +121,9 @@ class CudaBackend {
                   bool accumulate);
   void linear_dgelu_bwd(Act dfc, Grad dw, Grad db, Act dout, Act inp, Act w, Act fc, Act scratch, int N, int C,
                         int OC, WeightLayout layout);
+  // hidden (N, FF) = silu(inp · Wgᵀ) ∘ (inp · Wuᵀ), w_gate_up (2FF, C): gate rows, then up rows
+  // (the parameter table stores gate_proj and up_proj contiguously). scratch: (N, 2FF).
+  void linear_swiglu_fwd(Act hidden, Act scratch, Act inp, Act w_gate_up, int N, int C, int FF);
   void swiglu_fwd(Act out, Act gate, Act up, int64_t n);
   void swiglu_bwd(Act dgate, Act dup, Act dout, Act gate, Act up, int64_t n);
   void rope_fwd(Act x, int B, int T_, int H, int HS, float theta, RopeStyle style);

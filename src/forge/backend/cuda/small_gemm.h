@@ -1,0 +1,52 @@
+// Linear layers with few rows (N = 1..32: one row per sequence of a KV-cache decode step), where
+// cuBLASLt is latency-bound. Same contract as cpu::linear_fwd (ops/linear.h), plus the fused
+// gate/up projection + SwiGLU of a Llama MLP. The CPU twins are cpu::linear_fwd and
+// cpu::linear_fwd (twice) + cpu::swiglu_fwd; the kernels are in small_gemm.cu, whose header has
+// the design and the measured times.
+//
+// Who calls it: CudaBackend::linear_fwd and linear_swiglu_fwd when small_linear_eligible() (and
+// the pointers are 16-byte aligned); training never is (N = B·T is large).
+#pragma once
+
+#include "forge/core/dtype.h"
+#include "forge/ops/linear.h"
+
+namespace forge::cuda {
+
+class Context;
+
+// The most rows a small-N call takes.
+inline constexpr int kSmallLinearMaxRows = 32;
+
+// Whether small_linear_fwd takes this shape: dt is f32, bf16 or f16; 1 <= N <= kSmallLinearMaxRows;
+// and the weight's rows are whole 16-byte vectors, which its kernels read: C % v == 0 for kOutIn
+// ((OC, C) rows of C), OC % v == 0 for kInOut ((C, OC) rows of OC; bf16/f16 also need C even),
+// with v = 16 / sizeof(element). The pointers must also pass small_linear_aligned().
+bool small_linear_eligible(DType dt, int N, int C, int OC, WeightLayout layout);
+// small_linear_eligible for the fused gate/up + SwiGLU: the (2FF, C) kOutIn product.
+bool small_linear_swiglu_eligible(DType dt, int N, int C, int FF);
+// All non-null pointers 16-byte aligned (the kernels' vector loads); bias may be anything.
+bool small_linear_aligned(const void* out, const void* inp, const void* w);
+
+// How a call is cut into blocks; 0 = chosen from the shape (small_gemm.cu). Benchmarks force one
+// to compare; every choice computes the same mathematics (the summation order differs).
+struct SmallLinearTiling {
+  int col_tiles = 0;  // kOutIn 16-bit: 8-row weight tiles per warp, 1, 2 or 4 (SwiGLU: 2 or 4)
+  int warps = 0;      // warps per block splitting C, 1..16
+};
+
+// out (N, OC) = inp (N, C) · op(W) + bias (OC, may be null), f32 accumulation, rounded once to dt.
+// W (OC, C) for kOutIn, (C, OC) for kInOut. Requires small_linear_eligible and _aligned.
+void small_linear_fwd(Context& ctx, DType dt, void* out, const void* inp, const void* w,
+                      const void* bias, int N, int C, int OC, WeightLayout layout,
+                      SmallLinearTiling tiling = {});
+
+// hidden (N, FF) = silu(g) ∘ u with g = inp · Wgᵀ and u = inp · Wuᵀ, each rounded to dt first
+// (what linear_fwd stores and swiglu_fwd reads on the unfused path). w_gate_up (2FF, C) kOutIn:
+// rows [0, FF) the gate weight, rows [FF, 2FF) the up weight. Requires
+// small_linear_swiglu_eligible and _aligned.
+void small_linear_swiglu_fwd(Context& ctx, DType dt, void* hidden, const void* inp,
+                             const void* w_gate_up, int N, int C, int FF,
+                             SmallLinearTiling tiling = {});
+
+}  // namespace forge::cuda
