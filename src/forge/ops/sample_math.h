@@ -16,14 +16,14 @@
 // twins is what matters.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
+#include <cstring>
 
 #if defined(__CUDACC__)
 #define FORGE_HOST_DEVICE __host__ __device__
 #else
 #define FORGE_HOST_DEVICE
-#include <bit>
-#include <cmath>
 #endif
 
 namespace forge::sampling {
@@ -75,21 +75,25 @@ FORGE_HOST_DEVICE inline uint32_t bits_of(float x) {
 #if defined(__CUDA_ARCH__)
   return __float_as_uint(x);
 #else
-  return std::bit_cast<uint32_t>(x);
+  uint32_t b;  // C++17: nvcc's host pass compiles this too
+  std::memcpy(&b, &x, sizeof b);
+  return b;
 #endif
 }
 FORGE_HOST_DEVICE inline float float_of(uint32_t b) {
 #if defined(__CUDA_ARCH__)
   return __uint_as_float(b);
 #else
-  return std::bit_cast<float>(b);
+  float x;
+  std::memcpy(&x, &b, sizeof x);
+  return x;
 #endif
 }
 FORGE_HOST_DEVICE inline int leading_zeros(uint32_t x) {  // x != 0
 #if defined(__CUDA_ARCH__)
   return __clz(static_cast<int>(x));
 #else
-  return std::countl_zero(x);
+  return __builtin_clz(x);
 #endif
 }
 // 2^e for e in [−126, 127], exactly.

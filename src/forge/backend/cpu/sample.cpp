@@ -10,6 +10,11 @@
 // Gumbel-max skips the two logarithms of a candidate whose z plus the bound of its noise bucket
 // cannot beat the best score so far (gumbel_bucket_bound); the result is unchanged.
 //
+// Where sample.h leaves a case open, both twins do the same: NaN logits (and NaN z) count as
+// −inf; top_p <= 0, or a row whose weights are all 0, keeps only the maximum (τ = m); min_p >= 1
+// keeps the maximum too (the kept set is never empty); settings are not validated (they live in
+// device memory on the GPU, where nothing can throw).
+//
 // Rows are independent; OpenMP over rows, so the result does not depend on the thread count.
 #include <algorithm>
 #include <array>
@@ -87,8 +92,9 @@ int32_t sample_row(const T* logits, const SamplerSettings& st, const uint8_t* se
   }
   if (st.top_p < 1.0f) floor = std::max(floor, top_p_key(z, floor, m, st.top_p));
   if (st.min_p > 0.0f) {
-    const float t = scaled(fadd(m, log_f32(st.min_p)), 1.0f);  // canonical: NaN → −inf
-    floor = std::max(floor, order_key(t));
+    // Canonical (NaN → −inf); never above m, so that min_p > 1 still keeps the maximum.
+    const float t = scaled(fadd(m, log_f32(st.min_p)), 1.0f);
+    floor = std::max(floor, std::min(order_key(t), order_key(m)));
   }
 
   // 4. Gumbel-max over the kept set, the first maximum of z_i + g_i.
