@@ -9,6 +9,7 @@
 
 #include <cuda_runtime.h>
 
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <string>
@@ -160,6 +161,62 @@ TEST_P(SampleCudaTest, ChoosesTheSameIdsAsTheCpuTwin) {
       }
   }
   std::printf("%s: %d rows compared\n", dt_name(dt()), checked);
+}
+
+// Random settings per row (edges included: top_p = 0, top_k = V − 1, min_p = 1, temperatures
+// from 1e-3 to 100, penalties on both sides of 1) on awkward rows: values on a coarse grid (many
+// ties), NaN, ±inf and ±1e30 entries. Same criterion: every id equal.
+TEST_P(SampleCudaTest, RandomSettingsOnAwkwardRowsMatchTheCpuTwin) {
+  struct Shape {
+    int V, Vp;
+  };
+  const Shape shapes[] = {{3001, 3008}, {1, 1}, {70000, 70001}};
+  int bad = 0, rows_checked = 0;
+  std::string first;
+  for (int trial = 0; trial < 12; ++trial) {
+    const Shape sh = shapes[trial % 3];
+    const int S = 64;
+    Rng rng(trial, 17);
+    std::vector<float> logits = random_normal<float>(static_cast<size_t>(S) * sh.Vp, 1200 + trial, 3.0);
+    for (int s = 0; s < S; ++s) {
+      float* row = logits.data() + static_cast<size_t>(s) * sh.Vp;
+      const int kind = static_cast<int>(rng.below(6));
+      for (int i = 0; i < sh.V; ++i) {
+        if (kind == 1) row[i] = std::round(row[i] * 2.0f) / 2.0f;  // ties everywhere
+        if (kind == 2 && rng.below(50) == 0) row[i] = std::nanf("");
+        if (kind == 3 && rng.below(40) == 0) row[i] = rng.below(2) ? -sampling::kInf : -1e30f;
+        if (kind == 4 && rng.below(500) == 0) row[i] = rng.below(2) ? sampling::kInf : 1e30f;
+      }
+    }
+    logits = as_dt(dt(), logits);
+    std::vector<SamplerSettings> st(S);
+    for (int s = 0; s < S; ++s) {
+      SamplerSettings& x = st[s];
+      const float temps[] = {0.0f, 1e-3f, 0.3f, 1.0f, 1.0f, 2.5f, 100.0f};
+      x.temperature = temps[rng.below(7)];
+      x.top_k = rng.below(3) == 0 ? static_cast<int>(rng.below(sh.V + 2)) : (rng.below(5) == 0 ? sh.V - 1 : 0);
+      const float ps[] = {1.0f, 1.0f, 0.0f, 0.05f, 0.5f, 0.9f, 0.999f};
+      x.top_p = ps[rng.below(7)];
+      const float mins[] = {0.0f, 0.0f, 0.01f, 0.3f, 1.0f};
+      x.min_p = mins[rng.below(5)];
+      const float rps[] = {1.0f, 1.0f, 0.5f, 1.3f, 2.0f};
+      x.repetition_penalty = rps[rng.below(5)];
+      x.seed = rng.next_u32() | static_cast<uint64_t>(rng.next_u32()) << 32;
+    }
+    std::vector<int32_t> pos(S);
+    for (auto& p : pos) p = static_cast<int32_t>(rng.below(1 << 30));
+    std::vector<uint8_t> seen = make_seen(S, sh.V, 1300 + trial);
+    const Result gpu = run_gpu(logits, st, &seen, pos, S, sh.V, sh.Vp);
+    std::vector<int32_t> want(S);
+    cpu::sample_rows<float>(want.data(), logits.data(), st.data(), seen.data(), pos.data(), S, sh.V, sh.Vp);
+    for (int s = 0; s < S; ++s)
+      if (gpu.ids[s] != want[s] && bad++ < 5)
+        first += " [trial " + std::to_string(trial) + " row " + std::to_string(s) + ": gpu " +
+                 std::to_string(gpu.ids[s]) + " cpu " + std::to_string(want[s]) + "]";
+    EXPECT_TRUE(gpu.seen == seen) << "seen flags differ, trial " << trial;
+    rows_checked += S;
+  }
+  EXPECT_EQ(bad, 0) << "of " << rows_checked << " rows:" << first;
 }
 
 // The decode loop as the model will run it: one captured sample_rows, replayed with new

@@ -17,8 +17,8 @@
 //  2. m = max z, only when top-p or min-p needs it.
 //  3. Thresholds without a sort, as radix select over order keys (sample_math.h's order_key:
 //     a < b ⇔ key(a) < key(b)): three passes over the digits 31..20, 19..8 and 7..0 of the key,
-//     each building a shared-memory histogram (4096 or 256 bins of u64) of the elements whose
-//     key matches the digits chosen so far, then scanning it from the top bin down (one block
+//     each building a shared-memory histogram (4096 or 256 bins, 32-bit atomics) of the
+//     elements whose key matches the digits chosen so far, then scanning it from the top bin down (one block
 //     scan over 4 bins per thread) for the bin where the running sum first satisfies the
 //     predicate. top-k counts elements (predicate: ≥ k); top-p sums fixed-point weights over the
 //     top-k set (predicate: ≥ top_p · total, total taken from the first histogram). The result is
@@ -27,7 +27,7 @@
 //     dozens of bins, which keeps same-address shared atomics, and so their serialisation, low.
 //     min-p's threshold is m + ln(min_p), computed.
 //  4. Gumbel-max over the kept set {key(z) ≥ max of the thresholds}: each thread takes 4
-//     consecutive ids per Philox block; a candidate whose z plus its noise bucket's bound
+//     consecutive ids per Philox block, two blocks per iteration; a candidate whose z plus its noise bucket's bound
 //     (gumbel_bucket_bound, 256 floats in shared memory) is below the thread's best score skips
 //     the two logarithms (~60 instructions), which most candidates do once a thread has seen a
 //     few. Then a block argmax; thread 0 writes out[s] and sets seen[s, id].
@@ -57,10 +57,15 @@ constexpr int kThreads = 1024;
 constexpr int kWarps = kThreads / 32;  // = 32: one warp can read every warp's partial
 constexpr int kBins = 4096;            // the 12-bit radix digits
 constexpr int kUnroll = 4;             // loads in flight per thread in the row passes
+constexpr int kGreedyUnroll = 6;       // 16-byte loads in flight per thread in the greedy pass
 constexpr unsigned kFull = 0xffffffffu;
 
 struct SampleShared {
-  unsigned long long hist[kBins];  // radix histogram: counts or fixed-point weights (32 KB)
+  // Radix histogram in 32-bit words (shared-memory atomics are native for 32 bits; a 64-bit add
+  // is a compare-and-swap loop, which the first, contended pass spent ~200 µs in at V = 152k):
+  // a count in lo; a weight sum as hi·2^32 + lo, the add that wraps lo carrying into hi.
+  uint32_t hist_lo[kBins];
+  uint32_t hist_hi[kBins];
   float bound[256];                // gumbel_bucket_bound per top byte of the Philox word
   unsigned long long red64[kWarps];
   float redf[kWarps];
@@ -170,24 +175,28 @@ __device__ int greedy(const Row<T>& r, bool vec, SampleShared& sh) {
   float best = -kInf;
   int best_id = INT_MAX;
   if (vec) {  // 16-byte loads: the row is 16-byte aligned and Vp·sizeof(T) a multiple of 16
+    // kGreedyUnroll 16-byte words per thread in flight: V = 49152 in bf16 is one round.
     constexpr int kN = kVec<T>;
     const int nv = (r.V + kN - 1) / kN;
-    for (int q0 = threadIdx.x; q0 < nv; q0 += kUnroll * kThreads) {
-      float v[kUnroll][kN];
+    const int4* words = reinterpret_cast<const int4*>(r.logits);
+    for (int q0 = threadIdx.x; q0 < nv; q0 += kGreedyUnroll * kThreads) {
+      int4 raw[kGreedyUnroll];
 #pragma unroll
-      for (int u = 0; u < kUnroll; ++u) {
+      for (int u = 0; u < kGreedyUnroll; ++u) {
         const int q = q0 + u * kThreads;
-        if (q < nv) load<T, kN>(r.logits + static_cast<int64_t>(q) * kN, v[u]);
+        if (q < nv) raw[u] = words[q];
       }
 #pragma unroll
-      for (int u = 0; u < kUnroll; ++u) {
+      for (int u = 0; u < kGreedyUnroll; ++u) {
         const int q = q0 + u * kThreads;
         if (q >= nv) continue;
+        float v[kN];
+        unpack16(raw[u], v, T{});
 #pragma unroll
         for (int k = 0; k < kN; ++k) {
           const int i = q * kN + k;
           if (i >= r.V) continue;
-          const float l = r.logit(v[u][k], i);
+          const float l = r.logit(v[k], i);
           if (better(l, i, best, best_id)) best = l, best_id = i;
         }
       }
@@ -212,6 +221,10 @@ __device__ int greedy(const Row<T>& r, bool vec, SampleShared& sh) {
   return block_argmax(best, best_id, sh);
 }
 
+__device__ __forceinline__ unsigned long long bin_value(const SampleShared& sh, int b) {
+  return (static_cast<unsigned long long>(sh.hist_hi[b]) << 32) | sh.hist_lo[b];
+}
+
 // Radix select over the keys of z (elements with key < floor excluded): the largest key t with
 // Σ_{key_i >= t} w_i >= target, w_i = 1 (kMass false; target = k) or the fixed-point weight of
 // e^(z_i − m) (kMass; target = top_p · Σ w over the floor, known after the first pass). Returns
@@ -226,7 +239,7 @@ __device__ bool radix_select(const Row<T>& r, uint32_t floor, float m, double k_
   for (int pass = 0; pass < 3; ++pass) {
     const int bits = pass == 2 ? 8 : 12, shift = pass == 0 ? 20 : pass == 1 ? 8 : 0;
     const int nb = 1 << bits, hi = shift + bits;  // key bits from `hi` up must match the prefix
-    for (int b = threadIdx.x; b < nb; b += kThreads) sh.hist[b] = 0;
+    for (int b = threadIdx.x; b < nb; b += kThreads) sh.hist_lo[b] = 0, sh.hist_hi[b] = 0;
     __syncthreads();
     const uint64_t want_hi = static_cast<uint64_t>(prefix) >> hi;
     for_each_z(r, [&](int, float z) {
@@ -235,9 +248,13 @@ __device__ bool radix_select(const Row<T>& r, uint32_t floor, float m, double k_
       const uint32_t d = (key >> shift) & static_cast<uint32_t>(nb - 1);
       if constexpr (kMass) {
         const unsigned long long w = mass_fixed(exp_f32(fsub(z, m)));
-        if (w != 0) atomicAdd(&sh.hist[d], w);
+        if (w == 0) return;
+        const uint32_t lo = static_cast<uint32_t>(w), hi = static_cast<uint32_t>(w >> 32);
+        const uint32_t old = atomicAdd(&sh.hist_lo[d], lo);
+        const uint32_t carry = old + lo < old ? 1u : 0u;  // this add wrapped lo
+        if (hi + carry != 0) atomicAdd(&sh.hist_hi[d], hi + carry);
       } else {
-        atomicAdd(&sh.hist[d], 1ull);
+        atomicAdd(&sh.hist_lo[d], 1u);
       }
     });
     __syncthreads();
@@ -248,7 +265,7 @@ __device__ bool radix_select(const Row<T>& r, uint32_t floor, float m, double k_
     const int top = nb - 1 - static_cast<int>(threadIdx.x) * per;
     unsigned long long own = 0;
     if (owner)
-      for (int j = 0; j < per; ++j) own += sh.hist[top - j];
+      for (int j = 0; j < per; ++j) own += bin_value(sh, top - j);
     unsigned long long total = 0;
     const unsigned long long higher = block_exclusive_scan(own, sh, &total);
     if (kMass && pass == 0) {
@@ -260,7 +277,7 @@ __device__ bool radix_select(const Row<T>& r, uint32_t floor, float m, double k_
     unsigned long long run = above + higher;
     if (owner && !(static_cast<double>(run) >= target) && static_cast<double>(run + own) >= target) {
       for (int j = 0; j < per; ++j) {
-        const unsigned long long h = sh.hist[top - j];
+        const unsigned long long h = bin_value(sh, top - j);
         if (static_cast<double>(run + h) >= target) {
           sh.sel_digit = static_cast<uint32_t>(top - j);
           sh.sel_above = run;
@@ -286,20 +303,31 @@ __device__ int gumbel_max(const Row<T>& r, uint32_t floor, uint64_t seed, int32_
   float best = -kInf;
   int best_id = INT_MAX;
   const int nq = (r.V + 3) / 4;
-  for (int q = threadIdx.x; q < nq; q += kThreads) {
-    float raw[4];
+  // Two Philox blocks per iteration: two independent 10-round chains for the scheduler to
+  // interleave (one alone leaves it waiting on each round's multiply).
+  for (int q0 = threadIdx.x; q0 < nq; q0 += 2 * kThreads) {
+    float raw[2][4];
+    uint4 w4[2];
 #pragma unroll
-    for (int j = 0; j < 4; ++j) raw[j] = 4 * q + j < r.V ? to_f32(r.logits[4 * q + j]) : 0.0f;
-    const uint4 w4 = philox4x32_10(make_uint4(static_cast<uint32_t>(q), static_cast<uint32_t>(pos), 0u, kSampleStream), key);
-    const uint32_t w[4] = {w4.x, w4.y, w4.z, w4.w};
+    for (int h = 0; h < 2; ++h) {
+      const int q = q0 + h * kThreads;
 #pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      const int i = 4 * q + j;
-      if (i >= r.V) break;
-      const float z = r.z(raw[j], i);
-      if (order_key(z) < floor || fadd(z, sh.bound[w[j] >> 24]) < best) continue;
-      const float score = fadd(z, gumbel(w[j]));
-      if (better(score, i, best, best_id)) best = score, best_id = i;
+      for (int j = 0; j < 4; ++j) raw[h][j] = 4 * q + j < r.V ? to_f32(r.logits[4 * q + j]) : 0.0f;
+      w4[h] = philox4x32_10(make_uint4(static_cast<uint32_t>(q), static_cast<uint32_t>(pos), 0u, kSampleStream), key);
+    }
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int q = q0 + h * kThreads;
+      const uint32_t w[4] = {w4[h].x, w4[h].y, w4[h].z, w4[h].w};
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const int i = 4 * q + j;
+        if (i >= r.V) break;
+        const float z = r.z(raw[h][j], i);
+        if (order_key(z) < floor || fadd(z, sh.bound[w[j] >> 24]) < best) continue;
+        const float score = fadd(z, gumbel(w[j]));
+        if (better(score, i, best, best_id)) best = score, best_id = i;
+      }
     }
   }
   return block_argmax(best, best_id, sh);
