@@ -24,6 +24,7 @@ struct SamplingOverrides {
 
   // This one's fields where given, `base`'s elsewhere.
   SamplingOverrides over(const SamplingOverrides& base) const;
+  bool operator==(const SamplingOverrides&) const = default;
 };
 
 // How check_sampling names a field: "top_p" (prompts.jsonl, generation_config.json) or
