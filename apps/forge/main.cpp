@@ -16,19 +16,25 @@ namespace {
 struct Entry {
   const char* name;
   int (*fn)(const forge::cli::Argv&);
-  const char* summary;
+  const char* summary;  // for an alias: "alias of <command>"
 };
 
 const Entry kCommands[] = {
-    {"quickstart", forge::cli::cmd_quickstart, "train a tiny model on a real corpus, then sample from it"},
+    {"quickstart", forge::cli::cmd_quickstart,
+     "train a tiny model on a real corpus, then sample from it"},
     {"train", forge::cli::cmd_train, "pretrain a model on token shards"},
     {"eval", forge::cli::cmd_eval, "mean cross-entropy of a model on token shards"},
     {"generate", forge::cli::cmd_generate, "sample token ids from a model"},
+    // The sibling product's name for it (seeds/001: `posttrainllm sample`).
+    {"sample", forge::cli::cmd_generate, "alias of generate"},
     {"tokenizer", forge::cli::cmd_tokenizer, "train a BPE tokenizer; encode and decode text"},
     {"data", forge::cli::cmd_data, "tokenize text documents into train/val token shards"},
-    {"bench", forge::cli::cmd_bench, "benchmarks: tokenizer (gemm, attention, train, generate: not yet)"},
-    {"inspect", forge::cli::cmd_inspect, "show a model directory: config, parameter count, tensors"},
-    {"validate", forge::cli::cmd_validate, "check a model directory: load, save, reload, compare, checksum"},
+    {"bench", forge::cli::cmd_bench,
+     "benchmarks: tokenizer (gemm, attention, train, generate: not yet)"},
+    {"inspect", forge::cli::cmd_inspect,
+     "show a model directory: config, parameter count, tensors"},
+    {"validate", forge::cli::cmd_validate,
+     "check a model directory: load, save, reload, compare, checksum"},
 };
 
 void usage() {

@@ -246,6 +246,41 @@ TEST_F(CliTest, GenerateSeedUsesAll64Bits) {
   expect_user_error(forge("generate --model " + p("model") + " --ids ' 1'"), "bad token id ' 1'");
 }
 
+// `forge sample` is `forge generate` under another name: listed as an alias, same help, same
+// output, same errors.
+TEST_F(CliTest, SampleIsAnAliasOfGenerate) {
+  const CmdResult help = forge("--help");
+  EXPECT_EQ(help.code, 0);
+  EXPECT_NE(help.out.find("  sample       alias of generate\n"), std::string::npos) << help.out;
+  const CmdResult gen_help = forge("generate --help"), sample_help = forge("sample --help");
+  EXPECT_EQ(sample_help.code, 0);
+  EXPECT_EQ(sample_help.out, gen_help.out);
+  EXPECT_NE(sample_help.out.find("usage: forge generate"), std::string::npos);
+
+  ModelConfig cfg = preset_config("tiny");
+  cfg.vocab_size = 64;
+  cfg.max_seq_len = 32;
+  cfg.n_layer = 1;
+  cfg.n_embd = 16;
+  cfg.n_head = cfg.n_kv_head = 2;
+  cfg.ffn_hidden = 32;
+  Transformer<float> model(cfg);
+  model.init_weights(3);
+  save_model_dir(p("model"), model);
+  SampleOptions opt;
+  opt.max_new_tokens = 6;
+  opt.seed = 5;
+  const std::vector<int32_t> want = generate(model, {4, 5}, opt);
+  const std::string args =
+      " --model " + p("model") + " --ids 4,5 --max-new-tokens 6 --seed 5 --json";
+  const CmdResult s = forge("sample" + args), g = forge("generate" + args);
+  ASSERT_EQ(s.code, 0) << s.err;
+  EXPECT_EQ(nlohmann::json::parse(s.out)["ids"].get<std::vector<int32_t>>(), want);
+  EXPECT_EQ(s.out, g.out);
+  expect_user_error(forge("sample --model " + p("model")), "give exactly one of --prompt");
+  expect_user_error(forge("sample --bogus"), "unknown option --bogus");
+}
+
 // Before: --help listed the training keys by hand (save_every and keep_checkpoints were
 // missing), and the overrides had no ranges: beta2=1 divided by zero in AdamW's bias correction,
 // eval_windows=0 averaged over no windows.

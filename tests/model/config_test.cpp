@@ -30,6 +30,42 @@ TEST(ModelConfig, TinyIsAboutAMillionParameters) {
   EXPECT_LT(n, 2000000);
 }
 
+// The from-scratch ladder: widths, heads and head sizes of the seed's table, tiny's family and
+// vocabulary, and the parameter count of the stated depth (GPT-2: 12C² + 13C per block, token
+// and position embeddings, the final LayerNorm), counted here by hand.
+TEST(ModelConfig, FromScratchLadderHasTheSeedsShapes) {
+  struct Row {
+    const char* name;
+    int C, NH, HS, L, T;
+  };
+  const Row rows[] = {{"tiny", 128, 4, 32, 4, 256},         {"small", 192, 6, 32, 6, 256},
+                      {"huge", 256, 8, 32, 12, 256},        {"mega", 512, 8, 64, 24, 1024},
+                      {"behemoth", 1024, 16, 64, 24, 1024}, {"titan", 1536, 24, 64, 36, 1024}};
+  const ModelConfig tiny = preset_config("tiny");
+  for (const Row& r : rows) {
+    const ModelConfig c = preset_config(r.name);
+    EXPECT_NO_THROW(c.validate()) << r.name;
+    EXPECT_EQ(c.n_embd, r.C) << r.name;
+    EXPECT_EQ(c.n_head, r.NH) << r.name;
+    EXPECT_EQ(c.head_dim(), r.HS) << r.name;
+    EXPECT_EQ(c.n_layer, r.L) << r.name;
+    EXPECT_EQ(c.max_seq_len, r.T) << r.name;
+    EXPECT_EQ(c.family, Family::kGpt2) << r.name;
+    EXPECT_EQ(c.vocab_size, tiny.vocab_size) << r.name;
+    EXPECT_EQ(c.n_kv_head, r.NH) << r.name;
+    EXPECT_EQ(c.ffn_hidden, 4 * r.C) << r.name;
+    EXPECT_TRUE(c.tie_embeddings) << r.name;
+    const int64_t C = r.C;
+    const int64_t want = r.L * (12 * C * C + 13 * C) + (4096 + r.T) * C + 2 * C;
+    EXPECT_EQ(ParamTable(c).total(), want) << r.name;
+    const ModelConfig back = from_hf_config(to_hf_config(c));
+    EXPECT_EQ(ParamTable(back).total(), want) << r.name;
+  }
+  // The sizes the table in config.cpp states.
+  EXPECT_EQ(ParamTable(preset_config("mega")).total(), 78279680);
+  EXPECT_EQ(ParamTable(preset_config("titan")).total(), 1027802112);
+}
+
 TEST(ModelConfig, UnknownPresetNamesTheKnownOnes) {
   try {
     preset_config("gpt5");

@@ -47,10 +47,35 @@ ModelConfig llama(int V, int T, int L, int C, int NH, int NKV, int FF, float the
 }
 
 // Parameter counts in the comments include the (tied) embedding at the preset's vocabulary.
+//
+// The from-scratch GPT-2 ladder (the sibling product's presets, seeds/001): tiny's conventions
+// throughout — GPT-2 family, V = 4096, tied head, MLP 4C — with the seed's widths and heads.
+//   name      C     NH  HS  L   maxT  parameters
+//   tiny      128   4   32  4   256   1.35M
+//   small     192   6   32  6   256   3.51M
+//   huge      256   8   32  12  256   10.6M
+//   mega      512   8   64  24  1024  78.3M
+//   behemoth  1024  16  64  24  1024  308M
+//   titan     1536  24  64  36  1024  1.03B
+// The seed gives widths and heads, not depths. mega's 24 layers reproduce its measured size
+// (76M parameters at the seed's byte vocabulary of 256); small → huge → mega double the depth
+// (6, 12, 24); behemoth widens at that depth (GPT-2 medium's shape, gpt2-350m at V = 4096) and
+// titan deepens to GPT-2 large's 36. HS 32 for tiny/small/huge, 64 from mega up (the seed's
+// table). maxT 256 for the CPU-sized three, 1024 (GPT-2's) for the GPU-sized ones.
 const std::map<std::string, std::function<ModelConfig()>>& presets() {
   static const std::map<std::string, std::function<ModelConfig()>> p = {
       // ~1.3M: a CPU-sized GPT-2 (0.79M in blocks + 0.52M embedding at V = 4096).
       {"tiny", [] { return gpt2(4096, 256, 4, 128, 4); }},
+      // 2.67M in blocks + 0.84M embeddings (token + position).
+      {"small", [] { return gpt2(4096, 256, 6, 192, 6); }},
+      // 9.48M in blocks + 1.11M embeddings.
+      {"huge", [] { return gpt2(4096, 256, 12, 256, 8); }},
+      // 75.7M in blocks + 2.62M embeddings.
+      {"mega", [] { return gpt2(4096, 1024, 24, 512, 8); }},
+      // 302M in blocks + 5.24M embeddings.
+      {"behemoth", [] { return gpt2(4096, 1024, 24, 1024, 16); }},
+      // 1.02B in blocks + 7.86M embeddings.
+      {"titan", [] { return gpt2(4096, 1024, 36, 1536, 24); }},
       {"gpt2-124m", [] { return gpt2(50257, 1024, 12, 768, 12); }},
       {"gpt2-350m", [] { return gpt2(50257, 1024, 24, 1024, 16); }},
       // ~8M: 5.9M in blocks + 2.1M embedding.

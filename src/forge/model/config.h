@@ -40,7 +40,8 @@ struct ModelConfig {
   std::string family_name() const { return family == Family::kGpt2 ? "gpt2" : "llama"; }
 };
 
-// Presets: tiny, gpt2-124m, gpt2-350m, llama-10m, llama-25m, llama-100m, smollm2-135m.
+// Presets: tiny, small, huge, mega, behemoth, titan (the from-scratch GPT-2 ladder: config.cpp
+// tabulates it), gpt2-124m, gpt2-350m, llama-10m, llama-25m, llama-100m, smollm2-135m.
 // Throws forge::Error listing the known names for an unknown one.
 ModelConfig preset_config(const std::string& name);
 std::vector<std::string> preset_names();

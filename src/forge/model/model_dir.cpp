@@ -159,7 +159,15 @@ ModelConfig read_hf_config(const nlohmann::json& j) {
 }
 
 void save_model_dir(const std::string& dir, const Transformer<float>& model,
-                    const std::string& tokenizer_json) {
+                    const std::string& tokenizer_json, const std::string& generation_config_json) {
+  std::string tokenizer_text;  // read first: a missing tokenizer must not cost the old model
+  if (!tokenizer_json.empty()) {
+    std::ifstream f(tokenizer_json, std::ios::binary);
+    if (!f) throw Error(str(tokenizer_json, ": cannot open tokenizer"));
+    std::stringstream text;
+    text << f.rdbuf();
+    tokenizer_text = text.str();
+  }
   std::error_code ec;
   fs::create_directories(dir, ec);
   if (ec) throw Error(str(dir, ": cannot create directory: ", ec.message()));
@@ -171,13 +179,9 @@ void save_model_dir(const std::string& dir, const Transformer<float>& model,
   }
   io::write_safetensors(dir + "/model.safetensors", tensors, {{"format", "pt"}});
   io::write_file_atomic(dir + "/config.json", to_hf_config(cfg).dump(2) + "\n");
-  if (!tokenizer_json.empty()) {
-    std::ifstream f(tokenizer_json, std::ios::binary);
-    if (!f) throw Error(str(tokenizer_json, ": cannot open tokenizer"));
-    std::stringstream text;
-    text << f.rdbuf();
-    io::write_file_atomic(dir + "/tokenizer.json", text.str());
-  }
+  if (!tokenizer_json.empty()) io::write_file_atomic(dir + "/tokenizer.json", tokenizer_text);
+  if (!generation_config_json.empty())
+    io::write_file_atomic(dir + "/generation_config.json", generation_config_json);
 }
 
 Transformer<float> load_model_dir(const std::string& dir) {

@@ -1,5 +1,6 @@
 // Hugging Face model directories: config.json + model.safetensors (or shards listed in
-// model.safetensors.index.json) + tokenizer.json when there is one; the tensor names and layouts
+// model.safetensors.index.json) + tokenizer.json and generation_config.json when there are
+// ones (read by tokenizer/ and generate/; this file copies them); the tensor names and layouts
 // of the `gpt2` and `llama`/`mistral` model types. What Forge saves, `transformers` loads.
 //
 // Reading is strict. Every tensor of the parameter table must be present with the shape that
@@ -24,11 +25,15 @@ namespace forge {
 // a value of the wrong JSON type is an Error too, not a nlohmann exception.
 ModelConfig read_hf_config(const nlohmann::json& j);
 
-// Writes dir/config.json and dir/model.safetensors (creating dir), and copies `tokenizer_json`
-// to dir/tokenizer.json when it is not empty. Each file is replaced atomically (io/atomic_file.h),
-// so an existing model's files are never left half-written.
+// Writes dir/config.json and dir/model.safetensors (creating dir), copies `tokenizer_json` (a
+// path) to dir/tokenizer.json when it is not empty, and writes `generation_config_json` (the
+// file's text, generate/generation_config.h) to dir/generation_config.json when it is not
+// empty. Everything is read before anything is written, and each file is replaced atomically
+// (io/atomic_file.h), so a failed save never leaves a file half-written, and one that fails on
+// its input (an unreadable tokenizer) leaves an existing model as it was.
 void save_model_dir(const std::string& dir, const Transformer<float>& model,
-                    const std::string& tokenizer_json = "");
+                    const std::string& tokenizer_json = "",
+                    const std::string& generation_config_json = "");
 
 // Reads a model directory. Throws forge::Error naming the file and the problem: missing files,
 // malformed JSON, an unknown or missing tensor, a shape that disagrees with config.json.

@@ -177,6 +177,8 @@ struct Tokenizer::State {
   // Special tokens, longest first; special_first[b]: some special token starts with byte b.
   std::vector<SpecialToken> specials_longest_first;
   std::array<bool, 256> special_first{};
+  std::vector<uint8_t> special;  // special[id]: id is a special token
+  PostProcessor post_processor;
 };
 
 const std::array<std::string, 256>& byte_to_unicode() {
@@ -212,7 +214,8 @@ Tokenizer Tokenizer::from_bpe(std::vector<std::string> vocab,
 Tokenizer Tokenizer::build(std::vector<std::string> vocab,
                            const std::vector<std::pair<int32_t, int32_t>>& merges,
                            std::vector<SpecialToken> specials,
-                           std::vector<std::string> split_regexes, bool ignore_merges) {
+                           std::vector<std::string> split_regexes, bool ignore_merges,
+                           PostProcessor post_processor) {
   Tokenizer t;
   auto st = std::make_shared<State>();
   st->uid = g_next_uid.fetch_add(1);
@@ -280,8 +283,12 @@ Tokenizer Tokenizer::build(std::vector<std::string> vocab,
   std::stable_sort(
       st->specials_longest_first.begin(), st->specials_longest_first.end(),
       [](const SpecialToken& x, const SpecialToken& y) { return x.text.size() > y.text.size(); });
-  for (const SpecialToken& sp : specials)
+  st->special.assign(vocab_size, 0);
+  for (const SpecialToken& sp : specials) {
     st->special_first[static_cast<unsigned char>(sp.text[0])] = true;
+    st->special[sp.id] = 1;
+  }
+  st->post_processor = std::move(post_processor);
 
   for (const std::string& re : split_regexes)
     if (!re.empty()) st->splitters.emplace_back(re);
@@ -490,6 +497,34 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text) const {
     begin = i;
   }
   encode_ordinary_into(text.substr(begin), out);
+  return out;
+}
+
+std::string_view Tokenizer::token_bytes(int32_t id) const {
+  const State& st = *state_;
+  if (id < 0 || id >= st.vocab_size || !st.known[id])
+    throw Error(str("token id ", id, " is out of range (vocabulary size ", st.vocab_size, ")"));
+  return std::string_view(st.decode_bytes)
+      .substr(st.decode_begin[id], st.decode_begin[id + 1] - st.decode_begin[id]);
+}
+
+bool Tokenizer::is_special(int32_t id) const {
+  return id >= 0 && id < state_->vocab_size && state_->special[id];
+}
+
+const PostProcessor& Tokenizer::post_processor() const {
+  return state_->post_processor;
+}
+
+std::vector<int32_t> Tokenizer::with_special_tokens(std::vector<int32_t> ids) const {
+  const PostProcessor& pp = state_->post_processor;
+  if (!pp.problem.empty()) throw Error(pp.problem);
+  if (pp.prefix.empty() && pp.suffix.empty()) return ids;
+  std::vector<int32_t> out;
+  out.reserve(pp.prefix.size() + ids.size() + pp.suffix.size());
+  out.insert(out.end(), pp.prefix.begin(), pp.prefix.end());
+  out.insert(out.end(), ids.begin(), ids.end());
+  out.insert(out.end(), pp.suffix.begin(), pp.suffix.end());
   return out;
 }
 

@@ -26,6 +26,19 @@ struct SpecialToken {
   int32_t id;
 };
 
+// What tokenizer.json's post_processor puts around one sequence: the "single" template of a
+// TemplateProcessing (its SpecialToken pieces before and after the one Sequence piece $A), a
+// Sequence of processors composed in order, ByteLevel adding nothing to the ids.
+struct PostProcessor {
+  std::vector<int32_t> prefix, suffix;  // special-token ids before / after the text's ids
+  std::string json;  // the post_processor object as read (save_json writes it back); "": none
+  // Why with_special_tokens() cannot apply it (a one-line message naming the file): a processor
+  // Forge does not implement, or a template that names tokens the file does not have. Such a
+  // tokenizer still loads and encodes as before (the post-processor was ignored before Forge
+  // read it, and encode() never applies it).
+  std::string problem;
+};
+
 class Tokenizer {
  public:
   // Loads tokenizer.json (Hugging Face, BPE model with ByteLevel pre-tokenizer/decoder), or a
@@ -45,6 +58,17 @@ class Tokenizer {
   // ids → bytes (not necessarily valid UTF-8 when the ids split a character). Throws
   // forge::Error naming an unknown id.
   std::string decode(const std::vector<int32_t>& ids) const;
+  // The bytes of one token (a special token: its text), as decode({id}) without the copy; the
+  // view lives as long as the tokenizer. Throws forge::Error naming an unknown id.
+  std::string_view token_bytes(int32_t id) const;
+  bool is_special(int32_t id) const;
+
+  // `ids` with the post-processor's special tokens around them (e.g. BOS first), as
+  // `tokenizers` encodes one sequence with add_special_tokens=True; unchanged when the
+  // tokenizer has no post-processor. Throws forge::Error for one it cannot apply
+  // (PostProcessor::problem).
+  std::vector<int32_t> with_special_tokens(std::vector<int32_t> ids) const;
+  const PostProcessor& post_processor() const;
 
   int32_t vocab_size() const;  // regular + special tokens (max id + 1)
   std::optional<int32_t> special_id(const std::string& text) const;
@@ -70,11 +94,12 @@ class Tokenizer {
 
   // What from_bpe does, with what tokenizer.json can add: a chain of split regexes applied in
   // turn (Hugging Face's Sequence of Split pre-tokenizers; none = the text is one piece), and
-  // ignore_merges (a piece that is itself a token is emitted whole, as Llama 3 asks).
+  // ignore_merges (a piece that is itself a token is emitted whole, as Llama 3 asks), and
+  // the post-processor.
   static Tokenizer build(std::vector<std::string> vocab,
                          const std::vector<std::pair<int32_t, int32_t>>& merges,
                          std::vector<SpecialToken> specials, std::vector<std::string> split_regexes,
-                         bool ignore_merges);
+                         bool ignore_merges, PostProcessor post_processor = {});
   const std::vector<std::string>& split_regexes() const;
   bool ignore_merges() const;
   void encode_ordinary_into(std::string_view text, std::vector<int32_t>& out) const;

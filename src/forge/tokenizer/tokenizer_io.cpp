@@ -8,8 +8,11 @@
 //    model BPE; no normalizer; pre-tokenizer ByteLevel (its own GPT-2 regex if use_regex), or a
 //    Sequence of Split (regex or string, "Isolated", not inverted) / Digits steps ending in
 //    ByteLevel — what Llama 3 and SmolLM2 ship; decoder ByteLevel. Anything else is a one-line
-//    forge::Error naming the component rather than a silently different encoding. The
-//    post-processor is ignored: encode() returns the text's tokens only, never an added BOS.
+//    forge::Error naming the component rather than a silently different encoding. encode()
+//    returns the text's tokens only, never an added BOS; the post-processor (TemplateProcessing's
+//    single template, ByteLevel, Sequences of them) is applied on request by
+//    with_special_tokens(). A post-processor Forge cannot apply never stops a load (they were
+//    all ignored before): with_special_tokens() reports it instead.
 //  - Added tokens all become special tokens (matched before splitting in encode()), whether or
 //    not they are flagged special — `tokenizers` also matches non-special added tokens first.
 //    An added token that merely repeats a vocabulary entry with the same id and is not special
@@ -123,6 +126,7 @@ struct BpeParts {
   std::vector<SpecialToken> specials;
   std::vector<std::string> split_regexes;
   bool ignore_merges = false;
+  PostProcessor post_processor;
 };
 
 // spelled → id, and the vocab vector with "" for unused ids.
@@ -261,6 +265,75 @@ bool read_pre_tokenizer_step(const json& step, const std::string& path,
                   "or a Sequence of Split/Digits steps ending in ByteLevel)"));
 }
 
+// Adds one post-processor's special tokens to `out` (see PostProcessor). Throws forge::Error or
+// a json exception for what Forge cannot apply; read_post_processor records it.
+template <typename IsToken>
+void add_post_processor(const json& p, const std::string& path, const IsToken& is_token,
+                        PostProcessor& out) {
+  const std::string type = type_of(p);
+  if (type == "ByteLevel") return;  // offsets only: the ids are untouched
+  if (type == "Sequence") {
+    for (const json& step : p.at("processors")) add_post_processor(step, path, is_token, out);
+    return;
+  }
+  if (type != "TemplateProcessing")
+    throw Error(str(path, ": post_processor '", type,
+                    "' is not supported (Forge applies TemplateProcessing, ByteLevel and "
+                    "Sequences of them)"));
+  const std::string where = str(path, ": post_processor TemplateProcessing: ");
+  const json& single = p.at("single");
+  if (!single.is_array()) throw Error(where + "\"single\" is not a list of pieces");
+  const json specials = p.value("special_tokens", json::object());
+  std::vector<int32_t> before, after;
+  bool seen_a = false;
+  for (const json& piece : single) {
+    if (piece.is_object() && piece.contains("Sequence")) {
+      const std::string id = piece["Sequence"].at("id").get<std::string>();
+      if (id != "A" || seen_a)
+        throw Error(where + "the single template may hold the sequence $A once, found $" + id +
+                    (seen_a && id == "A" ? " twice" : ""));
+      seen_a = true;
+    } else if (piece.is_object() && piece.contains("SpecialToken")) {
+      const std::string name = piece["SpecialToken"].at("id").get<std::string>();
+      if (!specials.is_object() || !specials.contains(name))
+        throw Error(str(where, "the single template names special token '", printable(name),
+                        "', which special_tokens does not define"));
+      for (const json& id : specials[name].at("ids")) {
+        if (!id.is_number_integer() || !is_token(id.get<int64_t>()))
+          throw Error(str(where, "special token '", printable(name), "' has id ", id.dump(),
+                          ", which is not a token of this tokenizer"));
+        (seen_a ? after : before).push_back(id.get<int32_t>());
+      }
+    } else {
+      throw Error(str(where, "piece ", printable(piece.dump()),
+                      " is neither a SpecialToken nor a Sequence"));
+    }
+  }
+  if (!seen_a) throw Error(where + "the single template has no $A");
+  // A later processor wraps what the earlier ones made.
+  out.prefix.insert(out.prefix.begin(), before.begin(), before.end());
+  out.suffix.insert(out.suffix.end(), after.begin(), after.end());
+}
+
+// tokenizer.json's post_processor. Never throws: what Forge cannot apply goes to `problem`.
+template <typename IsToken>
+PostProcessor read_post_processor(const json& root, const std::string& path,
+                                  const IsToken& is_token) {
+  PostProcessor pp;
+  const json p = root.value("post_processor", json());
+  if (p.is_null()) return pp;
+  pp.json = p.dump();
+  try {
+    add_post_processor(p, path, is_token, pp);
+  } catch (const Error& e) {
+    pp.problem = e.what();
+  } catch (const json::exception& e) {
+    pp.problem = str(path, ": post_processor: ", e.what());
+  }
+  if (!pp.problem.empty()) pp.prefix.clear(), pp.suffix.clear();
+  return pp;
+}
+
 BpeParts read_hf_json(const std::string& path) {
   const json root = parse_json(path);
   BpeParts parts;
@@ -341,6 +414,13 @@ BpeParts read_hf_json(const std::string& path) {
     }));
   }
   parts.vocab = std::move(v.vocab);
+  parts.post_processor = read_post_processor(root, path, [&](int64_t id) {
+    if (id >= 0 && id < static_cast<int64_t>(parts.vocab.size()) && !parts.vocab[id].empty())
+      return true;
+    for (const SpecialToken& t : parts.specials)
+      if (t.id == id) return true;
+    return false;
+  });
   return parts;
 }
 
@@ -375,7 +455,7 @@ Tokenizer Tokenizer::load(const std::string& path) {
   }
   try {
     return build(std::move(p.vocab), p.merges, std::move(p.specials), std::move(p.split_regexes),
-                 p.ignore_merges);
+                 p.ignore_merges, std::move(p.post_processor));
   } catch (const Error& e) {  // build() does not know the file; a bad regex lands here too
     throw Error(str(named, ": ", e.what()));
   }
@@ -424,13 +504,15 @@ void Tokenizer::save_json(const std::string& path) const {
   for (const auto& [a, b] : merges_)
     merges.push_back(ojson::array({to_byte_level(vocab_[a]), to_byte_level(vocab_[b])}));
 
+  const std::string& pp = post_processor().json;  // as read from a tokenizer.json
+  const ojson post = pp.empty() ? ojson(nullptr) : ojson::parse(pp);
   ojson root = {{"version", "1.0"},
                 {"truncation", nullptr},
                 {"padding", nullptr},
                 {"added_tokens", added},
                 {"normalizer", nullptr},
                 {"pre_tokenizer", pre_tokenizer},
-                {"post_processor", nullptr},
+                {"post_processor", post},
                 {"decoder",
                  {{"type", "ByteLevel"},
                   {"add_prefix_space", true},

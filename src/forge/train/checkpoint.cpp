@@ -171,8 +171,8 @@ std::vector<std::pair<int, std::string>> list_checkpoints(const std::string& run
 
 std::string save_checkpoint(const std::string& run_dir, const Transformer<float>& model,
                             const std::vector<float>& m, const std::vector<float>& v,
-                            const TrainerState& state, int keep,
-                            const std::string& tokenizer_json) {
+                            const TrainerState& state, int keep, const std::string& tokenizer_json,
+                            const std::string& generation_config_json) {
   const ParamTable& table = model.table();
   const ModelConfig& cfg = model.config();
   FORGE_CHECK(static_cast<int64_t>(m.size()) == table.total() &&
@@ -189,7 +189,7 @@ std::string save_checkpoint(const std::string& run_dir, const Transformer<float>
   const fs::path final_path = dir / checkpoint_name(state.step);
   io::AtomicDir out(final_path.string());
   const fs::path tmp = out.tmp_path();
-  save_model_dir(tmp.string(), model, tokenizer_json);
+  save_model_dir(tmp.string(), model, tokenizer_json, generation_config_json);
   // The embedding's padding rows are not saved; they must be zero in m and v as in the weights,
   // or a resumed run would differ. They are (the padded logits get no gradient).
   for (const auto* buf : {&m, &v}) {

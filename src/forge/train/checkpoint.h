@@ -1,5 +1,5 @@
 // Checkpoints: RUNDIR/checkpoints/step_NNNNNN/, a Hugging Face model directory (config.json,
-// model.safetensors, tokenizer.json when the run has one) plus
+// model.safetensors, tokenizer.json and generation_config.json when the run has them) plus
 //   optimizer.safetensors  Adam's m and v as F32 tensors "m.<name>" and "v.<name>", shaped like
 //                          the parameters in model.safetensors (the f32 weights there are the
 //                          master weights: nothing else to store)
@@ -57,11 +57,13 @@ std::string checkpoint_name(int step);
 
 // Writes RUNDIR/checkpoints/step_NNNNNN (replacing one of the same step) atomically, then
 // deletes the oldest complete checkpoints until `keep` remain (keep <= 0: keep all). Copies
-// `tokenizer_json` into it when not empty. Returns the checkpoint's path.
+// `tokenizer_json` (a path) into it and writes `generation_config_json` (the text) as its
+// generation_config.json when not empty (save_model_dir). Returns the checkpoint's path.
 std::string save_checkpoint(const std::string& run_dir, const Transformer<float>& model,
                             const std::vector<float>& m, const std::vector<float>& v,
                             const TrainerState& state, int keep,
-                            const std::string& tokenizer_json = "");
+                            const std::string& tokenizer_json = "",
+                            const std::string& generation_config_json = "");
 
 // Complete checkpoints of a run, oldest first: (step, path).
 std::vector<std::pair<int, std::string>> list_checkpoints(const std::string& run_dir);

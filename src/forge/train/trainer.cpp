@@ -12,6 +12,7 @@
 
 #include "forge/core/error.h"
 #include "forge/core/timer.h"
+#include "forge/generate/generation_config.h"
 #include "forge/io/atomic_file.h"
 #include "forge/model/model_dir.h"
 #include "forge/model/transformer.h"
@@ -91,6 +92,38 @@ void check_device(const std::string& device, const std::string& precision) {
 
 void cut_metrics(const std::string& path, int step, RunStart& start);
 
+std::string read_text(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  if (!f) throw Error(str(path, ": cannot open"));
+  std::stringstream text;
+  text << f.rdbuf();
+  return text.str();
+}
+
+// The generation_config.json (its text) of every model the run saves: an --init-from model's
+// own file as it is, or else one made from what it says elsewhere (config.json's token ids, its
+// tokenizer); for other runs the one in the run directory (written when the run began, so a
+// resumed run saves the same), or else one naming the end-of-text token of the run's
+// tokenizer. "" when nothing names one (no tokenizer): then no file is written. A file that is
+// there is checked, so a broken one stops the run before it starts.
+std::string run_generation_config(const std::string& out, const RunStart& start) {
+  auto checked = [](const std::string& path) {
+    read_generation_config(path);
+    return read_text(path);
+  };
+  auto text_of = [](const GenerationConfig& g) {
+    return g == GenerationConfig{} ? std::string() : generation_config_json(g);
+  };
+  if (!start.resumed && !start.init_from.empty()) {
+    const std::string src = start.init_from + "/generation_config.json";
+    return fs::exists(src) ? checked(src) : text_of(load_generation_config(start.init_from));
+  }
+  if (fs::exists(out + "/generation_config.json")) return checked(out + "/generation_config.json");
+  const std::string tokenizer =
+      !start.tokenizer.empty() ? start.tokenizer : out + "/tokenizer.json";
+  return fs::exists(tokenizer) ? text_of(generation_config_for_tokenizer(tokenizer)) : "";
+}
+
 TrainResult run(Transformer<float>& model, const TrainConfig& cfg, const std::string& data,
                 const std::string& out, RunStart start, const RunOptions& opt) {
   const ModelConfig& mcfg = model.config();
@@ -121,6 +154,7 @@ TrainResult run(Transformer<float>& model, const TrainConfig& cfg, const std::st
     if (start.device_hint.empty()) throw;
     throw Error(str(e.what(), "; ", start.device_hint));
   }
+  const std::string generation_config = run_generation_config(out, start);
   if (start.resumed) cut_metrics(out + "/metrics.jsonl", start.step, start);
   TrainLoader loader(&ds.shards, ds.train, T_, cfg.seed);
   loader.set_rng_offset(start.loader_offset);
@@ -143,6 +177,8 @@ TrainResult run(Transformer<float>& model, const TrainConfig& cfg, const std::st
     text << src.rdbuf();
     io::write_file_atomic(out + "/tokenizer.json", text.str());
   }
+  if (!generation_config.empty())
+    io::write_file_atomic(out + "/generation_config.json", generation_config);
   const std::string tokenizer = fs::exists(out + "/tokenizer.json") ? out + "/tokenizer.json" : "";
   std::ofstream metrics(out + "/metrics.jsonl", start.resumed ? std::ios::app : std::ios::trunc);
   if (!metrics) throw Error(str(out, "/metrics.jsonl: cannot write"));
@@ -199,7 +235,8 @@ TrainResult run(Transformer<float>& model, const TrainConfig& cfg, const std::st
     TrainerState st{done, cfg.seed, loader.rng_offset(), run_config};
     st.loss_scale = runner->loss_scale_state();  // after flush(): the state after step `done`
     sync_host();
-    const std::string path = save_checkpoint(out, model, m, v, st, cfg.keep_checkpoints, tokenizer);
+    const std::string path =
+        save_checkpoint(out, model, m, v, st, cfg.keep_checkpoints, tokenizer, generation_config);
     last_saved = done;
     if (!quiet) std::printf("checkpoint %s\n", path.c_str());
   };
@@ -316,7 +353,7 @@ TrainResult run(Transformer<float>& model, const TrainConfig& cfg, const std::st
                    "forge: " + mcfg.family_name() + " loss");
   }
   sync_host();
-  save_model_dir(out + "/model", model, tokenizer);
+  save_model_dir(out + "/model", model, tokenizer, generation_config);
   result.seconds = total.seconds();
   std::printf("done in %s: train loss %.4f", format_duration(result.seconds).c_str(),
               result.last_train_loss);

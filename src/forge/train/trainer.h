@@ -7,6 +7,9 @@
 //   model/          the final weights as a Hugging Face model directory
 //   checkpoints/    step_NNNNNN/ every save_every steps and when stopped (checkpoint.h)
 //   tokenizer.json  the tokenizer of an --init-from model, copied into every model it saves
+//   generation_config.json  the same for generation settings: the --init-from model's file, or
+//                   one naming the end-of-text token of the run's tokenizer (generate/
+//                   generation_config.h); none when the run has no tokenizer
 //
 // Three ways in: train() from fresh weights, train_from() from a Hugging Face model directory,
 // resume() from a run's newest checkpoint. All three run the same loop, so a resumed run logs
