@@ -175,7 +175,6 @@ void small_gemm_cuda(const BenchOptions& o) {
       std::printf("%-14s %-22s %6d %6d %-7s %4d %10.2f %12.2f %7.2fx %9.0f\n", s.model.c_str(),
                   s.what.c_str(), s.C, s.OC, s.layout == WeightLayout::kOutIn ? "(OC,C)" : "(C,OC)",
                   N, t_small * 1e6, t_lt * 1e6, t_lt / t_small, w_bytes / t_small / 1e9);
-      std::fflush(stdout);  // a row at a time: a run cut short keeps what it measured
       rows.push_back({{"model", s.model},
                       {"shape", s.what},
                       {"C", s.C},
@@ -189,12 +188,11 @@ void small_gemm_cuda(const BenchOptions& o) {
       const bool cols = s.layout == WeightLayout::kOutIn;
       for (int ct : {1, 2, 4}) {
         if ((!cols && ct != 1) || (s.swiglu && ct == 1)) continue;
-        for (int warps : {4, 8, 16})
-          for (int splits : {1, 2, 4, 8}) {
-            const double t = small({cols ? ct : 0, warps, splits});
-            std::printf("%-14s   tiling col_tiles=%d warps=%-2d splits=%d %21.2f\n", "",
-                        cols ? ct : 0, warps, splits, t * 1e6);
-          }
+        for (int warps : {2, 4, 8, 16}) {
+          const double t = small({cols ? ct : 0, warps});
+          std::printf("%-14s   tiling col_tiles=%d warps=%-2d %30.2f\n", "", cols ? ct : 0, warps,
+                      t * 1e6);
+        }
       }
     }
   }

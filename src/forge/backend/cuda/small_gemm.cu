@@ -31,19 +31,12 @@
 // A wants: MMA i (0..3) gets columns 8g + 2i (its row g) and 8g + 2i + 1 (row g + 8), so a warp
 // covers 64 columns and 16 k per step. x fragments are 4-byte loads of x[n][k + 2q (+8)].
 //
-// Few column tiles (o_proj's 576 columns are 72 of them, GPT-2's (3072, 768) only 12) leave most
-// SMs idle with long k-loops; `splits` > 1 makes each tile a thread-block cluster (sm_90) of that
-// many blocks dividing the k-steps further, whose partials rank 0 sums from the others' shared
-// memory (distributed shared memory, between two cluster barriers) — still one kernel, no
-// atomics, no scratch.
-//
 // f32 (the CPU-parity mode): CUDA cores with f32 FMAs, simple: kOutIn one warp per weight row
 // (float4 over C, warp_sum), kInOut one thread per output column with 8 k-slices summed in
 // shared memory in order; 8 batch rows per block.
 //
 // Determinism: no atomics; every sum has a fixed order given the shape and the device's SM
 // count (the tiling depends on both), so reruns are bit-identical.
-#include <cooperative_groups.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -59,7 +52,6 @@ namespace {
 
 using namespace kernels;
 using flash::mma;
-namespace cg = cooperative_groups;
 
 enum class Epilogue { kBias, kSwiglu };
 
@@ -70,11 +62,9 @@ struct SmallParams {
   const void* bias;  // (OC) or null
   int N, C, OC;      // SwiGLU: OC = FF, the outputs per row
   int row_tiles;     // batch-row tiles per column block
-  int splits;        // blocks of a cluster splitting C (1: no cluster)
 };
 
 constexpr int kMaxWarps = 16;
-constexpr int kMaxSplits = 8;     // blocks per cluster: the portable maximum
 constexpr int kUnroll = 2;        // k-steps whose loads a warp issues before its first MMA
 constexpr int kStepsPerWarp = 2;  // default split: about this many k-steps per warp
 
@@ -103,28 +93,11 @@ __device__ __forceinline__ T swiglu_value(float gate, float up) {
   return from_f32<T>(g * sigmoid(g) * u);
 }
 
-// Entry i (= v·32 + lane) of the partials red (nw, V, 32) summed over the block's warps, and with
-// splits > 1 over the cluster's blocks (read from their shared memory), in (rank, warp) order.
-__device__ __forceinline__ float sum_partials(float* red, int splits, int nw, int V, int i) {
+// Sum over the nw warps' partials red (nw, V, 32) of entry i (= v·32 + lane), in warp order.
+__device__ __forceinline__ float sum_partials(const float* red, int nw, int V, int i) {
   float s = 0.0f;
-  for (int r = 0; r < splits; ++r) {
-    const float* part = splits == 1 ? red : cg::this_cluster().map_shared_rank(red, r);
-    for (int w = 0; w < nw; ++w) s += part[w * V * 32 + i];
-  }
+  for (int w = 0; w < nw; ++w) s += red[w * V * 32 + i];
   return s;
-}
-
-// After the partials are in shared memory: a block barrier, or with splits > 1 a cluster barrier
-// (which orders the other blocks' shared-memory writes before the reads of rank 0).
-__device__ __forceinline__ void partials_ready(int splits) {
-  if (splits == 1)
-    __syncthreads();
-  else
-    cg::this_cluster().sync();
-}
-// With splits > 1, no block may exit (freeing its shared memory) before rank 0 has read it.
-__device__ __forceinline__ void partials_read(int splits) {
-  if (splits > 1) cg::this_cluster().sync();
 }
 
 // ---- bf16 / f16, W (OC, C) ---------------------------------------------------------------------
@@ -138,9 +111,7 @@ __global__ void __launch_bounds__(32 * kMaxWarps) out_in_mma_kernel(SmallParams 
   extern __shared__ float red[];               // (warps, V, 32)
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, nw = blockDim.x / 32;
   const int g = lane / 4, q = lane % 4;
-  const int rank = blockIdx.x % p.splits, tile = blockIdx.x / p.splits;
-  const int n0 = (tile % p.row_tiles) * 16, o0 = (tile / p.row_tiles) * kCols;
-  const int gw = rank * nw + warp, tw = p.splits * nw;  // this warp among the cluster's
+  const int n0 = (blockIdx.x % p.row_tiles) * 16, o0 = (blockIdx.x / p.row_tiles) * kCols;
   const int C = p.C;
   const T* w = static_cast<const T*>(p.w);
   const T* x = static_cast<const T*>(p.inp);
@@ -160,11 +131,11 @@ __global__ void __launch_bounds__(32 * kMaxWarps) out_in_mma_kernel(SmallParams 
 
   float acc[kCT][4] = {};
   const int steps = (C + 31) / 32;
-  for (int s0 = gw; s0 < steps; s0 += tw * kUnroll) {
+  for (int s0 = warp; s0 < steps; s0 += nw * kUnroll) {
     int4 wv[kUnroll][kCT], xv[kUnroll][2];
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
-      const int k = (s0 + u * tw) * 32 + 8 * q;
+      const int k = (s0 + u * nw) * 32 + 8 * q;
       const bool in = k < C;  // C % 8 == 0: a 16-byte chunk is wholly inside or outside
 #pragma unroll
       for (int t = 0; t < kCT; ++t) wv[u][t] = in && wok[t] ? load_weight16(wrow[t] + k) : zero;
@@ -188,25 +159,24 @@ __global__ void __launch_bounds__(32 * kMaxWarps) out_in_mma_kernel(SmallParams 
   for (int t = 0; t < kCT; ++t)
 #pragma unroll
     for (int e = 0; e < 4; ++e) red[(warp * V + 4 * t + e) * 32 + lane] = acc[t][e];
-  partials_ready(p.splits);
+  __syncthreads();
   // Entry i = v·32 + l of the partials: tile t = v / 4, element e = v % 4 of lane l's C fragment
   // (c0, c1: batch row l/4, columns 2(l%4) + 0, 1; c2, c3: batch row l/4 + 8).
   T* out = static_cast<T*>(p.out);
   const T* bias = static_cast<const T*>(p.bias);
-  for (int i = threadIdx.x; rank == 0 && i < 4 * kHalf * 32; i += blockDim.x) {
+  for (int i = threadIdx.x; i < 4 * kHalf * 32; i += blockDim.x) {
     const int v = i / 32, l = i % 32, t = v / 4, e = v % 4;
     const int n = n0 + l / 4 + (e >= 2 ? 8 : 0);
     const int o = o0 + 8 * t + 2 * (l % 4) + (e & 1);
     if (n >= p.N || o >= p.OC) continue;
-    const float s = sum_partials(red, p.splits, nw, V, i);
+    const float s = sum_partials(red, nw, V, i);
     T* dst = out + static_cast<int64_t>(n) * p.OC + o;
     if constexpr (kGlu) {
-      *dst = swiglu_value<T>(s, sum_partials(red, p.splits, nw, V, i + 4 * kHalf * 32));
+      *dst = swiglu_value<T>(s, sum_partials(red, nw, V, i + 4 * kHalf * 32));
     } else {
       *dst = from_f32<T>(bias ? s + to_f32(bias[o]) : s);
     }
   }
-  partials_read(p.splits);
 }
 
 // ---- bf16 / f16, W (C, OC) ---------------------------------------------------------------------
@@ -217,9 +187,7 @@ __global__ void __launch_bounds__(32 * kMaxWarps) in_out_mma_kernel(SmallParams 
   extern __shared__ float red[];  // (warps, V, 32)
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, nw = blockDim.x / 32;
   const int g = lane / 4, q = lane % 4;
-  const int rank = blockIdx.x % p.splits, tile = blockIdx.x / p.splits;
-  const int n0 = (tile % p.row_tiles) * 8, o0 = (tile / p.row_tiles) * 64;
-  const int gw = rank * nw + warp, tw = p.splits * nw;  // this warp among the cluster's
+  const int n0 = (blockIdx.x % p.row_tiles) * 8, o0 = (blockIdx.x / p.row_tiles) * 64;
   const int C = p.C, OC = p.OC;
   const bool wok = o0 + 8 * g < OC;  // OC % 8 == 0: 8 columns are wholly inside or outside
   const T* wcol = static_cast<const T*>(p.w) + (wok ? o0 + 8 * g : 0);
@@ -229,12 +197,12 @@ __global__ void __launch_bounds__(32 * kMaxWarps) in_out_mma_kernel(SmallParams 
 
   float acc[4][4] = {};
   const int steps = (C + 15) / 16;
-  for (int s0 = gw; s0 < steps; s0 += tw * kUnroll) {
+  for (int s0 = warp; s0 < steps; s0 += nw * kUnroll) {
     int4 r[kUnroll][4];  // W rows k + 2q, + 1, + 8, + 9
     uint32_t b[kUnroll][2];
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
-      const int k = (s0 + u * tw) * 16 + 2 * q;  // C even: k < C means k + 1 < C
+      const int k = (s0 + u * nw) * 16 + 2 * q;  // C even: k < C means k + 1 < C
 #pragma unroll
       for (int j = 0; j < 4; ++j) {
         const int kk = k + (j & 1) + 8 * (j >> 1);
@@ -260,20 +228,19 @@ __global__ void __launch_bounds__(32 * kMaxWarps) in_out_mma_kernel(SmallParams 
   for (int i = 0; i < 4; ++i)
 #pragma unroll
     for (int e = 0; e < 4; ++e) red[(warp * V + 4 * i + e) * 32 + lane] = acc[i][e];
-  partials_ready(p.splits);
+  __syncthreads();
   // Entry v·32 + l: MMA i = v / 4, element e = v % 4: column 8(l/4) + 2i + e/2 (A row l/4 or
   // l/4 + 8), batch row 2(l%4) + e%2.
   T* out = static_cast<T*>(p.out);
   const T* bias = static_cast<const T*>(p.bias);
-  for (int idx = threadIdx.x; rank == 0 && idx < V * 32; idx += blockDim.x) {
+  for (int idx = threadIdx.x; idx < V * 32; idx += blockDim.x) {
     const int v = idx / 32, l = idx % 32, i = v / 4, e = v % 4;
     const int o = o0 + 8 * (l / 4) + 2 * i + (e >> 1);
     const int n = n0 + 2 * (l % 4) + (e & 1);
     if (n >= p.N || o >= OC) continue;
-    const float s = sum_partials(red, p.splits, nw, V, idx);
+    const float s = sum_partials(red, nw, V, idx);
     out[static_cast<int64_t>(n) * OC + o] = from_f32<T>(bias ? s + to_f32(bias[o]) : s);
   }
-  partials_read(p.splits);
 }
 
 // ---- f32 -------------------------------------------------------------------------------------
@@ -366,30 +333,6 @@ int split_warps(int steps, int forced) {
   return std::clamp(ceil_div(steps, kStepsPerWarp), 1, kMaxWarps);
 }
 
-// Enqueues `tiles` tiles of 32·warps threads each; with p.splits > 1 every tile is a cluster of
-// p.splits blocks (consecutive blockIdx.x), its partials summed through distributed shared memory.
-template <typename Kernel>
-void launch_tiles(Context& ctx, Kernel kernel, int tiles, int warps, size_t smem,
-                  const SmallParams& p) {
-  if (p.splits == 1) {
-    kernel<<<tiles, 32 * warps, smem, ctx.stream()>>>(p);
-    FORGE_CUDA_CHECK_LAUNCH();
-    return;
-  }
-  cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = dim3(static_cast<unsigned>(tiles * p.splits));
-  cfg.blockDim = dim3(32 * warps);
-  cfg.dynamicSmemBytes = smem;
-  cfg.stream = ctx.stream();
-  cudaLaunchAttribute cluster;
-  cluster.id = cudaLaunchAttributeClusterDimension;
-  cluster.val.clusterDim.x = static_cast<unsigned>(p.splits);
-  cluster.val.clusterDim.y = cluster.val.clusterDim.z = 1;
-  cfg.attrs = &cluster;
-  cfg.numAttrs = 1;
-  FORGE_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, p));
-}
-
 template <typename T, Epilogue kEpi>
 void launch_out_in(Context& ctx, SmallParams p, SmallLinearTiling tiling) {
   constexpr bool kGlu = kEpi == Epilogue::kSwiglu;
@@ -402,25 +345,28 @@ void launch_out_in(Context& ctx, SmallParams p, SmallLinearTiling tiling) {
         break;
   }
   const int warps = split_warps(ceil_div(p.C, 32), tiling.warps);
-  p.splits = tiling.splits ? tiling.splits : 1;
-  const int tiles = ceil_div(p.OC, kGlu ? 4 * ct : 8 * ct) * p.row_tiles;
+  const int blocks = ceil_div(p.OC, kGlu ? 4 * ct : 8 * ct) * p.row_tiles;
   const size_t smem = static_cast<size_t>(warps) * 4 * ct * 32 * sizeof(float);
+  auto go = [&](auto kernel) {
+    kernel<<<blocks, 32 * warps, smem, ctx.stream()>>>(p);
+    FORGE_CUDA_CHECK_LAUNCH();
+  };
   if (ct == 4)
-    launch_tiles(ctx, out_in_mma_kernel<T, 4, kEpi>, tiles, warps, smem, p);
+    go(out_in_mma_kernel<T, 4, kEpi>);
   else if (ct == 2)
-    launch_tiles(ctx, out_in_mma_kernel<T, 2, kEpi>, tiles, warps, smem, p);
+    go(out_in_mma_kernel<T, 2, kEpi>);
   else if constexpr (!kGlu)
-    launch_tiles(ctx, out_in_mma_kernel<T, 1, kEpi>, tiles, warps, smem, p);
+    go(out_in_mma_kernel<T, 1, kEpi>);
 }
 
 template <typename T>
 void launch_in_out(Context& ctx, SmallParams p, SmallLinearTiling tiling) {
   p.row_tiles = ceil_div(p.N, 8);
   const int warps = split_warps(ceil_div(p.C, 16), tiling.warps);
-  p.splits = tiling.splits ? tiling.splits : 1;
-  const int tiles = ceil_div(p.OC, 64) * p.row_tiles;
+  const int blocks = ceil_div(p.OC, 64) * p.row_tiles;
   const size_t smem = static_cast<size_t>(warps) * 16 * 32 * sizeof(float);
-  launch_tiles(ctx, in_out_mma_kernel<T>, tiles, warps, smem, p);
+  in_out_mma_kernel<T><<<blocks, 32 * warps, smem, ctx.stream()>>>(p);
+  FORGE_CUDA_CHECK_LAUNCH();
 }
 
 template <Epilogue kEpi>
@@ -440,8 +386,6 @@ void check_tiling(SmallLinearTiling t, bool glu) {
       "[small_linear] col_tiles ", t.col_tiles, " (want 1, 2 or 4; SwiGLU 2 or 4)");
   FORGE_CHECK(t.warps >= 0 && t.warps <= kMaxWarps, "[small_linear] warps ", t.warps, " (want 1..",
               kMaxWarps, ")");
-  FORGE_CHECK(t.splits >= 0 && t.splits <= kMaxSplits, "[small_linear] splits ", t.splits,
-              " (want 1..", kMaxSplits, ")");
 }
 
 }  // namespace
@@ -471,7 +415,7 @@ void small_linear_fwd(Context& ctx, DType dt, void* out, const void* inp, const 
               layout == WeightLayout::kOutIn ? " (OC, C)" : " (C, OC)");
   FORGE_CHECK(small_linear_aligned(out, inp, w), "[small_linear_fwd] operands not 16-byte aligned");
   check_tiling(tiling, false);
-  const SmallParams p{out, inp, w, bias, N, C, OC, 0, 1};
+  const SmallParams p{out, inp, w, bias, N, C, OC, 0};
   dispatch_dtype(dt, "small_linear_fwd", [&](auto tag) {
     using T = decltype(tag);
     if constexpr (std::is_same_v<T, float>)
@@ -492,7 +436,7 @@ void small_linear_swiglu_fwd(Context& ctx, DType dt, void* hidden, const void* i
   FORGE_CHECK(small_linear_aligned(hidden, inp, w_gate_up),
               "[small_linear_swiglu_fwd] operands not 16-byte aligned");
   check_tiling(tiling, true);
-  const SmallParams p{hidden, inp, w_gate_up, nullptr, N, C, FF, 0, 1};
+  const SmallParams p{hidden, inp, w_gate_up, nullptr, N, C, FF, 0};
   dispatch_dtype(dt, "small_linear_swiglu_fwd", [&](auto tag) {
     using T = decltype(tag);
     if constexpr (std::is_same_v<T, float>)

@@ -33,7 +33,6 @@ bool small_linear_aligned(const void* out, const void* inp, const void* w);
 struct SmallLinearTiling {
   int col_tiles = 0;  // kOutIn 16-bit: 8-row weight tiles per warp, 1, 2 or 4 (SwiGLU: 2 or 4)
   int warps = 0;      // warps per block splitting C, 1..16
-  int splits = 0;     // blocks of a thread-block cluster splitting C further, 1..8 (bf16/f16)
 };
 
 // out (N, OC) = inp (N, C) · op(W) + bias (OC, may be null), f32 accumulation, rounded once to dt.
