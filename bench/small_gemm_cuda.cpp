@@ -118,8 +118,8 @@ void small_gemm_cuda(const BenchOptions& o) {
       "forge bench gemm --rows: small-N linear (small_gemm.cu) vs cuBLASLt, bf16 in and out,\n"
       "f32 accumulate; W from HBM (graph of calls over >= 256 MB of weight copies)\n");
   std::printf("device %s\n\n", cuda::device_summary().c_str());
-  std::printf("%-14s %-22s %6s %6s %-7s %4s %10s %12s %8s %9s\n", "model", "shape", "C", "OC", "W",
-              "N", "small (us)", "cuBLASLt (us)", "speedup", "small GB/s");
+  std::printf("%-14s %-22s %6s %6s %-7s %4s %10s %12s %8s %9s  %s\n", "model", "shape", "C", "OC",
+              "W", "N", "small (us)", "cuBLASLt (us)", "speedup", "small GB/s", "backend takes");
   nlohmann::json rows = nlohmann::json::array();
   const DType dt = DType::kBF16;
   for (const SmallShape& s : shapes) {
@@ -141,9 +141,11 @@ void small_gemm_cuda(const BenchOptions& o) {
     auto wi = [&](int i) { return w.data() + (i % copies) * w_elems; };
     const int FF = s.OC / 2;
     for (int N : o.rows) {
-      if (!(s.swiglu ? cuda::small_linear_swiglu_eligible(dt, N, s.C, FF)
-                     : cuda::small_linear_eligible(dt, N, s.C, s.OC, s.layout)))
+      if (!(s.swiglu ? cuda::small_linear_swiglu_supported(dt, N, s.C, FF)
+                     : cuda::small_linear_supported(dt, N, s.C, s.OC, s.layout)))
         continue;
+      const bool eligible = s.swiglu ? cuda::small_linear_swiglu_eligible(dt, N, s.C, FF)
+                                     : cuda::small_linear_eligible(dt, N, s.C, s.OC, s.layout);
       auto small = [&](SmallLinearTiling t) {
         return time_graph(ctx, calls, [&](int i) {
           if (s.swiglu)
@@ -172,15 +174,18 @@ void small_gemm_cuda(const BenchOptions& o) {
         cuda::swiglu_fwd(ctx, dt, out.data(), scratch.data(), scratch.data() + nff,
                          static_cast<int64_t>(nff));
       });
-      std::printf("%-14s %-22s %6d %6d %-7s %4d %10.2f %12.2f %7.2fx %9.0f\n", s.model.c_str(),
+      std::printf("%-14s %-22s %6d %6d %-7s %4d %10.2f %12.2f %7.2fx %9.0f  %s\n", s.model.c_str(),
                   s.what.c_str(), s.C, s.OC, s.layout == WeightLayout::kOutIn ? "(OC,C)" : "(C,OC)",
-                  N, t_small * 1e6, t_lt * 1e6, t_lt / t_small, w_bytes / t_small / 1e9);
+                  N, t_small * 1e6, t_lt * 1e6, t_lt / t_small, w_bytes / t_small / 1e9,
+                  eligible ? "small" : "cuBLASLt");
+      std::fflush(stdout);  // a row at a time: a run cut short keeps what it measured
       rows.push_back({{"model", s.model},
                       {"shape", s.what},
                       {"C", s.C},
                       {"OC", s.OC},
                       {"N", N},
                       {"layout", s.layout == WeightLayout::kOutIn ? "out_in" : "in_out"},
+                      {"eligible", eligible},
                       {"small_seconds", t_small},
                       {"cublaslt_seconds", t_lt}});
       if (!o.sweep) continue;

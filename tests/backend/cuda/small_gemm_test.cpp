@@ -4,9 +4,10 @@
 // computed in double (cpu::linear_fwd<double>), so the tolerance measures the kernel alone.
 // Shapes: row counts 1, 3, 8, 17 (past one 16- and two 8-row tiles) and 32 (the maximum);
 // SmolLM2's and GPT-2's shapes, the LM head's 49152 columns, and awkward ones — OC or FF odd,
-// C not a multiple of the 32- or 16-wide k-step. Also: every forced tiling, eligibility of
-// shapes the kernels cannot take, bit-identical reruns, the fused SwiGLU equal bit for bit to the
-// small-N unfused pair, and CudaBackend's linear ops (small-N path vs its cuBLASLt path).
+// C not a multiple of the 32- or 16-wide k-step. Also: every forced tiling, which shapes are
+// supported and which eligible (taken by CudaBackend), bit-identical reruns, the fused SwiGLU
+// equal bit for bit to the small-N unfused pair, and CudaBackend's linear ops (small-N path vs
+// its cuBLASLt path, and misaligned views falling back to cuBLASLt).
 #include "forge/backend/cuda/small_gemm.h"
 
 #include <cmath>
@@ -90,7 +91,7 @@ class SmallLinearTest : public DtypeTest<CudaTest> {
           SCOPED_TRACE(::testing::Message()
                        << dt_name(dt()) << " W " << layout_name(layout) << " N=" << N
                        << " C=" << s.C << " OC=" << s.OC << " bias=" << bias);
-          ASSERT_TRUE(small_linear_eligible(dt(), N, s.C, s.OC, layout));
+          ASSERT_TRUE(small_linear_supported(dt(), N, s.C, s.OC, layout));
           const Inputs in = inputs(N, s.C, s.OC, bias, seed += 3);
           const auto ref = ref_linear(in.x, in.w, in.bias, N, s.C, s.OC, layout);
           EXPECT_TRUE(all_close(run(in, N, s.C, s.OC, layout), ref, linear_tol(dt())));
@@ -141,24 +142,39 @@ TEST_P(SmallLinearTest, RerunsAreBitIdentical) {
     }
 }
 
-// Shapes whose weight rows are not whole 16-byte vectors, row counts out of range and other
-// dtypes are refused (CudaBackend then takes cuBLASLt); the vector width follows the dtype.
-TEST_P(SmallLinearTest, EligibilityIsHonest) {
+// Supported: shapes whose weight rows are not whole 16-byte vectors, row counts out of range and
+// other dtypes are refused; the vector width follows the dtype.
+TEST_P(SmallLinearTest, SupportedShapesFollowTheVectorRule) {
   const int v = dt() == DType::kF32 ? 4 : 8;
-  EXPECT_TRUE(small_linear_eligible(dt(), 1, 2 * v, 3, kOutIn));
-  EXPECT_FALSE(small_linear_eligible(dt(), 1, 2 * v + 2, 3, kOutIn));  // C % v != 0
-  EXPECT_TRUE(small_linear_eligible(dt(), 1, 6, 2 * v, kInOut));
-  EXPECT_FALSE(small_linear_eligible(dt(), 1, 6, 2 * v + 2, kInOut));                // OC % v != 0
-  EXPECT_EQ(small_linear_eligible(dt(), 1, 7, 2 * v, kInOut), dt() == DType::kF32);  // C odd
-  EXPECT_FALSE(small_linear_eligible(dt(), 0, 64, 64, kOutIn));
-  EXPECT_TRUE(small_linear_eligible(dt(), kSmallLinearMaxRows, 64, 64, kOutIn));
-  EXPECT_FALSE(small_linear_eligible(dt(), kSmallLinearMaxRows + 1, 64, 64, kOutIn));
-  EXPECT_FALSE(small_linear_eligible(DType::kF64, 1, 64, 64, kOutIn));
-  EXPECT_TRUE(small_linear_swiglu_eligible(dt(), 4, 64, 203));
-  EXPECT_FALSE(small_linear_swiglu_eligible(dt(), 4, 2 * v + 2, 64));
-  EXPECT_FALSE(small_linear_swiglu_eligible(dt(), kSmallLinearMaxRows + 1, 64, 64));
+  EXPECT_TRUE(small_linear_supported(dt(), 1, 2 * v, 3, kOutIn));
+  EXPECT_FALSE(small_linear_supported(dt(), 1, 2 * v + 2, 3, kOutIn));  // C % v != 0
+  EXPECT_TRUE(small_linear_supported(dt(), 1, 6, 2 * v, kInOut));
+  EXPECT_FALSE(small_linear_supported(dt(), 1, 6, 2 * v + 2, kInOut));                // OC % v != 0
+  EXPECT_EQ(small_linear_supported(dt(), 1, 7, 2 * v, kInOut), dt() == DType::kF32);  // C odd
+  EXPECT_FALSE(small_linear_supported(dt(), 0, 64, 64, kOutIn));
+  EXPECT_TRUE(small_linear_supported(dt(), kSmallLinearMaxRows, 64, 64, kOutIn));
+  EXPECT_FALSE(small_linear_supported(dt(), kSmallLinearMaxRows + 1, 64, 64, kOutIn));
+  EXPECT_FALSE(small_linear_supported(DType::kF64, 1, 64, 64, kOutIn));
+  EXPECT_TRUE(small_linear_swiglu_supported(dt(), 4, 64, 203));
+  EXPECT_FALSE(small_linear_swiglu_supported(dt(), 4, 2 * v + 2, 64));
+  EXPECT_FALSE(small_linear_swiglu_supported(dt(), kSmallLinearMaxRows + 1, 64, 64));
   int x = 0;
   EXPECT_FALSE(small_linear_aligned(&x, &x, reinterpret_cast<char*>(&x) + 2));
+}
+
+// Eligible (what CudaBackend takes): only where the H200 measurements favour the kernels.
+TEST_P(SmallLinearTest, EligibleOnlyWhereMeasuredFaster) {
+  const bool b16 = dt() != DType::kF32;  // f32, the parity mode, keeps cuBLASLt
+  EXPECT_EQ(small_linear_eligible(dt(), 1, 576, 960, kOutIn), b16);
+  EXPECT_EQ(small_linear_eligible(dt(), kSmallLinearEligibleRows, 1536, 576, kOutIn), b16);
+  EXPECT_EQ(small_linear_eligible(dt(), 8, 576, 3072, kOutIn), b16);
+  EXPECT_FALSE(small_linear_eligible(dt(), kSmallLinearEligibleRows + 1, 576, 960, kOutIn));
+  EXPECT_FALSE(small_linear_eligible(dt(), 1, 576, 49152, kOutIn));     // the LM head
+  EXPECT_FALSE(small_linear_eligible(dt(), 1, 768, 2304, kInOut));      // GPT-2's Conv1D
+  EXPECT_FALSE(small_linear_eligible(dt(), 1, 2 * 8 + 2, 64, kOutIn));  // not supported
+  EXPECT_EQ(small_linear_swiglu_eligible(dt(), kSmallLinearMaxRows, 576, 1536), b16);
+  EXPECT_FALSE(small_linear_swiglu_eligible(dt(), kSmallLinearMaxRows + 1, 576, 1536));
+  EXPECT_FALSE(small_linear_swiglu_eligible(dt(), 1, 2048, 8192));  // 32M weights
 }
 
 // ---- gate/up + SwiGLU -------------------------------------------------------------------------
@@ -170,7 +186,7 @@ TEST_P(SmallLinearTest, SwigluMatchesCpuAndTheUnfusedPair) {
       const int C = s.C, FF = s.OC;
       SCOPED_TRACE(::testing::Message()
                    << dt_name(dt()) << " N=" << N << " C=" << C << " FF=" << FF);
-      ASSERT_TRUE(small_linear_swiglu_eligible(dt(), N, C, FF));
+      ASSERT_TRUE(small_linear_swiglu_supported(dt(), N, C, FF));
       const Inputs in = inputs(N, C, 2 * FF, false, seed += 3);
       const size_t nff = static_cast<size_t>(N) * FF, ffc = static_cast<size_t>(FF) * C;
       // CPU: the two products, each rounded to dt as linear_fwd stores it, then swiglu_fwd.
@@ -189,13 +205,13 @@ TEST_P(SmallLinearTest, SwigluMatchesCpuAndTheUnfusedPair) {
       EXPECT_TRUE(all_close(got, ref, linear_tol(dt())));
 
       // The unfused small-N pair: the same sums in the same order, the same SwiGLU arithmetic.
-      DevTensor scratch = poison(2 * nff), unfused = poison(nff);
-      small_linear_fwd(ctx(), dt(), scratch.data(), in.dx.data(), in.dw.data(), nullptr, N, C, FF,
+      // (Gate and up in buffers of their own: N·FF elements into one is not 16-byte aligned.)
+      DevTensor dgate = poison(nff), dup = poison(nff), unfused = poison(nff);
+      small_linear_fwd(ctx(), dt(), dgate.data(), in.dx.data(), in.dw.data(), nullptr, N, C, FF,
                        kOutIn);
-      small_linear_fwd(ctx(), dt(), scratch.at(nff), in.dx.data(), in.dw.at(ffc), nullptr, N, C, FF,
+      small_linear_fwd(ctx(), dt(), dup.data(), in.dx.data(), in.dw.at(ffc), nullptr, N, C, FF,
                        kOutIn);
-      swiglu_fwd(ctx(), dt(), unfused.data(), scratch.data(), scratch.at(nff),
-                 static_cast<int64_t>(nff));
+      swiglu_fwd(ctx(), dt(), unfused.data(), dgate.data(), dup.data(), static_cast<int64_t>(nff));
       EXPECT_TRUE(same_bits(got, down(unfused)));
     }
 }
@@ -254,17 +270,17 @@ TEST_F(SmallGemmBackendTest, LinearMatchesTheCublasLtPath) {
     CudaModelOptions o;
     o.dtype = dt;
     CudaBackend be(cfg, ParamTable(cfg), ctx(), o);
-    const size_t es = dtype_size(dt);
     struct Case {
       int N, C, OC;
       WeightLayout layout;
     };
-    // N = 40 is past kSmallLinearMaxRows: both calls are the same cuBLASLt GEMM.
+    // Eligible ones (bf16/f16, W (OC, C), N <= 16) take the small-N kernels; the others (f32,
+    // W (C, OC), N = 32 or 40) are the very GEMM cublaslt_linear enqueues.
     for (const Case& c :
-         {Case{1, 576, 960, kOutIn}, Case{8, 576, 576, kOutIn}, Case{32, 1536, 576, kOutIn},
-          Case{1, 768, 2304, kInOut}, Case{8, 3072, 768, kInOut}, Case{32, 768, 768, kInOut},
-          Case{40, 576, 576, kOutIn}})
-      for (bool misaligned : {false, true}) {  // an output view 2 (4) bytes in: cuBLASLt
+         {Case{1, 576, 960, kOutIn}, Case{8, 576, 576, kOutIn}, Case{16, 1536, 576, kOutIn},
+          Case{32, 576, 576, kOutIn}, Case{1, 768, 2304, kInOut}, Case{8, 3072, 768, kInOut},
+          Case{32, 768, 768, kInOut}, Case{40, 576, 576, kOutIn}})
+      for (bool misaligned : {false, true}) {  // an output view 8 (f32: 4) bytes in: cuBLASLt
         SCOPED_TRACE(::testing::Message()
                      << dt_name(dt) << " N=" << c.N << " C=" << c.C << " OC=" << c.OC << " W "
                      << layout_name(c.layout) << " misaligned=" << misaligned);
@@ -273,9 +289,10 @@ TEST_F(SmallGemmBackendTest, LinearMatchesTheCublasLtPath) {
         auto w = to_device(dt, random_normal<float>(static_cast<size_t>(c.C) * c.OC, seed++,
                                                     1.0 / std::sqrt(static_cast<double>(c.C))));
         auto bias = to_device(dt, random_normal<float>(c.OC, seed++));
-        auto a = to_device(dt, std::vector<float>(n_out + 1, 1e30f));
-        auto b = to_device(dt, std::vector<float>(n_out + 1, 1e30f));
-        const size_t off = misaligned ? es : 0;
+        // Sentinels (7, exact in every dtype) where the view does not reach.
+        auto a = to_device(dt, std::vector<float>(n_out + 4, 7.0f));
+        auto b = to_device(dt, std::vector<float>(n_out + 4, 7.0f));
+        const size_t off = misaligned ? (dt == DType::kF32 ? 4 : 8) : 0;
         be.linear_fwd(a.data() + off, x.data(), w.data(), bias.data(), c.N, c.C, c.OC, c.layout);
         cublaslt_linear(dt, b.data() + off, x.data(), w.data(), bias.data(), c.N, c.C, c.OC,
                         c.layout);
@@ -312,8 +329,8 @@ TEST_F(SmallGemmBackendTest, LinearSwigluMatchesCpuOnBothPaths) {
       std::vector<float> ref(nff);
       cpu::swiglu_fwd<float>(ref.data(), gate.data(), upv.data(), static_cast<int64_t>(nff));
       auto dx = to_device(dt, x), dw = to_device(dt, w);
-      auto hidden = to_device(dt, std::vector<float>(nff, 1e30f));
-      auto scratch = to_device(dt, std::vector<float>(2 * nff, 1e30f));
+      auto hidden = to_device(dt, std::vector<float>(nff, 7.0f));
+      auto scratch = to_device(dt, std::vector<float>(2 * nff, 7.0f));
       be.linear_swiglu_fwd(hidden.data(), scratch.data(), dx.data(), dw.data(), N, C, FF);
       EXPECT_TRUE(all_close(to_host(dt, hidden), ref, linear_tol(dt)));
     }

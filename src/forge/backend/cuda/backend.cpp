@@ -167,8 +167,8 @@ void CudaBackend::rmsnorm_bwd(Act dinp, Grad dw, Act dout, Act inp, Act w, Stat 
 }
 
 // out (N, OC) = inp (N, C) · op(W) (+ bias in the GEMM's epilogue); W is (OC, C) (kOutIn) or (C, OC).
-// A few rows (decoding: one per sequence) go to the small-N kernels, where cuBLASLt is
-// latency-bound (small_gemm.cu has the measurements); training's N = B·T never does.
+// A few rows (decoding: one per sequence) go to the small-N kernels where they beat cuBLASLt,
+// which is latency-bound there (small_gemm.cu has the measurements); training's N = B·T never does.
 void CudaBackend::linear_fwd(Act out, Act inp, Act w, Act bias, int N, int C, int OC, WeightLayout layout) {
   if (cuda::small_linear_eligible(dt_, N, C, OC, layout) && cuda::small_linear_aligned(out, inp, w)) {
     cuda::small_linear_fwd(ctx_, dt_, out, inp, w, bias, N, C, OC, layout);

@@ -35,8 +35,43 @@
 // (float4 over C, warp_sum), kInOut one thread per output column with 8 k-slices summed in
 // shared memory in order; 8 batch rows per block.
 //
+// Tiling (launch_out_in): warps per block ≈ k-steps / 2, so that every warp issues all its loads
+// in one go (C = 576: 18 steps, 9 warps; capped at 16); col_tiles: the widest that still gives
+// >= 4 blocks per SM. Tried and dropped: thread-block clusters splitting C over 2-8 blocks with
+// the partials summed through distributed shared memory were slower in every case measured
+// (SmolLM2 q|k|v, N = 1: 3.13 µs at 16 warps, 3.99 with 2 blocks per cluster, 9.6 with 4).
+//
 // Determinism: no atomics; every sum has a fixed order given the shape and the device's SM
 // count (the tiling depends on both), so reruns are bit-identical.
+//
+// Measured on the H200 (forge bench gemm --rows 1 8 32; bf16; µs per call, each call a node of
+// a CUDA graph of calls on rotating weight copies (>= 256 MB), so W comes from HBM as in a decode
+// step; cuBLASLt = what CudaBackend enqueues otherwise: one GEMM, or for the SwiGLU row two
+// GEMMs + swiglu_fwd). "takes": what small_linear_eligible picks.
+//   shape                     C -> OC       N=1 small/cuBLASLt  N=8          N=32         takes
+//   SmolLM2 q|k|v             576 -> 960     2.89 / 3.65    2.93 / 3.31  3.16 / 3.35  small N<=16
+//   SmolLM2 (3C)              576 -> 1728    3.06 / 3.44    3.14 / 3.44  3.55 / 3.49  small N<=16
+//   SmolLM2 o_proj            576 -> 576     2.78 / 3.26    2.82 / 3.26  2.98 / 3.32  small N<=16
+//   SmolLM2 gate|up           576 -> 3072    3.38 / 3.76    3.49 / 3.74  5.59 / 3.83  small N<=16
+//   SmolLM2 gate|up + SwiGLU  576 -> 2x1536  3.70 / 8.61    3.79 / 8.43  3.99 / 8.52  small
+//   SmolLM2 down_proj        1536 -> 576     3.68 / 4.67    3.79 / 4.66  4.18 / 4.76  small N<=16
+//   SmolLM2 LM head           576 -> 49152   27.3 / 16.0    27.8 / 16.4  49.8 / 17.3  cuBLASLt
+//   GPT-2 c_attn              768 -> 2304    5.17 / 4.06    5.32 / 4.06  7.67 / 4.14  cuBLASLt
+//   GPT-2 attn c_proj         768 -> 768     4.93 / 3.71    5.06 / 3.72  5.01 / 3.77  cuBLASLt
+//   GPT-2 c_fc                768 -> 3072    5.28 / 4.17    5.34 / 4.18  7.73 / 4.30  cuBLASLt
+//   GPT-2 mlp c_proj         3072 -> 768    11.65 / 6.63   11.85 / 6.67 11.51 / 7.03  cuBLASLt
+//   GPT-2 LM head (tied)      768 -> 50304   38.4 / 21.5    39.0 / 21.9  71.5 / 23.2  cuBLASLt
+// (GPT-2's Conv1D rows are W (C, OC) with bias; its tied LM head and all SmolLM2 rows W (OC, C).
+// f16 runs the same kernels with the f16 MMA and was not timed; neither was f32.)
+// At N = 16: q|k|v 3.04 / 3.33, gate|up 3.58 / 3.77, down 3.89 / 4.72; at N = 24 gate|up
+// 5.32 / 3.81, hence 16 rows for a plain product. The best forced tiling of the LM head (2 tiles,
+// 4 warps: 20.1 µs at N = 1) still trails cuBLASLt, and so does every W (C, OC) tiling: the
+// 64-column warp leaves 12-36 column tiles for GPT-2's shapes, too few to fill the GPU.
+// What bounds the small rows: ~2.8 µs per graph node even for 0.66 MB (0.14 µs of HBM time), i.e.
+// launch and one HBM round trip; SmolLM2's four products per layer are ~13 µs at N = 1 (cuBLASLt
+// ~20 µs), so the decode target of ~8 µs per layer needs fewer nodes (fusion) or overlap of one
+// kernel's weight loads with the previous kernel (programmatic dependent launch), not faster
+// kernels alone.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -390,7 +425,7 @@ void check_tiling(SmallLinearTiling t, bool glu) {
 
 }  // namespace
 
-bool small_linear_eligible(DType dt, int N, int C, int OC, WeightLayout layout) {
+bool small_linear_supported(DType dt, int N, int C, int OC, WeightLayout layout) {
   if (dt != DType::kF32 && dt != DType::kBF16 && dt != DType::kF16) return false;
   if (N < 1 || N > kSmallLinearMaxRows || C < 1 || OC < 1) return false;
   const int v = 16 / static_cast<int>(dtype_size(dt));
@@ -398,9 +433,20 @@ bool small_linear_eligible(DType dt, int N, int C, int OC, WeightLayout layout) 
   return OC % v == 0 && (dt == DType::kF32 || C % 2 == 0);
 }
 
-bool small_linear_swiglu_eligible(DType dt, int N, int C, int FF) {
+bool small_linear_swiglu_supported(DType dt, int N, int C, int FF) {
   return FF >= 1 && FF <= INT_MAX / 2 &&
-         small_linear_eligible(dt, N, C, 2 * FF, WeightLayout::kOutIn);
+         small_linear_supported(dt, N, C, 2 * FF, WeightLayout::kOutIn);
+}
+
+bool small_linear_eligible(DType dt, int N, int C, int OC, WeightLayout layout) {
+  return small_linear_supported(dt, N, C, OC, layout) && dt != DType::kF32 &&
+         layout == WeightLayout::kOutIn && N <= kSmallLinearEligibleRows &&
+         static_cast<int64_t>(C) * OC <= kSmallLinearMaxWeights;
+}
+
+bool small_linear_swiglu_eligible(DType dt, int N, int C, int FF) {
+  return small_linear_swiglu_supported(dt, N, C, FF) && dt != DType::kF32 &&
+         2 * static_cast<int64_t>(FF) * C <= kSmallLinearMaxWeights;
 }
 
 bool small_linear_aligned(const void* out, const void* inp, const void* w) {
@@ -410,8 +456,8 @@ bool small_linear_aligned(const void* out, const void* inp, const void* w) {
 void small_linear_fwd(Context& ctx, DType dt, void* out, const void* inp, const void* w,
                       const void* bias, int N, int C, int OC, WeightLayout layout,
                       SmallLinearTiling tiling) {
-  FORGE_CHECK(small_linear_eligible(dt, N, C, OC, layout),
-              "[small_linear_fwd] not eligible: ", dtype_name(dt), " N=", N, " C=", C, " OC=", OC,
+  FORGE_CHECK(small_linear_supported(dt, N, C, OC, layout),
+              "[small_linear_fwd] not supported: ", dtype_name(dt), " N=", N, " C=", C, " OC=", OC,
               layout == WeightLayout::kOutIn ? " (OC, C)" : " (C, OC)");
   FORGE_CHECK(small_linear_aligned(out, inp, w), "[small_linear_fwd] operands not 16-byte aligned");
   check_tiling(tiling, false);
@@ -430,8 +476,8 @@ void small_linear_fwd(Context& ctx, DType dt, void* out, const void* inp, const 
 void small_linear_swiglu_fwd(Context& ctx, DType dt, void* hidden, const void* inp,
                              const void* w_gate_up, int N, int C, int FF,
                              SmallLinearTiling tiling) {
-  FORGE_CHECK(small_linear_swiglu_eligible(dt, N, C, FF),
-              "[small_linear_swiglu_fwd] not eligible: ", dtype_name(dt), " N=", N, " C=", C,
+  FORGE_CHECK(small_linear_swiglu_supported(dt, N, C, FF),
+              "[small_linear_swiglu_fwd] not supported: ", dtype_name(dt), " N=", N, " C=", C,
               " FF=", FF);
   FORGE_CHECK(small_linear_aligned(hidden, inp, w_gate_up),
               "[small_linear_swiglu_fwd] operands not 16-byte aligned");

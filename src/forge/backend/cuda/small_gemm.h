@@ -4,9 +4,13 @@
 // cpu::linear_fwd (twice) + cpu::swiglu_fwd; the kernels are in small_gemm.cu, whose header has
 // the design and the measured times.
 //
-// Who calls it: CudaBackend::linear_fwd and linear_swiglu_fwd when small_linear_eligible() (and
-// the pointers are 16-byte aligned); training never is (N = B·T is large).
+// Two questions, two functions: *_supported — can the kernels compute this shape (the call's
+// precondition; tests and benchmarks use any supported shape) — and *_eligible — is it measured
+// faster than cuBLASLt, so that CudaBackend::linear_fwd / linear_swiglu_fwd take it (with
+// small_linear_aligned pointers). Training never is (N = B·T is large).
 #pragma once
+
+#include <cstdint>
 
 #include "forge/core/dtype.h"
 #include "forge/ops/linear.h"
@@ -15,15 +19,30 @@ namespace forge::cuda {
 
 class Context;
 
-// The most rows a small-N call takes.
+// The most rows the kernels take.
 inline constexpr int kSmallLinearMaxRows = 32;
+// Eligibility limits from the H200 measurements (small_gemm.cu): a plain product up to 16 rows
+// (from 17 rows on the kernels run two 16-row tiles and lose on wide shapes: SmolLM2 gate|up at
+// N = 24 takes 5.3 µs against cuBLASLt's 3.8), the fused SwiGLU up to kSmallLinearMaxRows (it
+// replaces three kernels); weights up to 4M elements (the 49152 × 576 LM head streams at 2 TB/s
+// here against cuBLASLt's 3.5).
+inline constexpr int kSmallLinearEligibleRows = 16;
+inline constexpr int64_t kSmallLinearMaxWeights = int64_t{4} << 20;
 
-// Whether small_linear_fwd takes this shape: dt is f32, bf16 or f16; 1 <= N <= kSmallLinearMaxRows;
-// and the weight's rows are whole 16-byte vectors, which its kernels read: C % v == 0 for kOutIn
+// Whether the kernels take this shape: dt is f32, bf16 or f16; 1 <= N <= kSmallLinearMaxRows;
+// and the weight's rows are whole 16-byte vectors, which they read: C % v == 0 for kOutIn
 // ((OC, C) rows of C), OC % v == 0 for kInOut ((C, OC) rows of OC; bf16/f16 also need C even),
 // with v = 16 / sizeof(element). The pointers must also pass small_linear_aligned().
+bool small_linear_supported(DType dt, int N, int C, int OC, WeightLayout layout);
+// small_linear_supported for the fused gate/up + SwiGLU: the (2FF, C) kOutIn product.
+bool small_linear_swiglu_supported(DType dt, int N, int C, int FF);
+// Whether CudaBackend takes the kernels: supported, bf16 or f16, W (OC, C), N <=
+// kSmallLinearEligibleRows and C·OC <= kSmallLinearMaxWeights. Not taken (measured slower or not
+// measured): W (C, OC) — GPT-2's Conv1D shapes lost 0.56-0.79× to cuBLASLt — and f32, the
+// CPU-parity mode, which keeps cuBLASLt's true-fp32 GEMM.
 bool small_linear_eligible(DType dt, int N, int C, int OC, WeightLayout layout);
-// small_linear_eligible for the fused gate/up + SwiGLU: the (2FF, C) kOutIn product.
+// The fused SwiGLU's rule: supported, bf16 or f16, 2FF·C <= kSmallLinearMaxWeights (any N the
+// kernels take).
 bool small_linear_swiglu_eligible(DType dt, int N, int C, int FF);
 // All non-null pointers 16-byte aligned (the kernels' vector loads); bias may be anything.
 bool small_linear_aligned(const void* out, const void* inp, const void* w);
@@ -36,7 +55,7 @@ struct SmallLinearTiling {
 };
 
 // out (N, OC) = inp (N, C) · op(W) + bias (OC, may be null), f32 accumulation, rounded once to dt.
-// W (OC, C) for kOutIn, (C, OC) for kInOut. Requires small_linear_eligible and _aligned.
+// W (OC, C) for kOutIn, (C, OC) for kInOut. Requires small_linear_supported and _aligned.
 void small_linear_fwd(Context& ctx, DType dt, void* out, const void* inp, const void* w,
                       const void* bias, int N, int C, int OC, WeightLayout layout,
                       SmallLinearTiling tiling = {});
@@ -44,7 +63,7 @@ void small_linear_fwd(Context& ctx, DType dt, void* out, const void* inp, const 
 // hidden (N, FF) = silu(g) ∘ u with g = inp · Wgᵀ and u = inp · Wuᵀ, each rounded to dt first
 // (what linear_fwd stores and swiglu_fwd reads on the unfused path). w_gate_up (2FF, C) kOutIn:
 // rows [0, FF) the gate weight, rows [FF, 2FF) the up weight. Requires
-// small_linear_swiglu_eligible and _aligned.
+// small_linear_swiglu_supported and _aligned.
 void small_linear_swiglu_fwd(Context& ctx, DType dt, void* hidden, const void* inp,
                              const void* w_gate_up, int N, int C, int FF,
                              SmallLinearTiling tiling = {});
