@@ -47,6 +47,9 @@
 // bound by that SM's throughput, and splitting each row over several blocks (partial
 // histograms and argmaxes in a scratch buffer, one more kernel per pass) is the next step if
 // sampling shows up in the decode profile.
+//
+// ptxas (sm_90a, CUDA 13.0, -Xptxas=-v): sample_rows_kernel<float, bf16, f16> 64 registers each
+// (the cap for 1024 threads), 0 spill, 0 stack, 34,320 bytes of static shared memory.
 #include <cuda_runtime.h>
 
 #include <climits>
