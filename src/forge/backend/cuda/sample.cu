@@ -79,7 +79,7 @@ struct SampleShared {
   // a count in lo; a weight sum as hi·2^32 + lo, the add that wraps lo carrying into hi.
   uint32_t hist_lo[kBins];
   uint32_t hist_hi[kBins];
-  float bound[256];                // gumbel_bucket_bound per top byte of the Philox word
+  float bound[256];  // gumbel_bucket_bound per top byte of the Philox word
   unsigned long long red64[kWarps];
   float redf[kWarps];
   int redi[kWarps];
@@ -90,11 +90,13 @@ struct SampleShared {
 // One row's view: penalty (seen is null when it is off) and temperature.
 template <typename T>
 struct Row {
-  const T* logits;        // (Vp)
-  const uint8_t* seen;    // (V) or null
+  const T* logits;      // (Vp)
+  const uint8_t* seen;  // (V) or null
   float rp, temperature;
   int V;
-  __device__ float logit(float raw, int i) const { return penalized(raw, rp, seen != nullptr && seen[i] != 0); }
+  __device__ float logit(float raw, int i) const {
+    return penalized(raw, rp, seen != nullptr && seen[i] != 0);
+  }
   __device__ float z(float raw, int i) const { return scaled(logit(raw, i), temperature); }
 };
 
@@ -284,7 +286,8 @@ __device__ bool radix_select(const Row<T>& r, uint32_t floor, float m, double k_
     // The sums are monotone and the predicate fails at `above` (invariant), so exactly one
     // owner sees it turn true inside its bins.
     unsigned long long run = above + higher;
-    if (owner && !(static_cast<double>(run) >= target) && static_cast<double>(run + own) >= target) {
+    if (owner && !(static_cast<double>(run) >= target) &&
+        static_cast<double>(run + own) >= target) {
       for (int j = 0; j < per; ++j) {
         const unsigned long long h = bin_value(sh, top - j);
         if (static_cast<double>(run + h) >= target) {
@@ -305,7 +308,8 @@ __device__ bool radix_select(const Row<T>& r, uint32_t floor, float m, double k_
 
 // Gumbel-max over {i : key(z_i) >= floor}: the first maximum of z_i + g_i.
 template <typename T>
-__device__ int gumbel_max(const Row<T>& r, uint32_t floor, uint64_t seed, int32_t pos, SampleShared& sh) {
+__device__ int gumbel_max(const Row<T>& r, uint32_t floor, uint64_t seed, int32_t pos,
+                          SampleShared& sh) {
   for (int b = threadIdx.x; b < 256; b += kThreads) sh.bound[b] = gumbel_bucket_bound(b);
   __syncthreads();
   const uint2 key = make_uint2(static_cast<uint32_t>(seed), static_cast<uint32_t>(seed >> 32));
@@ -316,7 +320,8 @@ __device__ int gumbel_max(const Row<T>& r, uint32_t floor, uint64_t seed, int32_
     float raw[4];
 #pragma unroll
     for (int j = 0; j < 4; ++j) raw[j] = 4 * q + j < r.V ? to_f32(r.logits[4 * q + j]) : 0.0f;
-    const uint4 w4 = philox4x32_10(make_uint4(static_cast<uint32_t>(q), static_cast<uint32_t>(pos), 0u, kSampleStream), key);
+    const uint4 w4 = philox4x32_10(
+        make_uint4(static_cast<uint32_t>(q), static_cast<uint32_t>(pos), 0u, kSampleStream), key);
     const uint32_t w[4] = {w4.x, w4.y, w4.z, w4.w};
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
@@ -340,13 +345,14 @@ __global__ void __launch_bounds__(kThreads)
   const int s = blockIdx.x;
   const SamplerSettings st = settings[s];
   uint8_t* seen_row = seen ? seen + static_cast<int64_t>(s) * V : nullptr;
-  const Row<T> r{logits + static_cast<int64_t>(s) * Vp, st.repetition_penalty != 1.0f ? seen_row : nullptr,
-                 st.repetition_penalty, st.temperature, V};
+  const Row<T> r{logits + static_cast<int64_t>(s) * Vp,
+                 st.repetition_penalty != 1.0f ? seen_row : nullptr, st.repetition_penalty,
+                 st.temperature, V};
   int id;
   if (st.temperature <= 0.0f) {
     id = greedy(r, vec, sh);
   } else {
-    const bool top_k = st.top_k > 0 && st.top_k < V, top_p = st.top_p < 1.0f, min_p = st.min_p > 0.0f;
+    const bool top_k = st.top_k > 0 && st.top_k < V, top_p = st.top_p<1.0f, min_p = st.min_p> 0.0f;
     float m = 0.0f;
     if (top_p || min_p) {
       float v = -kInf;
@@ -360,7 +366,8 @@ __global__ void __launch_bounds__(kThreads)
       if (!radix_select<true>(r, floor, m, st.top_p, sh, &tau)) tau = order_key(m);
       floor = max(floor, tau);
     }
-    if (min_p) floor = max(floor, min(order_key(scaled(fadd(m, log_f32(st.min_p)), 1.0f)), order_key(m)));
+    if (min_p)
+      floor = max(floor, min(order_key(scaled(fadd(m, log_f32(st.min_p)), 1.0f)), order_key(m)));
     id = gumbel_max(r, floor, st.seed, pos[s], sh);
   }
   if (threadIdx.x == 0) {
@@ -372,7 +379,9 @@ __global__ void __launch_bounds__(kThreads)
 __global__ void gumbel_noise_kernel(float* g, uint64_t seed, int32_t pos, int n) {
   const uint2 key = make_uint2(static_cast<uint32_t>(seed), static_cast<uint32_t>(seed >> 32));
   for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {
-    const uint4 w4 = philox4x32_10(make_uint4(static_cast<uint32_t>(i / 4), static_cast<uint32_t>(pos), 0u, kSampleStream), key);
+    const uint4 w4 = philox4x32_10(
+        make_uint4(static_cast<uint32_t>(i / 4), static_cast<uint32_t>(pos), 0u, kSampleStream),
+        key);
     const uint32_t w[4] = {w4.x, w4.y, w4.z, w4.w};
     g[i] = gumbel(w[i % 4]);
   }
@@ -380,16 +389,18 @@ __global__ void gumbel_noise_kernel(float* g, uint64_t seed, int32_t pos, int n)
 
 }  // namespace
 
-void sample_rows(Context& ctx, DType dt, int32_t* out, const void* logits, const SamplerSettings* settings,
-                 uint8_t* seen, const int32_t* pos, int S, int V, int Vp) {
+void sample_rows(Context& ctx, DType dt, int32_t* out, const void* logits,
+                 const SamplerSettings* settings, uint8_t* seen, const int32_t* pos, int S, int V,
+                 int Vp) {
   if (S < 0 || V <= 0 || V > Vp)
-    throw Error(str("[sample_rows] bad shape S=", S, " V=", V, " Vp=", Vp, " (want S >= 0, 0 < V <= Vp)"));
+    throw Error(
+        str("[sample_rows] bad shape S=", S, " V=", V, " Vp=", Vp, " (want S >= 0, 0 < V <= Vp)"));
   if (S == 0) return;
   dispatch_dtype(dt, "sample_rows", [&](auto tag) {
     using T = decltype(tag);
     const bool vec = aligned16(logits) && (static_cast<int64_t>(Vp) * sizeof(T)) % 16 == 0;
-    sample_rows_kernel<T><<<S, kThreads, 0, ctx.stream()>>>(out, static_cast<const T*>(logits), settings, seen,
-                                                             pos, V, Vp, vec);
+    sample_rows_kernel<T><<<S, kThreads, 0, ctx.stream()>>>(out, static_cast<const T*>(logits),
+                                                            settings, seen, pos, V, Vp, vec);
     FORGE_CUDA_CHECK_LAUNCH();
   });
 }
