@@ -3,12 +3,13 @@
 //
 // Why not logf/expf: the host's libm and CUDA's libdevice are each within about an ulp, but not
 // the same ulp, and a 1-ulp difference in one Gumbel noise value flips the sampled id whenever
-// two candidates' scores are that close. The functions below use only operations that IEEE 754 defines exactly — +, −, ×, ÷, fma, rint and
-// conversions, each rounded to nearest even — in a fixed order, so every compiler and device
-// produces the same bits. On the device every operation is written as its _rn intrinsic, which
-// nvcc never contracts or approximates (also under -use_fast_math); on the host every product
-// that is added is an explicit std::fma and the remaining products are exact (by powers of two)
-// or feed no addition, so -ffp-contract cannot change a result either.
+// two candidates' scores are that close. The functions below use only operations that IEEE 754
+// defines exactly — +, −, ×, ÷, fma, rint and conversions, each rounded to nearest even — in a
+// fixed order, so every compiler and device produces the same bits. On the device every operation
+// is written as its _rn intrinsic, which nvcc never contracts or approximates (also under
+// -use_fast_math); on the host every product that is added is an explicit std::fma and the
+// remaining products are exact (by powers of two) or feed no addition, so -ffp-contract cannot
+// change a result either.
 //
 // Accuracy (tests/backend/cpu/sample_test.cpp, against double): log_f32 within 0.72 ulp and
 // exp_f32 within 0.85 ulp on 200k random arguments, gumbel within 8.8e-7 absolute on all 2^24
@@ -97,12 +98,14 @@ FORGE_HOST_DEVICE inline int leading_zeros(uint32_t x) {  // x != 0
 #endif
 }
 // 2^e for e in [−126, 127], exactly.
-FORGE_HOST_DEVICE inline float pow2(int e) { return float_of(static_cast<uint32_t>(e + 127) << 23); }
+FORGE_HOST_DEVICE inline float pow2(int e) {
+  return float_of(static_cast<uint32_t>(e + 127) << 23);
+}
 
 inline constexpr float kInf = __builtin_huge_valf();
-inline constexpr float kLn2Hi = 0x1.62e3p-1f;      // ln 2 to 14 bits: k·kLn2Hi is exact
-inline constexpr float kLn2Lo = 0x1.2fefa4p-17f;   // ln 2 − kLn2Hi
-inline constexpr float kLog2e = 0x1.715476p+0f;    // 1 / ln 2
+inline constexpr float kLn2Hi = 0x1.62e3p-1f;     // ln 2 to 14 bits: k·kLn2Hi is exact
+inline constexpr float kLn2Lo = 0x1.2fefa4p-17f;  // ln 2 − kLn2Hi
+inline constexpr float kLog2e = 0x1.715476p+0f;   // 1 / ln 2
 
 // ln(2^k · (1 + f)) for f in [−0.293, 0.415], f exact. With s = f / (2 + f),
 // ln(1 + f) = 2·atanh(s) = f − f²/2 + s·(f²/2 + R), R = Σ_{n≥1} 2·s^(2n) / (2n + 1); |s| ≤ 0.172
@@ -111,11 +114,11 @@ FORGE_HOST_DEVICE inline float log_reduced(int k, float f) {
   const float kf = static_cast<float>(k);
   const float s = fdiv(f, fadd(2.0f, f));
   const float z = fmul(s, s);
-  float p = 0x1.745d18p-3f;        // 2/11
-  p = ffma(p, z, 0x1.c71c72p-3f);  // 2/9
-  p = ffma(p, z, 0x1.24924ap-2f);  // 2/7
-  p = ffma(p, z, 0x1.99999ap-2f);  // 2/5
-  p = ffma(p, z, 0x1.555556p-1f);  // 2/3
+  float p = 0x1.745d18p-3f;                   // 2/11
+  p = ffma(p, z, 0x1.c71c72p-3f);             // 2/9
+  p = ffma(p, z, 0x1.24924ap-2f);             // 2/7
+  p = ffma(p, z, 0x1.99999ap-2f);             // 2/5
+  p = ffma(p, z, 0x1.555556p-1f);             // 2/3
   const float hfsq = fmul(0.5f, fmul(f, f));  // f²/2 (×0.5 is exact)
   const float t = ffma(z, p, hfsq);           // f²/2 + R
   const float u = ffma(s, t, fmul(kf, kLn2Lo));
@@ -145,7 +148,7 @@ FORGE_HOST_DEVICE inline float exp_f32(float x) {
   const float kf = frint(fmul(x, kLog2e));
   float r = ffma(-kf, kLn2Hi, x);  // x − k·ln 2 in [−0.347, 0.347], Cody–Waite in two parts
   r = ffma(-kf, kLn2Lo, r);
-  float p = 0x1.a01a02p-13f;       // 1/7!  (r^8/8! < 5.3e-9: a quarter ulp)
+  float p = 0x1.a01a02p-13f;        // 1/7!  (r^8/8! < 5.3e-9: a quarter ulp)
   p = ffma(p, r, 0x1.6c16c2p-10f);  // 1/6!
   p = ffma(p, r, 0x1.111112p-7f);   // 1/5!
   p = ffma(p, r, 0x1.555556p-5f);   // 1/4!
@@ -173,7 +176,9 @@ FORGE_HOST_DEVICE inline float neg_log_unit(uint32_t w) {
 }
 
 // The Gumbel noise g = −ln(−ln u) of Philox word w; increasing in w, in [−2.86, 17.33].
-FORGE_HOST_DEVICE inline float gumbel(uint32_t w) { return -log_f32(neg_log_unit(w)); }
+FORGE_HOST_DEVICE inline float gumbel(uint32_t w) {
+  return -log_f32(neg_log_unit(w));
+}
 
 // An upper bound of gumbel(w) over all w with w >> 24 == b: the noise at the bucket's top plus
 // 2^−16 (1.5e-5), far more than the computed noise's distance from the exact, monotone one

@@ -22,10 +22,12 @@ namespace {
 using forge::testing::random_normal;
 
 // One row's logits sampled at positions 0 … N−1 (N rows of one call, so slots differ too).
-std::vector<int32_t> sample_positions(const std::vector<float>& logits, const SamplerSettings& st, int N) {
+std::vector<int32_t> sample_positions(const std::vector<float>& logits, const SamplerSettings& st,
+                                      int N) {
   const int V = static_cast<int>(logits.size());
   std::vector<float> rows(static_cast<size_t>(N) * V);
-  for (int r = 0; r < N; ++r) std::copy(logits.begin(), logits.end(), rows.begin() + static_cast<size_t>(r) * V);
+  for (int r = 0; r < N; ++r)
+    std::copy(logits.begin(), logits.end(), rows.begin() + static_cast<size_t>(r) * V);
   std::vector<SamplerSettings> settings(N, st);
   std::vector<int32_t> pos(N), out(N, -1);
   std::iota(pos.begin(), pos.end(), 0);
@@ -33,7 +35,9 @@ std::vector<int32_t> sample_positions(const std::vector<float>& logits, const Sa
   return out;
 }
 
-std::set<int32_t> distinct(const std::vector<int32_t>& ids) { return {ids.begin(), ids.end()}; }
+std::set<int32_t> distinct(const std::vector<int32_t>& ids) {
+  return {ids.begin(), ids.end()};
+}
 
 // Softmax of logits / temperature in double.
 std::vector<double> softmax(const std::vector<float>& logits, double temperature) {
@@ -48,8 +52,8 @@ std::vector<double> softmax(const std::vector<float>& logits, double temperature
 // The top-p set by definition, in double: ids sorted by probability, whole groups of equal
 // values added until the head holds top_p. `margin` receives the distance of the two head sums
 // around the cut from top_p, so a test can make sure rounding cannot decide it.
-std::set<int32_t> top_p_reference(const std::vector<float>& logits, double temperature, double top_p,
-                                  double* margin) {
+std::set<int32_t> top_p_reference(const std::vector<float>& logits, double temperature,
+                                  double top_p, double* margin) {
   const std::vector<double> p = softmax(logits, temperature);
   std::vector<int32_t> order(p.size());
   std::iota(order.begin(), order.end(), 0);
@@ -125,8 +129,8 @@ TEST(SampleMath, GumbelAccurateAndBelowItsBucketBoundForEveryWord) {
 }
 
 TEST(SampleMath, OrderKeyPreservesOrder) {
-  const std::vector<float> v = {-sampling::kInf, -3e38f, -1.5f, -1e-40f, 0.0f, 1e-40f, 1.0f, 2.5f, 3e38f,
-                                sampling::kInf};
+  const std::vector<float> v = {-sampling::kInf, -3e38f, -1.5f, -1e-40f, 0.0f,
+                                1e-40f,          1.0f,   2.5f,  3e38f,   sampling::kInf};
   for (size_t i = 0; i + 1 < v.size(); ++i) {
     EXPECT_LT(sampling::order_key(v[i]), sampling::order_key(v[i + 1])) << v[i];
     EXPECT_EQ(sampling::key_value(sampling::order_key(v[i])), v[i]);
@@ -167,13 +171,13 @@ TEST(SampleCpu, RepetitionPenaltyDividesPositiveAndMultipliesNegativeLogits) {
     int32_t want;
   };
   const Case cases[] = {
-      {{0.1f, 2.0f, 1.5f, -1.0f, 0.0f}, {0, 1, 0, 0, 0}, 1.5f, 2},     // 2.0/1.5 = 1.33 < 1.5
-      {{0.1f, 2.0f, 1.5f, -1.0f, 0.0f}, {0, 1, 0, 0, 0}, 1.2f, 1},     // 2.0/1.2 = 1.67 > 1.5
-      {{-3.f, -1.0f, -1.2f, -2.0f, -5.f}, {0, 1, 0, 0, 0}, 1.5f, 2},   // −1.0·1.5 = −1.5 < −1.2
-      {{-3.f, -1.0f, -1.2f, -2.0f, -5.f}, {0, 1, 0, 0, 0}, 1.1f, 1},   // −1.1 > −1.2
-      {{-3.f, -1.0f, -1.2f, -2.0f, -5.f}, {0, 1, 0, 0, 0}, 0.5f, 1},   // rp < 1 boosts: −0.5
-      {{-3.f, -1.0f, -1.2f, -2.0f, -5.f}, {0, 0, 1, 0, 0}, 0.5f, 2},   // −1.2·0.5 = −0.6 > −1.0
-      {{0.1f, 2.0f, 1.5f, -1.0f, 0.0f}, {0, 1, 0, 0, 0}, 1.0f, 1},     // rp = 1: off
+      {{0.1f, 2.0f, 1.5f, -1.0f, 0.0f}, {0, 1, 0, 0, 0}, 1.5f, 2},    // 2.0/1.5 = 1.33 < 1.5
+      {{0.1f, 2.0f, 1.5f, -1.0f, 0.0f}, {0, 1, 0, 0, 0}, 1.2f, 1},    // 2.0/1.2 = 1.67 > 1.5
+      {{-3.f, -1.0f, -1.2f, -2.0f, -5.f}, {0, 1, 0, 0, 0}, 1.5f, 2},  // −1.0·1.5 = −1.5 < −1.2
+      {{-3.f, -1.0f, -1.2f, -2.0f, -5.f}, {0, 1, 0, 0, 0}, 1.1f, 1},  // −1.1 > −1.2
+      {{-3.f, -1.0f, -1.2f, -2.0f, -5.f}, {0, 1, 0, 0, 0}, 0.5f, 1},  // rp < 1 boosts: −0.5
+      {{-3.f, -1.0f, -1.2f, -2.0f, -5.f}, {0, 0, 1, 0, 0}, 0.5f, 2},  // −1.2·0.5 = −0.6 > −1.0
+      {{0.1f, 2.0f, 1.5f, -1.0f, 0.0f}, {0, 1, 0, 0, 0}, 1.0f, 1},    // rp = 1: off
   };
   for (const Case& c : cases) {
     SamplerSettings st;
@@ -211,7 +215,8 @@ TEST(SampleCpu, TopKKeepsExactlyTheKLargestWithTies) {
     SamplerSettings st;
     st.temperature = 50.0f;
     st.top_k = k;
-    EXPECT_EQ(distinct(sample_positions(logits, st, 20000)).size(), static_cast<size_t>(V)) << "k=" << k;
+    EXPECT_EQ(distinct(sample_positions(logits, st, 20000)).size(), static_cast<size_t>(V))
+        << "k=" << k;
   }
 }
 
@@ -371,7 +376,8 @@ TEST(SampleCpu, SetsTheSeenFlagOfTheChosenId) {
   seen[3] = seen[V + 9] = 1;  // earlier flags stay
   std::vector<uint8_t> want = seen;
   std::vector<SamplerSettings> st(S);
-  for (int s = 0; s < S; ++s) st[s].temperature = s % 2 ? 1.0f : 0.0f, st[s].repetition_penalty = 1.3f;
+  for (int s = 0; s < S; ++s)
+    st[s].temperature = s % 2 ? 1.0f : 0.0f, st[s].repetition_penalty = 1.3f;
   std::vector<int32_t> pos(S, 1), out(S, -1);
   sample_rows<float>(out.data(), logits.data(), st.data(), seen.data(), pos.data(), S, V, Vp);
   for (int s = 0; s < S; ++s) {

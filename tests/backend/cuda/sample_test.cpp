@@ -34,9 +34,11 @@ struct Mode {
   bool penalty;  // pass seen flags (5% set)
 };
 
-SamplerSettings make(float temperature, int top_k = 0, float top_p = 1.0f, float min_p = 0.0f, float rp = 1.0f) {
+SamplerSettings make(float temperature, int top_k = 0, float top_p = 1.0f, float min_p = 0.0f,
+                     float rp = 1.0f) {
   SamplerSettings s;
-  s.temperature = temperature, s.top_k = top_k, s.top_p = top_p, s.min_p = min_p, s.repetition_penalty = rp;
+  s.temperature = temperature, s.top_k = top_k, s.top_p = top_p, s.min_p = min_p,
+  s.repetition_penalty = rp;
   return s;
 }
 
@@ -53,8 +55,14 @@ const Mode kModes[] = {
 
 // Row s of the "mixed" mode cycles through these (each with its own seed).
 const SamplerSettings kMixed[] = {
-    make(0.0f),         make(1.0f, 1),          make(0.05f),           make(1.5f, 0, 0.1f),
-    make(1.0f, 7, 0.5f), make(0.9f, 0, 0.8f, 0.1f), make(1.0f, 0, 1.0f, 0.0f, 0.8f), make(2.0f, 1000, 0.99f, 0.01f, 1.1f),
+    make(0.0f),
+    make(1.0f, 1),
+    make(0.05f),
+    make(1.5f, 0, 0.1f),
+    make(1.0f, 7, 0.5f),
+    make(0.9f, 0, 0.8f, 0.1f),
+    make(1.0f, 0, 1.0f, 0.0f, 0.8f),
+    make(2.0f, 1000, 0.99f, 0.01f, 1.1f),
 };
 
 std::vector<SamplerSettings> settings_for(const Mode& mode, int S, uint64_t seed0) {
@@ -92,15 +100,16 @@ class SampleCudaTest : public DtypeTest<CudaTest> {
     std::vector<uint8_t> seen;
   };
   Result run_gpu(const std::vector<float>& logits, const std::vector<SamplerSettings>& st,
-                 const std::vector<uint8_t>* seen, const std::vector<int32_t>& pos, int S, int V, int Vp) {
+                 const std::vector<uint8_t>* seen, const std::vector<int32_t>& pos, int S, int V,
+                 int Vp) {
     DevTensor dl = up(logits);
     auto dst = upload(st);
     auto dpos = upload(pos);
     auto dout = poisoned<int32_t>(S);
     DeviceBuffer<uint8_t> dseen;
     if (seen) dseen = upload(*seen);
-    sample_rows(ctx(), dt(), dout.data(), dl.data(), dst.data(), seen ? dseen.data() : nullptr, dpos.data(), S, V,
-                Vp);
+    sample_rows(ctx(), dt(), dout.data(), dl.data(), dst.data(), seen ? dseen.data() : nullptr,
+                dpos.data(), S, V, Vp);
     return {download(dout), seen ? download(dseen) : std::vector<uint8_t>{}};
   }
 };
@@ -116,8 +125,9 @@ TEST_P(SampleCudaTest, NoiseEqualsCpuBitForBit) {
     const std::vector<float> got = download(dg);
     std::vector<float> want(n);
     for (int q = 0; q < n / 4; ++q) {
-      const PhiloxCounter w = philox4x32_10({static_cast<uint32_t>(q), static_cast<uint32_t>(p), 0, kSampleStream},
-                                            {static_cast<uint32_t>(seed), static_cast<uint32_t>(seed >> 32)});
+      const PhiloxCounter w =
+          philox4x32_10({static_cast<uint32_t>(q), static_cast<uint32_t>(p), 0, kSampleStream},
+                        {static_cast<uint32_t>(seed), static_cast<uint32_t>(seed >> 32)});
       for (int j = 0; j < 4; ++j) want[4 * q + j] = sampling::gumbel(w[j]);
     }
     EXPECT_TRUE(same_bits(got, want)) << "seed " << seed << " pos " << p;
@@ -141,21 +151,24 @@ TEST_P(SampleCudaTest, ChoosesTheSameIdsAsTheCpuTwin) {
         const std::vector<SamplerSettings> st = settings_for(mode, S, seed++);
         std::vector<int32_t> pos(S);
         for (int s = 0; s < S; ++s) pos[s] = 17 + 131 * s + static_cast<int32_t>(seed % 1000);
-        const std::vector<float> rows(logits.begin(), logits.begin() + static_cast<size_t>(S) * sh.Vp);
+        const std::vector<float> rows(logits.begin(),
+                                      logits.begin() + static_cast<size_t>(S) * sh.Vp);
         std::vector<uint8_t> seen(seen0.begin(), seen0.begin() + static_cast<size_t>(S) * sh.V);
         const Result gpu = run_gpu(rows, st, mode.penalty ? &seen : nullptr, pos, S, sh.V, sh.Vp);
         std::vector<int32_t> want(S, -1);
-        cpu::sample_rows<float>(want.data(), rows.data(), st.data(), mode.penalty ? seen.data() : nullptr, pos.data(),
-                                S, sh.V, sh.Vp);
+        cpu::sample_rows<float>(want.data(), rows.data(), st.data(),
+                                mode.penalty ? seen.data() : nullptr, pos.data(), S, sh.V, sh.Vp);
         int bad = 0;
         std::string first;
         for (int s = 0; s < S; ++s)
           if (gpu.ids[s] != want[s] && bad++ < 5)
-            first += " [row " + std::to_string(s) + ": gpu " + std::to_string(gpu.ids[s]) + " cpu " +
-                     std::to_string(want[s]) + "]";
-        EXPECT_EQ(bad, 0) << mode.name << " V=" << sh.V << " Vp=" << sh.Vp << " S=" << S << ":" << first;
+            first += " [row " + std::to_string(s) + ": gpu " + std::to_string(gpu.ids[s]) +
+                     " cpu " + std::to_string(want[s]) + "]";
+        EXPECT_EQ(bad, 0) << mode.name << " V=" << sh.V << " Vp=" << sh.Vp << " S=" << S << ":"
+                          << first;
         if (mode.penalty) {
-          EXPECT_TRUE(gpu.seen == seen) << mode.name << " seen flags differ, V=" << sh.V << " S=" << S;
+          EXPECT_TRUE(gpu.seen == seen)
+              << mode.name << " seen flags differ, V=" << sh.V << " S=" << S;
         }
         checked += S;
       }
@@ -177,7 +190,8 @@ TEST_P(SampleCudaTest, RandomSettingsOnAwkwardRowsMatchTheCpuTwin) {
     const Shape sh = shapes[trial % 3];
     const int S = 64;
     Rng rng(trial, 17);
-    std::vector<float> logits = random_normal<float>(static_cast<size_t>(S) * sh.Vp, 1200 + trial, 3.0);
+    std::vector<float> logits =
+        random_normal<float>(static_cast<size_t>(S) * sh.Vp, 1200 + trial, 3.0);
     for (int s = 0; s < S; ++s) {
       float* row = logits.data() + static_cast<size_t>(s) * sh.Vp;
       const int kind = static_cast<int>(rng.below(6));
@@ -194,7 +208,8 @@ TEST_P(SampleCudaTest, RandomSettingsOnAwkwardRowsMatchTheCpuTwin) {
       SamplerSettings& x = st[s];
       const float temps[] = {0.0f, 1e-3f, 0.3f, 1.0f, 1.0f, 2.5f, 100.0f};
       x.temperature = temps[rng.below(7)];
-      x.top_k = rng.below(3) == 0 ? static_cast<int>(rng.below(sh.V + 2)) : (rng.below(5) == 0 ? sh.V - 1 : 0);
+      x.top_k = rng.below(3) == 0 ? static_cast<int>(rng.below(sh.V + 2))
+                                  : (rng.below(5) == 0 ? sh.V - 1 : 0);
       const float ps[] = {1.0f, 1.0f, 0.0f, 0.05f, 0.5f, 0.9f, 0.999f};
       x.top_p = ps[rng.below(7)];
       const float mins[] = {0.0f, 0.0f, 0.01f, 0.3f, 1.0f};
@@ -208,7 +223,8 @@ TEST_P(SampleCudaTest, RandomSettingsOnAwkwardRowsMatchTheCpuTwin) {
     std::vector<uint8_t> seen = make_seen(S, sh.V, 1300 + trial);
     const Result gpu = run_gpu(logits, st, &seen, pos, S, sh.V, sh.Vp);
     std::vector<int32_t> want(S);
-    cpu::sample_rows<float>(want.data(), logits.data(), st.data(), seen.data(), pos.data(), S, sh.V, sh.Vp);
+    cpu::sample_rows<float>(want.data(), logits.data(), st.data(), seen.data(), pos.data(), S, sh.V,
+                            sh.Vp);
     for (int s = 0; s < S; ++s)
       if (gpu.ids[s] != want[s] && bad++ < 5)
         first += " [trial " + std::to_string(trial) + " row " + std::to_string(s) + ": gpu " +
@@ -230,17 +246,20 @@ TEST_P(SampleCudaTest, GraphReplaysPickUpNewPositionsAndSettings) {
   DeviceBuffer<int32_t> dpos(ctx().allocator(), S);
   auto dout = poisoned<int32_t>(S);
   auto dseen = upload(seen);
-  auto step = [&] { sample_rows(ctx(), dt(), dout.data(), dl.data(), dst.data(), dseen.data(), dpos.data(), S, V, Vp); };
+  auto step = [&] {
+    sample_rows(ctx(), dt(), dout.data(), dl.data(), dst.data(), dseen.data(), dpos.data(), S, V,
+                Vp);
+  };
   Graph g;
   for (int t = 0; t < 5; ++t) {
     std::vector<SamplerSettings> st = settings_for(kModes[t % 2 ? 7 : 6], S, 1000 + t);
     for (auto& x : st) x.repetition_penalty = 1.5f;  // the carried flags matter
     std::vector<int32_t> pos(S);
     for (int s = 0; s < S; ++s) pos[s] = 100 * t + s;
-    FORGE_CUDA_CHECK(cudaMemcpyAsync(dst.data(), st.data(), S * sizeof(SamplerSettings), cudaMemcpyHostToDevice,
-                                     ctx().stream()));
-    FORGE_CUDA_CHECK(cudaMemcpyAsync(dpos.data(), pos.data(), S * sizeof(int32_t), cudaMemcpyHostToDevice,
-                                     ctx().stream()));
+    FORGE_CUDA_CHECK(cudaMemcpyAsync(dst.data(), st.data(), S * sizeof(SamplerSettings),
+                                     cudaMemcpyHostToDevice, ctx().stream()));
+    FORGE_CUDA_CHECK(cudaMemcpyAsync(dpos.data(), pos.data(), S * sizeof(int32_t),
+                                     cudaMemcpyHostToDevice, ctx().stream()));
     ctx().synchronize();  // pageable sources: the copies have landed before the next write
     if (t == 0) {
       step();  // eager warm-up, as graph.h asks
@@ -249,7 +268,8 @@ TEST_P(SampleCudaTest, GraphReplaysPickUpNewPositionsAndSettings) {
       g.launch();
     }
     std::vector<int32_t> want(S);
-    cpu::sample_rows<float>(want.data(), logits.data(), st.data(), seen.data(), pos.data(), S, V, Vp);
+    cpu::sample_rows<float>(want.data(), logits.data(), st.data(), seen.data(), pos.data(), S, V,
+                            Vp);
     EXPECT_EQ(download(dout), want) << "step " << t;
     EXPECT_TRUE(download(dseen) == seen) << "step " << t;
   }
@@ -259,10 +279,14 @@ TEST_P(SampleCudaTest, RejectsBadShapes) {
   if (dt() != DType::kF32) GTEST_SKIP() << "dtype-independent";
   auto d = poisoned<float>(16);
   auto out = poisoned<int32_t>(1);
-  EXPECT_THROW(sample_rows(ctx(), dt(), out.data(), d.data(), nullptr, nullptr, nullptr, 1, 17, 16), Error);
-  EXPECT_THROW(sample_rows(ctx(), dt(), out.data(), d.data(), nullptr, nullptr, nullptr, -1, 8, 16), Error);
-  EXPECT_THROW(sample_rows(ctx(), dt(), out.data(), d.data(), nullptr, nullptr, nullptr, 1, 0, 16), Error);
-  sample_rows(ctx(), dt(), out.data(), d.data(), nullptr, nullptr, nullptr, 0, 8, 16);  // S = 0: nothing
+  EXPECT_THROW(sample_rows(ctx(), dt(), out.data(), d.data(), nullptr, nullptr, nullptr, 1, 17, 16),
+               Error);
+  EXPECT_THROW(sample_rows(ctx(), dt(), out.data(), d.data(), nullptr, nullptr, nullptr, -1, 8, 16),
+               Error);
+  EXPECT_THROW(sample_rows(ctx(), dt(), out.data(), d.data(), nullptr, nullptr, nullptr, 1, 0, 16),
+               Error);
+  sample_rows(ctx(), dt(), out.data(), d.data(), nullptr, nullptr, nullptr, 0, 8,
+              16);  // S = 0: nothing
 }
 
 // Time per call, from a graph of kCalls back-to-back calls (launch overhead amortised; what a
@@ -276,11 +300,16 @@ TEST_P(SampleCudaTest, Timing) {
     int S, V;
   };
   const Case cases[] = {
-      {"greedy", make(0.0f), 1, 49152},           {"greedy", make(0.0f), 1, 151936},
-      {"greedy", make(0.0f), 64, 151936},         {"temperature", make(1.0f), 1, 49152},
-      {"temperature", make(1.0f), 1, 151936},     {"top_k=50", make(1.0f, 50), 1, 151936},
-      {"top_p=0.9", make(1.0f, 0, 0.9f), 1, 49152}, {"top_p=0.9", make(1.0f, 0, 0.9f), 1, 151936},
-      {"top_k+top_p", make(0.8f, 50, 0.9f), 1, 151936}, {"min_p=0.05", make(1.0f, 0, 1.0f, 0.05f), 1, 151936},
+      {"greedy", make(0.0f), 1, 49152},
+      {"greedy", make(0.0f), 1, 151936},
+      {"greedy", make(0.0f), 64, 151936},
+      {"temperature", make(1.0f), 1, 49152},
+      {"temperature", make(1.0f), 1, 151936},
+      {"top_k=50", make(1.0f, 50), 1, 151936},
+      {"top_p=0.9", make(1.0f, 0, 0.9f), 1, 49152},
+      {"top_p=0.9", make(1.0f, 0, 0.9f), 1, 151936},
+      {"top_k+top_p", make(0.8f, 50, 0.9f), 1, 151936},
+      {"min_p=0.05", make(1.0f, 0, 1.0f, 0.05f), 1, 151936},
       {"top_p=0.9", make(1.0f, 0, 0.9f), 64, 151936},
   };
   double greedy_us = 0;
@@ -290,7 +319,10 @@ TEST_P(SampleCudaTest, Timing) {
     auto dst = upload(std::vector<SamplerSettings>(c.S, c.st));
     auto dpos = upload(std::vector<int32_t>(c.S, 5));
     auto dout = poisoned<int32_t>(c.S);
-    auto call = [&] { sample_rows(ctx(), dt(), dout.data(), dl.data(), dst.data(), nullptr, dpos.data(), c.S, c.V, c.V); };
+    auto call = [&] {
+      sample_rows(ctx(), dt(), dout.data(), dl.data(), dst.data(), nullptr, dpos.data(), c.S, c.V,
+                  c.V);
+    };
     call();
     ctx().synchronize();
     Graph g;
@@ -317,7 +349,8 @@ TEST_P(SampleCudaTest, Timing) {
   EXPECT_LT(greedy_us, 20.0);
 }
 
-INSTANTIATE_TEST_SUITE_P(Sample, SampleCudaTest, ::testing::Values(DType::kF32, DType::kBF16, DType::kF16),
+INSTANTIATE_TEST_SUITE_P(Sample, SampleCudaTest,
+                         ::testing::Values(DType::kF32, DType::kBF16, DType::kF16),
                          [](const auto& info) { return std::string(dt_name(info.param)); });
 
 }  // namespace

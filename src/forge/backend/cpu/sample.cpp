@@ -16,6 +16,8 @@
 // device memory on the GPU, where nothing can throw).
 //
 // Rows are independent; OpenMP over rows, so the result does not depend on the thread count.
+#include "forge/ops/sample.h"
+
 #include <algorithm>
 #include <array>
 #include <cstdint>
@@ -25,7 +27,6 @@
 
 #include "forge/core/error.h"
 #include "forge/core/rng.h"
-#include "forge/ops/sample.h"
 #include "forge/ops/sample_math.h"
 
 namespace forge::cpu {
@@ -57,7 +58,8 @@ uint32_t top_p_key(const std::vector<float>& z, uint32_t floor, float m, float t
   }
   const double target = top_p_target(top_p, total);
   if (!(target > 0.0)) return order_key(m);  // no mass to split: τ = m, the largest z
-  std::sort(cand.begin(), cand.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
+  std::sort(cand.begin(), cand.end(),
+            [](const auto& a, const auto& b) { return a.first > b.first; });
   uint64_t head = 0;
   for (size_t i = 0; i < cand.size();) {
     const uint32_t key = cand[i].first;
@@ -77,7 +79,8 @@ int32_t sample_row(const T* logits, const SamplerSettings& st, const uint8_t* se
     l[i] = penalized(static_cast<float>(logits[i]), st.repetition_penalty, penalty && seen[i] != 0);
 
   // 2. Greedy: the first maximum.
-  if (st.temperature <= 0.0f) return static_cast<int32_t>(std::max_element(l.begin(), l.end()) - l.begin());
+  if (st.temperature <= 0.0f)
+    return static_cast<int32_t>(std::max_element(l.begin(), l.end()) - l.begin());
 
   // 3. z and the kept set's threshold key.
   std::vector<float>& z = l;
@@ -103,7 +106,8 @@ int32_t sample_row(const T* logits, const SamplerSettings& st, const uint8_t* se
   float best = -kInf;
   int32_t best_id = -1;
   for (int q = 0; q < (V + 3) / 4; ++q) {
-    const PhiloxCounter w = philox4x32_10({static_cast<uint32_t>(q), static_cast<uint32_t>(pos), 0, kSampleStream}, key);
+    const PhiloxCounter w = philox4x32_10(
+        {static_cast<uint32_t>(q), static_cast<uint32_t>(pos), 0, kSampleStream}, key);
     for (int j = 0; j < 4; ++j) {
       const int i = 4 * q + j;
       if (i >= V || order_key(z[i]) < floor) continue;
@@ -121,7 +125,8 @@ template <typename T>
 void sample_rows(int32_t* out, const T* logits, const SamplerSettings* settings, uint8_t* seen,
                  const int32_t* pos, int S, int V, int Vp) {
   if (S < 0 || V <= 0 || V > Vp)
-    throw Error(str("[sample_rows] bad shape S=", S, " V=", V, " Vp=", Vp, " (want S >= 0, 0 < V <= Vp)"));
+    throw Error(
+        str("[sample_rows] bad shape S=", S, " V=", V, " Vp=", Vp, " (want S >= 0, 0 < V <= Vp)"));
 #pragma omp parallel for schedule(dynamic, 1)
   for (int s = 0; s < S; ++s) {
     uint8_t* seen_row = seen ? seen + static_cast<int64_t>(s) * V : nullptr;
@@ -130,9 +135,9 @@ void sample_rows(int32_t* out, const T* logits, const SamplerSettings* settings,
   }
 }
 
-template void sample_rows<float>(int32_t*, const float*, const SamplerSettings*, uint8_t*, const int32_t*, int,
-                                 int, int);
-template void sample_rows<double>(int32_t*, const double*, const SamplerSettings*, uint8_t*, const int32_t*,
-                                  int, int, int);
+template void sample_rows<float>(int32_t*, const float*, const SamplerSettings*, uint8_t*,
+                                 const int32_t*, int, int, int);
+template void sample_rows<double>(int32_t*, const double*, const SamplerSettings*, uint8_t*,
+                                  const int32_t*, int, int, int);
 
 }  // namespace forge::cpu

@@ -5,37 +5,51 @@
 // Agreement with the CPU. Both twins run the arithmetic of ops/sample_math.h — IEEE-exact
 // operations only (the _rn intrinsics here), their own log and exp instead of libm's, top-p
 // weights in 2^-40 fixed point summed as integers — so the penalty, z, the thresholds and every
-// Gumbel score are the same bits on both, and so is the chosen id; the reduction order of the
-// GPU cannot change an integer sum or a max.
+// Gumbel score are the same bits on both, and so is the chosen id: the GPU's reduction order
+// cannot change an integer sum, a max or an argmax with the lowest id winning ties. The tests
+// require equal ids, no tolerance.
 //
-// Per row (blockIdx.x = s), in passes over the row; the row (≤ 300 KB in bf16, ≤ 600 KB f32) is
-// re-read from L2 by each pass and z = l / T recomputed, rather than staged: 152k f32 values do
-// not fit in shared memory, and staging would need a scratch argument.
-//  1. temperature <= 0: greedy, taken first. One pass, 16-byte loads (4 per thread in flight), a
-//     (value, id) argmax with the lowest id winning ties, in shuffles. This is the batch-1 decode
-//     path, so it does nothing else: no noise, no thresholds.
-//  2. m = max z, only when top-p or min-p needs it.
-//  3. Thresholds without a sort, as radix select over order keys (sample_math.h's order_key:
-//     a < b ⇔ key(a) < key(b)): three passes over the digits 31..20, 19..8 and 7..0 of the key,
-//     each building a shared-memory histogram (4096 or 256 bins, 32-bit atomics) of the
-//     elements whose key matches the digits chosen so far, then scanning it from the top bin down (one block
-//     scan over 4 bins per thread) for the bin where the running sum first satisfies the
-//     predicate. top-k counts elements (predicate: ≥ k); top-p sums fixed-point weights over the
-//     top-k set (predicate: ≥ top_p · total, total taken from the first histogram). The result is
-//     the exact key of the k-th largest z, or of τ, after 3 passes instead of bisection's 32.
-//     12-bit first digits (sign, exponent and 3 mantissa bits) spread logits in [−30, 30] over
-//     dozens of bins, which keeps same-address shared atomics, and so their serialisation, low.
-//     min-p's threshold is m + ln(min_p), computed.
-//  4. Gumbel-max over the kept set {key(z) ≥ max of the thresholds}: each thread takes 4
-//     consecutive ids per Philox block, two blocks per iteration; a candidate whose z plus its noise bucket's bound
-//     (gumbel_bucket_bound, 256 floats in shared memory) is below the thread's best score skips
-//     the two logarithms (~60 instructions), which most candidates do once a thread has seen a
-//     few. Then a block argmax; thread 0 writes out[s] and sets seen[s, id].
+// Per row (blockIdx.x = s), in passes over the row. Each pass re-reads the row from L2 and
+// recomputes z = l / T rather than staging it: 152k f32 values do not fit in shared memory, and
+// a global copy would need a scratch argument.
+//  1. temperature <= 0: greedy, taken first. One pass of 16-byte loads (4 per thread in flight),
+//     a (value, id) argmax in shuffles. The batch-1 decode path does nothing else.
+//  2. m = max z, only when top-p or min-p needs it (one plain pass, ~18 µs at V = 152k).
+//  3. Thresholds without a sort: radix select over order keys (sample_math.h's order_key,
+//     a < b ⇔ key(a) < key(b)), three passes over the key digits 31..20, 19..8 and 7..0. Each
+//     builds a shared-memory histogram (4096 or 256 bins) of the elements whose key matches the
+//     digits chosen so far, then scans it from the top bin down (a block scan, 4 bins per
+//     thread) for the bin where the running sum first satisfies the predicate. top-k counts
+//     elements (predicate ≥ k); top-p sums fixed-point weights over the top-k set (predicate
+//     ≥ top_p · total, the total read off the first histogram). Three passes give the exact key
+//     of the k-th largest z, or of τ, where bisection over the key would take 32. The 12-bit
+//     first digit (sign, exponent and 3 mantissa bits) spreads logits over dozens of bins, which
+//     keeps same-address atomics down. The histograms are 32-bit words: with 64-bit shared
+//     atomicAdd (apparently a compare-and-swap loop on sm_90) top-k took 300 µs at V = 152k,
+//     with a count in one word and a weight sum as hi·2^32 + lo (the add that wraps lo carries
+//     into hi) 123 µs. min-p's threshold is computed: m + ln(min_p), at most m.
+//  4. Gumbel-max over {key(z) ≥ max of the thresholds}: each thread takes 4 consecutive ids
+//     per Philox block; a candidate whose z plus its noise bucket's bound (gumbel_bucket_bound,
+//     256 floats in shared memory) is below the thread's best score skips the two logarithms,
+//     as nearly all do once a thread has seen a few candidates. A block argmax; thread 0 writes
+//     out[s] and sets seen[s, id].
 //
-// One block per row keeps the passes free of grid-wide synchronisation; S = 1 therefore runs on
-// one SM. Greedy is latency-bound there (a few µs for V = 49152); the sampling passes are
-// throughput-bound on that one SM, which is what a split of each row over several blocks would
-// address if sampling ever shows up in the decode profile.
+// Measured on the H200 (bf16 logits, random normal rows, per call in a graph of 100 calls):
+//   greedy       S=1  V=49152    5.7 µs     greedy       S=1  V=151936  13.5 µs
+//   greedy       S=64 V=151936  14.1 µs     temperature  S=1  V=49152   32.7 µs
+//   temperature  S=1  V=151936  75.6 µs     top_k=50     S=1  V=151936   123 µs
+//   top_p=0.9    S=1  V=49152   79.8 µs     top_p=0.9    S=1  V=151936   216 µs
+//   top_k+top_p  S=1  V=151936   228 µs     min_p=0.05   S=1  V=151936  93.5 µs
+//   top_p=0.9    S=64 V=151936   222 µs
+// Two Philox chains per iteration and 6 loads in flight in the greedy pass measured the same
+// (75.6 vs 75.1 µs, 5.69 vs 5.70 µs), so the simpler loops stayed. One block per row keeps the
+// passes free of grid-wide synchronisation, so S = 1 runs on one SM: the sampling passes are
+// bound by that SM's throughput, and splitting each row over several blocks (partial
+// histograms and argmaxes in a scratch buffer, one more kernel per pass) is the next step if
+// sampling shows up in the decode profile.
+//
+// ptxas (sm_90a, CUDA 13.0, -Xptxas=-v): sample_rows_kernel<float, bf16, f16> 64 registers each
+// (the cap for 1024 threads), 0 spill, 0 stack, 34,320 bytes of static shared memory.
 #include <cuda_runtime.h>
 
 #include <climits>
@@ -57,7 +71,6 @@ constexpr int kThreads = 1024;
 constexpr int kWarps = kThreads / 32;  // = 32: one warp can read every warp's partial
 constexpr int kBins = 4096;            // the 12-bit radix digits
 constexpr int kUnroll = 4;             // loads in flight per thread in the row passes
-constexpr int kGreedyUnroll = 6;       // 16-byte loads in flight per thread in the greedy pass
 constexpr unsigned kFull = 0xffffffffu;
 
 struct SampleShared {
@@ -66,7 +79,7 @@ struct SampleShared {
   // a count in lo; a weight sum as hi·2^32 + lo, the add that wraps lo carrying into hi.
   uint32_t hist_lo[kBins];
   uint32_t hist_hi[kBins];
-  float bound[256];                // gumbel_bucket_bound per top byte of the Philox word
+  float bound[256];  // gumbel_bucket_bound per top byte of the Philox word
   unsigned long long red64[kWarps];
   float redf[kWarps];
   int redi[kWarps];
@@ -77,11 +90,13 @@ struct SampleShared {
 // One row's view: penalty (seen is null when it is off) and temperature.
 template <typename T>
 struct Row {
-  const T* logits;        // (Vp)
-  const uint8_t* seen;    // (V) or null
+  const T* logits;      // (Vp)
+  const uint8_t* seen;  // (V) or null
   float rp, temperature;
   int V;
-  __device__ float logit(float raw, int i) const { return penalized(raw, rp, seen != nullptr && seen[i] != 0); }
+  __device__ float logit(float raw, int i) const {
+    return penalized(raw, rp, seen != nullptr && seen[i] != 0);
+  }
   __device__ float z(float raw, int i) const { return scaled(logit(raw, i), temperature); }
 };
 
@@ -175,28 +190,24 @@ __device__ int greedy(const Row<T>& r, bool vec, SampleShared& sh) {
   float best = -kInf;
   int best_id = INT_MAX;
   if (vec) {  // 16-byte loads: the row is 16-byte aligned and Vp·sizeof(T) a multiple of 16
-    // kGreedyUnroll 16-byte words per thread in flight: V = 49152 in bf16 is one round.
     constexpr int kN = kVec<T>;
     const int nv = (r.V + kN - 1) / kN;
-    const int4* words = reinterpret_cast<const int4*>(r.logits);
-    for (int q0 = threadIdx.x; q0 < nv; q0 += kGreedyUnroll * kThreads) {
-      int4 raw[kGreedyUnroll];
+    for (int q0 = threadIdx.x; q0 < nv; q0 += kUnroll * kThreads) {
+      float v[kUnroll][kN];
 #pragma unroll
-      for (int u = 0; u < kGreedyUnroll; ++u) {
+      for (int u = 0; u < kUnroll; ++u) {
         const int q = q0 + u * kThreads;
-        if (q < nv) raw[u] = words[q];
+        if (q < nv) load<T, kN>(r.logits + static_cast<int64_t>(q) * kN, v[u]);
       }
 #pragma unroll
-      for (int u = 0; u < kGreedyUnroll; ++u) {
+      for (int u = 0; u < kUnroll; ++u) {
         const int q = q0 + u * kThreads;
         if (q >= nv) continue;
-        float v[kN];
-        unpack16(raw[u], v, T{});
 #pragma unroll
         for (int k = 0; k < kN; ++k) {
           const int i = q * kN + k;
           if (i >= r.V) continue;
-          const float l = r.logit(v[k], i);
+          const float l = r.logit(v[u][k], i);
           if (better(l, i, best, best_id)) best = l, best_id = i;
         }
       }
@@ -275,7 +286,8 @@ __device__ bool radix_select(const Row<T>& r, uint32_t floor, float m, double k_
     // The sums are monotone and the predicate fails at `above` (invariant), so exactly one
     // owner sees it turn true inside its bins.
     unsigned long long run = above + higher;
-    if (owner && !(static_cast<double>(run) >= target) && static_cast<double>(run + own) >= target) {
+    if (owner && !(static_cast<double>(run) >= target) &&
+        static_cast<double>(run + own) >= target) {
       for (int j = 0; j < per; ++j) {
         const unsigned long long h = bin_value(sh, top - j);
         if (static_cast<double>(run + h) >= target) {
@@ -296,38 +308,29 @@ __device__ bool radix_select(const Row<T>& r, uint32_t floor, float m, double k_
 
 // Gumbel-max over {i : key(z_i) >= floor}: the first maximum of z_i + g_i.
 template <typename T>
-__device__ int gumbel_max(const Row<T>& r, uint32_t floor, uint64_t seed, int32_t pos, SampleShared& sh) {
+__device__ int gumbel_max(const Row<T>& r, uint32_t floor, uint64_t seed, int32_t pos,
+                          SampleShared& sh) {
   for (int b = threadIdx.x; b < 256; b += kThreads) sh.bound[b] = gumbel_bucket_bound(b);
   __syncthreads();
   const uint2 key = make_uint2(static_cast<uint32_t>(seed), static_cast<uint32_t>(seed >> 32));
   float best = -kInf;
   int best_id = INT_MAX;
   const int nq = (r.V + 3) / 4;
-  // Two Philox blocks per iteration: two independent 10-round chains for the scheduler to
-  // interleave (one alone leaves it waiting on each round's multiply).
-  for (int q0 = threadIdx.x; q0 < nq; q0 += 2 * kThreads) {
-    float raw[2][4];
-    uint4 w4[2];
+  for (int q = threadIdx.x; q < nq; q += kThreads) {
+    float raw[4];
 #pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const int q = q0 + h * kThreads;
+    for (int j = 0; j < 4; ++j) raw[j] = 4 * q + j < r.V ? to_f32(r.logits[4 * q + j]) : 0.0f;
+    const uint4 w4 = philox4x32_10(
+        make_uint4(static_cast<uint32_t>(q), static_cast<uint32_t>(pos), 0u, kSampleStream), key);
+    const uint32_t w[4] = {w4.x, w4.y, w4.z, w4.w};
 #pragma unroll
-      for (int j = 0; j < 4; ++j) raw[h][j] = 4 * q + j < r.V ? to_f32(r.logits[4 * q + j]) : 0.0f;
-      w4[h] = philox4x32_10(make_uint4(static_cast<uint32_t>(q), static_cast<uint32_t>(pos), 0u, kSampleStream), key);
-    }
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const int q = q0 + h * kThreads;
-      const uint32_t w[4] = {w4[h].x, w4[h].y, w4[h].z, w4[h].w};
-#pragma unroll
-      for (int j = 0; j < 4; ++j) {
-        const int i = 4 * q + j;
-        if (i >= r.V) break;
-        const float z = r.z(raw[h][j], i);
-        if (order_key(z) < floor || fadd(z, sh.bound[w[j] >> 24]) < best) continue;
-        const float score = fadd(z, gumbel(w[j]));
-        if (better(score, i, best, best_id)) best = score, best_id = i;
-      }
+    for (int j = 0; j < 4; ++j) {
+      const int i = 4 * q + j;
+      if (i >= r.V) break;
+      const float z = r.z(raw[j], i);
+      if (order_key(z) < floor || fadd(z, sh.bound[w[j] >> 24]) < best) continue;
+      const float score = fadd(z, gumbel(w[j]));
+      if (better(score, i, best, best_id)) best = score, best_id = i;
     }
   }
   return block_argmax(best, best_id, sh);
@@ -342,13 +345,14 @@ __global__ void __launch_bounds__(kThreads)
   const int s = blockIdx.x;
   const SamplerSettings st = settings[s];
   uint8_t* seen_row = seen ? seen + static_cast<int64_t>(s) * V : nullptr;
-  const Row<T> r{logits + static_cast<int64_t>(s) * Vp, st.repetition_penalty != 1.0f ? seen_row : nullptr,
-                 st.repetition_penalty, st.temperature, V};
+  const Row<T> r{logits + static_cast<int64_t>(s) * Vp,
+                 st.repetition_penalty != 1.0f ? seen_row : nullptr, st.repetition_penalty,
+                 st.temperature, V};
   int id;
   if (st.temperature <= 0.0f) {
     id = greedy(r, vec, sh);
   } else {
-    const bool top_k = st.top_k > 0 && st.top_k < V, top_p = st.top_p < 1.0f, min_p = st.min_p > 0.0f;
+    const bool top_k = st.top_k > 0 && st.top_k < V, top_p = st.top_p<1.0f, min_p = st.min_p> 0.0f;
     float m = 0.0f;
     if (top_p || min_p) {
       float v = -kInf;
@@ -362,7 +366,8 @@ __global__ void __launch_bounds__(kThreads)
       if (!radix_select<true>(r, floor, m, st.top_p, sh, &tau)) tau = order_key(m);
       floor = max(floor, tau);
     }
-    if (min_p) floor = max(floor, min(order_key(scaled(fadd(m, log_f32(st.min_p)), 1.0f)), order_key(m)));
+    if (min_p)
+      floor = max(floor, min(order_key(scaled(fadd(m, log_f32(st.min_p)), 1.0f)), order_key(m)));
     id = gumbel_max(r, floor, st.seed, pos[s], sh);
   }
   if (threadIdx.x == 0) {
@@ -374,7 +379,9 @@ __global__ void __launch_bounds__(kThreads)
 __global__ void gumbel_noise_kernel(float* g, uint64_t seed, int32_t pos, int n) {
   const uint2 key = make_uint2(static_cast<uint32_t>(seed), static_cast<uint32_t>(seed >> 32));
   for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {
-    const uint4 w4 = philox4x32_10(make_uint4(static_cast<uint32_t>(i / 4), static_cast<uint32_t>(pos), 0u, kSampleStream), key);
+    const uint4 w4 = philox4x32_10(
+        make_uint4(static_cast<uint32_t>(i / 4), static_cast<uint32_t>(pos), 0u, kSampleStream),
+        key);
     const uint32_t w[4] = {w4.x, w4.y, w4.z, w4.w};
     g[i] = gumbel(w[i % 4]);
   }
@@ -382,16 +389,18 @@ __global__ void gumbel_noise_kernel(float* g, uint64_t seed, int32_t pos, int n)
 
 }  // namespace
 
-void sample_rows(Context& ctx, DType dt, int32_t* out, const void* logits, const SamplerSettings* settings,
-                 uint8_t* seen, const int32_t* pos, int S, int V, int Vp) {
+void sample_rows(Context& ctx, DType dt, int32_t* out, const void* logits,
+                 const SamplerSettings* settings, uint8_t* seen, const int32_t* pos, int S, int V,
+                 int Vp) {
   if (S < 0 || V <= 0 || V > Vp)
-    throw Error(str("[sample_rows] bad shape S=", S, " V=", V, " Vp=", Vp, " (want S >= 0, 0 < V <= Vp)"));
+    throw Error(
+        str("[sample_rows] bad shape S=", S, " V=", V, " Vp=", Vp, " (want S >= 0, 0 < V <= Vp)"));
   if (S == 0) return;
   dispatch_dtype(dt, "sample_rows", [&](auto tag) {
     using T = decltype(tag);
     const bool vec = aligned16(logits) && (static_cast<int64_t>(Vp) * sizeof(T)) % 16 == 0;
-    sample_rows_kernel<T><<<S, kThreads, 0, ctx.stream()>>>(out, static_cast<const T*>(logits), settings, seen,
-                                                             pos, V, Vp, vec);
+    sample_rows_kernel<T><<<S, kThreads, 0, ctx.stream()>>>(out, static_cast<const T*>(logits),
+                                                            settings, seen, pos, V, Vp, vec);
     FORGE_CUDA_CHECK_LAUNCH();
   });
 }

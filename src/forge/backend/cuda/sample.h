@@ -16,8 +16,9 @@ class Context;
 
 // out (S) = the chosen id of each row of logits (S, Vp) of dtype dt (f32, bf16 or f16);
 // settings (S); seen (S, V) flags or null; pos (S) keys the noise. All pointers are device memory.
-void sample_rows(Context& ctx, DType dt, int32_t* out, const void* logits, const SamplerSettings* settings,
-                 uint8_t* seen, const int32_t* pos, int S, int V, int Vp);
+void sample_rows(Context& ctx, DType dt, int32_t* out, const void* logits,
+                 const SamplerSettings* settings, uint8_t* seen, const int32_t* pos, int S, int V,
+                 int Vp);
 
 // g (n, f32, device) = the Gumbel noise the sampler adds to id i at (seed, pos): for tests that
 // compare it with the CPU's bit for bit.
