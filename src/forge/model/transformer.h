@@ -70,6 +70,28 @@ class Model {
 
   int64_t plan_generation() const { return plan_generation_; }
 
+  // ---- inference over a KV cache (ops/decode.h; the loop is generate/generator.h) ------------
+  // Allocates the cache for `slots` sequences of up to `capacity` tokens each (1 <= capacity <=
+  // max_seq_len) and the buffers of a decode step. With a sliding window shorter than capacity
+  // the cache holds only the window, as a ring, and sequences may run to max_seq_len.
+  void plan_decode(int slots, int capacity);
+  int decode_slots() const { return S_; }
+  int decode_capacity() const { return cap_; }
+  // The most tokens one slot can hold: capacity, or max_seq_len for a ring.
+  int decode_context() const { return ring_ ? cfg_.max_seq_len : cap_; }
+  // Runs the prompt (T tokens in backend memory, 1 <= T <= decode_context()) of one slot with the
+  // training kernels, stores its keys and values in the slot's cache (the last `capacity` of them
+  // for a ring), writes the logits of its last position to decode_logits() row `slot` and sets
+  // the slot's position to T. Other slots are untouched.
+  void prefill(int slot, const int32_t* tokens, int T);
+  // One token for every slot: decode_tokens() at decode_positions() → decode_logits() (S, Vp),
+  // then positions += 1 (clamped to decode_context() − 1). Host-sync free, so a backend can
+  // capture it (a CUDA graph) and replay it.
+  void decode_step();
+  int32_t* decode_tokens() { return dec_tokens_.data(); }
+  int32_t* decode_positions() { return dec_pos_.data(); }
+  Act decode_logits() { return dec_logits_.data(); }
+
   // ---- host conveniences (backends whose memory the host reads) -------------------------------
   // Mean loss over non-ignored targets (0 when all are ignored), no gradients.
   double loss(const int32_t* tokens, const int32_t* targets, int B, int T_)
@@ -120,8 +142,10 @@ class Model {
   void embed(const int32_t* tokens);
   void blocks_forward();
   void block_backward(int l);
-  void norm_fwd(Act out, Stat mean, Stat rstd, Act inp, int64_t w_off, int64_t b_off);
-  void residual_norm_fwd(Act res, Act out, Stat mean, Stat rstd, Act a, Act b, int64_t w_off, int64_t b_off);
+  void norm_fwd(Act out, Stat mean, Stat rstd, Act inp, int64_t w_off, int64_t b_off, int N);
+  void residual_norm_fwd(Act res, Act out, Stat mean, Stat rstd, Act a, Act b, int64_t w_off, int64_t b_off, int N);
+  void store_prefill_kv(int l, const QkvView& v);
+  void decode_block(int l);
   void norm_bwd(Act dinp, Act dout, Act inp, Stat mean, Stat rstd, int64_t w_off, int64_t b_off);
   WeightLayout layout() const { return gpt2() ? WeightLayout::kInOut : WeightLayout::kOutIn; }
   Act w(int64_t off) { return off >= 0 ? be_.w(off) : nullptr; }
@@ -144,6 +168,21 @@ class Model {
   // Backward scratch, (B, T, ·); tmp_ also holds each block's projection outputs forward.
   ActBuf tmp_, d_res_, d_ln_, d_atty_, d_q_, d_k_, d_v_, d_qkv_, d_fc_, d_up_, d_hidden_;
   std::vector<int32_t> host_targets_;  // host conveniences: the targets of the last loss()
+
+  // Decoding (plan_decode): the cache per layer, (S, cap, NKV, HS) each, and one step's buffers.
+  template <class U>
+  using Buf = typename Backend::template Buf<U>;
+  int S_ = 0, cap_ = 0;
+  bool ring_ = false;
+  int prefill_slot_ = -1;  // >= 0 while prefill() runs: blocks_forward stores k, v there
+  std::vector<ActBuf> cache_k_, cache_v_;
+  Buf<int32_t> dec_tokens_, dec_pos_;  // (S)
+  ActBuf dec_x_, dec_mid_, dec_ln_, dec_tmp_;  // (S, C)
+  StatBuf dec_mean_, dec_rstd_;                 // (S)
+  ActBuf dec_qkv_;                               // (S, (NH + 2·NKV)·HS): q | k | v per row
+  ActBuf dec_atty_;                              // (S, NH·HS)
+  ActBuf dec_fc_, dec_hidden_;                   // (S, 2FF) scratch (gpt2: pre-GELU), (S, FF)
+  ActBuf dec_logits_;                            // (S, Vp)
 };
 
 // The CPU model; T = double for the finite-difference checks.

@@ -122,8 +122,8 @@ typename Model<B>::QkvView Model<B>::dqkv_view() {
 
 // Normalisation: LayerNorm (GPT-2) or RMSNorm (Llama).
 template <class B>
-void Model<B>::norm_fwd(Act out, Stat mean, Stat rstd, Act inp, int64_t w_off, int64_t b_off) {
-  const int N = B_ * T_, C = cfg_.n_embd;
+void Model<B>::norm_fwd(Act out, Stat mean, Stat rstd, Act inp, int64_t w_off, int64_t b_off, int N) {
+  const int C = cfg_.n_embd;
   if (gpt2()) be_.layernorm_fwd(out, mean, rstd, inp, w(w_off), w(b_off), N, C, cfg_.norm_eps);
   else be_.rmsnorm_fwd(out, rstd, inp, w(w_off), N, C, cfg_.norm_eps);
 }
@@ -132,8 +132,8 @@ void Model<B>::norm_fwd(Act out, Stat mean, Stat rstd, Act inp, int64_t w_off, i
 // the identity and norm_bwd accumulates into the residual stream's gradient.
 template <class B>
 void Model<B>::residual_norm_fwd(Act res, Act out, Stat mean, Stat rstd, Act a, Act b, int64_t w_off,
-                                 int64_t b_off) {
-  const int N = B_ * T_, C = cfg_.n_embd;
+                                 int64_t b_off, int N) {
+  const int C = cfg_.n_embd;
   if (gpt2()) be_.residual_layernorm_fwd(res, out, mean, rstd, a, b, w(w_off), w(b_off), N, C, cfg_.norm_eps);
   else be_.residual_rmsnorm_fwd(res, out, rstd, a, b, w(w_off), N, C, cfg_.norm_eps);
 }
@@ -160,7 +160,7 @@ void Model<B>::blocks_forward() {
     const LayerOffsets& o = table_.layer(l);
     LayerActs& a = acts_[l];
     // Attention.
-    if (l == 0) norm_fwd(a.ln1.data(), a.ln1_mean.data(), a.ln1_rstd.data(), a.x_in.data(), o.ln1_w, o.ln1_b);
+    if (l == 0) norm_fwd(a.ln1.data(), a.ln1_mean.data(), a.ln1_rstd.data(), a.x_in.data(), o.ln1_w, o.ln1_b, N);
     if (gpt2()) {
       be_.linear_fwd(a.qkv.data(), a.ln1.data(), w(o.qkv_w), w(o.qkv_b), N, C, 3 * C, lay);
     } else {
@@ -171,10 +171,11 @@ void Model<B>::blocks_forward() {
       be_.rope_fwd(a.k.data(), B_, T_, NKV, HS, cfg_.rope_theta, cfg_.rope_style);
     }
     const QkvView in = qkv_view(a);
+    if (prefill_slot_ >= 0) store_prefill_kv(l, in);
     be_.attention_fwd(a.atty.data(), a.att, in.q, in.k, in.v, attention_shape(), in.st);
     be_.linear_fwd(tmp_.data(), a.atty.data(), w(o.attn_out_w), w(o.attn_out_b), N, NH * HS, C, lay);
     residual_norm_fwd(a.x_mid.data(), a.ln2.data(), a.ln2_mean.data(), a.ln2_rstd.data(), a.x_in.data(),
-                      tmp_.data(), o.ln2_w, o.ln2_b);
+                      tmp_.data(), o.ln2_w, o.ln2_b, N);
     // MLP.
     if (gpt2()) {
       be_.linear_gelu_fwd(a.hidden.data(), a.fc.data(), a.ln2.data(), w(o.fc_w), w(o.fc_b), N, C, FF, lay);
@@ -188,10 +189,10 @@ void Model<B>::blocks_forward() {
       LayerActs& nx = acts_[l + 1];
       const LayerOffsets& no = table_.layer(l + 1);
       residual_norm_fwd(nx.x_in.data(), nx.ln1.data(), nx.ln1_mean.data(), nx.ln1_rstd.data(), a.x_mid.data(),
-                        tmp_.data(), no.ln1_w, no.ln1_b);
+                        tmp_.data(), no.ln1_w, no.ln1_b, N);
     } else {  // the last block's output and the final norm
       residual_norm_fwd(x_out_.data(), lnf_.data(), lnf_mean_.data(), lnf_rstd_.data(), a.x_mid.data(),
-                        tmp_.data(), table_.lnf_w(), table_.lnf_b());
+                        tmp_.data(), table_.lnf_w(), table_.lnf_b(), N);
     }
   }
 }
@@ -340,3 +341,6 @@ const typename Model<B>::Real* Model<B>::logits_of(const int32_t* tokens, int Bn
 }
 
 }  // namespace forge
+
+// The inference path (KV cache, decode step) is part of the same orchestration.
+#include "forge/model/decode_impl.h"

@@ -54,6 +54,14 @@ template <typename T>
 void decode_attention(T* out, const T* q, const T* cache_k, const T* cache_v, const int32_t* pos,
                       const DecodeShape& s, int64_t q_stride = 0);
 
+// rope_at of the q (NH heads) and k (NKV heads) of every row at pos[s], then kv_append of k and v:
+// one op, as one step of a Llama decode does them. qkv (S, ·) is the fused projection with
+// `stride` elements per row: q at column 0, k at NH·HS, v at (NH + NKV)·HS. q and k are rotated
+// in place. The CPU composes the three ops; the GPU runs one kernel (backend/cuda/decode_fused.cu).
+template <typename T>
+void rope_kv_append(T* qkv, int64_t stride, T* cache_k, T* cache_v, const int32_t* pos, const DecodeShape& s,
+                    float base, RopeStyle style);
+
 // pos[s] = min(pos[s] + 1, limit) for s < S: the step after a decode (finished slots may keep
 // running in a captured graph; the clamp keeps their positions inside the tables).
 void advance_positions(int32_t* pos, int S, int32_t limit);

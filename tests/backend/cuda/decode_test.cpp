@@ -51,11 +51,13 @@ class DecodeTest : public DtypeTest<CudaTest> {
   }
 
   // decode_attention on the device against cpu::decode_attention<double> on the same inputs.
+  // generic: decode_attention_generic (any head size) instead of the flash-decoding kernel.
   void check_attention(const DecodeShape& s, const std::vector<int32_t>& pos, int64_t q_stride,
-                       uint64_t seed, const std::string& what) {
+                       uint64_t seed, const std::string& what, bool generic = false) {
     SCOPED_TRACE(what + " S=" + std::to_string(s.S) + " NH=" + std::to_string(s.NH) +
                  " NKV=" + std::to_string(s.NKV) + " HS=" + std::to_string(s.HS) + " cap=" +
-                 std::to_string(s.cap) + " splits=" + std::to_string(decode_attention_splits(s)));
+                 std::to_string(s.cap) +
+                 (generic ? " generic" : " splits=" + std::to_string(decode_attention_splits(s))));
     const int64_t qs = q_stride ? q_stride : static_cast<int64_t>(s.NH) * s.HS;
     // Scale 1.5: scores of std ~1.5, a peaked softmax rather than a near-uniform average.
     const auto q = as_dt(dt(), random_normal<float>(static_cast<size_t>(s.S) * qs, seed, 1.5));
@@ -67,10 +69,15 @@ class DecodeTest : public DtypeTest<CudaTest> {
     auto dq = up(q), dk = up(ck), dv = up(cv);
     auto dpos = upload(pos);
     auto out = poison(want.size());
-    DeviceBuffer<char> scratch(ctx().allocator(),
-                               std::max<size_t>(1, decode_attention_scratch_bytes(s)));
-    decode_attention(ctx(), dt(), out.data(), dq.data(), dk.data(), dv.data(), dpos.data(), s,
-                     q_stride, scratch.data());
+    if (generic) {
+      decode_attention_generic(ctx(), dt(), out.data(), dq.data(), dk.data(), dv.data(), dpos.data(), s,
+                               q_stride);
+    } else {
+      DeviceBuffer<char> scratch(ctx().allocator(),
+                                 std::max<size_t>(1, decode_attention_scratch_bytes(s)));
+      decode_attention(ctx(), dt(), out.data(), dq.data(), dk.data(), dv.data(), dpos.data(), s,
+                       q_stride, scratch.data());
+    }
     EXPECT_TRUE(all_close(down(out), want,
                           tol_for(dt())));  // f32 1e-5 + 1e-4·|ref|, bf16 1e-2 + 2e-2·|ref|
   }
@@ -191,6 +198,44 @@ TEST_P(DecodeTest, AttentionMatchesCpu) {
   std::vector<int32_t> pos(128);
   for (int i = 0; i < 128; ++i) pos[i] = (i * 37) % 200;
   check_attention({128, 9, 3, 64, 128}, pos, 0, 63, "S=128");
+}
+
+// The fused RoPE + append of a Llama decode step: the CPU composition within the dtype's
+// tolerance, and the three separate GPU ops (rope_at q, rope_at k, kv_append) bit for bit.
+TEST_P(DecodeTest, RopeKvAppendEqualsTheThreeOps) {
+  for (RopeStyle style : {RopeStyle::kRotateHalf, RopeStyle::kInterleaved}) {
+    const DecodeShape s{4, 9, 3, 64, 40};
+    const int64_t stride = static_cast<int64_t>(s.NH + 2 * s.NKV) * s.HS + 8;  // padded rows
+    const std::vector<int32_t> pos = {0, 39, 85, 1000};  // 85 and 1000 wrap the ring
+    const auto qkv = as_dt(dt(), random_normal<float>(static_cast<size_t>(s.S) * stride, 90));
+    const size_t cn = static_cast<size_t>(s.S) * s.cap * s.NKV * s.HS;
+    const auto ck = as_dt(dt(), random_normal<float>(cn, 91)), cv = as_dt(dt(), random_normal<float>(cn, 92));
+    std::vector<double> wq = to_d(qkv), wk = to_d(ck), wv = to_d(cv);
+    cpu::rope_kv_append<double>(wq.data(), stride, wk.data(), wv.data(), pos.data(), s, 10000.0f, style);
+    auto dpos = upload(pos);
+    auto a = up(qkv), ak = up(ck), av = up(cv);
+    rope_kv_append(ctx(), dt(), a.data(), stride, ak.data(), av.data(), dpos.data(), s, 10000.0f, style);
+    EXPECT_TRUE(all_close(down(a), wq, tol_for(dt()))) << "qkv";
+    EXPECT_TRUE(all_close(down(ak), wk, tol_for(dt()))) << "cache k";
+    EXPECT_TRUE(all_close(down(av), wv, tol_for(dt()))) << "cache v";
+    auto b = up(qkv), bk = up(ck), bv = up(cv);
+    const int64_t kc = static_cast<int64_t>(s.NH) * s.HS, vc = kc + static_cast<int64_t>(s.NKV) * s.HS;
+    rope_at(ctx(), dt(), b.data(), dpos.data(), s.S, s.NH, s.HS, 10000.0f, style, stride);
+    rope_at(ctx(), dt(), b.at(kc), dpos.data(), s.S, s.NKV, s.HS, 10000.0f, style, stride);
+    kv_append(ctx(), dt(), bk.data(), bv.data(), b.at(kc), b.at(vc), dpos.data(), s, stride, stride);
+    EXPECT_TRUE(same_bits(down(a), down(b))) << "qkv vs rope_at";
+    EXPECT_TRUE(same_bits(down(ak), down(bk))) << "cache k vs kv_append";
+    EXPECT_TRUE(same_bits(down(av), down(bv))) << "cache v vs kv_append";
+  }
+}
+
+// The untuned kernel for the head sizes the flash-decoding kernel does not take (tiny models).
+TEST_P(DecodeTest, GenericAttentionMatchesCpu) {
+  for (int HS : {8, 16, 48, 64, 256})
+    check_attention({3, 4, 2, HS, 70}, {69, 0, 33}, 0, 80 + HS, "generic head sizes", true);
+  check_attention({2, 6, 2, 16, 4096}, {4000, 12}, 0, 81, "generic long", true);
+  check_attention({2, 4, 2, 8, 6}, {40, 3}, 0, 82, "generic ring", true);
+  check_attention({2, 4, 4, 8, 20}, {19, 7}, 3 * 32, 83, "generic strided q", true);
 }
 
 TEST_P(DecodeTest, AttentionLongContextTakesTheSplitPath) {

@@ -10,6 +10,8 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <functional>
+#include <utility>
 #include <vector>
 
 #include "forge/model/config.h"
@@ -17,11 +19,13 @@
 #include "forge/ops/activation.h"
 #include "forge/ops/attention.h"
 #include "forge/ops/cross_entropy.h"
+#include "forge/ops/decode.h"
 #include "forge/ops/embedding.h"
 #include "forge/ops/layernorm.h"
 #include "forge/ops/linear.h"
 #include "forge/ops/rmsnorm.h"
 #include "forge/ops/rope.h"
+#include "forge/ops/sample.h"
 
 namespace forge {
 
@@ -146,6 +150,65 @@ class CpuBackend {
                              int N, int C, int V, int Vp) {
     cpu::lm_head_cross_entropy<T>(losses, dx, dw, x, w, targets, dloss ? *dloss : T(0), N, C, V, Vp);
   }
+
+  // ---- inference: KV-cache decoding (ops/decode.h) and sampling (ops/sample.h) ---------------
+  template <class U>
+  using Buf = std::vector<U>;
+  template <class U>
+  Buf<U> buf(size_t n) {
+    return Buf<U>(n);
+  }
+  // Host <-> backend memory; here both are host memory.
+  template <class U>
+  void upload(U* dst, const U* host, size_t n) {
+    std::copy_n(host, n, dst);
+  }
+  template <class U>
+  void download(U* host, const U* src, size_t n) {
+    std::copy_n(src, n, host);
+  }
+  // rows × width elements from src (row stride src_stride) to dst (row stride dst_stride).
+  void copy_rows(Act dst, int64_t dst_stride, Act src, int64_t src_stride, int64_t rows, int64_t width) {
+    for (int64_t r = 0; r < rows; ++r) std::copy_n(src + r * src_stride, width, dst + r * dst_stride);
+  }
+  void embedding_at(Act out, const int32_t* tokens, const int32_t* pos, Act wte, Act wpe, int N, int C) {
+    cpu::embedding_at<T>(out, tokens, pos, wte, wpe, N, C);
+  }
+  void rope_at(Act x, const int32_t* pos, int N, int H, int HS, float theta, RopeStyle style, int64_t stride) {
+    cpu::rope_at<T>(x, pos, N, H, HS, theta, style, stride);
+  }
+  void kv_append(Act ck, Act cv, Act k, Act v, const int32_t* pos, const DecodeShape& s, int64_t k_stride,
+                 int64_t v_stride) {
+    cpu::kv_append<T>(ck, cv, k, v, pos, s, k_stride, v_stride);
+  }
+  void decode_attention(Act out, Act q, Act ck, Act cv, const int32_t* pos, const DecodeShape& s, int64_t q_stride) {
+    cpu::decode_attention<T>(out, q, ck, cv, pos, s, q_stride);
+  }
+  void rope_kv_append(Act qkv, int64_t stride, Act ck, Act cv, const int32_t* pos, const DecodeShape& s, float theta,
+                      RopeStyle style) {
+    cpu::rope_kv_append<T>(qkv, stride, ck, cv, pos, s, theta, style);
+  }
+  void advance_positions(int32_t* pos, int S, int32_t limit) { cpu::advance_positions(pos, S, limit); }
+  void sample(int32_t* out, Act logits, const SamplerSettings* settings, uint8_t* seen, const int32_t* pos, int S,
+              int V, int Vp) {
+    cpu::sample_rows<T>(out, logits, settings, seen, pos, S, V, Vp);
+  }
+  // hidden (N, FF) = silu(inp · Wgᵀ) ∘ (inp · Wuᵀ), w_gate_up (2FF, C): gate rows, then up rows
+  // (the parameter table stores gate_proj and up_proj contiguously). scratch: (N, 2FF).
+  void linear_swiglu_fwd(Act hidden, Act scratch, Act inp, Act w_gate_up, int N, int C, int FF) {
+    const int64_t nff = static_cast<int64_t>(N) * FF;
+    cpu::linear_fwd<T>(scratch, inp, w_gate_up, nullptr, N, C, FF, WeightLayout::kOutIn);
+    cpu::linear_fwd<T>(scratch + nff, inp, w_gate_up + static_cast<int64_t>(FF) * C, nullptr, N, C, FF,
+                       WeightLayout::kOutIn);
+    cpu::swiglu_fwd<T>(hidden, scratch, scratch + nff, nff);
+  }
+  // A decode step as one replayable unit: the CUDA backend captures a graph; here capture keeps
+  // the function and launch calls it.
+  struct StepGraph {
+    std::function<void()> f;
+  };
+  void capture(StepGraph& g, std::function<void()> f) { g.f = std::move(f); }
+  void launch(StepGraph& g) { g.f(); }
 
  private:
   std::vector<T> weights_, grads_;

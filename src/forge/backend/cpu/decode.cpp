@@ -158,6 +158,16 @@ void decode_attention(T* out, const T* q, const T* cache_k, const T* cache_v, co
   }
 }
 
+template <typename T>
+void rope_kv_append(T* qkv, int64_t stride, T* cache_k, T* cache_v, const int32_t* pos, const DecodeShape& s,
+                    float base, RopeStyle style) {
+  T* k = qkv + static_cast<int64_t>(s.NH) * s.HS;
+  T* v = k + static_cast<int64_t>(s.NKV) * s.HS;
+  rope_at<T>(qkv, pos, s.S, s.NH, s.HS, base, style, stride);
+  rope_at<T>(k, pos, s.S, s.NKV, s.HS, base, style, stride);
+  kv_append<T>(cache_k, cache_v, k, v, pos, s, stride, stride);
+}
+
 void advance_positions(int32_t* pos, int S, int32_t limit) {
   for (int s = 0; s < S; ++s) pos[s] = std::min(pos[s] + 1, limit);
 }
@@ -168,7 +178,9 @@ void advance_positions(int32_t* pos, int S, int32_t limit) {
   template void kv_append<T>(T*, T*, const T*, const T*, const int32_t*, const DecodeShape&,       \
                              int64_t, int64_t);                                                    \
   template void decode_attention<T>(T*, const T*, const T*, const T*, const int32_t*,              \
-                                    const DecodeShape&, int64_t);
+                                    const DecodeShape&, int64_t);                                  \
+  template void rope_kv_append<T>(T*, int64_t, T*, T*, const int32_t*, const DecodeShape&, float,    \
+                                  RopeStyle);
 FORGE_INSTANTIATE(float)
 FORGE_INSTANTIATE(double)
 #undef FORGE_INSTANTIATE

@@ -21,6 +21,8 @@
 
 #include <array>
 #include <cstdint>
+#include <functional>
+#include <memory>
 #include <vector>
 
 #include "forge/backend/cuda/allocator.h"
@@ -33,6 +35,12 @@
 #include "forge/ops/attention.h"
 #include "forge/ops/linear.h"
 #include "forge/ops/loss_scale.h"
+#include "forge/ops/decode.h"
+#include "forge/ops/sample.h"
+
+namespace forge::cuda {
+class Graph;
+}
 
 namespace forge {
 
@@ -135,9 +143,46 @@ class CudaBackend {
   void lm_head_cross_entropy(Stat losses, Act dx, Grad dw, Act x, Act w, const int32_t* targets, const Real* dloss,
                              int N, int C, int V, int Vp);
 
+  // ---- inference: KV-cache decoding and sampling (backend_decode.cpp; CPU contracts in
+  // backend/cpu/backend.h) -----------------------------------------------------------------------
+  template <class U>
+  using Buf = cuda::DeviceBuffer<U>;
+  template <class U>
+  Buf<U> buf(size_t n) {
+    return Buf<U>(ctx_.allocator(), n);
+  }
+  // Host <-> device on the stream; both wait for the copy (between steps only, never captured).
+  template <class U>
+  void upload(U* dst, const U* host, size_t n) {
+    upload_bytes(dst, host, n * sizeof(U));
+  }
+  template <class U>
+  void download(U* host, const U* src, size_t n) {
+    download_bytes(host, src, n * sizeof(U));
+  }
+  void copy_rows(Act dst, int64_t dst_stride, Act src, int64_t src_stride, int64_t rows, int64_t width);
+  void embedding_at(Act out, const int32_t* tokens, const int32_t* pos, Act wte, Act wpe, int N, int C);
+  void rope_at(Act x, const int32_t* pos, int N, int H, int HS, float theta, RopeStyle style, int64_t stride);
+  void kv_append(Act ck, Act cv, Act k, Act v, const int32_t* pos, const DecodeShape& s, int64_t k_stride,
+                 int64_t v_stride);
+  void decode_attention(Act out, Act q, Act ck, Act cv, const int32_t* pos, const DecodeShape& s, int64_t q_stride);
+  void rope_kv_append(Act qkv, int64_t stride, Act ck, Act cv, const int32_t* pos, const DecodeShape& s, float theta,
+                      RopeStyle style);
+  void advance_positions(int32_t* pos, int S, int32_t limit);
+  void sample(int32_t* out, Act logits, const SamplerSettings* settings, uint8_t* seen, const int32_t* pos, int S,
+              int V, int Vp);
+  // A decode step captured once as a CUDA graph (cuda/graph.h) and replayed.
+  struct StepGraph {
+    StepGraph();
+    ~StepGraph();
+    std::unique_ptr<cuda::Graph> g;
+  };
+  void capture(StepGraph& g, const std::function<void()>& f);
+  void launch(StepGraph& g);
+
  private:
-  template <typename T>
-  using Buf = cuda::DeviceBuffer<T>;
+  void upload_bytes(void* dst, const void* host, size_t bytes);
+  void download_bytes(void* host, const void* src, size_t bytes);
   void weight_grads(Grad dw, Grad db, Act dout, Act inp, int N, int C, int OC, WeightLayout layout);
   bool dense(const AttentionShape& s, const AttentionStrides& st) const;
   void to_dense(Act dst, Act src, int64_t stride, int64_t width, int64_t rows, bool from_strided);
@@ -157,6 +202,7 @@ class CudaBackend {
   Buf<float> delta_;                // flash backward scratch (B, NH, T)
   // Unfused attention on strided q/k/v (GPT-2's fused projection): dense copies and gradients.
   Buf<uint8_t> dense_q_, dense_k_, dense_v_, dense_dq_, dense_dk_, dense_dv_;
+  Buf<uint8_t> decode_scratch_;  // split-KV partials of decode_attention
 };
 
 }  // namespace forge

@@ -42,7 +42,9 @@
 //  - The split count depends on the shape only (decode_attention_splits), so the grid of a
 //    captured graph is valid at every position: enough splits that S·NKV·chunks·splits reaches
 //    kTargetBlocks = 4 blocks per SM of the H200's 132 SMs, at most one split per kMinSplitRows =
-//    128 rows of cap and at most kMaxSplits = 64. SmolLM2-135M (NKV 3), cap 8192: S = 1 → 64
+//    64 rows (one tile) of cap and at most kMaxSplits = 64. (It was two tiles: ncu of the batch-1
+//    SmolLM2 step at cap 131 then showed one split, 3 blocks and 13.0 µs per layer, the largest
+//    kernel of the step; one tile per split puts a short context on more blocks.) SmolLM2-135M (NKV 3), cap 8192: S = 1 → 64
 //    splits, S = 8 → 22, S = 128 → 2; GPT-2 (NKV 12) at S = 128 → 1. On another GPU the rule is
 //    the same (correct, tuned for the H200): decode_attention_scratch_bytes takes no context.
 //  - Shared memory per block (dynamic): K and V tiles 2·64·(HS + pad)·sizeof(T), q and the
@@ -205,7 +207,7 @@ constexpr int kAttnThreads = 128;
 constexpr int kTile = 64;     // key rows per shared-memory tile
 constexpr int kMaxHeads = 8;  // query heads per block
 constexpr int kTargetBlocks = 4 * 132;
-constexpr int kMinSplitRows = 2 * kTile;
+constexpr int kMinSplitRows = kTile;
 constexpr int kMaxSplits = 64;
 
 struct HeadChunks {

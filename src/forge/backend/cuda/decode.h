@@ -49,6 +49,17 @@ void decode_attention(Context& ctx, DType dt, void* out, const void* q, const vo
                       int64_t q_stride, void* scratch);
 
 // pos[s] = min(pos[s] + 1, limit) for s < S, on the device.
+// The same contract for any head size (decode_generic.cu): one block per query row, scores in
+// shared memory (cap <= 51,200 rows), untuned. CudaBackend uses it where
+// decode_attention_supported(HS) is false. No scratch.
+void decode_attention_generic(Context& ctx, DType dt, void* out, const void* q, const void* cache_k,
+                              const void* cache_v, const int32_t* pos, const DecodeShape& s,
+                              int64_t q_stride);
+
+// rope_at(q) + rope_at(k) + kv_append in one kernel (decode_fused.cu); contract in ops/decode.h.
+void rope_kv_append(Context& ctx, DType dt, void* qkv, int64_t stride, void* cache_k, void* cache_v,
+                    const int32_t* pos, const DecodeShape& s, float base, RopeStyle style);
+
 void advance_positions(Context& ctx, int32_t* pos, int S, int32_t limit);
 
 }  // namespace forge::cuda

@@ -1,0 +1,74 @@
+// CudaBackend's inference ops (backend.h): KV-cache decoding (cuda/decode.h), the sampler
+// (cuda/sample.h), host <-> device copies between steps, and the decode step as a CUDA graph.
+#include <cuda_runtime.h>
+
+#include "forge/backend/cuda/backend.h"
+#include "forge/backend/cuda/check.h"
+#include "forge/backend/cuda/decode.h"
+#include "forge/backend/cuda/graph.h"
+#include "forge/backend/cuda/sample.h"
+#include "forge/core/error.h"
+
+namespace forge {
+
+void CudaBackend::upload_bytes(void* dst, const void* host, size_t bytes) {
+  FORGE_CUDA_CHECK(cudaMemcpyAsync(dst, host, bytes, cudaMemcpyHostToDevice, ctx_.stream()));
+  ctx_.synchronize();  // `host` may be a temporary of the caller
+}
+
+void CudaBackend::download_bytes(void* host, const void* src, size_t bytes) {
+  FORGE_CUDA_CHECK(cudaMemcpyAsync(host, src, bytes, cudaMemcpyDeviceToHost, ctx_.stream()));
+  ctx_.synchronize();
+}
+
+void CudaBackend::copy_rows(Act dst, int64_t dst_stride, Act src, int64_t src_stride, int64_t rows, int64_t width) {
+  if (rows <= 0) return;
+  FORGE_CUDA_CHECK(cudaMemcpy2DAsync(dst, dst_stride * es_, src, src_stride * es_, width * es_, rows,
+                                     cudaMemcpyDeviceToDevice, ctx_.stream()));
+}
+
+void CudaBackend::embedding_at(Act out, const int32_t* tokens, const int32_t* pos, Act wte, Act wpe, int N, int C) {
+  cuda::embedding_at(ctx_, dt_, out, tokens, pos, wte, wpe, N, C);
+}
+
+void CudaBackend::rope_at(Act x, const int32_t* pos, int N, int H, int HS, float theta, RopeStyle style,
+                          int64_t stride) {
+  cuda::rope_at(ctx_, dt_, x, pos, N, H, HS, theta, style, stride);
+}
+
+void CudaBackend::kv_append(Act ck, Act cv, Act k, Act v, const int32_t* pos, const DecodeShape& s, int64_t k_stride,
+                            int64_t v_stride) {
+  cuda::kv_append(ctx_, dt_, ck, cv, k, v, pos, s, k_stride, v_stride);
+}
+
+void CudaBackend::decode_attention(Act out, Act q, Act ck, Act cv, const int32_t* pos, const DecodeShape& s,
+                                   int64_t q_stride) {
+  if (!cuda::decode_attention_supported(s.HS)) {
+    cuda::decode_attention_generic(ctx_, dt_, out, q, ck, cv, pos, s, q_stride);
+    return;
+  }
+  // Sized on the first (eager) step of a shape, so a captured step never allocates.
+  const size_t need = cuda::decode_attention_scratch_bytes(s);
+  if (decode_scratch_.bytes() < need) decode_scratch_ = Buf<uint8_t>(ctx_.allocator(), need);
+  cuda::decode_attention(ctx_, dt_, out, q, ck, cv, pos, s, q_stride, decode_scratch_.data());
+}
+
+void CudaBackend::rope_kv_append(Act qkv, int64_t stride, Act ck, Act cv, const int32_t* pos, const DecodeShape& s,
+                                 float theta, RopeStyle style) {
+  cuda::rope_kv_append(ctx_, dt_, qkv, stride, ck, cv, pos, s, theta, style);
+}
+
+void CudaBackend::advance_positions(int32_t* pos, int S, int32_t limit) { cuda::advance_positions(ctx_, pos, S, limit); }
+
+void CudaBackend::sample(int32_t* out, Act logits, const SamplerSettings* settings, uint8_t* seen, const int32_t* pos,
+                         int S, int V, int Vp) {
+  cuda::sample_rows(ctx_, dt_, out, logits, settings, seen, pos, S, V, Vp);
+}
+
+CudaBackend::StepGraph::StepGraph() : g(std::make_unique<cuda::Graph>()) {}
+CudaBackend::StepGraph::~StepGraph() = default;
+
+void CudaBackend::capture(StepGraph& g, const std::function<void()>& f) { g.g->capture(ctx_, f); }
+void CudaBackend::launch(StepGraph& g) { g.g->launch(); }
+
+}  // namespace forge

@@ -1,0 +1,153 @@
+// Model<Backend>'s inference over a KV cache: plan_decode, prefill and the one-token decode step,
+// written once for every backend like the training orchestration (transformer_impl.h, which
+// includes this file). ops/decode.h describes the cache.
+//
+// Prefill is the training forward (blocks_forward, the training attention kernels) over one
+// slot's prompt with a hook that stores each layer's k and v (after RoPE) into the cache, then
+// the LM head on the last position only.
+//
+// A decode step has one row per slot (N = S), so every product is (S, C) × op(W):
+//   embedding at pos → per block: (ln1 from the previous block's fused residual + norm) → one
+//   q|k|v product (Llama's q_proj, k_proj, v_proj rows are contiguous in the parameter table, so
+//   they are one (NH + 2·NKV)·HS × C matrix; GPT-2's c_attn already is one) → RoPE of q and k at
+//   pos and k, v appended to the cache at pos (one op) → decode attention over the slot's cache →
+//   output projection → residual + ln2 → MLP (GPT-2: product + GELU; Llama: gate|up product and
+//   SwiGLU, one op) → down projection → residual + next ln1 (or the final norm).
+//   Then the LM head (S, Vp) and positions += 1. Nothing reads back to the host.
+#pragma once
+
+#include <algorithm>
+
+#include "forge/core/error.h"
+#include "forge/model/transformer.h"
+
+namespace forge {
+
+template <class B>
+void Model<B>::plan_decode(int slots, int capacity) {
+  if (slots < 1) throw Error(str("decode: ", slots, " slots (expected >= 1)"));
+  if (capacity < 1 || capacity > cfg_.max_seq_len)
+    throw Error(str("decode: cache capacity ", capacity, " outside [1, max_seq_len = ", cfg_.max_seq_len, "]"));
+  const bool ring = cfg_.sliding_window > 0 && cfg_.sliding_window < capacity;
+  const int cap = ring ? cfg_.sliding_window : capacity;
+  if (slots == S_ && cap == cap_ && ring == ring_) return;
+  be_.synchronize();
+  S_ = slots;
+  cap_ = cap;
+  ring_ = ring;
+  const size_t S = slots, C = cfg_.n_embd, HS = cfg_.head_dim(), NH = cfg_.n_head, NKV = cfg_.n_kv_head;
+  const size_t FF = cfg_.ffn_hidden, Vp = cfg_.padded_vocab();
+  cache_k_.clear();
+  cache_v_.clear();
+  for (int l = 0; l < cfg_.n_layer; ++l) {
+    cache_k_.push_back(be_.act_buf(S * cap * NKV * HS));
+    cache_v_.push_back(be_.act_buf(S * cap * NKV * HS));
+  }
+  dec_tokens_ = be_.template buf<int32_t>(S);
+  dec_pos_ = be_.template buf<int32_t>(S);
+  const std::vector<int32_t> zeros(S, 0);
+  be_.upload(dec_tokens_.data(), zeros.data(), S);
+  be_.upload(dec_pos_.data(), zeros.data(), S);
+  dec_x_ = be_.act_buf(S * C);
+  dec_mid_ = be_.act_buf(S * C);
+  dec_ln_ = be_.act_buf(S * C);
+  dec_tmp_ = be_.act_buf(S * C);
+  if (gpt2()) dec_mean_ = be_.stat_buf(S);
+  dec_rstd_ = be_.stat_buf(S);
+  dec_qkv_ = be_.act_buf(S * (NH + 2 * NKV) * HS);
+  dec_atty_ = be_.act_buf(S * NH * HS);
+  dec_fc_ = be_.act_buf(S * 2 * FF);
+  dec_hidden_ = be_.act_buf(S * FF);
+  dec_logits_ = be_.act_buf(S * Vp);
+}
+
+// Keys and values of positions [max(0, T − cap), T) of the prompt to cache rows p % cap of the
+// prefilling slot: at most two contiguous runs of rows.
+template <class B>
+void Model<B>::store_prefill_kv(int l, const QkvView& in) {
+  const int64_t kvw = static_cast<int64_t>(cfg_.n_kv_head) * cfg_.head_dim();
+  const int64_t ks = in.st.k ? in.st.k : kvw, vs = in.st.v ? in.st.v : kvw;
+  const int64_t slot_row = static_cast<int64_t>(prefill_slot_) * cap_;
+  for (int p = std::max(0, T_ - cap_); p < T_;) {
+    const int r = p % cap_, n = std::min(T_ - p, cap_ - r);
+    be_.copy_rows(be_.at(cache_k_[l].data(), (slot_row + r) * kvw), kvw, be_.at(in.k, p * ks), ks, n, kvw);
+    be_.copy_rows(be_.at(cache_v_[l].data(), (slot_row + r) * kvw), kvw, be_.at(in.v, p * vs), vs, n, kvw);
+    p += n;
+  }
+}
+
+template <class B>
+void Model<B>::prefill(int slot, const int32_t* tokens, int Tn) {
+  FORGE_CHECK(S_ > 0, "prefill() needs plan_decode() first");
+  if (slot < 0 || slot >= S_) throw Error(str("prefill: slot ", slot, " outside [0, ", S_, ")"));
+  if (Tn < 1 || Tn > decode_context())
+    throw Error(str("prefill: a prompt of ", Tn, " tokens (expected 1 to ", decode_context(), ")"));
+  check_shape(1, Tn);
+  plan(1, Tn);
+  prefill_slot_ = slot;
+  try {
+    embed(tokens);
+    blocks_forward();
+  } catch (...) {
+    prefill_slot_ = -1;
+    throw;
+  }
+  prefill_slot_ = -1;
+  have_head_grad_ = false;
+  const int C = cfg_.n_embd, Vp = cfg_.padded_vocab();
+  be_.linear_fwd(be_.at(dec_logits_.data(), static_cast<int64_t>(slot) * Vp), be_.at(lnf_.data(), (Tn - 1) * C),
+                 w(table_.lm_head()), nullptr, 1, C, Vp, WeightLayout::kOutIn);
+  const int32_t pos = Tn;
+  be_.upload(dec_pos_.data() + slot, &pos, 1);
+}
+
+template <class B>
+void Model<B>::decode_block(int l) {
+  const int S = S_, C = cfg_.n_embd, NH = cfg_.n_head, NKV = cfg_.n_kv_head, HS = cfg_.head_dim();
+  const int FF = cfg_.ffn_hidden;
+  const WeightLayout lay = layout();
+  const LayerOffsets& o = table_.layer(l);
+  const int32_t* pos = dec_pos_.data();
+  const DecodeShape shape{S, NH, NKV, HS, cap_};
+  // q | k | v of every row in one product.
+  const int64_t qkvw = static_cast<int64_t>(NH + 2 * NKV) * HS;  // gpt2: 3C
+  Act qkv = dec_qkv_.data();
+  if (gpt2()) be_.linear_fwd(qkv, dec_ln_.data(), w(o.qkv_w), w(o.qkv_b), S, C, 3 * C, lay);
+  else be_.linear_fwd(qkv, dec_ln_.data(), w(o.q_w), nullptr, S, C, static_cast<int>(qkvw), lay);
+  Act q = qkv, k = be_.at(qkv, static_cast<int64_t>(NH) * HS), v = be_.at(qkv, static_cast<int64_t>(NH + NKV) * HS);
+  // RoPE of q and k at pos, and k, v into the cache: one op (one kernel on the GPU).
+  if (gpt2()) be_.kv_append(cache_k_[l].data(), cache_v_[l].data(), k, v, pos, shape, qkvw, qkvw);
+  else be_.rope_kv_append(qkv, qkvw, cache_k_[l].data(), cache_v_[l].data(), pos, shape, cfg_.rope_theta, cfg_.rope_style);
+  be_.decode_attention(dec_atty_.data(), q, cache_k_[l].data(), cache_v_[l].data(), pos, shape, qkvw);
+  be_.linear_fwd(dec_tmp_.data(), dec_atty_.data(), w(o.attn_out_w), w(o.attn_out_b), S, NH * HS, C, lay);
+  residual_norm_fwd(dec_mid_.data(), dec_ln_.data(), dec_mean_.data(), dec_rstd_.data(), dec_x_.data(),
+                    dec_tmp_.data(), o.ln2_w, o.ln2_b, S);
+  if (gpt2()) {
+    be_.linear_gelu_fwd(dec_hidden_.data(), dec_fc_.data(), dec_ln_.data(), w(o.fc_w), w(o.fc_b), S, C, FF, lay);
+  } else {
+    be_.linear_swiglu_fwd(dec_hidden_.data(), dec_fc_.data(), dec_ln_.data(), w(o.gate_w), S, C, FF);
+  }
+  be_.linear_fwd(dec_tmp_.data(), dec_hidden_.data(), w(o.down_w), w(o.down_b), S, FF, C, lay);
+  // The block's output (over its input: residual_norm_fwd's res may not alias a or b only) and
+  // the next block's ln1 or the final norm.
+  const bool last = l + 1 == cfg_.n_layer;
+  const int64_t nw = last ? table_.lnf_w() : table_.layer(l + 1).ln1_w;
+  const int64_t nb = last ? table_.lnf_b() : table_.layer(l + 1).ln1_b;
+  residual_norm_fwd(dec_x_.data(), dec_ln_.data(), dec_mean_.data(), dec_rstd_.data(), dec_mid_.data(),
+                    dec_tmp_.data(), nw, nb, S);
+}
+
+template <class B>
+void Model<B>::decode_step() {
+  FORGE_CHECK(S_ > 0, "decode_step() needs plan_decode() first");
+  const int S = S_, C = cfg_.n_embd;
+  be_.embedding_at(dec_x_.data(), dec_tokens_.data(), dec_pos_.data(), w(table_.wte()), w(table_.wpe()), S, C);
+  const LayerOffsets& o0 = table_.layer(0);
+  norm_fwd(dec_ln_.data(), dec_mean_.data(), dec_rstd_.data(), dec_x_.data(), o0.ln1_w, o0.ln1_b, S);
+  for (int l = 0; l < cfg_.n_layer; ++l) decode_block(l);
+  be_.linear_fwd(dec_logits_.data(), dec_ln_.data(), w(table_.lm_head()), nullptr, S, C, cfg_.padded_vocab(),
+                 WeightLayout::kOutIn);
+  be_.advance_positions(dec_pos_.data(), S, decode_context() - 1);
+}
+
+}  // namespace forge
