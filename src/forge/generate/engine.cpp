@@ -1,0 +1,37 @@
+#include "forge/generate/engine.h"
+
+#include "forge/backend/cuda/runtime.h"
+#include "forge/core/error.h"
+#include "forge/model/transformer.h"
+
+namespace forge {
+
+namespace {
+
+class CpuEngine final : public Engine {
+ public:
+  CpuEngine(const ModelConfig& cfg, const std::vector<float>& weights) : model_(cfg) { model_.set_weights(weights); }
+  const ModelConfig& config() const override { return model_.config(); }
+  std::string device_name() const override { return "cpu (f32)"; }
+  std::vector<GenResult> generate(const std::vector<GenRequest>& reqs, const GenOptions& opt,
+                                  const TokenCallback& on_token, GenStats* stats) override {
+    return generate_batch(model_, reqs, opt, on_token, stats);
+  }
+
+ private:
+  Transformer<float> model_;
+};
+
+}  // namespace
+
+std::unique_ptr<Engine> make_cpu_engine(const ModelConfig& cfg, const std::vector<float>& weights) {
+  return std::make_unique<CpuEngine>(cfg, weights);
+}
+
+#ifndef FORGE_HAVE_CUDA
+std::unique_ptr<Engine> make_cuda_engine(const ModelConfig&, const std::vector<float>&, const std::string&, int) {
+  throw Error("--device cuda: " + cuda::device_summary());
+}
+#endif
+
+}  // namespace forge

@@ -1,0 +1,32 @@
+// A model ready to generate on one device, behind one interface: the CLI (forge generate, forge
+// bench generate, later forge serve) picks the device at run time without knowing the backend
+// types. Both engines run generate_batch (generator.h) over Model<Backend>.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "forge/generate/generator.h"
+#include "forge/model/config.h"
+
+namespace forge {
+
+class Engine {
+ public:
+  virtual ~Engine() = default;
+  virtual const ModelConfig& config() const = 0;
+  virtual std::string device_name() const = 0;
+  virtual std::vector<GenResult> generate(const std::vector<GenRequest>& reqs, const GenOptions& opt,
+                                          const TokenCallback& on_token = {}, GenStats* stats = nullptr) = 0;
+};
+
+// The CPU model (f32) with these weights (the parameter table's layout, f32).
+std::unique_ptr<Engine> make_cpu_engine(const ModelConfig& cfg, const std::vector<float>& weights);
+
+// The CUDA model on GPU `device` computing in `dtype` ("bf16", "fp16" or "fp32"); throws
+// forge::Error naming the reason when this build or machine has no CUDA GPU.
+std::unique_ptr<Engine> make_cuda_engine(const ModelConfig& cfg, const std::vector<float>& weights,
+                                         const std::string& dtype, int device = 0);
+
+}  // namespace forge

@@ -1,0 +1,43 @@
+// make_cuda_engine: generation on Model<CudaBackend>.
+#include "forge/backend/cuda/runtime.h"
+#include "forge/core/error.h"
+#include "forge/generate/engine.h"
+#include "forge/model/transformer_cuda.h"
+
+namespace forge {
+
+namespace {
+
+class CudaEngine final : public Engine {
+ public:
+  CudaEngine(const ModelConfig& cfg, const std::vector<float>& weights, DType dt, int device)
+      : ctx_(device), model_(cfg, ctx_, CudaModelOptions{dt, {}, AttentionPath::kAuto}), dt_(dt) {
+    model_.set_weights(weights);
+  }
+  const ModelConfig& config() const override { return model_.config(); }
+  std::string device_name() const override { return str(cuda::device_summary(), " (", dtype_name(dt_), ")"); }
+  std::vector<GenResult> generate(const std::vector<GenRequest>& reqs, const GenOptions& opt,
+                                  const TokenCallback& on_token, GenStats* stats) override {
+    return generate_batch(model_, reqs, opt, on_token, stats);
+  }
+
+ private:
+  cuda::Context ctx_;
+  CudaTransformer model_;
+  DType dt_;
+};
+
+}  // namespace
+
+std::unique_ptr<Engine> make_cuda_engine(const ModelConfig& cfg, const std::vector<float>& weights,
+                                         const std::string& dtype, int device) {
+  if (!cuda::available()) throw Error("--device cuda: " + cuda::device_summary());
+  DType dt;
+  if (dtype == "fp32") dt = DType::kF32;
+  else if (dtype == "bf16") dt = DType::kBF16;
+  else if (dtype == "fp16") dt = DType::kF16;
+  else throw Error(str("unknown precision '", dtype, "' (expected bf16, fp16 or fp32)"));
+  return std::make_unique<CudaEngine>(cfg, weights, dt, device);
+}
+
+}  // namespace forge
