@@ -35,6 +35,20 @@ struct AttentionBenchOptions {
   std::string json_out;                    // write results here when non-empty
 };
 
+// forge bench generate: KV-cache decoding throughput (CPU or CUDA).
+struct GenerateBenchOptions {
+  std::string preset = "smollm2-135m";
+  std::string device = "cuda";
+  std::string precision = "bf16";
+  int prompt_len = 128;
+  int new_tokens = 256;
+  std::vector<int> batches = {1, 8, 32, 128};
+  int repeats = 3;
+  bool graph = true;
+  std::string json_out;
+};
+void generate_bench(const GenerateBenchOptions& o);
+
 // Throw forge::Error when Forge was built without CUDA or no GPU is present.
 void gemm_cuda(const BenchOptions& o);
 void small_gemm_cuda(const BenchOptions& o);  // bench gemm --rows

@@ -189,7 +189,8 @@ int cmd_bench(const Argv& argv) {
         "  tokenizer  BPE training time and encode throughput\n"
         "  gemm       cuBLASLt TFLOP/s on a preset's GEMM shapes (CUDA)\n"
         "  attention  flash attention fwd/bwd TFLOP/s beside PyTorch flash and cuDNN (CUDA)\n"
-        "  train      training tokens/s, MFU, step time, memory (CUDA)\n\n"
+        "  train      training tokens/s, MFU, step time, memory (CUDA)\n"
+        "  generate   KV-cache decoding: time to first token, tokens/s by batch size (CUDA or CPU)\n\n"
         "`forge bench <what> --help` describes each one's options.\n");
     return argv.empty() ? 1 : 0;
   }
@@ -197,7 +198,7 @@ int cmd_bench(const Argv& argv) {
   if (what == "tokenizer") return bench_tokenizer(Argv(argv.begin() + 1, argv.end()));
   if (what == "gemm" || what == "train" || what == "attention")
     return bench_gpu(what, Argv(argv.begin() + 1, argv.end()));
-  if (what == "generate") throw Error(str("bench ", what, ": not implemented yet"));
+  if (what == "generate") return bench_generate(Argv(argv.begin() + 1, argv.end()));
   throw Error(str("unknown benchmark '", what,
                   "' (expected tokenizer, gemm, attention, train or generate)"));
 }

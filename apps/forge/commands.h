@@ -14,6 +14,8 @@ int cmd_generate(const Argv& argv);
 int cmd_quickstart(const Argv& argv);
 // forge bench gemm|train|attention (cmd_bench_gpu.cpp), called by cmd_bench.
 int bench_gpu(const std::string& what, const Argv& argv);
+// forge bench generate (cmd_bench_generate.cpp).
+int bench_generate(const Argv& argv);
 int cmd_tokenizer(const Argv& argv);
 int cmd_data(const Argv& argv);
 int cmd_bench(const Argv& argv);

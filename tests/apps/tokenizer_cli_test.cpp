@@ -149,7 +149,7 @@ TEST_F(TokenizerCli, OneLineErrors) {
                     "bad token id 'x'");
   expect_user_error(forge("tokenizer decode --tokenizer " + p("t.json") + " --ids 1,99999"),
                     "99999");
-  expect_user_error(forge("bench generate"), "not implemented yet");
+  expect_user_error(forge("bench generate --batches 1,0"), "--batches: expected an integer in [1, 4096], got '0'");
   expect_user_error(forge("bench gemm --batch 0"),
                     "--batch: expected an integer in [1, 2147483647], got '0'");
   expect_user_error(forge("bench attention --causal maybe"), "--causal must be yes, no or both");
