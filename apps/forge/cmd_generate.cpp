@@ -43,6 +43,7 @@ const Command kGenerate = {
      {"seed", "S", "sampling seed, 0 to 2^64-1 (default 0)"},
      {"stop", "STR", "stop before this text (several allowed)", true},
      {"ignore-eos", "", "do not stop at the end-of-sequence ids of generation_config.json"},
+     {"parse-special", "", "read special-token strings in prompt text (<|endoftext|>) as their ids"},
      {"device", "D", "cpu (default) or cuda"},
      {"precision", "P", "CUDA compute dtype: bf16 (default), fp16 or fp32"},
      {"max-batch", "N", "requests decoded together with --input (default 32)"},
@@ -56,7 +57,9 @@ const Command kGenerate = {
     "taken (greedy). Generation stops at an end-of-sequence id of generation_config.json (not\n"
     "printed), at a --stop string (not printed), after --max-new-tokens, or when the sequence\n"
     "fills the model's context (max_seq_len; a note says so). A prompt longer than the context\n"
-    "is refused. --prompt text gets the special tokens the tokenizer's post-processor adds (BOS)."};
+    "is refused. Prompt text is encoded as `forge data prepare` encodes documents (a literal\n"
+    "<|endoftext|> is text; --parse-special reads it as the special id), then gets the special\n"
+    "tokens the tokenizer's post-processor adds (BOS)."};
 
 // The flags' sampling settings (only those given).
 SamplingOverrides flag_overrides(const Args& a) {
@@ -102,7 +105,10 @@ int cmd_generate(const Argv& argv) {
   if (std::filesystem::exists(dir + "/tokenizer.json")) tokenizer = tok::Tokenizer::load(dir + "/tokenizer.json");
   auto encode_prompt = [&](const std::string& text, const std::string& where) {
     if (!tokenizer) throw Error(str(where, dir, ": no tokenizer.json, so a text prompt cannot be encoded; give ids"));
-    std::vector<int32_t> ids = tokenizer->with_special_tokens(tokenizer->encode(text));
+    // As `forge data prepare` encodes documents: a literal special-token string is text, unless
+    // --parse-special asks for its id.
+    std::vector<int32_t> ids = tokenizer->with_special_tokens(
+        a.has("parse-special") ? tokenizer->encode(text) : tokenizer->encode_ordinary(text));
     if (ids.empty()) throw Error(str(where, "the prompt is empty"));
     return ids;
   };

@@ -14,6 +14,7 @@
 #include "forge/generate/sampler.h"
 #include "forge/model/config.h"
 #include "forge/model/model_dir.h"
+#include "forge/tokenizer/tokenizer.h"
 
 namespace forge {
 namespace {
@@ -121,6 +122,22 @@ TEST_F(GenerateCliTest, StopStringEndsTheTextBeforeIt) {
       generate_json("--ids 5,6,7 --max-new-tokens 25 --temperature 0.8 --seed 2 --ignore-eos --stop " + stop);
   EXPECT_EQ(j["text"], text.substr(0, text.find(stop))) << "stop " << stop;
   EXPECT_EQ(j["finish_reason"], "stop_string");
+}
+
+// A literal special-token string in --prompt is text, as `forge data prepare` reads documents;
+// --parse-special reads it as the special id.
+TEST_F(GenerateCliTest, SpecialTokenStringsArePlainTextUnlessAsked) {
+  const tok::Tokenizer t = tok::Tokenizer::load(p("model") + "/tokenizer.json");
+  const std::vector<int32_t> plain = t.encode_ordinary("<|endoftext|>"), special = t.encode("<|endoftext|>");
+  ASSERT_EQ(special, std::vector<int32_t>{0});
+  ASSERT_NE(plain, special);
+  std::string plain_ids;
+  for (int32_t id : plain) plain_ids += (plain_ids.empty() ? "" : ",") + std::to_string(id);
+  const std::string g = " --max-new-tokens 8 --temperature 0 --ignore-eos";
+  // The two prompts continue differently, so the checks below can tell them apart.
+  ASSERT_NE(generate_json("--ids " + plain_ids + g)["ids"], generate_json("--ids 0" + g)["ids"]);
+  EXPECT_EQ(generate_json("--prompt '<|endoftext|>'" + g)["ids"], generate_json("--ids " + plain_ids + g)["ids"]);
+  EXPECT_EQ(generate_json("--prompt '<|endoftext|>' --parse-special" + g)["ids"], generate_json("--ids 0" + g)["ids"]);
 }
 
 TEST_F(GenerateCliTest, ContextLimitAndBadInputs) {
