@@ -16,5 +16,8 @@ const char* dtype_name(DType t);   // "f32", "bf16", ...
 const char* device_name(Device d); // "cpu", "cuda"
 // Parses "cpu" / "cuda"; throws forge::Error naming the bad value.
 Device parse_device(const std::string& s);
+// Parses a GPU compute precision: "fp32", "bf16" or "fp16" (the --precision values); throws
+// forge::Error naming the bad value.
+DType parse_precision(const std::string& s);
 
 }  // namespace forge

@@ -34,6 +34,13 @@ Device parse_device(const std::string& s) {
   throw Error(str("unknown device '", s, "' (expected cpu or cuda)"));
 }
 
+DType parse_precision(const std::string& s) {
+  if (s == "fp32") return DType::kF32;
+  if (s == "bf16") return DType::kBF16;
+  if (s == "fp16") return DType::kF16;
+  throw Error(str("unknown precision '", s, "' (expected fp32, bf16 or fp16)"));
+}
+
 int64_t shape_numel(const Shape& s) {
   int64_t n = 1;
   for (int64_t d : s) n *= d;

@@ -1,5 +1,6 @@
 // make_cuda_engine: generation on Model<CudaBackend>.
 #include "forge/backend/cuda/runtime.h"
+#include "forge/core/dtype.h"
 #include "forge/core/error.h"
 #include "forge/generate/engine.h"
 #include "forge/model/transformer_cuda.h"
@@ -32,12 +33,7 @@ class CudaEngine final : public Engine {
 std::unique_ptr<Engine> make_cuda_engine(const ModelConfig& cfg, const std::vector<float>& weights,
                                          const std::string& dtype, int device) {
   if (!cuda::available()) throw Error("--device cuda: " + cuda::device_summary());
-  DType dt;
-  if (dtype == "fp32") dt = DType::kF32;
-  else if (dtype == "bf16") dt = DType::kBF16;
-  else if (dtype == "fp16") dt = DType::kF16;
-  else throw Error(str("unknown precision '", dtype, "' (expected bf16, fp16 or fp32)"));
-  return std::make_unique<CudaEngine>(cfg, weights, dt, device);
+  return std::make_unique<CudaEngine>(cfg, weights, parse_precision(dtype), device);
 }
 
 }  // namespace forge

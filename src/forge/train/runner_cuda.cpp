@@ -356,12 +356,7 @@ class CudaRunner final : public StepRunner {
 std::unique_ptr<StepRunner> make_cuda_runner(const ModelConfig& cfg, const std::string& precision,
                                              const CudaSettings& settings) {
   if (!cuda::available()) throw Error("--device cuda: " + cuda::device_summary());
-  DType dt;
-  if (precision == "fp32") dt = DType::kF32;
-  else if (precision == "bf16") dt = DType::kBF16;
-  else if (precision == "fp16") dt = DType::kF16;
-  else throw Error(str("unknown precision '", precision, "' (expected fp32, bf16 or fp16)"));
-  return std::make_unique<CudaRunner>(cfg, dt, settings);
+  return std::make_unique<CudaRunner>(cfg, parse_precision(precision), settings);
 }
 
 }  // namespace forge

@@ -10,6 +10,7 @@
 #include <optional>
 #include <sstream>
 
+#include "forge/core/dtype.h"
 #include "forge/core/error.h"
 #include "forge/core/timer.h"
 #include "forge/generate/generation_config.h"
@@ -82,10 +83,8 @@ std::string default_precision(const std::string& device) {
 
 // Every way in checks here, resume() included (its device may come from a run configuration).
 void check_device(const std::string& device, const std::string& precision) {
-  if (device != "cpu" && device != "cuda")
-    throw Error(str("unknown device '", device, "' (expected cpu or cuda)"));
-  if (precision != "fp32" && precision != "bf16" && precision != "fp16")
-    throw Error(str("unknown precision '", precision, "' (expected fp32, bf16 or fp16)"));
+  parse_device(device);        // throws for an unknown device
+  parse_precision(precision);  // and for an unknown precision
   if (device == "cpu" && precision != "fp32")
     throw Error(str("--precision ", precision, " needs --device cuda; the CPU trains in fp32"));
 }
