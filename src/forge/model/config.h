@@ -1,6 +1,9 @@
 // ModelConfig: the architecture of a model, for the two families Forge implements.
 //  - gpt2:  learned positions, LayerNorm with bias, GELU (tanh), biases everywhere, tied head.
-//  - llama: RMSNorm, RoPE, SwiGLU, grouped-query attention, no biases, tied or untied head.
+//  - llama: RMSNorm, RoPE, SwiGLU, grouped-query attention, tied or untied head; and the
+//    Llama-shaped Hugging Face types as small deltas on it (LlamaVariant): Mistral (sliding
+//    window), Qwen2 (q/k/v biases), Qwen3 (per-head q/k RMSNorm, explicit head_dim), Llama 3's
+//    RoPE scaling, Llama's attention_bias.
 // Presets name common shapes; `key=value` overrides change single fields; config.json in the
 // Hugging Face dialects is read and written here too (one place knows the field names).
 #pragma once
@@ -17,6 +20,11 @@ namespace forge {
 
 enum class Family { kGpt2, kLlama };
 
+// The Hugging Face model_type a llama-family model is read from and saved as. The computation is
+// fixed by the feature fields of ModelConfig (biases, qk_norm, head_size, window); the variant
+// says which of them the type allows (ModelConfig::validate checks the combination).
+enum class LlamaVariant { kLlama, kMistral, kQwen2, kQwen3 };
+
 struct ModelConfig {
   Family family = Family::kGpt2;
   int vocab_size = 50257;   // V: real vocabulary; the embedding is padded to padded_vocab()
@@ -31,8 +39,22 @@ struct ModelConfig {
   RopeStyle rope_style = RopeStyle::kRotateHalf;  // llama only
   bool tie_embeddings = true;  // lm_head shares the token embedding
   int sliding_window = 0;      // 0 = full causal attention (Mistral uses 4096)
+  // Llama-family features beyond plain Llama (all off for gpt2).
+  LlamaVariant variant = LlamaVariant::kLlama;
+  int head_size = 0;        // HS when set (Qwen3, Gemma-style); 0: n_embd / n_head
+  bool qkv_bias = false;    // biases on q_proj, k_proj, v_proj (Qwen2; Llama/Qwen3 attention_bias)
+  bool o_bias = false;      // bias on o_proj (Llama/Qwen3 attention_bias)
+  bool qk_norm = false;     // RMSNorm over each head of q and k before RoPE (Qwen3), weights (HS)
+  Rope rope_scaling_params; // scaling, factor, ... (theta and style come from the two fields above)
 
-  int head_dim() const { return n_embd / n_head; }  // HS
+  int head_dim() const { return head_size > 0 ? head_size : n_embd / n_head; }  // HS
+  // The op-level RoPE description: rope_theta, rope_style and the scaling.
+  Rope rope() const {
+    Rope r = rope_scaling_params;
+    r.theta = rope_theta;
+    r.style = rope_style;
+    return r;
+  }
   // V rounded up to a multiple of 64: GEMM-friendly; padded logits are never predicted.
   int padded_vocab() const { return (vocab_size + 63) / 64 * 64; }
   // Throws forge::Error naming the inconsistent field.

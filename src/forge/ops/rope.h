@@ -1,15 +1,38 @@
 // Rotary position embedding, applied in place to q or k laid out (B, T, H, HS).
-// Frequencies: inv_freq_i = base^(−2i/HS), i in [0, HS/2); angle = (pos0 + t) · inv_freq_i.
-// Two pairings of the HS channels:
-//  - kRotateHalf: channel i pairs with i + HS/2 (Hugging Face Llama / Mistral / SmolLM2 weights
-//    are stored for this one);
+// Frequencies: inv_freq_i = base^(−2i/HS), i in [0, HS/2), then rescaled as Rope::scaling says;
+// angle = (pos0 + t) · inv_freq_i. Two pairings of the HS channels:
+//  - kRotateHalf: channel i pairs with i + HS/2 (Hugging Face Llama / Mistral / Qwen / SmolLM2
+//    weights are stored for this one);
 //  - kInterleaved: channel 2i pairs with 2i + 1 (GPT-J / Meta's original Llama code).
 // Each pair (x0, x1) → (x0·cos − x1·sin, x0·sin + x1·cos).
 #pragma once
 
+#include <vector>
+
 namespace forge {
 
 enum class RopeStyle { kRotateHalf, kInterleaved };
+
+// Hugging Face's rope_type values that Forge computes exactly (transformers'
+// modeling_rope_utils): none ("default"), "linear" (inv_freq / factor), "llama3" (Llama 3.1's
+// wavelength-dependent blend), "dynamic" (NTK-aware; within original_max_positions — the only
+// contexts Forge runs such a model at — it is the unscaled default).
+enum class RopeScaling { kNone, kLinear, kLlama3, kDynamic };
+
+// Everything an op needs to know about RoPE: aggregate, so Rope{theta, style} reads as before.
+struct Rope {
+  float theta = 10000.0f;  // base
+  RopeStyle style = RopeStyle::kRotateHalf;
+  RopeScaling scaling = RopeScaling::kNone;
+  float factor = 1.0f;                 // linear, llama3, dynamic
+  float low_freq_factor = 1.0f;        // llama3
+  float high_freq_factor = 4.0f;       // llama3
+  int original_max_positions = 0;      // llama3, dynamic: the pretraining context
+};
+
+// inv_freq_i (HS/2 values) in double, with the scaling applied: the one place the frequencies
+// are computed, for every backend (the GPU kernels take this table from the host).
+std::vector<double> rope_inv_freq(const Rope& rope, int HS);
 
 }  // namespace forge
 
