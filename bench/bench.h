@@ -5,6 +5,7 @@
 
 #include <array>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "forge/train/runner.h"
@@ -19,6 +20,7 @@ struct BenchOptions {
   int warmup = 3;
   std::string precision = "bf16";
   std::string json_out;   // write results here when non-empty
+  std::vector<std::pair<std::string, std::string>> overrides;  // train: model key=value over the preset
   CudaSettings cuda;      // attention path, CUDA graphs (the CLI reads FORGE_ATTENTION etc.)
   // bench gemm --rows: the small-N linear kernels at these row counts, on these presets' shapes
   std::vector<int> rows;

@@ -33,8 +33,14 @@ void train_cuda(const BenchOptions& o) {
   if (!cuda::available())
     throw Error("forge bench train needs a CUDA GPU: " + cuda::device_summary());
   ModelConfig cfg = preset_config(o.preset);
+  std::string shape = o.preset;
+  for (const auto& [key, value] : o.overrides) {
+    if (!apply_model_override(cfg, key, value)) throw Error("--set: unknown model setting '" + key + "'");
+    shape += " " + key + "=" + value;
+  }
   const int B = o.batch, T = o.seq_len;
   if (T > cfg.max_seq_len) cfg.max_seq_len = T;
+  cfg.validate();
   std::unique_ptr<StepRunner> runner = make_cuda_runner(cfg, o.precision, o.cuda);
   const int64_t P = runner->table().total();
   {
@@ -90,7 +96,7 @@ void train_cuda(const BenchOptions& o) {
   std::printf(
       "forge bench train: %s (%.1fM parameters), %s, micro-batch %d x %d, %d "
       "micro-batch(es)/step\n",
-      o.preset.c_str(), P / 1e6, o.precision.c_str(), B, T, accum);
+      shape.c_str(), P / 1e6, o.precision.c_str(), B, T, accum);
   std::printf(
       "device %s; median of %d steps after %d warm-up\n\n",
       runner->describe().c_str(), o.steps, o.warmup);
@@ -126,6 +132,7 @@ void train_cuda(const BenchOptions& o) {
   if (!o.json_out.empty())
     std::ofstream(o.json_out) << nlohmann::json{{"bench", "train"},
                                                 {"preset", o.preset},
+                                                {"shape", shape},
                                                 {"precision", o.precision},
                                                 {"batch", B},
                                                 {"seq_len", T},

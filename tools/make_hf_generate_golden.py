@@ -11,7 +11,8 @@ Three prompts per model, of lengths 7, 7 and 3 (the golden ids and a prefix), so
 sequences at different positions. EOS is switched off (eos_token_id None) so every continuation
 has N ids; the mistral model's sliding window (3) is shorter than every sequence.
 
-Usage: python3 tools/make_hf_generate_golden.py [GOLDEN_DIR]   (default tests/data/hf_golden)
+Usage: python3 tools/make_hf_generate_golden.py [GOLDEN_DIR [NAME...]]
+       (default tests/data/hf_golden, every model in it)
 Needs: torch, transformers (runs on the CPU in float32, eager attention).
 """
 
@@ -29,7 +30,10 @@ N = 20
 def main():
     root = sys.argv[1] if len(sys.argv) > 1 else os.path.join(
         os.path.dirname(os.path.abspath(__file__)), "..", "tests", "data", "hf_golden")
+    only = set(sys.argv[2:])
     for name in sorted(os.listdir(root)):
+        if only and name not in only:
+            continue
         d = os.path.join(root, name)
         if not os.path.exists(os.path.join(d, "golden.json")):
             continue

@@ -13,7 +13,11 @@ generation_config.json) and golden.json:
    "grad_norms": {hf_name: float}}         ||d loss / d p||_2 for every named parameter
 
 The models: llama with grouped-query attention (untied head), llama tied, gpt2 (Conv1D
-weights, learned positions, biases), mistral with a sliding window of 3 < T = 7. V = 100 is
+weights, learned positions, biases), mistral with a sliding window of 3 < T = 7; and the
+Llama-shaped families of issue 13: qwen2 (q/k/v biases), qwen3 (per-head q/k RMSNorm, head_dim 16
+while hidden/heads is 8), llama with attention_bias (q/k/v/o biases) and an explicit head_dim,
+llama with RoPE scaling of type llama3 (head size 16 so the three wavelength regimes all occur:
+unchanged, blended, divided), linear and dynamic. V = 100 is
 not a multiple of 64, so Forge's padded-vocabulary path is exercised. Weights are drawn with
 std 0.1 (larger than the usual 0.02, so logits are far from uniform) and norm gains and
 biases are perturbed away from 1 and 0, so a swapped or ignored tensor changes the numbers.
@@ -21,7 +25,9 @@ biases are perturbed away from 1 and 0, so a swapped or ignored tensor changes t
 Everything runs on the CPU in float32 with eager attention: deterministic, no GPU needed.
 Total size is about 0.7 MB.
 
-Usage: python3 tools/make_hf_golden.py [OUT_DIR]      (default tests/data/hf_golden)
+Usage: python3 tools/make_hf_golden.py [OUT_DIR [NAME...]]   (default tests/data/hf_golden, all)
+Models are drawn in the order of configs() from one generator, so writing only some NAMEs gives
+them the same weights as a full run (and leaves the other directories alone).
 Needs: torch, transformers (written against transformers 5.x / torch 2.x; works with 4.4x).
 """
 
@@ -34,7 +40,22 @@ import sys
 import torch
 import transformers
 from transformers import (GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM,
-                          MistralConfig, MistralForCausalLM)
+                          MistralConfig, MistralForCausalLM, Qwen2Config, Qwen2ForCausalLM,
+                          Qwen3Config, Qwen3ForCausalLM)
+
+V5 = int(transformers.__version__.split(".")[0]) >= 5
+
+
+def rope(theta, **scaling):
+    """RoPE settings in this transformers version's dialect: rope_parameters (5.x) or
+    rope_theta + rope_scaling (4.x)."""
+    if V5:
+        return {"rope_parameters": {"rope_type": scaling.pop("rope_type", "default"),
+                                    "rope_theta": theta, **scaling}}
+    out = {"rope_theta": theta}
+    if scaling:
+        out["rope_scaling"] = scaling
+    return out
 
 B, T, V = 2, 7, 100
 SEED = 1234
@@ -59,6 +80,37 @@ def configs():
             num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=1, head_dim=8,
             sliding_window=3, rms_norm_eps=1e-5, rope_theta=10000.0, hidden_act="silu",
             tie_word_embeddings=False, attention_dropout=0.0)),
+        "qwen2_bias": (Qwen2ForCausalLM, Qwen2Config(
+            vocab_size=V, max_position_embeddings=32, hidden_size=32, intermediate_size=64,
+            num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, rms_norm_eps=1e-6,
+            use_sliding_window=False, tie_word_embeddings=True, attention_dropout=0.0,
+            **rope(1000000.0))),
+        "qwen3_qk_norm": (Qwen3ForCausalLM, Qwen3Config(
+            vocab_size=V, max_position_embeddings=32, hidden_size=32, intermediate_size=48,
+            num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, head_dim=16,
+            rms_norm_eps=1e-6, attention_bias=False, use_sliding_window=False,
+            tie_word_embeddings=False, attention_dropout=0.0, **rope(1000000.0))),
+        "llama_attention_bias": (LlamaForCausalLM, LlamaConfig(
+            vocab_size=V, max_position_embeddings=32, hidden_size=32, intermediate_size=64,
+            num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, head_dim=16,
+            rms_norm_eps=1e-5, hidden_act="silu", attention_bias=True, mlp_bias=False,
+            tie_word_embeddings=False, **rope(10000.0))),
+        "llama3_rope_scaling": (LlamaForCausalLM, LlamaConfig(
+            vocab_size=V, max_position_embeddings=256, hidden_size=64, intermediate_size=96,
+            num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, rms_norm_eps=1e-5,
+            hidden_act="silu", attention_bias=False, mlp_bias=False, tie_word_embeddings=True,
+            **rope(500000.0, rope_type="llama3", factor=8.0, low_freq_factor=1.0,
+                   high_freq_factor=4.0, original_max_position_embeddings=64))),
+        "llama_linear_rope": (LlamaForCausalLM, LlamaConfig(
+            vocab_size=V, max_position_embeddings=128, hidden_size=32, intermediate_size=64,
+            num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=4, rms_norm_eps=1e-5,
+            hidden_act="silu", attention_bias=False, mlp_bias=False, tie_word_embeddings=True,
+            **rope(10000.0, rope_type="linear", factor=4.0))),
+        "llama_dynamic_rope": (LlamaForCausalLM, LlamaConfig(
+            vocab_size=V, max_position_embeddings=32, hidden_size=32, intermediate_size=64,
+            num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=4, rms_norm_eps=1e-5,
+            hidden_act="silu", attention_bias=False, mlp_bias=False, tie_word_embeddings=True,
+            **rope(10000.0, rope_type="dynamic", factor=2.0))),
     }
 
 
@@ -86,6 +138,7 @@ def randomize(model, gen):
 def main():
     out_root = sys.argv[1] if len(sys.argv) > 1 else os.path.join(
         os.path.dirname(os.path.abspath(__file__)), "..", "tests", "data", "hf_golden")
+    only = set(sys.argv[2:])
     torch.manual_seed(SEED)
     gen = torch.Generator().manual_seed(SEED)
     ids = torch.randint(0, V, (B, T), generator=gen)
@@ -109,6 +162,8 @@ def main():
             logits[:, :-1].reshape(-1, V).double(), ids[:, 1:].reshape(-1))
         assert math.isclose(float(manual), float(out.loss), rel_tol=1e-5), (manual, out.loss)
 
+        if only and name not in only:
+            continue
         d = os.path.join(out_root, name)
         if os.path.isdir(d):
             shutil.rmtree(d)

@@ -25,6 +25,8 @@ const Command kBenchGpu = {
      {"seq-len", "T", "sequence length (default 1024)"},
      {"steps", "N", "timed steps for train (default 20)"},
      {"precision", "bf16|fp32|fp16", "train precision (default bf16)"},
+     {"set", "KEY=VALUE", "train: a model setting over the preset (forge train --help lists them), "
+      "e.g. --set variant=qwen3", true},
      {"rows", "N", "gemm: the small-N linear kernels vs cuBLASLt at these row counts (1..32)", true},
      {"sweep", "", "gemm --rows: also time every tiling of the small-N kernels"},
      {"device", "cuda", "the only device these benchmarks run on"},
@@ -111,6 +113,11 @@ int bench_gpu(const std::string& what, const Argv& argv) {
   o.steps = a.get_int("steps", o.steps, 1, std::numeric_limits<int>::max());
   o.precision = a.get("precision", o.precision);
   o.json_out = a.get("json-out", "");
+  for (const std::string& kv : a.all("set")) {
+    const size_t eq = kv.find('=');
+    if (eq == std::string::npos || eq == 0) throw Error("--set: expected KEY=VALUE, got '" + kv + "'");
+    o.overrides.emplace_back(kv.substr(0, eq), kv.substr(eq + 1));
+  }
   o.cuda = cuda_settings_from_env();
   for (const std::string& r : a.all("rows")) o.rows.push_back(parse_int("--rows", r, 1, cuda::kSmallLinearMaxRows));
   o.presets = a.has("preset") ? std::vector<std::string>{o.preset}

@@ -27,6 +27,8 @@ const Command kInspect = {
 
 nlohmann::json config_json(const ModelConfig& c) {
   nlohmann::json j = {{"family", c.family_name()},
+                      {"model_type", c.model_type()},
+                      {"features", model_features(c)},
                       {"vocab_size", c.vocab_size},
                       {"max_seq_len", c.max_seq_len},
                       {"n_layer", c.n_layer},
@@ -77,9 +79,13 @@ int cmd_inspect(const Argv& argv) {
     std::printf("%s\n", j.dump().c_str());
     return 0;
   }
-  std::printf("%s: %s model, %.3fM parameters (%lld)\n", dir.c_str(),
-              info.hf_config.value("model_type", "").c_str(), info.num_params / 1e6,
-              static_cast<long long>(info.num_params));
+  std::printf("%s: %s model (%s family), %.3fM parameters (%lld)\n", dir.c_str(),
+              info.hf_config.value("model_type", "").c_str(), c.family_name().c_str(),
+              info.num_params / 1e6, static_cast<long long>(info.num_params));
+  const std::vector<std::string> features = model_features(c);
+  std::string joined;
+  for (const auto& f : features) joined += (joined.empty() ? "" : ", ") + f;
+  std::printf("  features: %s\n", features.empty() ? "none beyond the family's plain form" : joined.c_str());
   std::printf(
       "  vocab_size %d | max_seq_len %d | n_layer %d | n_embd %d | n_head %d | n_kv_head %d"
       " | head_dim %d | ffn_hidden %d | norm_eps %g\n",

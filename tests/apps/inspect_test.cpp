@@ -116,6 +116,28 @@ TEST_F(InspectTest, InspectShowsConfigTensorsAndParameterCount) {
   EXPECT_NE(text.out.find("model.layers.0.mlp.gate_proj.weight"), std::string::npos) << text.out;
 }
 
+// The golden Qwen3 and scaled-RoPE Llama models: inspect names the type, the family and each
+// feature in use, in text and in JSON.
+TEST_F(InspectTest, InspectNamesTheFamilyAndEveryFeature) {
+  const std::string golden = std::string(FORGE_SOURCE_DIR) + "/tests/data/hf_golden/";
+  const CmdResult q3 = forge("inspect " + golden + "qwen3_qk_norm");
+  ASSERT_EQ(q3.code, 0) << q3.err;
+  EXPECT_NE(q3.out.find("qwen3 model (llama family)"), std::string::npos) << q3.out;
+  EXPECT_NE(q3.out.find("qk-norm"), std::string::npos) << q3.out;
+  EXPECT_NE(q3.out.find("head_dim 16 (hidden/heads is 8)"), std::string::npos) << q3.out;
+  const CmdResult l3 = forge("inspect " + golden + "llama3_rope_scaling --json");
+  ASSERT_EQ(l3.code, 0) << l3.err;
+  const auto j = nlohmann::json::parse(l3.out);
+  EXPECT_EQ(j["config"]["model_type"], "llama");
+  bool scaling = false;
+  for (const auto& f : j["config"]["features"])
+    scaling |= f.get<std::string>().starts_with("RoPE scaling llama3 (factor 8");
+  EXPECT_TRUE(scaling) << j["config"]["features"].dump();
+  const CmdResult q2 = forge("inspect " + golden + "qwen2_bias");
+  ASSERT_EQ(q2.code, 0) << q2.err;
+  EXPECT_NE(q2.out.find("q/k/v biases"), std::string::npos) << q2.out;
+}
+
 TEST_F(InspectTest, ValidateRoundTripsAndPrintsTheFilesSha256) {
   const CmdResult r =
       forge("validate " + p("model") + " --json --ids 3,1,4,1,5 --logits " + p("logits.json"));

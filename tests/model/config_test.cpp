@@ -111,6 +111,20 @@ TEST(ModelConfig, EverySettingSetsItsMember) {
       {"tie_embeddings",
        {"false", 0, [](const ModelConfig& c) { return c.tie_embeddings ? 1 : 0; }}},
       {"sliding_window", {"64", 64, [](const ModelConfig& c) { return c.sliding_window; }}},
+      {"variant",
+       {"qwen2", 1, [](const ModelConfig& c) { return c.variant == LlamaVariant::kQwen2 ? 1 : 0; }}},
+      {"head_size", {"48", 48, [](const ModelConfig& c) { return c.head_size; }}},
+      {"qkv_bias", {"true", 1, [](const ModelConfig& c) { return c.qkv_bias ? 1 : 0; }}},
+      {"o_bias", {"true", 1, [](const ModelConfig& c) { return c.o_bias ? 1 : 0; }}},
+      {"qk_norm", {"true", 1, [](const ModelConfig& c) { return c.qk_norm ? 1 : 0; }}},
+      {"rope_scaling",
+       {"llama3", 1,
+        [](const ModelConfig& c) { return c.rope_scaling == RopeScaling::kLlama3 ? 1 : 0; }}},
+      {"rope_factor", {"8", 8, [](const ModelConfig& c) { return c.rope_factor; }}},
+      {"rope_low_freq_factor", {"2", 2, [](const ModelConfig& c) { return c.rope_low_freq_factor; }}},
+      {"rope_high_freq_factor", {"8", 8, [](const ModelConfig& c) { return c.rope_high_freq_factor; }}},
+      {"rope_original_max_positions",
+       {"8192", 8192, [](const ModelConfig& c) { return c.rope_original_max_positions; }}},
   };
   const auto listed = model_settings();
   EXPECT_EQ(listed.size(), real.size());

@@ -46,9 +46,10 @@ class DecodeCudaTest : public CudaTest {
   }
 
   void expect_matches_cpu(const ModelConfig& cfg, DType dt, testing::Tol tol, const std::vector<int>& prompt_len,
-                          int steps, int capacity) {
+                          int steps, int capacity, bool perturb = false) {
     Transformer<float> cpu(cfg);
     cpu.init_weights(21);
+    if (perturb) testing::perturb_weights(cpu.weights(), 22);
     CudaTransformer gpu(cfg, ctx(), CudaModelOptions{dt, {}, AttentionPath::kAuto});
     gpu.set_weights(cpu.weights_host());
     const int S = static_cast<int>(prompt_len.size()), Vp = cfg.padded_vocab();
@@ -108,6 +109,16 @@ TEST_F(DecodeCudaTest, SlidingWindowRingMatchesCpu) {
   cfg.sliding_window = 6;  // prompts longer than the window, and steps that wrap the ring
   expect_matches_cpu(cfg, DType::kF32, kTolF32Decode, {9, 3}, 14, 32);
   expect_matches_cpu(cfg, DType::kBF16, cuda::testing::kTolBf16, {9, 3}, 14, 32);
+}
+
+// Qwen2 (fused q|k|v bias), Qwen3 (in-place head norms, head size 64 over 128 channels),
+// Llama with attention biases and llama3 RoPE scaling, with perturbed biases and gains.
+TEST_F(DecodeCudaTest, HfFamilyVariantsMatchCpu) {
+  for (const auto& [name, cfg] : testing::llama_family_variants(decode_config(Family::kLlama))) {
+    SCOPED_TRACE(name);
+    expect_matches_cpu(cfg, DType::kF32, kTolF32Decode, {5, 2, 12}, 10, 32, true);
+    expect_matches_cpu(cfg, DType::kBF16, cuda::testing::kTolBf16, {5, 2, 12}, 10, 32, true);
+  }
 }
 
 }  // namespace

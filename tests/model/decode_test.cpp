@@ -20,9 +20,10 @@ using testing::small_config;
 // Each slot s: a prompt of prompt_len[s] tokens, then `steps` decode steps feeding the sequence's
 // next tokens (teacher forcing, so the reference is the full forward over the same ids).
 void expect_decode_matches_full(const ModelConfig& cfg, const std::vector<int>& prompt_len, int steps,
-                                int capacity, uint64_t seed) {
+                                int capacity, uint64_t seed, bool perturb = false) {
   Transformer<double> model(cfg);
   model.init_weights(seed);
+  if (perturb) testing::perturb_weights(model.weights(), seed + 7);
   const int S = static_cast<int>(prompt_len.size()), Vp = cfg.padded_vocab();
   std::vector<std::vector<int32_t>> seq(S);
   std::vector<std::vector<double>> full(S);  // (len, Vp) logits of each whole sequence
@@ -85,6 +86,15 @@ TEST(ModelDecodeTest, SlidingWindowRingMatchesFullRecomputation) {
   EXPECT_EQ(probe.decode_capacity(), 5);
   EXPECT_EQ(probe.decode_context(), cfg.max_seq_len);
   expect_decode_matches_full(cfg, {9, 2}, 11, 32, 4);
+}
+
+// Qwen2 biases, Qwen3 qk-norm with its own head size, Llama attention_bias with llama3 RoPE
+// scaling: the decode step's fused q|k|v bias, in-place head norms and scaled rotation.
+TEST(ModelDecodeTest, HfFamilyVariantsMatchFullRecomputation) {
+  for (const auto& [name, cfg] : testing::llama_family_variants(small_config(Family::kLlama))) {
+    SCOPED_TRACE(name);
+    expect_decode_matches_full(cfg, {5, 1, 9}, 8, 32, 5, true);
+  }
 }
 
 TEST(ModelDecodeTest, FloatModelMatchesFullRecomputation) {

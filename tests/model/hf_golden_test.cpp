@@ -84,10 +84,8 @@ void check_model(const fs::path& dir) {
 
 TEST(HfGolden, LogitsLossAndGradientNormsMatchTransformers) {
   const auto dirs = golden_dirs();
-  if (dirs.empty())
-    GTEST_SKIP() << kGoldenDir
-                 << " is missing: run tools/make_hf_golden.py on a machine with torch "
-                 << "and transformers, and commit its output";
+  ASSERT_EQ(dirs.size(), 10u) << kGoldenDir << ": expected the ten models of tools/make_hf_golden.py "
+                              << "(run it on a machine with torch and transformers, commit its output)";
   for (const auto& d : dirs) check_model(d);
 }
 

@@ -107,16 +107,20 @@ void expect_grad_norms_close(const ParamTable& t, const std::vector<float>& gpu,
 // element (fp32) or every parameter's gradient norm (16-bit modes) within rtol.
 void CudaModelTest::expect_step_matches_cpu(DType dt, uint64_t init_seed, int B, int T, uint64_t seed_x,
                                             uint64_t seed_y, double rtol) {
-  for (Family f : {Family::kGpt2, Family::kLlama}) {
-    const ModelConfig cfg = small_config(f);
+  // Both families, and the Llama-shaped HF variants with perturbed biases and norm gains.
+  std::vector<std::pair<std::string, ModelConfig>> cfgs = {{"gpt2", small_config(Family::kGpt2)},
+                                                           {"llama", small_config(Family::kLlama)}};
+  for (const auto& v : testing::llama_family_variants(small_config(Family::kLlama))) cfgs.push_back(v);
+  for (const auto& [name, cfg] : cfgs) {
+    SCOPED_TRACE(name);
     Transformer<float> ref(cfg);
     ref.init_weights(init_seed);
+    if (name != "gpt2" && name != "llama") testing::perturb_weights(ref.weights(), init_seed + 1);
     auto gpu = make_gpu(ctx(), cfg, dt);
     gpu->set_weights(ref.weights());
     const CpuBatch c = cpu_step(ref, B, T, seed_x, seed_y);
     const Result r = gpu_step(*gpu, c.x, c.y, B, T);
-    EXPECT_NEAR(r.loss, c.loss, rtol * c.loss) << cfg.family_name();
-    SCOPED_TRACE(cfg.family_name());
+    EXPECT_NEAR(r.loss, c.loss, rtol * c.loss);
     if (dt == DType::kF32) expect_grads_close(ref.table(), r.grads, ref.grads(), rtol);
     else expect_grad_norms_close(ref.table(), r.grads, ref.grads(), rtol);
   }

@@ -85,6 +85,34 @@ TEST(TransformerGrad, LlamaTiedSlidingWindowMatchesFiniteDifferences) {
   check_model_gradient(tiny_llama(true, 3), 30);
 }
 
+// Qwen2: biases on q, k, v (and none on o).
+TEST(TransformerGrad, Qwen2QkvBiasesMatchFiniteDifferences) {
+  ModelConfig c = tiny_llama(true, 0);
+  c.variant = LlamaVariant::kQwen2;
+  c.qkv_bias = true;
+  check_model_gradient(c, 40);
+}
+
+// Qwen3: per-head q/k RMSNorm before RoPE and a head size that is not n_embd / n_head.
+TEST(TransformerGrad, Qwen3QkNormAndExplicitHeadSizeMatchFiniteDifferences) {
+  ModelConfig c = tiny_llama(false, 0);
+  c.variant = LlamaVariant::kQwen3;
+  c.qk_norm = true;
+  c.head_size = 6;  // n_embd / n_head is 4
+  check_model_gradient(c, 50);
+}
+
+// Llama with attention_bias (q, k, v and o biases) and llama3 RoPE scaling: at head size 4, theta
+// 100 and an original context of 16 one frequency is blended and the other divided by the factor.
+TEST(TransformerGrad, LlamaAttentionBiasAndLlama3RopeMatchFiniteDifferences) {
+  ModelConfig c = tiny_llama(false, 0);
+  c.qkv_bias = c.o_bias = true;
+  c.rope_scaling = RopeScaling::kLlama3;
+  c.rope_factor = 4.0f;
+  c.rope_original_max_positions = 16;
+  check_model_gradient(c, 60);
+}
+
 // The float model computes the same loss and gradients as the double one (same weights).
 TEST(Transformer, FloatMatchesDouble) {
   for (const ModelConfig& cfg : {tiny_gpt2(), tiny_llama(false, 0)}) {

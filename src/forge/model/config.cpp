@@ -8,8 +8,6 @@
 #include <type_traits>
 #include <variant>
 
-#include <nlohmann/json.hpp>
-
 #include "forge/core/error.h"
 #include "forge/core/parse.h"
 
@@ -105,12 +103,14 @@ struct BoolRow {
   bool ModelConfig::*ptr;
 };
 struct RopeStyleRow {};  // rotate_half | interleaved
+struct VariantRow {};    // llama | mistral | qwen2 | qwen3 (sets the type's fixed features)
+struct ScalingRow {};    // none | linear | llama3 | dynamic
 
 struct ModelRow {
   const char* name;
   const char* metavar;
   const char* help;
-  std::variant<IntRow, FloatRow, BoolRow, RopeStyleRow> member;
+  std::variant<IntRow, FloatRow, BoolRow, RopeStyleRow, VariantRow, ScalingRow> member;
 };
 
 constexpr int kIntMax = std::numeric_limits<int>::max();
@@ -138,7 +138,40 @@ constexpr ModelRow kModelRows[] = {
      BoolRow{&ModelConfig::tie_embeddings}},
     {"sliding_window", "N", "attention window; 0: full causal",
      IntRow{&ModelConfig::sliding_window, 0, kIntMax}},
+    {"variant", "TYPE",
+     "Hugging Face type of a llama-family model: llama, mistral, qwen2 (sets qkv_bias), qwen3 "
+     "(sets qk_norm)",
+     VariantRow{}},
+    {"head_size", "N", "HS when not n_embd / n_head (llama family); 0: n_embd / n_head",
+     IntRow{&ModelConfig::head_size, 0, kIntMax}},
+    {"qkv_bias", "BOOL", "biases on the q, k, v projections (llama family)",
+     BoolRow{&ModelConfig::qkv_bias}},
+    {"o_bias", "BOOL", "bias on the attention output projection (llama family)",
+     BoolRow{&ModelConfig::o_bias}},
+    {"qk_norm", "BOOL", "RMSNorm over each head of q and k before RoPE (qwen3)",
+     BoolRow{&ModelConfig::qk_norm}},
+    {"rope_scaling", "TYPE", "RoPE scaling: none, linear, llama3 or dynamic", ScalingRow{}},
+    {"rope_factor", "X", "RoPE scaling factor",
+     FloatRow{&ModelConfig::rope_factor, {0, kInf, true, false}}},
+    {"rope_low_freq_factor", "X", "llama3 RoPE scaling: low_freq_factor",
+     FloatRow{&ModelConfig::rope_low_freq_factor, {0, kInf, true, false}}},
+    {"rope_high_freq_factor", "X", "llama3 RoPE scaling: high_freq_factor",
+     FloatRow{&ModelConfig::rope_high_freq_factor, {0, kInf, true, false}}},
+    {"rope_original_max_positions", "N",
+     "RoPE scaling: the pretraining context (original_max_position_embeddings)",
+     IntRow{&ModelConfig::rope_original_max_positions, 0, kIntMax}},
 };
+
+// The features a Hugging Face type fixes (transformers hard-codes them), set by `variant=`.
+void set_variant(ModelConfig& c, LlamaVariant v) {
+  c.variant = v;
+  c.qk_norm = v == LlamaVariant::kQwen3;
+  if (v == LlamaVariant::kQwen2) {
+    c.qkv_bias = true;
+    c.o_bias = false;
+  }
+  if (v == LlamaVariant::kMistral) c.qkv_bias = c.o_bias = false;
+}
 
 void apply_row(ModelConfig& c, const ModelRow& row, const std::string& v) {
   const std::string what = row.name;
@@ -154,11 +187,21 @@ void apply_row(ModelConfig& c, const ModelRow& row, const std::string& v) {
           c.*m.ptr = static_cast<float>(x);
         } else if constexpr (std::is_same_v<M, BoolRow>) {
           c.*m.ptr = parse_bool(what, v);
-        } else {
+        } else if constexpr (std::is_same_v<M, RopeStyleRow>) {
           const std::optional<RopeStyle> style = parse_rope_style(v);
           if (!style)
             throw Error(str(what, ": expected rotate_half or interleaved, got '", v, "'"));
           c.rope_style = *style;
+        } else if constexpr (std::is_same_v<M, VariantRow>) {
+          const std::optional<LlamaVariant> variant = parse_llama_variant(v);
+          if (!variant)
+            throw Error(str(what, ": expected llama, mistral, qwen2 or qwen3, got '", v, "'"));
+          set_variant(c, *variant);
+        } else {
+          const std::optional<RopeScaling> scaling = parse_rope_scaling(v);
+          if (!scaling)
+            throw Error(str(what, ": expected none, linear, llama3 or dynamic, got '", v, "'"));
+          c.rope_scaling = *scaling;
         }
       },
       row.member);
@@ -191,13 +234,20 @@ void ModelConfig::validate() const {
   need(max_seq_len > 0, str("max_seq_len must be positive, got ", max_seq_len));
   need(n_layer > 0, str("n_layer must be positive, got ", n_layer));
   need(n_embd > 0 && n_head > 0, "n_embd and n_head must be positive");
-  need(n_embd % n_head == 0, str("n_embd ", n_embd, " is not divisible by n_head ", n_head));
+  need(head_size >= 0, str("head_size must be >= 0, got ", head_size));
+  need(head_size > 0 || n_embd % n_head == 0,
+       str("n_embd ", n_embd, " is not divisible by n_head ", n_head, " (set head_size)"));
   need(n_kv_head > 0 && n_head % n_kv_head == 0,
        str("n_head ", n_head, " is not a multiple of n_kv_head ", n_kv_head));
   need(ffn_hidden > 0, str("ffn_hidden must be positive, got ", ffn_hidden));
   need(norm_eps > 0, "norm_eps must be positive");
   need(sliding_window >= 0, "sliding_window must be >= 0");
   if (family == Family::kGpt2) {
+    need(head_size == 0 || head_size * n_head == n_embd,
+         "gpt2's head size is n_embd / n_head (head_size applies to llama models)");
+    need(!qkv_bias && !o_bias && !qk_norm && rope_scaling == RopeScaling::kNone &&
+             variant == LlamaVariant::kLlama,
+         "gpt2 has none of variant, qkv_bias, o_bias, qk_norm, rope_scaling (llama-family settings)");
     need(n_kv_head == n_head, "gpt2 has no grouped-query attention (n_kv_head must equal n_head)");
     need(tie_embeddings, "gpt2 ties its embeddings (tie_embeddings must be true)");
     need(rope_style == RopeStyle::kRotateHalf,
@@ -205,6 +255,39 @@ void ModelConfig::validate() const {
   } else {
     need(head_dim() % 2 == 0, str("RoPE needs an even head dim, got ", head_dim()));
     need(rope_theta > 0, "rope_theta must be positive");
+    const char* type = llama_variant_name(variant);
+    switch (variant) {
+      case LlamaVariant::kLlama:
+        need(qkv_bias == o_bias, "llama's attention_bias puts biases on q, k, v and o together "
+                                 "(qkv_bias and o_bias must be equal)");
+        need(!(sliding_window > 0 && (qkv_bias || qk_norm)),
+             "a llama model with a sliding window is saved as mistral, which has no biases");
+        break;
+      case LlamaVariant::kMistral:
+        need(!qkv_bias && !o_bias, "mistral has no attention biases");
+        break;
+      case LlamaVariant::kQwen2:
+        need(qkv_bias && !o_bias, "qwen2 has biases on q, k, v and none on o");
+        break;
+      case LlamaVariant::kQwen3:
+        need(qk_norm, "qwen3 always normalises q and k per head (qk_norm must be true)");
+        need(qkv_bias == o_bias, "qwen3's attention_bias puts biases on q, k, v and o together");
+        break;
+    }
+    need(!qk_norm || variant == LlamaVariant::kQwen3, str("qk_norm is a qwen3 feature, not ", type));
+    need(sliding_window == 0 || variant == LlamaVariant::kLlama || variant == LlamaVariant::kMistral,
+         str(type, " models have no (uniform) sliding window in Forge"));
+    if (rope_scaling != RopeScaling::kNone) need(rope_factor > 0, "rope_factor must be positive");
+    if (rope_scaling == RopeScaling::kLlama3) {
+      need(rope_original_max_positions > 0,
+           "llama3 RoPE scaling needs rope_original_max_positions (original_max_position_embeddings)");
+      need(rope_high_freq_factor > rope_low_freq_factor,
+           "llama3 RoPE scaling needs rope_high_freq_factor > rope_low_freq_factor");
+    }
+    if (rope_scaling == RopeScaling::kDynamic && rope_original_max_positions > 0)
+      need(max_seq_len <= rope_original_max_positions,
+           str("dynamic RoPE scaling is computed only within the original context (max_seq_len ",
+               max_seq_len, " > rope_original_max_positions ", rope_original_max_positions, ")"));
   }
 }
 
@@ -222,6 +305,66 @@ std::vector<std::string> preset_names() {
   std::vector<std::string> names;
   for (const auto& [k, v] : presets()) names.push_back(k);
   return names;
+}
+
+std::vector<std::string> model_features(const ModelConfig& c) {
+  std::vector<std::string> f;
+  if (c.family == Family::kGpt2) return f;
+  if (c.n_kv_head < c.n_head)
+    f.push_back(str("grouped-query attention (", c.n_head, " heads, ", c.n_kv_head, " kv)"));
+  if (c.head_size > 0 && c.head_size * c.n_head != c.n_embd)
+    f.push_back(str("head_dim ", c.head_size, " (hidden/heads is ", c.n_embd / c.n_head, ")"));
+  if (c.sliding_window > 0) f.push_back(str("sliding window ", c.sliding_window));
+  if (c.qkv_bias) f.push_back("q/k/v biases");
+  if (c.o_bias) f.push_back("o_proj bias");
+  if (c.qk_norm) f.push_back("qk-norm");
+  switch (c.rope_scaling) {
+    case RopeScaling::kNone: break;
+    case RopeScaling::kLlama3:
+      f.push_back(str("RoPE scaling llama3 (factor ", c.rope_factor, ", low_freq_factor ",
+                      c.rope_low_freq_factor, ", high_freq_factor ", c.rope_high_freq_factor,
+                      ", original context ", c.rope_original_max_positions, ")"));
+      break;
+    default:
+      f.push_back(str("RoPE scaling ", rope_scaling_name(c.rope_scaling), " (factor ", c.rope_factor, ")"));
+  }
+  if (c.rope_style == RopeStyle::kInterleaved) f.push_back("interleaved RoPE");
+  if (!c.tie_embeddings) f.push_back("untied lm_head");
+  return f;
+}
+
+const char* llama_variant_name(LlamaVariant v) {
+  switch (v) {
+    case LlamaVariant::kMistral: return "mistral";
+    case LlamaVariant::kQwen2: return "qwen2";
+    case LlamaVariant::kQwen3: return "qwen3";
+    default: return "llama";
+  }
+}
+
+std::optional<LlamaVariant> parse_llama_variant(const std::string& name) {
+  if (name == "llama") return LlamaVariant::kLlama;
+  if (name == "mistral") return LlamaVariant::kMistral;
+  if (name == "qwen2") return LlamaVariant::kQwen2;
+  if (name == "qwen3") return LlamaVariant::kQwen3;
+  return std::nullopt;
+}
+
+const char* rope_scaling_name(RopeScaling s) {
+  switch (s) {
+    case RopeScaling::kLinear: return "linear";
+    case RopeScaling::kLlama3: return "llama3";
+    case RopeScaling::kDynamic: return "dynamic";
+    default: return "none";
+  }
+}
+
+std::optional<RopeScaling> parse_rope_scaling(const std::string& name) {
+  if (name == "none") return RopeScaling::kNone;
+  if (name == "linear") return RopeScaling::kLinear;
+  if (name == "llama3") return RopeScaling::kLlama3;
+  if (name == "dynamic") return RopeScaling::kDynamic;
+  return std::nullopt;
 }
 
 const char* rope_style_name(RopeStyle s) {
@@ -251,108 +394,6 @@ std::vector<ModelSetting> model_settings() {
         {row.name, row.metavar, range.empty() ? row.help : str(row.help, " (", range, ")")});
   }
   return out;
-}
-
-nlohmann::json to_hf_config(const ModelConfig& c) {
-  nlohmann::json j;
-  j["vocab_size"] = c.vocab_size;
-  j["torch_dtype"] = "float32";
-  if (c.family == Family::kGpt2) {
-    j["model_type"] = "gpt2";
-    j["architectures"] = {"GPT2LMHeadModel"};
-    j["n_positions"] = c.max_seq_len;
-    j["n_ctx"] = c.max_seq_len;
-    j["n_embd"] = c.n_embd;
-    j["n_layer"] = c.n_layer;
-    j["n_head"] = c.n_head;
-    j["n_inner"] = c.ffn_hidden;
-    j["activation_function"] = "gelu_new";
-    j["layer_norm_epsilon"] = c.norm_eps;
-    j["tie_word_embeddings"] = true;
-  } else {
-    j["model_type"] = c.sliding_window > 0 ? "mistral" : "llama";
-    j["architectures"] = {c.sliding_window > 0 ? "MistralForCausalLM" : "LlamaForCausalLM"};
-    j["max_position_embeddings"] = c.max_seq_len;
-    j["hidden_size"] = c.n_embd;
-    j["intermediate_size"] = c.ffn_hidden;
-    j["num_hidden_layers"] = c.n_layer;
-    j["num_attention_heads"] = c.n_head;
-    j["num_key_value_heads"] = c.n_kv_head;
-    j["head_dim"] = c.head_dim();
-    j["hidden_act"] = "silu";
-    j["rms_norm_eps"] = c.norm_eps;
-    j["rope_theta"] = c.rope_theta;
-    j["tie_word_embeddings"] = c.tie_embeddings;
-    j["attention_bias"] = false;
-    j["mlp_bias"] = false;
-    if (c.sliding_window > 0) j["sliding_window"] = c.sliding_window;
-    // Written only when not the default, so a rotate-half model's config.json is exactly what
-    // transformers writes. transformers ignores the key (and reads the model as rotate-half).
-    if (c.rope_style != RopeStyle::kRotateHalf)
-      j[kForgeRopeStyleKey] = rope_style_name(c.rope_style);
-  }
-  return j;
-}
-
-ModelConfig from_hf_config(const nlohmann::json& j) {
-  auto get_int = [&](const char* key) -> int {
-    if (!j.contains(key) || !j[key].is_number_integer())
-      throw Error(str("config.json: missing or non-integer '", key, "'"));
-    return j[key].get<int>();
-  };
-  if (!j.is_object() || !j.contains("model_type") || !j["model_type"].is_string())
-    throw Error("config.json: missing 'model_type'");
-  const std::string type = j["model_type"].get<std::string>();
-  ModelConfig c;
-  if (type == "gpt2") {
-    if (j.contains(kForgeRopeStyleKey))
-      throw Error(str("config.json: '", kForgeRopeStyleKey,
-                      "' is a llama setting; gpt2 has no rotary embeddings"));
-    c = gpt2(get_int("vocab_size"), get_int("n_positions"), get_int("n_layer"), get_int("n_embd"),
-             get_int("n_head"));
-    if (j.contains("n_inner") && j["n_inner"].is_number_integer()) c.ffn_hidden = get_int("n_inner");
-    if (j.contains("layer_norm_epsilon")) c.norm_eps = j["layer_norm_epsilon"].get<float>();
-  } else if (type == "llama" || type == "mistral") {
-    const int NH = get_int("num_attention_heads");
-    const int NKV = j.contains("num_key_value_heads") ? get_int("num_key_value_heads") : NH;
-    float theta = 10000.0f;
-    if (j.contains("rope_theta")) theta = j["rope_theta"].get<float>();
-    if (j.contains("rope_parameters") && j["rope_parameters"].contains("rope_theta"))
-      theta = j["rope_parameters"]["rope_theta"].get<float>();
-    c = llama(get_int("vocab_size"), get_int("max_position_embeddings"),
-              get_int("num_hidden_layers"), get_int("hidden_size"), NH, NKV,
-              get_int("intermediate_size"), theta);
-    if (j.contains("rms_norm_eps")) c.norm_eps = j["rms_norm_eps"].get<float>();
-    c.tie_embeddings = j.value("tie_word_embeddings", false);
-    if (j.contains("sliding_window") && j["sliding_window"].is_number_integer())
-      c.sliding_window = j["sliding_window"].get<int>();
-    if (j.contains(kForgeRopeStyleKey)) {
-      const nlohmann::json& v = j[kForgeRopeStyleKey];
-      const std::optional<RopeStyle> style =
-          v.is_string() ? parse_rope_style(v.get<std::string>()) : std::nullopt;
-      if (!style)
-        throw Error(str("config.json: '", kForgeRopeStyleKey, "' is ", v.dump(),
-                        ", expected \"rotate_half\" or \"interleaved\""));
-      c.rope_style = *style;
-    }
-    if (j.contains("head_dim") && j["head_dim"].is_number_integer() &&
-        j["head_dim"].get<int>() != c.head_dim())
-      throw Error(str("config.json: head_dim ", j["head_dim"].get<int>(),
-                      " != hidden_size / num_attention_heads (", c.head_dim(), ") is not supported"));
-  } else {
-    throw Error(str("config.json: unsupported model_type '", type, "' (supported: gpt2, llama, mistral)"));
-  }
-  c.validate();
-  return c;
-}
-
-std::vector<std::string> hf_config_warnings(const ModelConfig& c) {
-  std::vector<std::string> w;
-  if (c.family == Family::kLlama && c.rope_style == RopeStyle::kInterleaved)
-    w.push_back(str("rope_style interleaved (config.json \"", kForgeRopeStyleKey,
-                    "\"): transformers ignores that key and would compute this model with "
-                    "rotate-half RoPE, giving different logits; only Forge runs it as trained"));
-  return w;
 }
 
 }  // namespace forge

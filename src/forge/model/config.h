@@ -45,21 +45,28 @@ struct ModelConfig {
   bool qkv_bias = false;    // biases on q_proj, k_proj, v_proj (Qwen2; Llama/Qwen3 attention_bias)
   bool o_bias = false;      // bias on o_proj (Llama/Qwen3 attention_bias)
   bool qk_norm = false;     // RMSNorm over each head of q and k before RoPE (Qwen3), weights (HS)
-  Rope rope_scaling_params; // scaling, factor, ... (theta and style come from the two fields above)
+  // RoPE scaling (Hugging Face rope_type linear, llama3, dynamic; ops/rope.h has the formulas).
+  RopeScaling rope_scaling = RopeScaling::kNone;
+  float rope_factor = 1.0f;               // linear, llama3, dynamic
+  float rope_low_freq_factor = 1.0f;      // llama3
+  float rope_high_freq_factor = 4.0f;     // llama3
+  int rope_original_max_positions = 0;    // llama3 (required), dynamic (0: max_seq_len)
 
   int head_dim() const { return head_size > 0 ? head_size : n_embd / n_head; }  // HS
   // The op-level RoPE description: rope_theta, rope_style and the scaling.
   Rope rope() const {
-    Rope r = rope_scaling_params;
-    r.theta = rope_theta;
-    r.style = rope_style;
-    return r;
+    return {rope_theta,           rope_style,          rope_scaling,
+            rope_factor,          rope_low_freq_factor, rope_high_freq_factor,
+            rope_original_max_positions};
   }
   // V rounded up to a multiple of 64: GEMM-friendly; padded logits are never predicted.
   int padded_vocab() const { return (vocab_size + 63) / 64 * 64; }
   // Throws forge::Error naming the inconsistent field.
   void validate() const;
   std::string family_name() const { return family == Family::kGpt2 ? "gpt2" : "llama"; }
+  // The Hugging Face model_type this model is saved as: gpt2, llama, mistral, qwen2, qwen3 (a
+  // llama-variant model with a sliding window is saved as mistral, the type that has one).
+  std::string model_type() const;
 };
 
 // Presets: tiny, small, huge, mega, behemoth, titan (the from-scratch GPT-2 ladder: config.cpp
@@ -79,13 +86,22 @@ struct ModelSetting {
 };
 std::vector<ModelSetting> model_settings();
 
+// "llama" / "mistral" / "qwen2" / "qwen3"; parse_llama_variant gives nullopt for other names.
+const char* llama_variant_name(LlamaVariant v);
+std::optional<LlamaVariant> parse_llama_variant(const std::string& name);
+// "none" / "linear" / "llama3" / "dynamic" (Hugging Face's rope_type, "default" read as none).
+const char* rope_scaling_name(RopeScaling s);
+std::optional<RopeScaling> parse_rope_scaling(const std::string& name);
+
 // "rotate_half" / "interleaved": the names of `rope_style=` and of config.json's
 // forge_rope_style; parse_rope_style gives nullopt for any other name.
 const char* rope_style_name(RopeStyle s);
 std::optional<RopeStyle> parse_rope_style(const std::string& name);
 
-// Hugging Face config.json (model_type gpt2 or llama/mistral). Reads both the transformers 4
-// dialect (rope_theta at top level) and the transformers 5 one (rope_parameters.rope_theta).
+// Hugging Face config.json (model_type gpt2, llama, mistral, qwen2, qwen3). Reads both the
+// transformers 4 dialect (rope_theta and rope_scaling at top level) and the transformers 5 one
+// (rope_parameters). A feature Forge does not compute (another rope_type, mlp_bias, per-layer
+// windows, partial rotary, ...) is refused with one line naming it, never loaded approximately.
 // One Forge-specific key: "forge_rope_style": "interleaved" for a llama model with the GPT-J
 // RoPE pairing, written only then (a rotate-half model's config.json has nothing Forge-only).
 // Forge reads it back wherever it reads config.json (model directories, checkpoints, the run
@@ -94,6 +110,12 @@ std::optional<RopeStyle> parse_rope_style(const std::string& name);
 inline constexpr const char* kForgeRopeStyleKey = "forge_rope_style";
 nlohmann::json to_hf_config(const ModelConfig& cfg);
 ModelConfig from_hf_config(const nlohmann::json& j);
+
+// The architecture's features beyond its family's plain form, one short phrase each, for
+// `forge inspect`: "grouped-query attention (9 heads, 3 kv)", "sliding window 4096",
+// "RoPE scaling llama3 (factor 8, ...)", "q/k/v biases", "o_proj bias", "qk-norm",
+// "head_dim 128 (hidden/heads is 64)", "interleaved RoPE", "untied lm_head". Empty for plain.
+std::vector<std::string> model_features(const ModelConfig& cfg);
 
 // What transformers would get wrong reading this model's config.json, one line each: empty for
 // every model transformers computes as Forge does.

@@ -9,7 +9,8 @@
 // A decode step has one row per slot (N = S), so every product is (S, C) × op(W):
 //   embedding at pos → per block: (ln1 from the previous block's fused residual + norm) → one
 //   q|k|v product (Llama's q_proj, k_proj, v_proj rows are contiguous in the parameter table, so
-//   they are one (NH + 2·NKV)·HS × C matrix; GPT-2's c_attn already is one) → RoPE of q and k at
+//   they are one (NH + 2·NKV)·HS × C matrix, and so are their biases when the model has them;
+//   GPT-2's c_attn already is one) → (qk_norm: RMSNorm of each q and k head) → RoPE of q and k at
 //   pos and k, v appended to the cache at pos (one op) → decode attention over the slot's cache →
 //   output projection → residual + ln2 → MLP (GPT-2: product + GELU; Llama: gate|up product and
 //   SwiGLU, one op) → down projection → residual + next ln1 (or the final norm).
@@ -113,8 +114,12 @@ void Model<B>::decode_block(int l) {
   const int64_t qkvw = static_cast<int64_t>(NH + 2 * NKV) * HS;  // gpt2: 3C
   Act qkv = dec_qkv_.data();
   if (gpt2()) be_.linear_fwd(qkv, dec_ln_.data(), w(o.qkv_w), w(o.qkv_b), S, C, 3 * C, lay);
-  else be_.linear_fwd(qkv, dec_ln_.data(), w(o.q_w), nullptr, S, C, static_cast<int>(qkvw), lay);
+  else be_.linear_fwd(qkv, dec_ln_.data(), w(o.q_w), w(o.q_b), S, C, static_cast<int>(qkvw), lay);
   Act q = qkv, k = be_.at(qkv, static_cast<int64_t>(NH) * HS), v = be_.at(qkv, static_cast<int64_t>(NH + NKV) * HS);
+  if (cfg_.qk_norm) {  // Qwen3: RMSNorm over each q and k head, in place, before RoPE
+    be_.head_rmsnorm(q, w(o.q_norm_w), S, NH, HS, qkvw, cfg_.norm_eps);
+    be_.head_rmsnorm(k, w(o.k_norm_w), S, NKV, HS, qkvw, cfg_.norm_eps);
+  }
   // RoPE of q and k at pos, and k, v into the cache: one op (one kernel on the GPU).
   if (gpt2()) be_.kv_append(cache_k_[l].data(), cache_v_[l].data(), k, v, pos, shape, qkvw, qkvw);
   else be_.rope_kv_append(qkv, qkvw, cache_k_[l].data(), cache_v_[l].data(), pos, shape, cfg_.rope_theta, cfg_.rope_style);

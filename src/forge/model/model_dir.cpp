@@ -122,37 +122,9 @@ std::string tensor_file_name(const TensorSet& ts, const std::string& dir, const 
 }  // namespace
 
 ModelConfig read_hf_config(const nlohmann::json& j) {
-  auto unsupported = [](const std::string& what) {
-    return Error(str("config.json: ", what, " is not supported by Forge"));
-  };
   try {
     if (!j.is_object()) throw Error("config.json: expected a JSON object");
-    // Scaled RoPE (linear, dynamic, yarn, llama3, ...) in either dialect.
-    for (const char* key : {"rope_scaling", "rope_parameters"}) {
-      if (!j.contains(key) || j[key].is_null()) continue;
-      const nlohmann::json& r = j[key];
-      if (!r.is_object()) throw Error(str("config.json: '", key, "' is not an object"));
-      const std::string type = r.contains("rope_type") ? r["rope_type"].get<std::string>()
-                               : r.contains("type")
-                                   ? r["type"].get<std::string>()
-                                   : (key == std::string("rope_scaling") ? "?" : "default");
-      if (type != "default") throw unsupported(str(key, " type '", type, "' (scaled RoPE)"));
-    }
-    const std::string type = j.value("model_type", std::string());
-    if (type == "llama" || type == "mistral") {
-      const std::string act = j.value("hidden_act", std::string("silu"));
-      if (act != "silu") throw unsupported(str("hidden_act '", act, "'"));
-      for (const char* key : {"attention_bias", "mlp_bias"})
-        if (j.value(key, false)) throw unsupported(str(key, " = true"));
-    } else if (type == "gpt2") {
-      const std::string act = j.value("activation_function", std::string("gelu_new"));
-      if (act != "gelu_new" && act != "gelu_pytorch_tanh")
-        throw unsupported(str("activation_function '", act, "'"));
-      if (!j.value("tie_word_embeddings", true)) throw unsupported("gpt2 with untied embeddings");
-      if (j.value("scale_attn_by_inverse_layer_idx", false))
-        throw unsupported("scale_attn_by_inverse_layer_idx = true");
-    }
-    return from_hf_config(j);
+    return from_hf_config(j);  // refuses what Forge does not compute (model/hf_config.cpp)
   } catch (const nlohmann::json::exception& e) {
     throw Error(str("config.json: a field has the wrong type: ", e.what()));
   }

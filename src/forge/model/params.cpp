@@ -55,7 +55,19 @@ ParamTable::ParamTable(const ModelConfig& cfg) : cfg_(cfg) {
       o.q_w = add(p + "self_attn.q_proj.weight", {NH * HS, C});
       o.k_w = add(p + "self_attn.k_proj.weight", {NKV * HS, C});
       o.v_w = add(p + "self_attn.v_proj.weight", {NKV * HS, C});
+      // q, k, v weights and then their biases are each contiguous: a decode step runs them as
+      // one (NH + 2·NKV)·HS-row product with one bias vector (model/decode_impl.h).
+      if (cfg.qkv_bias) {
+        o.q_b = add(p + "self_attn.q_proj.bias", {NH * HS});
+        o.k_b = add(p + "self_attn.k_proj.bias", {NKV * HS});
+        o.v_b = add(p + "self_attn.v_proj.bias", {NKV * HS});
+      }
+      if (cfg.qk_norm) {
+        o.q_norm_w = add(p + "self_attn.q_norm.weight", {HS});
+        o.k_norm_w = add(p + "self_attn.k_norm.weight", {HS});
+      }
       o.attn_out_w = add(p + "self_attn.o_proj.weight", {C, NH * HS}, true);
+      if (cfg.o_bias) o.attn_out_b = add(p + "self_attn.o_proj.bias", {C});
       o.ln2_w = add(p + "post_attention_layernorm.weight", {C});
       o.gate_w = add(p + "mlp.gate_proj.weight", {FF, C});
       o.up_w = add(p + "mlp.up_proj.weight", {FF, C});

@@ -31,7 +31,9 @@ struct LayerOffsets {
   int64_t ln1_w = -1, ln1_b = -1;
   int64_t qkv_w = -1, qkv_b = -1;            // gpt2: c_attn (C, 3C), (3C)
   int64_t q_w = -1, k_w = -1, v_w = -1;      // llama: (NH·HS, C), (NKV·HS, C), (NKV·HS, C)
-  int64_t attn_out_w = -1, attn_out_b = -1;  // gpt2 c_proj (C, C); llama o_proj (C, NH·HS)
+  int64_t q_b = -1, k_b = -1, v_b = -1;      // qkv_bias: (NH·HS), (NKV·HS), (NKV·HS), contiguous
+  int64_t q_norm_w = -1, k_norm_w = -1;      // qk_norm (qwen3): (HS) each
+  int64_t attn_out_w = -1, attn_out_b = -1;  // gpt2 c_proj (C, C); llama o_proj (C, NH·HS), (C)
   int64_t ln2_w = -1, ln2_b = -1;
   int64_t fc_w = -1, fc_b = -1;              // gpt2 c_fc (C, FF), (FF)
   int64_t gate_w = -1, up_w = -1;            // llama (FF, C)

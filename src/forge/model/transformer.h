@@ -116,6 +116,8 @@ class Model {
     StatBuf ln1_mean, ln1_rstd;  // (B, T)
     ActBuf qkv;      // gpt2: (B, T, 3C), read in place as q, k, v (strides 3C)
     ActBuf q, k, v;  // llama: (B, T, NH, HS), (B, T, NKV, HS) ×2, after RoPE
+    ActBuf q_raw, k_raw;      // qk_norm: the projections before the per-head RMSNorm
+    StatBuf q_rstd, k_rstd;   // qk_norm: (B, T, NH), (B, T, NKV)
     typename Backend::AttnSaved att;  // what the attention backward needs (backend's choice)
     ActBuf atty;     // (B, T, NH·HS) attention output before the projection
     ActBuf x_mid;    // (B, T, C) residual stream after attention
@@ -167,6 +169,7 @@ class Model {
   int logits_rows_ = 0;
   // Backward scratch, (B, T, ·); tmp_ also holds each block's projection outputs forward.
   ActBuf tmp_, d_res_, d_ln_, d_atty_, d_q_, d_k_, d_v_, d_qkv_, d_fc_, d_up_, d_hidden_;
+  ActBuf d_q_raw_, d_k_raw_;  // qk_norm: gradients of the projections before the head norm
   std::vector<int32_t> host_targets_;  // host conveniences: the targets of the last loss()
 
   // Decoding (plan_decode): the cache per layer, (S, cap, NKV, HS) each, and one step's buffers.

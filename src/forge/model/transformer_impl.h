@@ -57,6 +57,12 @@ void Model<B>::plan(int Bn, int Tn) {
       a.q = be_.act_buf(N * NH * HS);
       a.k = be_.act_buf(N * NKV * HS);
       a.v = be_.act_buf(N * NKV * HS);
+      if (cfg_.qk_norm) {
+        a.q_raw = be_.act_buf(N * NH * HS);
+        a.k_raw = be_.act_buf(N * NKV * HS);
+        a.q_rstd = be_.stat_buf(N * NH);
+        a.k_rstd = be_.stat_buf(N * NKV);
+      }
     }
     a.att = be_.attention_saved(shape);
     a.atty = be_.act_buf(N * NH * HS);
@@ -83,6 +89,10 @@ void Model<B>::plan(int Bn, int Tn) {
     d_q_ = be_.act_buf(N * NH * HS);
     d_k_ = be_.act_buf(N * NKV * HS);
     d_v_ = be_.act_buf(N * NKV * HS);
+    if (cfg_.qk_norm) {
+      d_q_raw_ = be_.act_buf(N * NH * HS);
+      d_k_raw_ = be_.act_buf(N * NKV * HS);
+    }
   }
   d_fc_ = be_.act_buf(N * FF);
   if (!gpt2()) d_up_ = be_.act_buf(N * FF);
@@ -164,9 +174,16 @@ void Model<B>::blocks_forward() {
     if (gpt2()) {
       be_.linear_fwd(a.qkv.data(), a.ln1.data(), w(o.qkv_w), w(o.qkv_b), N, C, 3 * C, lay);
     } else {
-      be_.linear_fwd(a.q.data(), a.ln1.data(), w(o.q_w), nullptr, N, C, NH * HS, lay);
-      be_.linear_fwd(a.k.data(), a.ln1.data(), w(o.k_w), nullptr, N, C, NKV * HS, lay);
-      be_.linear_fwd(a.v.data(), a.ln1.data(), w(o.v_w), nullptr, N, C, NKV * HS, lay);
+      // qk_norm (Qwen3): the projections land in q_raw / k_raw and an RMSNorm over each head
+      // (N·NH rows of HS) writes q / k, which RoPE then rotates in place.
+      const bool qkn = cfg_.qk_norm;
+      be_.linear_fwd(qkn ? a.q_raw.data() : a.q.data(), a.ln1.data(), w(o.q_w), w(o.q_b), N, C, NH * HS, lay);
+      be_.linear_fwd(qkn ? a.k_raw.data() : a.k.data(), a.ln1.data(), w(o.k_w), w(o.k_b), N, C, NKV * HS, lay);
+      be_.linear_fwd(a.v.data(), a.ln1.data(), w(o.v_w), w(o.v_b), N, C, NKV * HS, lay);
+      if (qkn) {
+        be_.rmsnorm_fwd(a.q.data(), a.q_rstd.data(), a.q_raw.data(), w(o.q_norm_w), N * NH, HS, cfg_.norm_eps);
+        be_.rmsnorm_fwd(a.k.data(), a.k_rstd.data(), a.k_raw.data(), w(o.k_norm_w), N * NKV, HS, cfg_.norm_eps);
+      }
       be_.rope_fwd(a.q.data(), B_, T_, NH, HS, cfg_.rope_theta, cfg_.rope_style);
       be_.rope_fwd(a.k.data(), B_, T_, NKV, HS, cfg_.rope_theta, cfg_.rope_style);
     }
@@ -264,9 +281,18 @@ void Model<B>::block_backward(int l) {
   } else {
     be_.rope_bwd(d.q, B_, T_, NH, HS, cfg_.rope_theta, cfg_.rope_style);
     be_.rope_bwd(d.k, B_, T_, NKV, HS, cfg_.rope_theta, cfg_.rope_style);
-    be_.linear_bwd(d_ln_.data(), g(o.q_w), nullptr, d.q, a.ln1.data(), w(o.q_w), N, C, NH * HS, lay, false);
-    be_.linear_bwd(d_ln_.data(), g(o.k_w), nullptr, d.k, a.ln1.data(), w(o.k_w), N, C, NKV * HS, lay, true);
-    be_.linear_bwd(d_ln_.data(), g(o.v_w), nullptr, d.v, a.ln1.data(), w(o.v_w), N, C, NKV * HS, lay, true);
+    Act dq = d.q, dk = d.k;
+    if (cfg_.qk_norm) {  // through the per-head RMSNorm (its backward accumulates into dinp)
+      dq = d_q_raw_.data();
+      dk = d_k_raw_.data();
+      be_.zero(dq, static_cast<size_t>(N) * NH * HS);
+      be_.zero(dk, static_cast<size_t>(N) * NKV * HS);
+      be_.rmsnorm_bwd(dq, g(o.q_norm_w), d.q, a.q_raw.data(), w(o.q_norm_w), a.q_rstd.data(), N * NH, HS);
+      be_.rmsnorm_bwd(dk, g(o.k_norm_w), d.k, a.k_raw.data(), w(o.k_norm_w), a.k_rstd.data(), N * NKV, HS);
+    }
+    be_.linear_bwd(d_ln_.data(), g(o.q_w), g(o.q_b), dq, a.ln1.data(), w(o.q_w), N, C, NH * HS, lay, false);
+    be_.linear_bwd(d_ln_.data(), g(o.k_w), g(o.k_b), dk, a.ln1.data(), w(o.k_w), N, C, NKV * HS, lay, true);
+    be_.linear_bwd(d_ln_.data(), g(o.v_w), g(o.v_b), d.v, a.ln1.data(), w(o.v_w), N, C, NKV * HS, lay, true);
   }
   norm_bwd(d_res_.data(), d_ln_.data(), a.x_in.data(), a.ln1_mean.data(), a.ln1_rstd.data(), o.ln1_w, o.ln1_b);
 }

@@ -104,6 +104,9 @@ class CpuBackend {
   void rmsnorm_bwd(Act dinp, Grad dw, Act dout, Act inp, Act w, Stat rstd, int N, int C) {
     cpu::rmsnorm_bwd<T>(dinp, dw, dout, inp, w, rstd, N, C);
   }
+  void head_rmsnorm(Act x, Act w, int N, int H, int HS, int64_t stride, float eps) {
+    cpu::head_rmsnorm<T>(x, w, N, H, HS, stride, eps);
+  }
   void linear_fwd(Act out, Act inp, Act w, Act bias, int N, int C, int OC, WeightLayout layout) {
     cpu::linear_fwd<T>(out, inp, w, bias, N, C, OC, layout);
   }

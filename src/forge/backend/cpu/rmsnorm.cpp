@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <vector>
 
 #include "forge/core/error.h"
 #include "forge/ops/activation.h"
@@ -40,6 +41,17 @@ void residual_rmsnorm_fwd(T* res, T* out, T* rstd, const T* a, const T* b, const
                           int C, float eps) {
   residual_fwd<T>(res, a, b, static_cast<int64_t>(N) * C);
   rmsnorm_fwd<T>(out, rstd, res, weight, N, C, eps);
+}
+
+template <typename T>
+void head_rmsnorm(T* x, const T* weight, int N, int H, int HS, int64_t stride, float eps) {
+  FORGE_CHECK(N >= 0 && H > 0 && HS > 0 && stride >= static_cast<int64_t>(H) * HS,
+              "[head_rmsnorm] bad dims N=", N, " H=", H, " HS=", HS, " stride=", stride);
+  std::vector<T> rstd(H);  // rmsnorm_fwd reads each element before it writes it: in place is safe
+  for (int n = 0; n < N; ++n) {
+    T* row = x + static_cast<int64_t>(n) * stride;  // (H, HS)
+    rmsnorm_fwd<T>(row, rstd.data(), row, weight, H, HS, eps);
+  }
 }
 
 template <typename T>
@@ -80,7 +92,8 @@ void rmsnorm_bwd(T* dinp, T* dweight, const T* dout, const T* inp, const T* weig
   template void rmsnorm_fwd<T>(T*, T*, const T*, const T*, int, int, float);                \
   template void residual_rmsnorm_fwd<T>(T*, T*, T*, const T*, const T*, const T*, int, int, \
                                         float);                                             \
-  template void rmsnorm_bwd<T>(T*, T*, const T*, const T*, const T*, const T*, int, int);
+  template void rmsnorm_bwd<T>(T*, T*, const T*, const T*, const T*, const T*, int, int);    \
+  template void head_rmsnorm<T>(T*, const T*, int, int, int, int64_t, float);
 FORGE_INSTANTIATE(float)
 FORGE_INSTANTIATE(double)
 #undef FORGE_INSTANTIATE

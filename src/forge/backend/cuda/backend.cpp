@@ -165,6 +165,9 @@ void CudaBackend::residual_rmsnorm_fwd(Act res, Act out, Stat rstd, Act a, Act b
 void CudaBackend::rmsnorm_bwd(Act dinp, Grad dw, Act dout, Act inp, Act w, Stat rstd, int N, int C) {
   cuda::rmsnorm_bwd(ctx_, dt_, dinp, dw, dout, inp, w, rstd, N, C);
 }
+void CudaBackend::head_rmsnorm(Act x, Act w, int N, int H, int HS, int64_t stride, float eps) {
+  cuda::head_rmsnorm(ctx_, dt_, x, w, N, H, HS, stride, eps);
+}
 
 // out (N, OC) = inp (N, C) · op(W) (+ bias in the GEMM's epilogue); W is (OC, C) (kOutIn) or (C, OC).
 // A few rows (decoding: one per sequence) go to the small-N kernels where they beat cuBLASLt,

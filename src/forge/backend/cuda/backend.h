@@ -123,6 +123,7 @@ class CudaBackend {
   void rmsnorm_fwd(Act out, Stat rstd, Act inp, Act w, int N, int C, float eps);
   void residual_rmsnorm_fwd(Act res, Act out, Stat rstd, Act a, Act b, Act w, int N, int C, float eps);
   void rmsnorm_bwd(Act dinp, Grad dw, Act dout, Act inp, Act w, Stat rstd, int N, int C);
+  void head_rmsnorm(Act x, Act w, int N, int H, int HS, int64_t stride, float eps);
   void linear_fwd(Act out, Act inp, Act w, Act bias, int N, int C, int OC, WeightLayout layout);
   void linear_gelu_fwd(Act hidden, Act fc, Act inp, Act w, Act bias, int N, int C, int OC, WeightLayout layout);
   void linear_bwd(Act dinp, Grad dw, Grad db, Act dout, Act inp, Act w, int N, int C, int OC, WeightLayout layout,

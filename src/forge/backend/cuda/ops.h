@@ -68,6 +68,9 @@ void rmsnorm_fwd(Context& ctx, DType dt, void* out, float* rstd, const void* inp
 // kernel (same contract as residual_layernorm_fwd).
 void residual_rmsnorm_fwd(Context& ctx, DType dt, void* res, void* out, float* rstd, const void* a,
                           const void* b, const void* weight, int N, int C, float eps);
+// In place over H heads of HS per row, rows `stride` elements apart (cpu::head_rmsnorm).
+void head_rmsnorm(Context& ctx, DType dt, void* x, const void* weight, int N, int H, int HS,
+                  int64_t stride, float eps);
 void rmsnorm_bwd(Context& ctx, DType dt, void* dinp, float* dweight, const void* dout,
                  const void* inp, const void* weight, const float* rstd, int N, int C);
 

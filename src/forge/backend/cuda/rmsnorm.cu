@@ -129,6 +129,35 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
+// head_rmsnorm: one warp per (row, head), in place. Each lane reads its elements for Σx² and
+// later rewrites exactly those, so the in-place update needs no barrier. The same f32 arithmetic
+// as rmsnorm_fwd_kernel (Σx² per warp, s = 1/sqrt(Σx²/HS + eps), y = x·s·w).
+template <typename T, int kN>
+__global__ void __launch_bounds__(kThreads)
+    head_rmsnorm_kernel(T* x, const T* __restrict__ weight, int rows, int H, int HS,
+                        int64_t stride, float eps) {
+  const int lane = threadIdx.x % 32;
+  const int r = blockIdx.x * kRowsPerBlock + threadIdx.x / 32;
+  if (r >= rows) return;
+  T* v = x + static_cast<int64_t>(r / H) * stride + static_cast<int64_t>(r % H) * HS;  // (HS)
+  float sq = 0.0f;
+  for (int c = lane * kN; c < HS; c += 32 * kN) {
+    float a[kN];
+    load<T, kN>(v + c, a);
+#pragma unroll
+    for (int k = 0; k < kN; ++k) sq += a[k] * a[k];
+  }
+  const float s = 1.0f / sqrtf(warp_sum(sq) / HS + eps);
+  for (int c = lane * kN; c < HS; c += 32 * kN) {
+    float a[kN], w[kN], o[kN];
+    load<T, kN>(v + c, a);
+    load<T, kN>(weight + c, w);
+#pragma unroll
+    for (int k = 0; k < kN; ++k) o[k] = a[k] * s * w[k];
+    store<T, kN>(v + c, o);
+  }
+}
+
 // Shared by rmsnorm_fwd (kResidual = false: res and inp2 null) and residual_rmsnorm_fwd.
 template <bool kResidual>
 void launch_fwd(Context& ctx, DType dt, void* res, void* out, float* rstd, const void* inp,
@@ -168,6 +197,31 @@ void residual_rmsnorm_fwd(Context& ctx, DType dt, void* res, void* out, float* r
               "[residual_rmsnorm_fwd] res must be its own buffer (not a, b or out)");
   if (N == 0) return;
   launch_fwd<true>(ctx, dt, res, out, rstd, a, b, weight, N, C, eps, "residual_rmsnorm_fwd");
+}
+
+void head_rmsnorm(Context& ctx, DType dt, void* x, const void* weight, int N, int H, int HS,
+                  int64_t stride, float eps) {
+  FORGE_CHECK(N >= 0 && H > 0 && HS > 0 && stride >= static_cast<int64_t>(H) * HS,
+              "[head_rmsnorm] bad dims N=", N, " H=", H, " HS=", HS, " stride=", stride);
+  const int64_t rows = static_cast<int64_t>(N) * H;
+  FORGE_CHECK(rows < (int64_t{1} << 31), "[head_rmsnorm] too many rows");
+  if (rows == 0) return;
+  dispatch_dtype(dt, "head_rmsnorm", [&](auto tag) {
+    using T = decltype(tag);
+    // 16-byte lanes need every head start aligned: HS and the row stride multiples of kVec.
+    const bool vec = HS % kVec<T> == 0 && stride % kVec<T> == 0 && aligned16(x) && aligned16(weight);
+    const int grid = static_cast<int>((rows + kRowsPerBlock - 1) / kRowsPerBlock);
+    auto args = [&](auto kernel) {
+      kernel<<<grid, kThreads, 0, ctx.stream()>>>(static_cast<T*>(x), static_cast<const T*>(weight),
+                                                  static_cast<int>(rows), H, HS, stride, eps);
+    };
+    if (vec) {
+      args(head_rmsnorm_kernel<T, kVec<T>>);
+    } else {
+      args(head_rmsnorm_kernel<T, 1>);
+    }
+    FORGE_CUDA_CHECK_LAUNCH();
+  });
 }
 
 void rmsnorm_bwd(Context& ctx, DType dt, void* dinp, float* dweight, const void* dout,
