@@ -98,5 +98,28 @@ TEST(RmsNorm, HandComputedRow) {
   EXPECT_DOUBLE_EQ(y[1], -4 * r);
 }
 
+// head_rmsnorm normalises each head of each row on its own (written out here in double) and
+// leaves the rest of the row (k and v of a fused q|k|v row) alone.
+TEST(RmsNorm, HeadRmsNormNormalisesEachHeadInPlace) {
+  const int N = 3, H = 4, HS = 6;
+  const int64_t stride = H * HS + 5;
+  const auto x = random_normal<double>(N * stride, 71);
+  const auto w = random_normal<double>(HS, 72, 0.3);
+  std::vector<double> got = x;
+  head_rmsnorm<double>(got.data(), w.data(), N, H, HS, stride, kEps);
+  std::vector<double> want = x;
+  for (int n = 0; n < N; ++n)
+    for (int h = 0; h < H; ++h) {
+      double* v = want.data() + n * stride + h * HS;
+      double ss = 0;
+      for (int c = 0; c < HS; ++c) ss += v[c] * v[c];
+      const double r = 1.0 / std::sqrt(ss / HS + kEps);
+      for (int c = 0; c < HS; ++c) v[c] = v[c] * r * w[c];
+    }
+  EXPECT_TRUE(all_close(got, want, kTolF64));
+  for (int n = 0; n < N; ++n)
+    for (int64_t c = H * HS; c < stride; ++c) EXPECT_EQ(got[n * stride + c], x[n * stride + c]);
+}
+
 }  // namespace
 }  // namespace forge::cpu

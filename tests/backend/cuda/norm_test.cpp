@@ -115,6 +115,35 @@ TEST_P(NormTest, RmsNormFwdMatchesCpu) {
   }
 }
 
+// head_rmsnorm (the decode step's Qwen3 q/k norm): in place over H heads of HS inside rows of a
+// wider stride (the fused q|k|v row). Tolerance: the dtype's (tol_for), as rmsnorm_fwd. The
+// columns past the heads (k and v of the row) must come back untouched, bit for bit. HS 24 and a
+// stride of 7 take the element-by-element path; the others the 16-byte one.
+TEST_P(NormTest, HeadRmsNormInPlaceMatchesCpu) {
+  struct HeadShape {
+    int N, H, HS;
+    int64_t stride;
+  };
+  uint64_t seed = 90;
+  for (const HeadShape& s : {HeadShape{1, 9, 64, 9 * 64 + 2 * 3 * 64}, HeadShape{7, 4, 128, 8 * 128},
+                             HeadShape{3, 2, 24, 2 * 24 + 7}, HeadShape{33, 16, 16, 16 * 16 + 64}}) {
+    const size_t n = static_cast<size_t>(s.N) * s.stride;
+    const auto x = as_dt(dt(), random_normal<float>(n, seed++));
+    const auto w = as_dt(dt(), gains(s.HS, seed++));
+    std::vector<float> ref = x;
+    cpu::head_rmsnorm<float>(ref.data(), w.data(), s.N, s.H, s.HS, s.stride, 1e-6f);
+    auto dx = up(x), dw = up(w);
+    head_rmsnorm(ctx(), dt(), dx.data(), dw.data(), s.N, s.H, s.HS, s.stride, 1e-6f);
+    const std::vector<float> got = down(dx);
+    const std::string at = "N=" + std::to_string(s.N) + " H=" + std::to_string(s.H) +
+                           " HS=" + std::to_string(s.HS) + " stride=" + std::to_string(s.stride);
+    EXPECT_TRUE(all_close(got, ref, tol_for(dt()))) << at;
+    for (int r = 0; r < s.N; ++r)
+      for (int64_t c = static_cast<int64_t>(s.H) * s.HS; c < s.stride; ++c)
+        ASSERT_EQ(got[r * s.stride + c], x[r * s.stride + c]) << at << " untouched column " << c;
+  }
+}
+
 TEST_P(NormTest, RmsNormBwdMatchesCpuAndIsDeterministic) {
   uint64_t seed = 40;
   for (const Shape& s : kShapes) {
