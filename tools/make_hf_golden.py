@@ -17,7 +17,7 @@ weights, learned positions, biases), mistral with a sliding window of 3 < T = 7;
 Llama-shaped families of issue 13: qwen2 (q/k/v biases), qwen3 (per-head q/k RMSNorm, head_dim 16
 while hidden/heads is 8), llama with attention_bias (q/k/v/o biases) and an explicit head_dim,
 llama with RoPE scaling of type llama3 (head size 16 so the three wavelength regimes all occur:
-unchanged, blended, divided), linear and dynamic. V = 100 is
+unchanged, blended, divided), linear and dynamic; smollm3 with its second layer without RoPE. V = 100 is
 not a multiple of 64, so Forge's padded-vocabulary path is exercised. Weights are drawn with
 std 0.1 (larger than the usual 0.02, so logits are far from uniform) and norm gains and
 biases are perturbed away from 1 and 0, so a swapped or ignored tensor changes the numbers.
@@ -41,7 +41,7 @@ import torch
 import transformers
 from transformers import (GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM,
                           MistralConfig, MistralForCausalLM, Qwen2Config, Qwen2ForCausalLM,
-                          Qwen3Config, Qwen3ForCausalLM)
+                          Qwen3Config, Qwen3ForCausalLM, SmolLM3Config, SmolLM3ForCausalLM)
 
 V5 = int(transformers.__version__.split(".")[0]) >= 5
 
@@ -111,6 +111,13 @@ def configs():
             num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=4, rms_norm_eps=1e-5,
             hidden_act="silu", attention_bias=False, mlp_bias=False, tie_word_embeddings=True,
             **rope(10000.0, rope_type="dynamic", factor=2.0))),
+        "smollm3_no_rope": (SmolLM3ForCausalLM, SmolLM3Config(
+            vocab_size=V, max_position_embeddings=32, hidden_size=32, intermediate_size=64,
+            num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, rms_norm_eps=1e-6,
+            hidden_act="silu", attention_bias=False, mlp_bias=False, use_sliding_window=False,
+            no_rope_layers=[1, 0], tie_word_embeddings=True, attention_dropout=0.0,
+            pad_token_id=None, bos_token_id=None, eos_token_id=None,
+            **rope(10000.0))),
     }
 
 

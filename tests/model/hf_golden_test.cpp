@@ -84,7 +84,7 @@ void check_model(const fs::path& dir) {
 
 TEST(HfGolden, LogitsLossAndGradientNormsMatchTransformers) {
   const auto dirs = golden_dirs();
-  ASSERT_EQ(dirs.size(), 10u) << kGoldenDir << ": expected the ten models of tools/make_hf_golden.py "
+  ASSERT_EQ(dirs.size(), 11u) << kGoldenDir << ": expected the eleven models of tools/make_hf_golden.py "
                               << "(run it on a machine with torch and transformers, commit its output)";
   for (const auto& d : dirs) check_model(d);
 }

@@ -261,13 +261,13 @@ TEST_F(ModelDirTest, WhatCannotBeLoadedFaithfullyIsANamedError) {
   expect_error(write("shape", wide, none), "has shape [40, 32] but config.json implies [48, 32]");
   nlohmann::json scaled = cfg;
   scaled["rope_scaling"] = {{"rope_type", "llama3"}, {"factor", 8.0}};
-  expect_error(write("scaled", scaled, none), "rope_scaling type 'llama3'");
+  expect_error(write("scaled", scaled, none), "rope_type llama3 needs a number 'low_freq_factor'");
   nlohmann::json yarn = cfg;
   yarn["rope_parameters"] = {{"rope_theta", 1e4}, {"rope_type", "yarn"}};
-  expect_error(write("yarn", yarn, none), "rope_parameters type 'yarn'");
-  nlohmann::json bias = cfg;
+  expect_error(write("yarn", yarn, none), "rope_type 'yarn'");
+  nlohmann::json bias = cfg;  // attention_bias is computed now: its tensors must be there
   bias["attention_bias"] = true;
-  expect_error(write("bias", bias, none), "attention_bias");
+  expect_error(write("bias", bias, none), "missing tensor 'model.layers.0.self_attn.q_proj.bias'");
   nlohmann::json act = cfg;
   act["hidden_act"] = "gelu";
   expect_error(write("act", act, none), "hidden_act 'gelu'");

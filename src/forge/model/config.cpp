@@ -140,7 +140,7 @@ constexpr ModelRow kModelRows[] = {
      IntRow{&ModelConfig::sliding_window, 0, kIntMax}},
     {"variant", "TYPE",
      "Hugging Face type of a llama-family model: llama, mistral, qwen2 (sets qkv_bias), qwen3 "
-     "(sets qk_norm)",
+     "(sets qk_norm), smollm3 (every 4th layer without RoPE)",
      VariantRow{}},
     {"head_size", "N", "HS when not n_embd / n_head (llama family); 0: n_embd / n_head",
      IntRow{&ModelConfig::head_size, 0, kIntMax}},
@@ -273,7 +273,14 @@ void ModelConfig::validate() const {
         need(qk_norm, "qwen3 always normalises q and k per head (qk_norm must be true)");
         need(qkv_bias == o_bias, "qwen3's attention_bias puts biases on q, k, v and o together");
         break;
+      case LlamaVariant::kSmolLM3:
+        need(qkv_bias == o_bias, "smollm3's attention_bias puts biases on q, k, v and o together");
+        break;
     }
+    need(no_rope_layers.empty() || variant == LlamaVariant::kSmolLM3,
+         str("no_rope_layers is a smollm3 setting, not ", type));
+    need(no_rope_layers.empty() || static_cast<int>(no_rope_layers.size()) == n_layer,
+         str("no_rope_layers has ", no_rope_layers.size(), " entries for ", n_layer, " layers"));
     need(!qk_norm || variant == LlamaVariant::kQwen3, str("qk_norm is a qwen3 feature, not ", type));
     need(sliding_window == 0 || variant == LlamaVariant::kLlama || variant == LlamaVariant::kMistral,
          str(type, " models have no (uniform) sliding window in Forge"));
@@ -318,6 +325,9 @@ std::vector<std::string> model_features(const ModelConfig& c) {
   if (c.qkv_bias) f.push_back("q/k/v biases");
   if (c.o_bias) f.push_back("o_proj bias");
   if (c.qk_norm) f.push_back("qk-norm");
+  int nope = 0;
+  for (int l = 0; l < c.n_layer; ++l) nope += !c.layer_uses_rope(l);
+  if (nope > 0) f.push_back(str(nope, " of ", c.n_layer, " layers without RoPE"));
   switch (c.rope_scaling) {
     case RopeScaling::kNone: break;
     case RopeScaling::kLlama3:
@@ -338,6 +348,7 @@ const char* llama_variant_name(LlamaVariant v) {
     case LlamaVariant::kMistral: return "mistral";
     case LlamaVariant::kQwen2: return "qwen2";
     case LlamaVariant::kQwen3: return "qwen3";
+    case LlamaVariant::kSmolLM3: return "smollm3";
     default: return "llama";
   }
 }
@@ -347,6 +358,7 @@ std::optional<LlamaVariant> parse_llama_variant(const std::string& name) {
   if (name == "mistral") return LlamaVariant::kMistral;
   if (name == "qwen2") return LlamaVariant::kQwen2;
   if (name == "qwen3") return LlamaVariant::kQwen3;
+  if (name == "smollm3") return LlamaVariant::kSmolLM3;
   return std::nullopt;
 }
 

@@ -2,8 +2,8 @@
 //  - gpt2:  learned positions, LayerNorm with bias, GELU (tanh), biases everywhere, tied head.
 //  - llama: RMSNorm, RoPE, SwiGLU, grouped-query attention, tied or untied head; and the
 //    Llama-shaped Hugging Face types as small deltas on it (LlamaVariant): Mistral (sliding
-//    window), Qwen2 (q/k/v biases), Qwen3 (per-head q/k RMSNorm, explicit head_dim), Llama 3's
-//    RoPE scaling, Llama's attention_bias.
+//    window), Qwen2 (q/k/v biases), Qwen3 (per-head q/k RMSNorm, explicit head_dim), SmolLM3
+//    (layers without RoPE), Llama 3's RoPE scaling, Llama's attention_bias.
 // Presets name common shapes; `key=value` overrides change single fields; config.json in the
 // Hugging Face dialects is read and written here too (one place knows the field names).
 #pragma once
@@ -23,7 +23,7 @@ enum class Family { kGpt2, kLlama };
 // The Hugging Face model_type a llama-family model is read from and saved as. The computation is
 // fixed by the feature fields of ModelConfig (biases, qk_norm, head_size, window); the variant
 // says which of them the type allows (ModelConfig::validate checks the combination).
-enum class LlamaVariant { kLlama, kMistral, kQwen2, kQwen3 };
+enum class LlamaVariant { kLlama, kMistral, kQwen2, kQwen3, kSmolLM3 };
 
 struct ModelConfig {
   Family family = Family::kGpt2;
@@ -45,6 +45,10 @@ struct ModelConfig {
   bool qkv_bias = false;    // biases on q_proj, k_proj, v_proj (Qwen2; Llama/Qwen3 attention_bias)
   bool o_bias = false;      // bias on o_proj (Llama/Qwen3 attention_bias)
   bool qk_norm = false;     // RMSNorm over each head of q and k before RoPE (Qwen3), weights (HS)
+  // SmolLM3's no_rope_layers, with Hugging Face's meaning: entry l is 1 when layer l applies RoPE
+  // and 0 when it attends without positions (NoPE). Empty: every layer applies RoPE, except for
+  // a smollm3 model, whose default is transformers' (every 4th layer without).
+  std::vector<int> no_rope_layers;
   // RoPE scaling (Hugging Face rope_type linear, llama3, dynamic; ops/rope.h has the formulas).
   RopeScaling rope_scaling = RopeScaling::kNone;
   float rope_factor = 1.0f;               // linear, llama3, dynamic
@@ -53,6 +57,11 @@ struct ModelConfig {
   int rope_original_max_positions = 0;    // llama3 (required), dynamic (0: max_seq_len)
 
   int head_dim() const { return head_size > 0 ? head_size : n_embd / n_head; }  // HS
+  bool layer_uses_rope(int l) const {
+    if (family == Family::kGpt2) return false;
+    if (!no_rope_layers.empty()) return no_rope_layers[l] != 0;
+    return variant != LlamaVariant::kSmolLM3 || (l + 1) % 4 != 0;  // SmolLM3Config's interval 4
+  }
   // The op-level RoPE description: rope_theta, rope_style and the scaling.
   Rope rope() const {
     return {rope_theta,           rope_style,          rope_scaling,
@@ -86,7 +95,7 @@ struct ModelSetting {
 };
 std::vector<ModelSetting> model_settings();
 
-// "llama" / "mistral" / "qwen2" / "qwen3"; parse_llama_variant gives nullopt for other names.
+// "llama" / "mistral" / "qwen2" / "qwen3" / "smollm3"; parse_llama_variant gives nullopt for other names.
 const char* llama_variant_name(LlamaVariant v);
 std::optional<LlamaVariant> parse_llama_variant(const std::string& name);
 // "none" / "linear" / "llama3" / "dynamic" (Hugging Face's rope_type, "default" read as none).

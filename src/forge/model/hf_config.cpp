@@ -1,5 +1,5 @@
 // Hugging Face config.json ⇄ ModelConfig: the one place that knows the field names of the
-// model types Forge computes (gpt2, llama, mistral, qwen2, qwen3) in both dialects —
+// model types Forge computes (gpt2, llama, mistral, qwen2, qwen3, smollm3) in both dialects —
 // transformers 4 (rope_theta and rope_scaling at top level) and transformers 5
 // (rope_parameters {rope_type, rope_theta, ...}).
 //
@@ -9,6 +9,8 @@
 //   qwen2   biases on q, k, v always (none on o); use_sliding_window (refused when true).
 //   qwen3   q_norm / k_norm (RMSNorm over each head, before RoPE) always; attention_bias → q, k,
 //           v, o; head_dim (128 by default, independent of hidden_size / heads).
+//   smollm3 no_rope_layers (1 = the layer applies RoPE; transformers' default drops it on every
+//           4th layer); attention_bias → q, k, v, o; use_sliding_window (refused when true).
 // Anything Forge does not compute is refused with one line naming the key: other rope types,
 // partial rotary, mlp_bias, other activations, per-layer attention types that differ.
 #include <algorithm>
@@ -17,6 +19,7 @@
 #include <limits>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -138,6 +141,7 @@ ModelConfig read_llama_family(const json& j, const std::string& type) {
   switch (c.variant) {
     case LlamaVariant::kLlama:
     case LlamaVariant::kQwen3:
+    case LlamaVariant::kSmolLM3:
       c.qkv_bias = c.o_bias = attention_bias;
       c.qk_norm = c.variant == LlamaVariant::kQwen3;
       break;
@@ -149,6 +153,20 @@ ModelConfig read_llama_family(const json& j, const std::string& type) {
     case LlamaVariant::kQwen2:
       c.qkv_bias = true;  // Qwen2Attention: bias on q, k, v always, never on o
       break;
+  }
+  if (c.variant == LlamaVariant::kSmolLM3 && j.contains("no_rope_layers") && !j["no_rope_layers"].is_null()) {
+    const json& nr = j["no_rope_layers"];
+    if (!nr.is_array()) throw Error("config.json: 'no_rope_layers' is not a list");
+    for (const json& v : nr) {
+      if (!v.is_number_integer() || (v.get<int>() != 0 && v.get<int>() != 1))
+        throw Error(str("config.json: no_rope_layers holds ", v.dump(), " (expected 0 or 1)"));
+      c.no_rope_layers.push_back(v.get<int>());
+    }
+  } else if (c.variant == LlamaVariant::kSmolLM3 && j.contains("no_rope_layer_interval") &&
+             j["no_rope_layer_interval"].is_number_integer()) {
+    const int every = get_int(j, "no_rope_layer_interval");
+    if (every < 1) throw Error("config.json: no_rope_layer_interval must be >= 1");
+    for (int l = 0; l < c.n_layer; ++l) c.no_rope_layers.push_back((l + 1) % every != 0 ? 1 : 0);
   }
   // Qwen's sliding_window is only a size; whether any layer uses it is layer_types' business.
   read_layer_types(j, c, c.variant == LlamaVariant::kMistral);
@@ -228,6 +246,7 @@ nlohmann::json to_hf_config(const ModelConfig& c) {
   const char* arch = type == "mistral" ? "MistralForCausalLM"
                      : type == "qwen2" ? "Qwen2ForCausalLM"
                      : type == "qwen3" ? "Qwen3ForCausalLM"
+                     : type == "smollm3" ? "SmolLM3ForCausalLM"
                                        : "LlamaForCausalLM";
   j["model_type"] = type;
   j["architectures"] = {arch};
@@ -242,13 +261,18 @@ nlohmann::json to_hf_config(const ModelConfig& c) {
   j["rms_norm_eps"] = c.norm_eps;
   write_rope(j, c);
   j["tie_word_embeddings"] = c.tie_embeddings;
-  if (type == "llama" || type == "qwen3") j["attention_bias"] = c.qkv_bias;
-  if (type == "llama") j["mlp_bias"] = false;
+  if (type == "llama" || type == "qwen3" || type == "smollm3") j["attention_bias"] = c.qkv_bias;
+  if (type == "llama" || type == "smollm3") j["mlp_bias"] = false;
+  if (type == "smollm3") {
+    std::vector<int> nr;
+    for (int l = 0; l < c.n_layer; ++l) nr.push_back(c.layer_uses_rope(l) ? 1 : 0);
+    j["no_rope_layers"] = nr;
+  }
   if (type == "mistral") {
     if (c.sliding_window > 0) j["sliding_window"] = c.sliding_window;
     else j["sliding_window"] = nullptr;
   }
-  if (type == "qwen2" || type == "qwen3") {
+  if (type == "qwen2" || type == "qwen3" || type == "smollm3") {
     j["use_sliding_window"] = false;
     j["sliding_window"] = nullptr;
     j["max_window_layers"] = c.n_layer;
@@ -266,7 +290,7 @@ ModelConfig from_hf_config(const nlohmann::json& j) {
   ModelConfig c;
   if (type == "gpt2") c = read_gpt2(j);
   else if (parse_llama_variant(type)) c = read_llama_family(j, type);
-  else throw Error(str("config.json: unsupported model_type '", type, "' (supported: gpt2, llama, mistral, qwen2, qwen3)"));
+  else throw Error(str("config.json: unsupported model_type '", type, "' (supported: gpt2, llama, mistral, qwen2, qwen3, smollm3)"));
   c.validate();
   return c;
 }
