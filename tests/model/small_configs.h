@@ -30,7 +30,8 @@ inline ModelConfig small_config(Family f) {
 
 // qwen2 (q/k/v biases), qwen3 (qk-norm, head size 2× n_embd / n_head), and llama with
 // attention_bias (q/k/v/o biases) and llama3 RoPE scaling (theta 5e5, original context 8: at head
-// size 16 the frequencies fall in all three regimes — kept, blended, divided).
+// size 16 the frequencies fall in all three regimes — kept, blended, divided), and smollm3 with
+// its last layer without RoPE.
 inline std::vector<std::pair<std::string, ModelConfig>> llama_family_variants(const ModelConfig& base) {
   std::vector<std::pair<std::string, ModelConfig>> out;
   ModelConfig q2 = base;
@@ -49,6 +50,11 @@ inline std::vector<std::pair<std::string, ModelConfig>> llama_family_variants(co
   l3.rope_factor = 8.0f;
   l3.rope_original_max_positions = 8;
   out.emplace_back("llama3-bias", l3);
+  ModelConfig s3 = base;
+  s3.variant = LlamaVariant::kSmolLM3;
+  s3.no_rope_layers.assign(base.n_layer, 1);
+  s3.no_rope_layers.back() = 0;  // the last layer attends without positions
+  out.emplace_back("smollm3", s3);
   return out;
 }
 

@@ -121,7 +121,8 @@ void Model<B>::decode_block(int l) {
     be_.head_rmsnorm(k, w(o.k_norm_w), S, NKV, HS, qkvw, cfg_.norm_eps);
   }
   // RoPE of q and k at pos, and k, v into the cache: one op (one kernel on the GPU).
-  if (gpt2()) be_.kv_append(cache_k_[l].data(), cache_v_[l].data(), k, v, pos, shape, qkvw, qkvw);
+  // (GPT-2 and SmolLM3's NoPE layers: the append alone.)
+  if (!cfg_.layer_uses_rope(l)) be_.kv_append(cache_k_[l].data(), cache_v_[l].data(), k, v, pos, shape, qkvw, qkvw);
   else be_.rope_kv_append(qkv, qkvw, cache_k_[l].data(), cache_v_[l].data(), pos, shape, cfg_.rope_theta, cfg_.rope_style);
   be_.decode_attention(dec_atty_.data(), q, cache_k_[l].data(), cache_v_[l].data(), pos, shape, qkvw);
   be_.linear_fwd(dec_tmp_.data(), dec_atty_.data(), w(o.attn_out_w), w(o.attn_out_b), S, NH * HS, C, lay);

@@ -184,8 +184,10 @@ void Model<B>::blocks_forward() {
         be_.rmsnorm_fwd(a.q.data(), a.q_rstd.data(), a.q_raw.data(), w(o.q_norm_w), N * NH, HS, cfg_.norm_eps);
         be_.rmsnorm_fwd(a.k.data(), a.k_rstd.data(), a.k_raw.data(), w(o.k_norm_w), N * NKV, HS, cfg_.norm_eps);
       }
-      be_.rope_fwd(a.q.data(), B_, T_, NH, HS, cfg_.rope_theta, cfg_.rope_style);
-      be_.rope_fwd(a.k.data(), B_, T_, NKV, HS, cfg_.rope_theta, cfg_.rope_style);
+      if (cfg_.layer_uses_rope(l)) {  // SmolLM3's NoPE layers attend without positions
+        be_.rope_fwd(a.q.data(), B_, T_, NH, HS, cfg_.rope_theta, cfg_.rope_style);
+        be_.rope_fwd(a.k.data(), B_, T_, NKV, HS, cfg_.rope_theta, cfg_.rope_style);
+      }
     }
     const QkvView in = qkv_view(a);
     if (prefill_slot_ >= 0) store_prefill_kv(l, in);
@@ -279,8 +281,10 @@ void Model<B>::block_backward(int l) {
     be_.linear_bwd(d_ln_.data(), g(o.qkv_w), g(o.qkv_b), d_qkv_.data(), a.ln1.data(), w(o.qkv_w), N, C, 3 * C,
                    lay, false);
   } else {
-    be_.rope_bwd(d.q, B_, T_, NH, HS, cfg_.rope_theta, cfg_.rope_style);
-    be_.rope_bwd(d.k, B_, T_, NKV, HS, cfg_.rope_theta, cfg_.rope_style);
+    if (cfg_.layer_uses_rope(l)) {
+      be_.rope_bwd(d.q, B_, T_, NH, HS, cfg_.rope_theta, cfg_.rope_style);
+      be_.rope_bwd(d.k, B_, T_, NKV, HS, cfg_.rope_theta, cfg_.rope_style);
+    }
     Act dq = d.q, dk = d.k;
     if (cfg_.qk_norm) {  // through the per-head RMSNorm (its backward accumulates into dinp)
       dq = d_q_raw_.data();
