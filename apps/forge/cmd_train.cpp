@@ -7,17 +7,17 @@
 #include <ctime>
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <string_view>
 #include <utility>
-#include <nlohmann/json.hpp>
 
 #include "args.h"
 #include "commands.h"
-#include "run_env.h"
 #include "forge/core/dtype.h"
 #include "forge/core/error.h"
 #include "forge/model/config.h"
 #include "forge/train/trainer.h"
+#include "run_env.h"
 
 namespace forge::cli {
 

@@ -104,9 +104,8 @@ TrainerState state_from_json(const std::string& path, const nlohmann::json& j) {
   };
   need(j.is_object() && j.value("format", "") == "forge-trainer-state",
        "not a forge trainer state (no \"format\": \"forge-trainer-state\")");
-  const int version = j.contains("version") && j["version"].is_number_integer()
-                          ? j["version"].get<int>()
-                          : 0;
+  const int version =
+      j.contains("version") && j["version"].is_number_integer() ? j["version"].get<int>() : 0;
   if (version != 1 && version != kStateVersion)
     throw Error(str(path, ": unsupported trainer state version ",
                     j.contains("version") ? j["version"].dump() : "(none)", " (expected 1 or ",
