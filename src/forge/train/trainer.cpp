@@ -15,6 +15,7 @@
 #include "forge/core/timer.h"
 #include "forge/generate/generation_config.h"
 #include "forge/io/atomic_file.h"
+#include "forge/io/model_files.h"
 #include "forge/model/model_dir.h"
 #include "forge/model/transformer.h"
 #include "forge/ops/adamw.h"
@@ -178,7 +179,12 @@ TrainResult run(Transformer<float>& model, const TrainConfig& cfg, const std::st
   }
   if (!generation_config.empty())
     io::write_file_atomic(out + "/generation_config.json", generation_config);
-  const std::string tokenizer = fs::exists(out + "/tokenizer.json") ? out + "/tokenizer.json" : "";
+  // What every model the run saves carries beside its weights.
+  ModelSaveOptions final_save;
+  if (fs::exists(out + "/tokenizer.json"))
+    final_save.files["tokenizer.json"] = io::read_file(out + "/tokenizer.json");
+  if (!generation_config.empty()) final_save.files[io::kGenerationConfigFile] = generation_config;
+  const io::FileSet& model_files = final_save.files;
   std::ofstream metrics(out + "/metrics.jsonl", start.resumed ? std::ios::app : std::ios::trunc);
   if (!metrics) throw Error(str(out, "/metrics.jsonl: cannot write"));
 
@@ -235,7 +241,7 @@ TrainResult run(Transformer<float>& model, const TrainConfig& cfg, const std::st
     st.loss_scale = runner->loss_scale_state();  // after flush(): the state after step `done`
     sync_host();
     const std::string path =
-        save_checkpoint(out, model, m, v, st, cfg.keep_checkpoints, tokenizer, generation_config);
+        save_checkpoint(out, model, m, v, st, cfg.keep_checkpoints, model_files);
     last_saved = done;
     if (!quiet) std::printf("checkpoint %s\n", path.c_str());
   };
@@ -352,7 +358,7 @@ TrainResult run(Transformer<float>& model, const TrainConfig& cfg, const std::st
                    "forge: " + mcfg.family_name() + " loss");
   }
   sync_host();
-  save_model_dir(out + "/model", model, tokenizer, generation_config);
+  save_model_dir(out + "/model", model, final_save);
   result.seconds = total.seconds();
   std::printf("done in %s: train loss %.4f", format_duration(result.seconds).c_str(),
               result.last_train_loss);
