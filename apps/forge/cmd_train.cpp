@@ -25,10 +25,13 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// --steps, --save-every and --keep-checkpoints are the training settings of those names
-// (steps, save_every, keep_checkpoints): the same help, default and range.
+// --steps, --save-every, --keep-checkpoints and --save-dtype are the training settings of those
+// names (steps, save_every, keep_checkpoints, save_dtype): the same help, default and range.
 constexpr std::pair<const char*, const char*> kTrainOptions[] = {
-    {"steps", "steps"}, {"save-every", "save_every"}, {"keep-checkpoints", "keep_checkpoints"}};
+    {"steps", "steps"},
+    {"save-every", "save_every"},
+    {"keep-checkpoints", "keep_checkpoints"},
+    {"save-dtype", "save_dtype"}};
 
 const TrainField& option_field(std::string_view option) {
   for (const auto& [opt, field] : kTrainOptions)
@@ -83,6 +86,7 @@ const Command& train_command() {
         "--resume: the run's)"},
        {"save-every", "K", field_help(option_field("save-every"))},
        {"keep-checkpoints", "N", field_help(option_field("keep-checkpoints"))},
+       {"save-dtype", "f32|bf16", field_help(option_field("save-dtype"))},
        {"init-from", "MODELDIR", "start from a Hugging Face model directory (fresh optimizer)"},
        {"resume", "RUNDIR", "continue a run from its newest checkpoint up to --steps"}},
       true,
@@ -144,7 +148,7 @@ int cmd_train(const Argv& argv) {
   opt.stop = &g_stop;
   if (a.has("resume")) {
     for (const char* fixed :
-         {"preset", "config", "init-from", "out", "save-every", "keep-checkpoints"})
+         {"preset", "config", "init-from", "out", "save-every", "keep-checkpoints", "save-dtype"})
       if (a.has(fixed))
         throw Error(
             str("--resume takes the run's configuration from its checkpoint; drop --", fixed));

@@ -155,6 +155,10 @@ TrainResult run(Transformer<float>& model, const TrainConfig& cfg, const std::st
     throw Error(str(e.what(), "; ", start.device_hint));
   }
   const std::string generation_config = run_generation_config(out, start);
+  if (cfg.save_shard_size < 1)
+    throw Error(str("save_shard_size must be >= 1 byte, got ", cfg.save_shard_size));
+  // What the final model is saved as (checkpoints: F32, the same shard size).
+  ModelSaveOptions final_save{save_dtype_from_name(cfg.save_dtype), cfg.save_shard_size, {}};
   if (start.resumed) cut_metrics(out + "/metrics.jsonl", start.step, start);
   TrainLoader loader(&ds.shards, ds.train, T_, cfg.seed);
   loader.set_rng_offset(start.loader_offset);
@@ -180,7 +184,6 @@ TrainResult run(Transformer<float>& model, const TrainConfig& cfg, const std::st
   if (!generation_config.empty())
     io::write_file_atomic(out + "/generation_config.json", generation_config);
   // What every model the run saves carries beside its weights.
-  ModelSaveOptions final_save;
   if (fs::exists(out + "/tokenizer.json"))
     final_save.files["tokenizer.json"] = io::read_file(out + "/tokenizer.json");
   if (!generation_config.empty()) final_save.files[io::kGenerationConfigFile] = generation_config;
@@ -240,8 +243,8 @@ TrainResult run(Transformer<float>& model, const TrainConfig& cfg, const std::st
     TrainerState st{done, cfg.seed, loader.rng_offset(), run_config};
     st.loss_scale = runner->loss_scale_state();  // after flush(): the state after step `done`
     sync_host();
-    const std::string path =
-        save_checkpoint(out, model, m, v, st, cfg.keep_checkpoints, model_files);
+    const std::string path = save_checkpoint(out, model, m, v, st, cfg.keep_checkpoints,
+                                             model_files, cfg.save_shard_size);
     last_saved = done;
     if (!quiet) std::printf("checkpoint %s\n", path.c_str());
   };

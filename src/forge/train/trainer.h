@@ -4,8 +4,9 @@
 //                   val_loss on evaluation steps)
 //   loss.svg        the loss curves, redrawn at every evaluation
 //   config.json     the full run configuration (model, training, data, device, precision)
-//   model/          the final weights as a Hugging Face model directory
-//   checkpoints/    step_NNNNNN/ every save_every steps and when stopped (checkpoint.h)
+//   model/          the final weights as a Hugging Face model directory, in save_dtype (f32 or
+//                   bf16), sharded above save_shard_size bytes (model/model_dir.h)
+//   checkpoints/    step_NNNNNN/ every save_every steps and when stopped (checkpoint.h; f32)
 //   tokenizer.json  the tokenizer of an --init-from model, copied into every model it saves
 //   generation_config.json  the same for generation settings: the --init-from model's file, or
 //                   one naming the end-of-text token of the run's tokenizer (generate/
