@@ -43,6 +43,9 @@ const char* const kTrainNotes =
     "--resume takes the run's configuration from its checkpoint, device and precision included\n"
     "(only --steps, --data, --device and --precision may change). --init-from takes the model's\n"
     "shape from MODELDIR/config.json (no model settings).\n"
+    "Every saved model carries the run's tokenizer files (tokenizer.json, tokenizer_config.json,\n"
+    "special_tokens_map.json, chat_template.jinja) unchanged: the --init-from model's when it has\n"
+    "a tokenizer.json, else those of the --data directory (forge data prepare writes them).\n"
     "SIGINT/SIGTERM: the current step finishes, a checkpoint is written, and forge exits 0.";
 
 // What --help says about a training setting: "optimizer steps (default 1000; >= 1)".

@@ -78,6 +78,47 @@ std::string small_model(int vocab) {
          " eval_every=100 eval_windows=2";
 }
 
+TEST_F(SaveCli, PrepareTrainGenerateWithTheDataDirectorysTokenizer) {
+  std::string text;
+  for (int i = 0; i < 200; ++i)
+    text += "hi there, the cat sat on the mat " + std::to_string(i) + ". hi again!\n";
+  const std::string corpus = write("corpus.txt", text);
+  fs::create_directories(dir_ / "tok");
+  ASSERT_EQ(forge("tokenizer train --input " + corpus + " --vocab-size 300 --out " +
+                  p("tok/tokenizer.json"))
+                .code,
+            0);
+  const std::string tok_config =
+      "{\"chat_template\": \"{% for m in messages %}{{ m['content'] }}<|endoftext|>{% endfor "
+      "%}\", \"eos_token\": \"<|endoftext|>\"}";
+  write("tok/tokenizer_config.json", tok_config);
+  write("tok/chat_template.jinja", "{% for m in messages %}{{ m['content'] }}{% endfor %}");
+
+  const CmdResult prep = forge("data prepare --tokenizer " + p("tok/tokenizer.json") + " --input " +
+                               corpus + " --format lines --out " + p("data"));
+  ASSERT_EQ(prep.code, 0) << prep.err;
+  EXPECT_NE(prep.out.find("(with chat_template.jinja, tokenizer.json, tokenizer_config.json)"),
+            std::string::npos)
+      << prep.out;
+  for (const char* f : {"tokenizer.json", "tokenizer_config.json", "chat_template.jinja"})
+    EXPECT_EQ(slurp(dir_ / "data" / f), slurp(dir_ / "tok" / f)) << f;
+
+  const int vocab = tok::Tokenizer::load(p("tok/tokenizer.json")).vocab_size();
+  const CmdResult t = forge("train --data " + p("data") + " --out " + p("run") +
+                            " --steps 3 --save-every 3" + small_model(vocab));
+  ASSERT_EQ(t.code, 0) << t.err;
+  for (const std::string model : {"run/model", "run/checkpoints/step_000003"})
+    for (const char* f : {"tokenizer.json", "tokenizer_config.json", "chat_template.jinja"})
+      EXPECT_EQ(slurp(dir_ / model / f), slurp(dir_ / "tok" / f)) << model << "/" << f;
+
+  const CmdResult g = forge("generate --model " + p("run/model") +
+                            " --prompt hi --max-new-tokens 4 --temperature 0 --json");
+  ASSERT_EQ(g.code, 0) << g.err;
+  const json j = json::parse(g.out);
+  EXPECT_TRUE(j.contains("text")) << g.out;
+  EXPECT_LE(j["ids"].size(), 4u);
+}
+
 TEST_F(SaveCli, Bf16ShardedModelsLoadEverywhere) {
   write_counting_shard(p("data/train_000000.bin"), 4000, 50);
   write_counting_shard(p("data/val_000000.bin"), 1000, 50);

@@ -115,6 +115,58 @@ class ModelFilesTest : public ::testing::Test {
   fs::path dir_;
 };
 
+TEST_F(ModelFilesTest, InitFromCarriesTheTokenizerFilesIntoEveryModelThroughResume) {
+  const std::string data = (dir_ / "data").string();
+  train(model(), config(2, 0), data, (dir_ / "src").string());
+  const io::FileSet files = write_tokenizer_files(dir_ / "src/model", 257);
+  const fs::path ft = dir_ / "ft";
+  train_from((dir_ / "src/model").string(), config(3, 2), data, ft.string());
+  fs::remove_all(dir_ / "src");  // the run keeps its own copies
+  resume(ft.string(), 5);
+  const std::vector<fs::path> dirs = saved_models(ft);
+  ASSERT_EQ(dirs.size(), 4u);  // model/ and steps 3, 4, 5 (keep_checkpoints 3)
+  expect_files(dirs, files);
+  // generation_config.json follows tokenizer_config.json's eos_token.
+  for (const fs::path& d : dirs)
+    EXPECT_EQ(json::parse(bytes_of(d / "generation_config.json"))["eos_token_id"], 257) << d;
+  const json rc = json::parse(bytes_of(ft / "config.json"));
+  EXPECT_EQ(rc["tokenizer_files"], json({"chat_template.jinja", "special_tokens_map.json",
+                                         "tokenizer.json", "tokenizer_config.json"}));
+}
+
+// Shards from `forge data prepare` carry their tokenizer's files; a run with no tokenizer of
+// its own saves them. With --init-from, a model that has a tokenizer.json keeps its own (its
+// embedding rows are that tokenizer's ids), and a one-line note says the data's differs. An
+// init model without one takes the data's.
+TEST_F(ModelFilesTest, DataDirectoryTokenizerUnlessTheInitModelHasOne) {
+  const std::string data = (dir_ / "data").string();
+  const io::FileSet data_files = write_tokenizer_files(dir_ / "data", 258);
+  train(model(), config(2, 2), data, (dir_ / "scratch").string());
+  expect_files(saved_models(dir_ / "scratch"), data_files);
+
+  train(model(), config(1, 0), data, (dir_ / "plain").string());
+  const std::string init = (dir_ / "plain/model").string();
+  for (const auto& [name, text] : data_files) fs::remove(dir_ / "plain/model" / name);
+  fs::remove(dir_ / "plain/model/generation_config.json");
+  train_from(init, config(1, 0), data, (dir_ / "ft_bare").string());
+  expect_files(saved_models(dir_ / "ft_bare"), data_files);
+
+  const io::FileSet init_files = write_tokenizer_files(dir_ / "plain/model", 259);
+  ::testing::internal::CaptureStdout();
+  train_from(init, config(2, 1), data, (dir_ / "ft").string());
+  const std::string out = ::testing::internal::GetCapturedStdout();
+  expect_files(saved_models(dir_ / "ft"), init_files);
+  EXPECT_NE(out.find("note: the run's tokenizer is " + init + "/tokenizer.json; " + data +
+                     "/tokenizer.json differs"),
+            std::string::npos)
+      << out;
+  // Identical tokenizers: no note.
+  std::ofstream(dir_ / "data/tokenizer.json", std::ios::binary) << init_files.at("tokenizer.json");
+  ::testing::internal::CaptureStdout();
+  train_from(init, config(1, 0), data, (dir_ / "ft_same").string());
+  EXPECT_EQ(::testing::internal::GetCapturedStdout().find("note:"), std::string::npos);
+}
+
 // save_dtype=bf16 makes model/ BF16 (config.json says bfloat16) while checkpoints keep the f32
 // master weights, so a resumed run continues exactly; save_shard_size shards both.
 TEST_F(ModelFilesTest, SaveDtypeAndShardSize) {
