@@ -71,9 +71,10 @@ class SaveCli : public ::testing::Test {
   fs::path dir_;
 };
 
-// The tiny preset made smaller (a step takes milliseconds); vocab_size is the tokenizer's.
-std::string small_model(int vocab) {
-  return " vocab_size=" + std::to_string(vocab) +
+// The tiny preset made smaller (a step takes milliseconds); vocab 0: the preset's, or the
+// tokenizer's when the run has one.
+std::string small_model(int vocab = 0) {
+  return (vocab > 0 ? " vocab_size=" + std::to_string(vocab) : std::string()) +
          " max_seq_len=32 seq_len=32 batch_size=2 n_layer=1 n_embd=32 n_head=2 ffn_hidden=64"
          " eval_every=100 eval_windows=2";
 }
@@ -103,20 +104,36 @@ TEST_F(SaveCli, PrepareTrainGenerateWithTheDataDirectorysTokenizer) {
   for (const char* f : {"tokenizer.json", "tokenizer_config.json", "chat_template.jinja"})
     EXPECT_EQ(slurp(dir_ / "data" / f), slurp(dir_ / "tok" / f)) << f;
 
-  const int vocab = tok::Tokenizer::load(p("tok/tokenizer.json")).vocab_size();
+  // No vocab_size: the model takes the tokenizer's (the preset's 4,096 would let it sample ids
+  // the 300-token tokenizer cannot decode).
   const CmdResult t = forge("train --data " + p("data") + " --out " + p("run") +
-                            " --steps 3 --save-every 3" + small_model(vocab));
+                            " --steps 3 --save-every 3" + small_model());
   ASSERT_EQ(t.code, 0) << t.err;
+  const int vocab = tok::Tokenizer::load(p("tok/tokenizer.json")).vocab_size();
+  EXPECT_NE(t.out.find("vocab_size " + std::to_string(vocab) + ", from " + p("data") +
+                       "/tokenizer.json (the preset has 4096"),
+            std::string::npos)
+      << t.out;
+  EXPECT_EQ(json::parse(slurp(dir_ / "run/model/config.json"))["vocab_size"], vocab);
   for (const std::string model : {"run/model", "run/checkpoints/step_000003"})
     for (const char* f : {"tokenizer.json", "tokenizer_config.json", "chat_template.jinja"})
       EXPECT_EQ(slurp(dir_ / model / f), slurp(dir_ / "tok" / f)) << model << "/" << f;
 
-  const CmdResult g = forge("generate --model " + p("run/model") +
-                            " --prompt hi --max-new-tokens 4 --temperature 0 --json");
-  ASSERT_EQ(g.code, 0) << g.err;
-  const json j = json::parse(g.out);
-  EXPECT_TRUE(j.contains("text")) << g.out;
-  EXPECT_LE(j["ids"].size(), 4u);
+  // Greedy and sampled: every id the model can produce decodes.
+  for (const std::string how : {"--temperature 0", "--temperature 1 --seed 3"}) {
+    const CmdResult g = forge("generate --model " + p("run/model") +
+                              " --prompt hi --max-new-tokens 8 --json " + how);
+    ASSERT_EQ(g.code, 0) << how << ": " << g.err;
+    const json j = json::parse(g.out);
+    EXPECT_TRUE(j.contains("text")) << g.out;
+    EXPECT_LE(j["ids"].size(), 8u);
+  }
+  // A vocab_size given is kept.
+  const CmdResult t2 =
+      forge("train --data " + p("data") + " --out " + p("run2") + " --steps 1" + small_model(512));
+  ASSERT_EQ(t2.code, 0) << t2.err;
+  EXPECT_EQ(t2.out.find("vocab_size "), std::string::npos) << t2.out;
+  EXPECT_EQ(json::parse(slurp(dir_ / "run2/model/config.json"))["vocab_size"], 512);
 }
 
 TEST_F(SaveCli, Bf16ShardedModelsLoadEverywhere) {
