@@ -24,7 +24,8 @@ const Command kPrepareCmd = {
     {{"tokenizer", "PATH",
       "tokenizer.json, or a directory with tokenizer.json or encoder.json + vocab.bpe"},
      {"input", "FILE", "text files, read in this order", true},
-     {"out", "DIR", "where the shards go (created; must not hold shards yet)"},
+     {"out", "DIR",
+      "where the shards and the tokenizer's files go (created; must not hold shards yet)"},
      {"format", "FMT", "file (default: a file is a document), lines, or jsonl (\"text\" field)"},
      {"val-fraction", "F", "share of documents for validation, in [0, 0.5] (default 0.005)"},
      {"shard-tokens", "N", "tokens per shard at most (default 100000000)"},
@@ -35,7 +36,18 @@ const Command kPrepareCmd = {
     "",
     "Every document is preceded by the EOT token (as llm.c's data scripts do). Document g\n"
     "(counting from 0 in input order) goes to val when g % round(1/F) == 1, so two or more\n"
-    "documents always give a val split. Shards are the same for any --threads."};
+    "documents always give a val split. Shards are the same for any --threads.\n"
+    "DIR also gets the tokenizer's files: tokenizer.json (converted too when given GPT-2's\n"
+    "encoder.json + vocab.bpe, which are copied), and tokenizer_config.json,\n"
+    "special_tokens_map.json, chat_template.jinja when they sit beside it. `forge train --data\n"
+    "DIR` puts them into every model it saves."};
+
+// " (with tokenizer.json, tokenizer_config.json)" for the summary line.
+std::string tokenizer_note(const std::vector<std::string>& files) {
+  std::string s;
+  for (const std::string& f : files) s += (s.empty() ? " (with " : ", ") + f;
+  return s.empty() ? s : s + ")";
+}
 
 void usage() {
   std::printf(
@@ -62,7 +74,8 @@ int prepare(const Argv& argv) {
   o.eot = a.get("eot", o.eot);
   o.allow_invalid_utf8 = a.has("allow-invalid-utf8");
   o.threads = a.get_int("threads", 0, 0, std::numeric_limits<int>::max());  // 0: all cores
-  const tok::Tokenizer tokenizer = tok::Tokenizer::load(a.require("tokenizer"));
+  o.tokenizer_path = a.require("tokenizer");
+  const tok::Tokenizer tokenizer = tok::Tokenizer::load(o.tokenizer_path);
 
   bool drew = false;
   double last = -1;
@@ -90,11 +103,11 @@ int prepare(const Argv& argv) {
   if (drew) std::fputc('\n', stderr);
   std::printf(
       "prepared %lld documents (%lld train, %lld val): %lld train tokens in %d shards, %lld val "
-      "tokens in %d shards, %.1f MB in %.2f s -> %s\n",
+      "tokens in %d shards, %.1f MB in %.2f s -> %s%s\n",
       static_cast<long long>(s.documents), static_cast<long long>(s.train_documents),
       static_cast<long long>(s.val_documents), static_cast<long long>(s.train_tokens),
       s.train_shards, static_cast<long long>(s.val_tokens), s.val_shards, s.bytes / 1e6, s.seconds,
-      o.out_dir.c_str());
+      o.out_dir.c_str(), tokenizer_note(s.tokenizer_files).c_str());
   return 0;
 }
 

@@ -7,17 +7,18 @@
 #include <ctime>
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <string_view>
 #include <utility>
-#include <nlohmann/json.hpp>
 
 #include "args.h"
 #include "commands.h"
-#include "run_env.h"
 #include "forge/core/dtype.h"
 #include "forge/core/error.h"
 #include "forge/model/config.h"
+#include "forge/tokenizer/tokenizer.h"
 #include "forge/train/trainer.h"
+#include "run_env.h"
 
 namespace forge::cli {
 
@@ -25,10 +26,13 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// --steps, --save-every and --keep-checkpoints are the training settings of those names
-// (steps, save_every, keep_checkpoints): the same help, default and range.
+// --steps, --save-every, --keep-checkpoints and --save-dtype are the training settings of those
+// names (steps, save_every, keep_checkpoints, save_dtype): the same help, default and range.
 constexpr std::pair<const char*, const char*> kTrainOptions[] = {
-    {"steps", "steps"}, {"save-every", "save_every"}, {"keep-checkpoints", "keep_checkpoints"}};
+    {"steps", "steps"},
+    {"save-every", "save_every"},
+    {"keep-checkpoints", "keep_checkpoints"},
+    {"save-dtype", "save_dtype"}};
 
 const TrainField& option_field(std::string_view option) {
   for (const auto& [opt, field] : kTrainOptions)
@@ -40,6 +44,10 @@ const char* const kTrainNotes =
     "--resume takes the run's configuration from its checkpoint, device and precision included\n"
     "(only --steps, --data, --device and --precision may change). --init-from takes the model's\n"
     "shape from MODELDIR/config.json (no model settings).\n"
+    "Every saved model carries the run's tokenizer files (tokenizer.json, tokenizer_config.json,\n"
+    "special_tokens_map.json, chat_template.jinja) unchanged: the --init-from model's when it has\n"
+    "a tokenizer.json, else those of the --data directory (forge data prepare writes them).\n"
+    "Trained from scratch, the model takes that tokenizer's vocabulary unless vocab_size is set.\n"
     "SIGINT/SIGTERM: the current step finishes, a checkpoint is written, and forge exits 0.";
 
 // What --help says about a training setting: "optimizer steps (default 1000; >= 1)".
@@ -83,6 +91,7 @@ const Command& train_command() {
         "--resume: the run's)"},
        {"save-every", "K", field_help(option_field("save-every"))},
        {"keep-checkpoints", "N", field_help(option_field("keep-checkpoints"))},
+       {"save-dtype", "f32|bf16", field_help(option_field("save-dtype"))},
        {"init-from", "MODELDIR", "start from a Hugging Face model directory (fresh optimizer)"},
        {"resume", "RUNDIR", "continue a run from its newest checkpoint up to --steps"}},
       true,
@@ -107,6 +116,28 @@ std::string default_out(const std::string& preset) {
   char buf[32];
   std::strftime(buf, sizeof(buf), "%Y%m%d-%H%M%S", std::localtime(&now));
   return "runs/" + preset + "-" + buf;
+}
+
+// A model trained from scratch takes the vocabulary of the tokenizer the run will carry (the
+// run directory's, else the --data directory's, where forge data prepare puts it) unless
+// vocab_size is set: with the preset's (tiny: 4,096) and a 300-token tokenizer, the model
+// would sample ids that the tokenizer cannot decode, and forge generate --prompt would fail.
+// A tokenizer Forge cannot read leaves the preset's size.
+void take_tokenizer_vocab(ModelConfig& model, const std::string& out, const std::string& data) {
+  for (const std::string& dir : {out, data}) {
+    std::error_code ec;
+    const std::string path = dir + "/tokenizer.json";
+    if (!fs::is_directory(dir, ec) || !fs::is_regular_file(path, ec)) continue;
+    try {
+      const int32_t vocab = tok::Tokenizer::load(path).vocab_size();
+      if (vocab != model.vocab_size)
+        std::printf("vocab_size %d, from %s (the preset has %d; vocab_size=N chooses)\n", vocab,
+                    path.c_str(), model.vocab_size);
+      model.vocab_size = vocab;
+    } catch (const Error&) {
+    }
+    return;
+  }
 }
 
 // Set by SIGINT/SIGTERM; the trainer polls it after every step. SA_RESETHAND: a second signal
@@ -144,7 +175,7 @@ int cmd_train(const Argv& argv) {
   opt.stop = &g_stop;
   if (a.has("resume")) {
     for (const char* fixed :
-         {"preset", "config", "init-from", "out", "save-every", "keep-checkpoints"})
+         {"preset", "config", "init-from", "out", "save-every", "keep-checkpoints", "save-dtype"})
       if (a.has(fixed))
         throw Error(
             str("--resume takes the run's configuration from its checkpoint; drop --", fixed));
@@ -201,6 +232,9 @@ int cmd_train(const Argv& argv) {
   if (from.filename().empty()) from = from.parent_path();  // "models/x/" -> "models/x"
   const std::string name = init_from.empty() ? preset : from.filename().string();
   const std::string out = a.get("out", default_out(name.empty() ? "run" : name));
+  bool vocab_given = file_cfg.contains("vocab_size");
+  for (const auto& [k, v] : a.overrides()) vocab_given |= k == "vocab_size";
+  if (init_from.empty() && !vocab_given) take_tokenizer_vocab(model, out, data);
   install_stop_handlers();
   if (init_from.empty())
     forge::train(model, train, data, out, opt);

@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "forge/generate/sampler.h"
+#include "forge/io/model_files.h"
 #include "forge/model/config.h"
 #include "forge/model/model_dir.h"
 #include "forge/tokenizer/tokenizer.h"
@@ -43,7 +44,7 @@ class GenerateCliTest : public ::testing::Test {
     model_ = std::make_unique<Transformer<float>>(cfg);
     model_->init_weights(11);
     const std::string tok = std::string(FORGE_SOURCE_DIR) + "/tests/data/tokenizer/post_processor/byte_level.json";
-    save_model_dir(p("model"), *model_, tok);
+    save_model_dir(p("model"), *model_, {.files = {{"tokenizer.json", io::read_file(tok)}}});
   }
   void TearDown() override { fs::remove_all(dir_); }
   std::string p(const std::string& name) const { return (dir_ / name).string(); }

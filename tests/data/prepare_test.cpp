@@ -4,6 +4,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 
 #include "forge/core/error.h"
 #include "forge/data/shard.h"
@@ -219,6 +220,92 @@ TEST_F(PrepareTest, SameShardsForAnyThreadCount) {
   }
   EXPECT_EQ(results[0], results[1]);
   EXPECT_EQ(results[0], results[2]);
+}
+
+// The tokenizer travels with the shards: out gets tokenizer.json (whatever the given file's
+// name) and the companions beside it, byte for byte, and nothing else from that directory.
+TEST_F(PrepareTest, CopiesTheTokenizerFilesBesideTheShards) {
+  const std::string in = write("a.txt", "abc");
+  fs::create_directories(dir_ / "tok");
+  byte_tokenizer().save_json((dir_ / "tok/my_tokenizer.json").string());
+  const std::map<std::string, std::string> companions = {
+      {"tokenizer_config.json", "{\"chat_template\": \"{{ messages }}\", \"eos_token\": null}"},
+      {"special_tokens_map.json", "{\"eos_token\": \"<|endoftext|>\"}\n"},
+      {"chat_template.jinja", "{% for m in messages %}{{ m['content'] }}{% endfor %}"}};
+  for (const auto& [name, text] : companions) write("tok/" + name, text);
+  write("tok/notes.txt", "not a tokenizer file");
+  PrepareOptions o = options({in});
+  o.tokenizer_path = (dir_ / "tok/my_tokenizer.json").string();
+  const PrepareStats s = prepare_data(byte_tokenizer(), o);
+  EXPECT_EQ(s.tokenizer_files,
+            (std::vector<std::string>{"chat_template.jinja", "special_tokens_map.json",
+                                      "tokenizer.json", "tokenizer_config.json"}));
+  EXPECT_EQ(files_in(out()), (std::vector<std::string>{
+                                 "chat_template.jinja", "special_tokens_map.json", "tokenizer.json",
+                                 "tokenizer_config.json", "train_000000.bin"}));
+  auto read = [](const fs::path& p) {
+    std::ifstream f(p, std::ios::binary);
+    return std::string((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  };
+  EXPECT_EQ(read(out() + "/tokenizer.json"), read(dir_ / "tok/my_tokenizer.json"));
+  for (const auto& [name, text] : companions) EXPECT_EQ(read(out() + "/" + name), text) << name;
+
+  // A directory holding tokenizer.json, and the tokenizer living in --out itself: the same.
+  fs::rename(dir_ / "tok/my_tokenizer.json", dir_ / "tok/tokenizer.json");
+  o.out_dir = (dir_ / "out2").string();
+  o.tokenizer_path = (dir_ / "tok").string();
+  EXPECT_EQ(prepare_data(byte_tokenizer(), o).tokenizer_files.size(), 4u);
+  EXPECT_EQ(read(dir_ / "out2/tokenizer.json"), read(dir_ / "tok/tokenizer.json"));
+  o.out_dir = o.tokenizer_path;
+  prepare_data(byte_tokenizer(), o);
+  EXPECT_EQ(read(dir_ / "tok/tokenizer.json"), read(dir_ / "out2/tokenizer.json"));
+}
+
+// GPT-2's encoder.json + vocab.bpe are copied, and a tokenizer.json converted from them is
+// written beside them: the file the trainer, forge generate and transformers read. It encodes
+// as the pair does.
+TEST_F(PrepareTest, Gpt2FilesComeWithAConvertedTokenizerJson) {
+  const fs::path gpt2 = dir_ / "gpt2";
+  fs::create_directories(gpt2);
+  byte_tokenizer().save_json((dir_ / "byte.json").string());
+  nlohmann::json encoder =
+      nlohmann::json::parse(std::ifstream(dir_ / "byte.json"))["model"]["vocab"];
+  encoder["<|endoftext|>"] = kEot;
+  write("gpt2/encoder.json", encoder.dump());
+  write("gpt2/vocab.bpe", "#version: 0.2\n");
+  const Tokenizer t = Tokenizer::load(gpt2.string());
+  PrepareOptions o = options({write("a.txt", "caf\xc3\xa9 <|endoftext|> 12")});
+  o.tokenizer_path = gpt2.string();
+  const PrepareStats s = prepare_data(t, o);
+  EXPECT_EQ(s.tokenizer_files,
+            (std::vector<std::string>{"encoder.json", "tokenizer.json", "vocab.bpe"}));
+  EXPECT_EQ(files_in(out()), (std::vector<std::string>{"encoder.json", "tokenizer.json",
+                                                       "train_000000.bin", "vocab.bpe"}));
+  const Tokenizer converted = Tokenizer::load(out() + "/tokenizer.json");
+  const std::string text = "caf\xc3\xa9 au lait <|endoftext|> 12";
+  EXPECT_EQ(converted.encode(text), t.encode(text));
+  EXPECT_EQ(converted.eot_id(), t.eot_id());
+}
+
+// An --out holding a different file of a name it would write is refused before any shard is
+// written: shards beside another tokenizer's files would be read with the wrong one.
+TEST_F(PrepareTest, RefusesADifferentTokenizerFileInOut) {
+  const std::string in = write("a.txt", "abc");
+  byte_tokenizer().save_json((dir_ / "tokenizer.json").string());
+  fs::create_directories(out());
+  write("out/tokenizer_config.json", "{}");
+  write("tokenizer_config.json", "{\"eos_token\": \"<|endoftext|>\"}");
+  PrepareOptions o = options({in});
+  o.tokenizer_path = (dir_ / "tokenizer.json").string();
+  try {
+    prepare_data(byte_tokenizer(), o);
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find(out() + "/tokenizer_config.json exists and differs"),
+              std::string::npos)
+        << e.what();
+  }
+  EXPECT_EQ(files_in(out()), std::vector<std::string>{"tokenizer_config.json"});
 }
 
 TEST(PrepareUtf8, FindsTheFirstInvalidByte) {

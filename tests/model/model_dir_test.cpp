@@ -124,28 +124,31 @@ TEST_F(ModelDirTest, SaveLoadRoundTripIsExactForEveryFamily) {
   }
 }
 
-// The files beside the weights: tokenizer.json copied, generation_config.json written as
-// given; a tokenizer that cannot be read fails the save before anything is replaced.
-TEST_F(ModelDirTest, SavesTokenizerAndGenerationConfigOrNothing) {
+// The files beside the weights are written byte for byte, and only those given; a file that
+// cannot be written (a name outside the directory) fails the save before anything is replaced.
+TEST_F(ModelDirTest, SavesTheGivenFilesOrNothing) {
   auto read = [](const std::string& p) {
     std::ifstream f(p, std::ios::binary);
     return std::string((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
   };
   Transformer<float> m(gpt2());
   m.init_weights(5);
-  const std::string d = (dir_ / "m").string(), tok = (dir_ / "tok.json").string();
-  std::ofstream(tok) << "{\"tokenizer\": 1}";
+  const std::string d = (dir_ / "m").string();
   const std::string gen = "{\n  \"eos_token_id\": 7\n}\n";
-  save_model_dir(d, m, tok, gen);
+  save_model_dir(
+      d, m, {.files = {{"tokenizer.json", "{\"tokenizer\": 1}"}, {"generation_config.json", gen}}});
   EXPECT_EQ(read(d + "/tokenizer.json"), "{\"tokenizer\": 1}");
   EXPECT_EQ(read(d + "/generation_config.json"), gen);
   const std::string weights = read(d + "/model.safetensors");
 
   Transformer<float> other(gpt2());
   other.init_weights(6);
-  EXPECT_THROW(save_model_dir(d, other, (dir_ / "missing.json").string(), "{}\n"), Error);
+  for (const char* bad : {"../escape.json", "sub/x", "", "..", "config.json", "model.safetensors"})
+    EXPECT_THROW(save_model_dir(d, other, {.files = {{bad, "{}\n"}}}), Error) << bad;
   EXPECT_EQ(read(d + "/model.safetensors"), weights);  // untouched
   EXPECT_EQ(read(d + "/generation_config.json"), gen);
+  EXPECT_FALSE(fs::exists(dir_ / "escape.json"));
+  EXPECT_FALSE(fs::exists(dir_ / ".tmp-m"));
   EXPECT_EQ(load_model_dir(d).weights(), m.weights());
   // Without either, neither is written.
   save_model_dir((dir_ / "bare").string(), m);

@@ -116,8 +116,8 @@ TEST_F(CheckpointTest, KeepsTheNewestAndIgnoresCrashLeftovers) {
   EXPECT_EQ(list_checkpoints(dir_.string()).size(), 3u);
 }
 
-// A save that fails half-way (here: the tokenizer to copy is missing) leaves the previous
-// checkpoint of that step as it was and no temporary directory behind.
+// A save that fails (here: a file to carry names a path outside the directory) leaves the
+// previous checkpoint of that step as it was and no temporary directory behind.
 TEST_F(CheckpointTest, FailedSaveKeepsThePreviousCheckpoint) {
   Transformer<float> model(config());
   model.init_weights(1);
@@ -127,7 +127,7 @@ TEST_F(CheckpointTest, FailedSaveKeepsThePreviousCheckpoint) {
   model.weights()[0] = 42.0f;
   EXPECT_THROW(
       save_checkpoint(dir_.string(), model, zero, zero, {4, 1, 0, nlohmann::json::object()}, 3,
-                      (dir_ / "no-tokenizer.json").string()),
+                      {{"../tokenizer.json", "{}"}}),
       Error);
   EXPECT_NE(load_checkpoint(path).model.weights()[0], 42.0f);
   std::vector<std::string> names;

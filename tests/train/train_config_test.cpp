@@ -44,19 +44,25 @@ const std::map<std::string, std::function<std::string(const TrainConfig&)>>& rea
       {"seed", [](const TrainConfig& c) { return std::to_string(c.seed); }},
       {"save_every", i(&TrainConfig::save_every)},
       {"keep_checkpoints", i(&TrainConfig::keep_checkpoints)},
+      {"save_dtype", [](const TrainConfig& c) { return c.save_dtype; }},
+      {"save_shard_size", [](const TrainConfig& c) { return std::to_string(c.save_shard_size); }},
   };
   return m;
 }
 
 // A value for field number k that no other field gets and no default equals: integers
 // 2 + k, doubles just above 1 / (k + 3) (a value with all 52 mantissa bits in play), the seed
-// 2^64 - 1. Each is inside its field's range.
+// 2^64 - 1, a size beyond 32 bits, the last choice (the defaults are the first). Each is inside
+// its field's range.
 std::string distinct_value(const TrainField& f, int k) {
   return std::visit(
       [&](const auto& m) -> std::string {
         using M = std::decay_t<decltype(m)>;
         if constexpr (std::is_same_v<M, IntMember>) return std::to_string(2 + k);
         if constexpr (std::is_same_v<M, Uint64Member>) return "18446744073709551615";
+        if constexpr (std::is_same_v<M, ByteSizeMember>)
+          return std::to_string((int64_t{1} << 33) + k);
+        if constexpr (std::is_same_v<M, ChoiceMember>) return m.choices.back();
         char buf[32];
         const double x = std::nextafter(1.0 / (k + 3), 1.0);
         return std::string(buf, std::to_chars(buf, buf + sizeof(buf), x).ptr);
@@ -77,13 +83,14 @@ TEST(TrainConfig, TableListsEveryFieldOnce) {
 }
 
 // config.json exactly as the hand-written train_config_json wrote it before the table: same
-// keys, same JSON types, same text. Old run directories are read with these keys.
+// keys, same JSON types, same text (plus the keys added since: save_dtype, save_shard_size).
+// Old run directories are read with these keys.
 TEST(TrainConfig, JsonIsTheFormatOldRunsHave) {
   EXPECT_EQ(train_config_json(TrainConfig{}).dump(),
             R"({"batch_size":8,"beta1":0.9,"beta2":0.95,"eps":1e-08,"eval_every":100,)"
             R"("eval_windows":64,"grad_accum":1,"grad_clip":1.0,"keep_checkpoints":3,"lr":0.0006,)"
-            R"("min_lr_frac":0.1,"save_every":0,"seed":1337,"seq_len":0,"steps":1000,)"
-            R"("warmup_steps":-1,"weight_decay":0.1})");
+            R"("min_lr_frac":0.1,"save_dtype":"f32","save_every":0,"save_shard_size":5000000000,)"
+            R"("seed":1337,"seq_len":0,"steps":1000,"warmup_steps":-1,"weight_decay":0.1})");
   EXPECT_TRUE(train_config_json(TrainConfig{})["seed"].is_number_unsigned());
 }
 
@@ -115,7 +122,12 @@ TEST(TrainConfig, OldRunConfigReadsBackExactly) {
   EXPECT_EQ(c.seed, UINT64_MAX);
   EXPECT_EQ(c.save_every, 6);
   EXPECT_EQ(c.keep_checkpoints, 2);
-  EXPECT_EQ(train_config_json(c), j);  // and writes back the same object
+  EXPECT_EQ(c.save_dtype, "f32");  // keys added since: their defaults
+  EXPECT_EQ(c.save_shard_size, 5'000'000'000);
+  nlohmann::json back = j;  // and writes back the same object, with those keys added
+  back["save_dtype"] = "f32";
+  back["save_shard_size"] = 5'000'000'000;
+  EXPECT_EQ(train_config_json(c), back);
 }
 
 // For every row: the override sets the real member, config.json holds the value under the
@@ -136,12 +148,13 @@ TEST(TrainConfig, OverrideJsonWriteAndReadAgreeForEveryField) {
     EXPECT_EQ(real_members().at(name)(c), v);  // the override reached the member of that name
     EXPECT_EQ(real_members().at(name)(back), v);
     ASSERT_TRUE(j.contains(name));
+    const std::string text = j[name].is_string() ? j[name].get<std::string>() : j[name].dump();
     if (j[name].is_number_float()) {
       EXPECT_EQ(j[name].get<double>(), std::stod(v));
     } else {
-      EXPECT_EQ(j[name].dump(), v);
+      EXPECT_EQ(text, v);
     }
-    EXPECT_EQ(train_field_text(c, *find_train_field(name)), j[name].dump());
+    EXPECT_EQ(train_field_text(c, *find_train_field(name)), text);
   }
   EXPECT_EQ(train_config_json(back), j);
 }
@@ -158,6 +171,10 @@ TEST(TrainConfig, OverridesOutsideTheRangeAreErrorsNamingTheKey) {
             below = std::to_string(static_cast<int64_t>(m.lo) - 1);
           } else if constexpr (std::is_same_v<M, Uint64Member>) {
             below = "-1";
+          } else if constexpr (std::is_same_v<M, ByteSizeMember>) {
+            below = "0";
+          } else if constexpr (std::is_same_v<M, ChoiceMember>) {
+            below = "f16";
           } else if (std::isfinite(m.range.lo)) {
             const double x = m.range.lo_open ? m.range.lo : std::nextafter(m.range.lo, -1e300);
             char buf[32];
@@ -212,6 +229,61 @@ TEST(TrainConfig, BadConfigJsonIsAnErrorNamingFileAndKey) {
   EXPECT_EQ(c.steps, 5);
   EXPECT_EQ(c.lr, TrainConfig{}.lr);
   EXPECT_EQ(c.seed, TrainConfig{}.seed);
+}
+
+// save_shard_size takes byte counts as transformers' max_shard_size does ("5GB" = 5·10^9) and
+// binary units; save_dtype takes f32 or bf16. Anything else is a one-line error naming the key.
+TEST(TrainConfig, SaveSettingsParseSizesAndDtypes) {
+  TrainConfig c;
+  const std::pair<const char*, int64_t> sizes[] = {{"1", 1},
+                                                   {"300", 300},
+                                                   {"5GB", 5'000'000'000},
+                                                   {"5gb", 5'000'000'000},
+                                                   {"2G", 2'000'000'000},
+                                                   {"10MB", 10'000'000},
+                                                   {"7K", 7'000},
+                                                   {"3KB", 3'000},
+                                                   {"1TB", 1'000'000'000'000},
+                                                   {"2GiB", int64_t{2} << 30},
+                                                   {"4MiB", int64_t{4} << 20},
+                                                   {"1kib", 1024},
+                                                   {"9223372036854775807", INT64_MAX}};
+  for (const auto& [text, bytes] : sizes) {
+    ASSERT_TRUE(c.apply_override("save_shard_size", text)) << text;
+    EXPECT_EQ(c.save_shard_size, bytes) << text;
+  }
+  for (const char* bad : {"0", "0GB", "-1", "5XB", "GB", "5 GB", "1.5GB", "+5",
+                          "9223372036854775808", "10000000000TB", "5GBB"}) {
+    try {
+      c.apply_override("save_shard_size", bad);
+      ADD_FAILURE() << bad << " was accepted";
+    } catch (const Error& e) {
+      const std::string msg = e.what();
+      EXPECT_EQ(msg.find("save_shard_size: expected a size in bytes >= 1"), 0u) << msg;
+      EXPECT_NE(msg.find(std::string("got '") + bad + "'"), std::string::npos) << msg;
+      EXPECT_EQ(msg.find('\n'), std::string::npos) << msg;
+    }
+  }
+  ASSERT_TRUE(c.apply_override("save_dtype", "bf16"));
+  EXPECT_EQ(c.save_dtype, "bf16");
+  for (const char* bad : {"fp16", "BF16", "bfloat16", ""}) {
+    try {
+      c.apply_override("save_dtype", bad);
+      ADD_FAILURE() << bad << " was accepted";
+    } catch (const Error& e) {
+      EXPECT_EQ(std::string(e.what()),
+                std::string("save_dtype: expected f32 or bf16, got '") + bad + "'");
+    }
+  }
+  // config.json: sizes as numbers (what train_config_json writes) or strings; dtypes as strings.
+  const TrainConfig j = train_config_from_json(
+      nlohmann::json::parse(R"({"save_shard_size": "2MiB", "save_dtype": "bf16"})"), "c.json");
+  EXPECT_EQ(j.save_shard_size, 2 << 20);
+  EXPECT_EQ(j.save_dtype, "bf16");
+  EXPECT_EQ(train_config_json(j)["save_shard_size"], 2 << 20);
+  EXPECT_THROW(train_config_from_json(nlohmann::json::parse(R"({"save_dtype": 16})"), "c.json"),
+               Error);
+  EXPECT_EQ(train_field_range(*find_train_field("save_dtype")), "f32 or bf16");
 }
 
 }  // namespace

@@ -11,6 +11,14 @@
 //    as they are, which byte-level BPE can do. JSONL is checked on the raw line, before parsing.
 //  - An --out that already holds train_*.bin or val_*.bin is refused: nothing saved is lost and
 //    no directory ends up mixing shards of two runs.
+//  - The tokenizer travels with the shards: out_dir gets the tokenizer's files as they are
+//    (tokenizer.json, or GPT-2's encoder.json + vocab.bpe, and tokenizer_config.json,
+//    special_tokens_map.json, chat_template.jinja when they sit beside it), so `forge train
+//    --data DIR` can put them into every model it saves. Given encoder.json + vocab.bpe, a
+//    tokenizer.json converted from them is written too: that is the file transformers and
+//    forge generate read. A file of that name already in out_dir must be identical (a rerun,
+//    or the tokenizer living in out_dir itself), else nothing is written: shards beside
+//    another tokenizer's files would be decoded wrongly.
 //  - Streaming: documents are read in batches of about kBatchBytes, encoded in parallel
 //    (OpenMP over documents, dynamic schedule since sizes vary), then appended in document order,
 //    so the shards are the same for any thread count. Memory stays about one batch plus one
@@ -29,6 +37,7 @@
 #include "forge/core/error.h"
 #include "forge/core/timer.h"
 #include "forge/data/shard.h"
+#include "forge/io/model_files.h"
 
 namespace forge {
 
@@ -182,6 +191,52 @@ void check_out_dir(const std::string& dir) {
   }
 }
 
+// The tokenizer files out_dir should hold for the tokenizer at `path` (see the notes above),
+// name -> bytes. `tokenizer` is what was loaded from `path`; the conversion of GPT-2's files
+// goes through a scratch file in out_dir (Tokenizer::save_json writes only files).
+io::FileSet tokenizer_files(const tok::Tokenizer& tokenizer, const std::string& path,
+                            const std::string& out_dir) {
+  io::FileSet files;
+  std::error_code ec;
+  fs::path dir = path;
+  if (fs::is_regular_file(path, ec)) {
+    files["tokenizer.json"] = io::read_file(path);
+    dir = fs::path(path).parent_path();
+    if (dir.empty()) dir = ".";
+  } else if (fs::is_regular_file(dir / "tokenizer.json", ec)) {
+    files["tokenizer.json"] = io::read_file((dir / "tokenizer.json").string());
+  } else {  // encoder.json + vocab.bpe (Tokenizer::load accepted the directory)
+    for (const char* name : {"encoder.json", "vocab.bpe"})
+      files[name] = io::read_file((dir / name).string());
+    const std::string scratch = (fs::path(out_dir) / ".tmp-tokenizer.json").string();
+    tokenizer.save_json(scratch);
+    files["tokenizer.json"] = io::read_file(scratch);
+    fs::remove(scratch, ec);
+  }
+  // The companions: every io::kTokenizerFiles name after tokenizer.json.
+  for (auto& [name, bytes] :
+       io::read_files(dir.string(), std::span(io::kTokenizerFiles).subspan(1)))
+    files[name] = std::move(bytes);
+  return files;
+}
+
+// Refuses an out_dir file of the same name with other bytes; drops identical ones from `files`
+// (already there: nothing to write).
+void check_tokenizer_files(const std::string& out_dir, io::FileSet& files) {
+  for (auto it = files.begin(); it != files.end();) {
+    const std::string dest = (fs::path(out_dir) / it->first).string();
+    std::error_code ec;
+    if (!fs::exists(dest, ec)) {
+      ++it;
+      continue;
+    }
+    if (!fs::is_regular_file(dest, ec) || io::read_file(dest) != it->second)
+      throw Error(str(dest, " exists and differs from the tokenizer's ", it->first,
+                      "; remove it or choose another --out"));
+    it = files.erase(it);
+  }
+}
+
 }  // namespace
 
 DocFormat parse_doc_format(const std::string& name) {
@@ -248,6 +303,12 @@ PrepareStats prepare_data(const tok::Tokenizer& tokenizer, const PrepareOptions&
     stats.bytes += static_cast<int64_t>(fs::file_size(p, ec));
   }
   check_out_dir(o.out_dir);
+  io::FileSet tok_files;
+  if (!o.tokenizer_path.empty()) {
+    tok_files = tokenizer_files(tokenizer, o.tokenizer_path, o.out_dir);
+    for (const auto& [name, bytes] : tok_files) stats.tokenizer_files.push_back(name);
+    check_tokenizer_files(o.out_dir, tok_files);
+  }
 
   const int64_t k = o.val_fraction > 0 ? std::max<int64_t>(2, std::llround(1 / o.val_fraction)) : 0;
   const int threads = o.threads > 0 ? o.threads : omp_get_max_threads();
@@ -285,6 +346,7 @@ PrepareStats prepare_data(const tok::Tokenizer& tokenizer, const PrepareOptions&
     if (stats.documents == 0) throw Error("the inputs hold no documents");
     train.finish();
     val.finish();
+    io::write_files(o.out_dir, tok_files);
   } catch (const Error&) {
     train.remove_written();
     val.remove_written();

@@ -37,6 +37,9 @@ struct PrepareOptions {
   std::string eot = "<|endoftext|>";   // special token written before every document
   bool allow_invalid_utf8 = false;     // else invalid UTF-8 is an error naming file and offset
   int threads = 0;                     // 0: all cores
+  // The tokenizer's file or directory, as Tokenizer::load takes it: its files are copied into
+  // out_dir beside the shards (prepare.cpp says which). "": none.
+  std::string tokenizer_path;
   std::function<void(const PrepareProgress&)> progress;  // called after each batch
 };
 
@@ -44,13 +47,15 @@ struct PrepareStats {
   int64_t documents = 0, train_documents = 0, val_documents = 0;
   int64_t train_tokens = 0, val_tokens = 0;
   int train_shards = 0, val_shards = 0;
-  int64_t bytes = 0;  // input bytes
+  int64_t bytes = 0;                         // input bytes
+  std::vector<std::string> tokenizer_files;  // names of the tokenizer files out_dir now holds
   double seconds = 0;
 };
 
 // Tokenizes every document and writes the shards. Throws forge::Error (naming the file, and the
 // line or byte offset where it applies) for a missing input, invalid UTF-8, a bad JSONL line, a
-// tokenizer without the EOT token, or an --out that already holds shards.
+// tokenizer without the EOT token, or an --out that already holds shards or a tokenizer file
+// that differs from the one it would write.
 PrepareStats prepare_data(const tok::Tokenizer& tokenizer, const PrepareOptions& options);
 
 // Byte offset of the first invalid UTF-8 sequence in s (overlong forms, surrogates and code

@@ -3,14 +3,15 @@
 // way they are looked up by name through one TensorSet, so loading and inspecting don't care.
 #include "forge/model/model_dir.h"
 
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <map>
 #include <set>
-#include <sstream>
 
 #include "forge/core/error.h"
 #include "forge/io/atomic_file.h"
+#include "forge/io/bf16.h"
 
 namespace forge {
 
@@ -114,6 +115,53 @@ ModelConfig resolve_config(const std::string& dir, const nlohmann::json& j, cons
   return cfg;
 }
 
+// config.json and the weights: the files a save makes itself.
+bool weights_or_config(const std::string& name) {
+  return name == "config.json" || name == "model.safetensors" ||
+         name == "model.safetensors.index.json" ||
+         (name.starts_with("model-") && name.ends_with(".safetensors"));  // shards
+}
+
+// The names a save writes or that an earlier save wrote: replaced (or dropped) by a new save.
+bool written_by_save(const std::string& name) {
+  if (weights_or_config(name) || name == io::kGenerationConfigFile) return true;
+  for (const char* t : io::kTokenizerFiles)
+    if (name == t) return true;
+  return false;
+}
+
+void check_save_options(const std::string& dir, const ModelSaveOptions& opt) {
+  if (opt.dtype != io::StDType::kF32 && opt.dtype != io::StDType::kBF16)
+    throw Error(
+        str(dir, ": cannot save weights as ", io::st_dtype_name(opt.dtype), " (F32 or BF16)"));
+  if (opt.shard_size < 1)
+    throw Error(str(dir, ": shard size ", opt.shard_size, " must be at least 1 byte"));
+  for (const auto& [name, bytes] : opt.files)
+    if (name.empty() || name == "." || name == ".." || name.find('/') != std::string::npos ||
+        weights_or_config(name))
+      throw Error(str(dir, ": cannot write '", name, "' beside the weights"));
+}
+
+// Hard-links (or, where the file system refuses, copies) every entry of `old_dir` that is not a
+// file of a save into `new_dir`: what a user keeps in a model directory outlives a re-save.
+void keep_foreign_files(const fs::path& old_dir, const std::string& new_dir) {
+  for (const auto& e : fs::directory_iterator(old_dir)) {
+    const std::string name = e.path().filename().string();
+    // A stale NAME.tmp belongs to a writer of NAME that crashed.
+    const std::string base = name.ends_with(".tmp") ? name.substr(0, name.size() - 4) : name;
+    if (written_by_save(base)) continue;
+    const fs::path to = fs::path(new_dir) / name;
+    std::error_code ec;
+    fs::copy(e.path(), to, fs::copy_options::recursive | fs::copy_options::create_hard_links, ec);
+    if (ec) {
+      fs::remove_all(to, ec);
+      fs::copy(e.path(), to, fs::copy_options::recursive, ec);
+      if (ec)
+        throw Error(str(e.path().string(), ": cannot keep it in the new save: ", ec.message()));
+    }
+  }
+}
+
 std::string tensor_file_name(const TensorSet& ts, const std::string& dir, const std::string& name) {
   auto it = ts.where.find(name);
   return dir + "/" + (it == ts.where.end() ? "model.safetensors" : ts.file_names[it->second]);
@@ -130,30 +178,115 @@ ModelConfig read_hf_config(const nlohmann::json& j) {
   }
 }
 
-void save_model_dir(const std::string& dir, const Transformer<float>& model,
-                    const std::string& tokenizer_json, const std::string& generation_config_json) {
-  std::string tokenizer_text;  // read first: a missing tokenizer must not cost the old model
-  if (!tokenizer_json.empty()) {
-    std::ifstream f(tokenizer_json, std::ios::binary);
-    if (!f) throw Error(str(tokenizer_json, ": cannot open tokenizer"));
-    std::stringstream text;
-    text << f.rdbuf();
-    tokenizer_text = text.str();
+io::StDType save_dtype_from_name(const std::string& name) {
+  if (name == "f32") return io::StDType::kF32;
+  if (name == "bf16") return io::StDType::kBF16;
+  throw Error(str("unknown save dtype '", name, "' (expected f32 or bf16)"));
+}
+
+std::vector<std::vector<size_t>> plan_weight_shards(const std::vector<uint64_t>& bytes,
+                                                    uint64_t limit) {
+  std::vector<std::vector<size_t>> shards;
+  std::vector<size_t> current;
+  uint64_t current_bytes = 0;
+  for (size_t i = 0; i < bytes.size(); ++i) {
+    if (bytes[i] > limit) {  // alone, and (as huggingface_hub does) ahead of the open file
+      shards.push_back({i});
+      continue;
+    }
+    if (current_bytes + bytes[i] > limit) {
+      shards.push_back(std::move(current));
+      current.clear();
+      current_bytes = 0;
+    }
+    current.push_back(i);
+    current_bytes += bytes[i];
   }
-  std::error_code ec;
-  fs::create_directories(dir, ec);
-  if (ec) throw Error(str(dir, ": cannot create directory: ", ec.message()));
+  if (!current.empty()) shards.push_back(std::move(current));
+  return shards;
+}
+
+void write_model_files(const std::string& dir, const Transformer<float>& model,
+                       const ModelSaveOptions& opt) {
+  check_save_options(dir, opt);
   const ModelConfig& cfg = model.config();
-  std::vector<io::TensorToWrite> tensors;
+  const size_t elem = io::st_dtype_size(opt.dtype);
+  std::vector<const ParamInfo*> params;
+  std::vector<Shape> shapes;
+  std::vector<uint64_t> bytes;
+  int64_t numel = 0;
   for (const auto& p : model.table().params()) {
-    tensors.push_back({p.name, io::StDType::kF32, checkpoint_shape(model.table(), p, cfg),
-                       model.weights().data() + p.offset});
+    params.push_back(&p);
+    shapes.push_back(checkpoint_shape(model.table(), p, cfg));
+    bytes.push_back(static_cast<uint64_t>(shape_numel(shapes.back())) * elem);
+    numel += shape_numel(shapes.back());
   }
-  io::write_safetensors(dir + "/model.safetensors", tensors, {{"format", "pt"}});
-  io::write_file_atomic(dir + "/config.json", to_hf_config(cfg).dump(2) + "\n");
-  if (!tokenizer_json.empty()) io::write_file_atomic(dir + "/tokenizer.json", tokenizer_text);
-  if (!generation_config_json.empty())
-    io::write_file_atomic(dir + "/generation_config.json", generation_config_json);
+  const auto shards = plan_weight_shards(bytes, static_cast<uint64_t>(opt.shard_size));
+  nlohmann::json weight_map = nlohmann::json::object();
+  for (size_t s = 0; s < shards.size(); ++s) {
+    char name[64];
+    std::snprintf(name, sizeof name, "model-%05zu-of-%05zu.safetensors", s + 1, shards.size());
+    const std::string file = shards.size() == 1 ? "model.safetensors" : name;
+    // BF16: one shard's tensors converted at a time, so a big model needs half a shard of
+    // extra memory, not half the model.
+    std::vector<uint16_t> half;
+    if (opt.dtype == io::StDType::kBF16) {
+      size_t n = 0;
+      for (const size_t i : shards[s]) n += static_cast<size_t>(shape_numel(shapes[i]));
+      half.resize(n);
+    }
+    std::vector<io::TensorToWrite> tensors;
+    size_t at = 0;
+    for (const size_t i : shards[s]) {
+      const float* w = model.weights().data() + params[i]->offset;
+      const void* data = w;
+      if (opt.dtype == io::StDType::kBF16) {
+        const int64_t n = shape_numel(shapes[i]);
+        for (int64_t k = 0; k < n; ++k) half[at + k] = f32_to_bf16(w[k]);
+        data = half.data() + at;
+        at += static_cast<size_t>(n);
+      }
+      tensors.push_back({params[i]->name, opt.dtype, shapes[i], data});
+      weight_map[params[i]->name] = file;
+    }
+    io::write_safetensors(dir + "/" + file, tensors, {{"format", "pt"}});
+  }
+  if (shards.size() > 1) {
+    uint64_t total = 0;
+    for (const uint64_t b : bytes) total += b;
+    // Keys sorted, 2-space indent, a final newline: json.dumps(index, indent=2, sort_keys=True)
+    // + "\n", as transformers writes it; total_parameters as it has since June 2025
+    // (huggingface/transformers#38531).
+    const nlohmann::json index = {
+        {"metadata", {{"total_parameters", numel}, {"total_size", total}}},
+        {"weight_map", weight_map}};
+    io::write_file_atomic(dir + "/model.safetensors.index.json", index.dump(2) + "\n");
+  }
+  nlohmann::json config = to_hf_config(cfg);
+  const char* dtype = opt.dtype == io::StDType::kBF16 ? "bfloat16" : "float32";
+  config["torch_dtype"] = dtype;
+  if (config.contains("dtype")) config["dtype"] = dtype;  // transformers 5's name for it
+  io::write_file_atomic(dir + "/config.json", config.dump(2) + "\n");
+  io::write_files(dir, opt.files);
+}
+
+void save_model_dir(const std::string& dir, const Transformer<float>& model,
+                    const ModelSaveOptions& opt) {
+  check_save_options(dir, opt);  // before anything on disk changes
+  fs::path path = fs::path(dir).lexically_normal();
+  if (path.filename().empty()) path = path.parent_path();  // "out/model/" -> "out/model"
+  std::error_code ec;
+  if (fs::exists(path, ec) && !fs::is_directory(path, ec))
+    throw Error(str(dir, ": exists and is not a directory"));
+  if (!path.parent_path().empty()) {
+    fs::create_directories(path.parent_path(), ec);
+    if (ec)
+      throw Error(str(path.parent_path().string(), ": cannot create directory: ", ec.message()));
+  }
+  io::AtomicDir out(path.string());
+  if (fs::is_directory(path, ec)) keep_foreign_files(path, out.tmp_path());
+  write_model_files(out.tmp_path(), model, opt);
+  out.commit();
 }
 
 Transformer<float> load_model_dir(const std::string& dir) {

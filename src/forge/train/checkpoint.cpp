@@ -104,9 +104,8 @@ TrainerState state_from_json(const std::string& path, const nlohmann::json& j) {
   };
   need(j.is_object() && j.value("format", "") == "forge-trainer-state",
        "not a forge trainer state (no \"format\": \"forge-trainer-state\")");
-  const int version = j.contains("version") && j["version"].is_number_integer()
-                          ? j["version"].get<int>()
-                          : 0;
+  const int version =
+      j.contains("version") && j["version"].is_number_integer() ? j["version"].get<int>() : 0;
   if (version != 1 && version != kStateVersion)
     throw Error(str(path, ": unsupported trainer state version ",
                     j.contains("version") ? j["version"].dump() : "(none)", " (expected 1 or ",
@@ -171,8 +170,8 @@ std::vector<std::pair<int, std::string>> list_checkpoints(const std::string& run
 
 std::string save_checkpoint(const std::string& run_dir, const Transformer<float>& model,
                             const std::vector<float>& m, const std::vector<float>& v,
-                            const TrainerState& state, int keep, const std::string& tokenizer_json,
-                            const std::string& generation_config_json) {
+                            const TrainerState& state, int keep, const io::FileSet& files,
+                            int64_t shard_size) {
   const ParamTable& table = model.table();
   const ModelConfig& cfg = model.config();
   FORGE_CHECK(static_cast<int64_t>(m.size()) == table.total() &&
@@ -189,7 +188,7 @@ std::string save_checkpoint(const std::string& run_dir, const Transformer<float>
   const fs::path final_path = dir / checkpoint_name(state.step);
   io::AtomicDir out(final_path.string());
   const fs::path tmp = out.tmp_path();
-  save_model_dir(tmp.string(), model, tokenizer_json, generation_config_json);
+  write_model_files(tmp.string(), model, {io::StDType::kF32, shard_size, files});
   // The embedding's padding rows are not saved; they must be zero in m and v as in the weights,
   // or a resumed run would differ. They are (the padded logits get no gradient).
   for (const auto* buf : {&m, &v}) {

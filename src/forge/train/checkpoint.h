@@ -1,8 +1,9 @@
 // Checkpoints: RUNDIR/checkpoints/step_NNNNNN/, a Hugging Face model directory (config.json,
-// model.safetensors, tokenizer.json and generation_config.json when the run has them) plus
+// model.safetensors or its shards, the run's tokenizer files and generation_config.json) plus
 //   optimizer.safetensors  Adam's m and v as F32 tensors "m.<name>" and "v.<name>", shaped like
 //                          the parameters in model.safetensors (the f32 weights there are the
-//                          master weights: nothing else to store)
+//                          master weights: nothing else to store; so a checkpoint's weights
+//                          are always F32, whatever save_dtype the final model gets)
 //   trainer_state.json     {"format", "version": 2, "step", "seed",
 //                          "rng": {"loader": {"seed", "stream", "offset"}}, "data_loader":
 //                          {"rng_offset"}, "config": the full run configuration, and for f16
@@ -30,6 +31,8 @@
 #include <utility>
 #include <vector>
 
+#include "forge/io/model_files.h"
+#include "forge/model/model_dir.h"
 #include "forge/model/transformer.h"
 #include "forge/ops/loss_scale.h"
 
@@ -56,14 +59,13 @@ struct Checkpoint {
 std::string checkpoint_name(int step);
 
 // Writes RUNDIR/checkpoints/step_NNNNNN (replacing one of the same step) atomically, then
-// deletes the oldest complete checkpoints until `keep` remain (keep <= 0: keep all). Copies
-// `tokenizer_json` (a path) into it and writes `generation_config_json` (the text) as its
-// generation_config.json when not empty (save_model_dir). Returns the checkpoint's path.
+// deletes the oldest complete checkpoints until `keep` remain (keep <= 0: keep all). `files`
+// (tokenizer files, generation_config.json) are written beside the weights, which are sharded
+// above `shard_size` bytes (model_dir.h). Returns the checkpoint's path.
 std::string save_checkpoint(const std::string& run_dir, const Transformer<float>& model,
                             const std::vector<float>& m, const std::vector<float>& v,
-                            const TrainerState& state, int keep,
-                            const std::string& tokenizer_json = "",
-                            const std::string& generation_config_json = "");
+                            const TrainerState& state, int keep, const io::FileSet& files = {},
+                            int64_t shard_size = kDefaultShardSize);
 
 // Complete checkpoints of a run, oldest first: (step, path).
 std::vector<std::pair<int, std::string>> list_checkpoints(const std::string& run_dir);

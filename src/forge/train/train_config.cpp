@@ -1,10 +1,14 @@
 #include "forge/train/train_config.h"
 
+#include <algorithm>
+#include <cctype>
+#include <charconv>
 #include <limits>
 #include <nlohmann/json.hpp>
 #include <type_traits>
 
 #include "forge/core/error.h"
+#include "forge/model/model_dir.h"
 
 namespace forge {
 
@@ -13,6 +17,8 @@ namespace {
 constexpr int kIntMin = std::numeric_limits<int>::min();
 constexpr int kIntMax = std::numeric_limits<int>::max();
 constexpr double kInf = std::numeric_limits<double>::infinity();
+constexpr const char* kSaveDtypes[] = {"f32", "bf16"};
+static_assert(TrainConfig{}.save_shard_size == kDefaultShardSize);
 
 // The ranges are those the loop can run with: run() and the optimizer need positive counts,
 // AdamW's bias correction divides by 1 - beta^t (beta < 1), and eps keeps never-updated rows
@@ -48,7 +54,55 @@ constexpr TrainField kTrainFields[] = {
      IntMember{&TrainConfig::save_every, 0, kIntMax}},
     {"keep_checkpoints", "N", "newest checkpoints kept; 0 keeps all",
      IntMember{&TrainConfig::keep_checkpoints, 0, kIntMax}},
+    {"save_dtype", "D", "weights of the final model (checkpoints stay f32)",
+     ChoiceMember{&TrainConfig::save_dtype, kSaveDtypes}},
+    {"save_shard_size", "BYTES", "largest weights file of a saved model; above it: shards + index",
+     ByteSizeMember{&TrainConfig::save_shard_size}},
 };
+
+// "5GB" -> 5'000'000'000 (ByteSizeMember's syntax); throws naming `what` otherwise.
+int64_t parse_byte_size(const std::string& what, std::string_view text) {
+  auto bad = [&] {
+    return Error(str(what,
+                     ": expected a size in bytes >= 1 (an integer, optionally followed by K, ",
+                     "M, G, T, KB, MB, GB, TB, KiB, MiB, GiB or TiB), got '", text, "'"));
+  };
+  size_t digits = 0;
+  while (digits < text.size() && text[digits] >= '0' && text[digits] <= '9') ++digits;
+  int64_t n = 0;
+  const auto [end, ec] = std::from_chars(text.data(), text.data() + digits, n);
+  if (digits == 0 || ec != std::errc() || end != text.data() + digits) throw bad();
+  std::string unit;
+  for (const char c : text.substr(digits))
+    unit += static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  constexpr std::pair<const char*, int64_t> kUnits[] = {{"", 1},
+                                                        {"K", 1'000},
+                                                        {"KB", 1'000},
+                                                        {"M", 1'000'000},
+                                                        {"MB", 1'000'000},
+                                                        {"G", 1'000'000'000},
+                                                        {"GB", 1'000'000'000},
+                                                        {"T", 1'000'000'000'000},
+                                                        {"TB", 1'000'000'000'000},
+                                                        {"KIB", int64_t{1} << 10},
+                                                        {"MIB", int64_t{1} << 20},
+                                                        {"GIB", int64_t{1} << 30},
+                                                        {"TIB", int64_t{1} << 40}};
+  for (const auto& [name, scale] : kUnits) {
+    if (unit != name) continue;
+    int64_t bytes = 0;
+    if (__builtin_mul_overflow(n, scale, &bytes) || bytes < 1) throw bad();
+    return bytes;
+  }
+  throw bad();
+}
+
+std::string choices_text(const ChoiceMember& m) {
+  std::string s;
+  for (size_t i = 0; i < m.choices.size(); ++i)
+    s += str(i == 0 ? "" : i + 1 == m.choices.size() ? " or " : ", ", m.choices[i]);
+  return s;
+}
 
 // One parse for every way in. `ranged`: the setting's own range (what users type); otherwise
 // only what the member's type holds exactly, for a run's own config.json: a run written
@@ -62,8 +116,14 @@ void set_field(TrainConfig& cfg, const TrainField& f, const std::string& what,
           cfg.*m.ptr = parse_int(what, text, ranged ? m.lo : kIntMin, ranged ? m.hi : kIntMax);
         else if constexpr (std::is_same_v<M, Uint64Member>)
           cfg.*m.ptr = parse_uint64(what, text);
-        else
+        else if constexpr (std::is_same_v<M, DoubleMember>)
           cfg.*m.ptr = parse_double(what, text, ranged ? m.range : Interval{});
+        else if constexpr (std::is_same_v<M, ByteSizeMember>)
+          cfg.*m.ptr = parse_byte_size(what, text);
+        else if (std::find(m.choices.begin(), m.choices.end(), text) != m.choices.end())
+          cfg.*m.ptr = std::string(text);
+        else
+          throw Error(str(what, ": expected ", choices_text(m), ", got '", text, "'"));
       },
       f.member);
 }
@@ -93,6 +153,7 @@ bool TrainConfig::apply_override(const std::string& key, const std::string& valu
 }
 
 std::string train_field_text(const TrainConfig& cfg, const TrainField& f) {
+  if (const auto* c = std::get_if<ChoiceMember>(&f.member)) return cfg.*c->ptr;
   // nlohmann's number output: exact integers, shortest round-trip doubles ("0.0006").
   return std::visit([&](const auto& m) { return nlohmann::json(cfg.*m.ptr).dump(); }, f.member);
 }
@@ -106,8 +167,12 @@ std::string train_field_range(const TrainField& f) {
           return str("[", m.lo, ", ", m.hi, "]");
         } else if constexpr (std::is_same_v<M, Uint64Member>) {
           return "0 to 2^64-1";
-        } else {
+        } else if constexpr (std::is_same_v<M, DoubleMember>) {
           return m.range.bounds();
+        } else if constexpr (std::is_same_v<M, ByteSizeMember>) {
+          return ">= 1; K/M/G/KB/MB/GB = 10^3/10^6/10^9, KiB/MiB/GiB = 2^10/2^20/2^30";
+        } else {
+          return choices_text(m);
         }
       },
       f.member);
@@ -126,10 +191,16 @@ TrainConfig train_config_from_json(const nlohmann::json& j, const std::string& w
   TrainConfig cfg;
   // dump() of a JSON number is its exact text (integers as stored, doubles round-trip), so
   // the checked parser reads back exactly what train_config_json wrote; a value of another
-  // type ("5", null, 1.5 for an integer) fails it with the key named.
-  for (const TrainField& f : kTrainFields)
-    if (j.contains(f.name))
-      set_field(cfg, f, str(where, ": train.", f.name), j.at(f.name).dump(), false);
+  // type ("5", null, 1.5 for an integer) fails it with the key named. Names and sizes may be
+  // strings ("bf16", "2GB"): those are parsed as they are, without the quotes.
+  for (const TrainField& f : kTrainFields) {
+    if (!j.contains(f.name)) continue;
+    const nlohmann::json& v = j.at(f.name);
+    const bool text = std::holds_alternative<ChoiceMember>(f.member) ||
+                      std::holds_alternative<ByteSizeMember>(f.member);
+    set_field(cfg, f, str(where, ": train.", f.name),
+              text && v.is_string() ? v.get<std::string>() : v.dump(), false);
+  }
   return cfg;
 }
 

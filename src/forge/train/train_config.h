@@ -37,7 +37,13 @@ struct TrainConfig {
   uint64_t seed = 1337;      // initialisation and data order
   int save_every = 0;        // checkpoint every K steps (and after the last); 0: never
   int keep_checkpoints = 3;  // newest checkpoints kept; <= 0 keeps all
-  bool quiet = false;        // no per-step progress lines (not a setting: not in the table)
+  // The final model's weights: "f32" (exact) or "bf16" (half the bytes). Checkpoints stay f32:
+  // their weights are the master weights a resumed run continues from.
+  std::string save_dtype = "f32";
+  // Largest safetensors file of a saved model, in bytes; above it the weights are sharded with
+  // an index (model_dir.h; the default is its kDefaultShardSize, transformers 4's 5GB).
+  int64_t save_shard_size = 5'000'000'000;
+  bool quiet = false;  // no per-step progress lines (not a setting: not in the table)
 
   // Applies one key=value override; returns false if the key is not a training field. A bad
   // value throws forge::Error naming the key and the accepted range.
@@ -56,12 +62,23 @@ struct DoubleMember {
   double TrainConfig::*ptr;
   Interval range;
 };
+// A size in bytes >= 1: an integer, optionally followed by K, M, G, T (or KB, MB, GB, TB:
+// powers of 1000, as huggingface_hub reads max_shard_size) or KiB, MiB, GiB, TiB (powers of
+// 1024), in any letter case. config.json holds the number of bytes.
+struct ByteSizeMember {
+  int64_t TrainConfig::*ptr;
+};
+// One of a few names, spelled exactly; config.json holds the name as a string.
+struct ChoiceMember {
+  std::string TrainConfig::*ptr;
+  std::span<const char* const> choices;
+};
 
 struct TrainField {
   const char* name;     // the key in config.json's "train" object and of key=value overrides
   const char* metavar;  // N or X, for --help
   const char* help;     // one line
-  std::variant<IntMember, Uint64Member, DoubleMember> member;
+  std::variant<IntMember, Uint64Member, DoubleMember, ByteSizeMember, ChoiceMember> member;
 };
 
 // Every field of TrainConfig that is a setting, in the order --help lists them.
@@ -72,9 +89,11 @@ const TrainField* find_train_field(std::string_view name);
 // Parses `text` into cfg's field; `what` names the setting in errors ("--steps", "lr").
 void set_train_field(TrainConfig& cfg, const TrainField& f, const std::string& what,
                      std::string_view text);
-// The field's value as config.json and --help write it: "1000", "0.0006", "1337".
+// The field's value as config.json and --help write it: "1000", "0.0006", "1337", "bf16"
+// (a name without the quotes of its JSON string).
 std::string train_field_text(const TrainConfig& cfg, const TrainField& f);
-// What the field accepts, short, for --help: ">= 1", "[0, 1)", "0 to 2^64-1", "any".
+// What the field accepts, short, for --help: ">= 1", "[0, 1)", "0 to 2^64-1", "any",
+// "f32 or bf16".
 std::string train_field_range(const TrainField& f);
 
 // The "train" object of config.json, and its exact inverse. Keys missing from `j` keep their

@@ -8,13 +8,13 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <optional>
-#include <sstream>
 
 #include "forge/core/dtype.h"
 #include "forge/core/error.h"
 #include "forge/core/timer.h"
 #include "forge/generate/generation_config.h"
 #include "forge/io/atomic_file.h"
+#include "forge/io/model_files.h"
 #include "forge/model/model_dir.h"
 #include "forge/model/transformer.h"
 #include "forge/ops/adamw.h"
@@ -70,11 +70,13 @@ struct RunStart {
   std::vector<float> m, v;       // Adam moments; empty: zeros
   bool resumed = false;          // continue metrics.jsonl instead of starting it
   std::string init_from;         // recorded in the run configuration
-  std::string tokenizer;         // tokenizer.json to copy into the run directory
   Curve train_curve, val_curve;  // what metrics.jsonl already holds
   double first_val_loss = NAN;
   std::optional<LossScaleState> loss_scale;  // f16: the checkpoint's loss-scale state
   std::string device_hint;  // appended to a failure to make the runner (resume: whose device)
+  // resume(): the tokenizer files the run carries, as its configuration records them (unset:
+  // a run from before the record, which carries those of io::kTokenizerFiles in RUNDIR).
+  std::optional<std::vector<std::string>> tokenizer_files;
 };
 
 std::string default_precision(const std::string& device) {
@@ -91,36 +93,84 @@ void check_device(const std::string& device, const std::string& precision) {
 
 void cut_metrics(const std::string& path, int step, RunStart& start);
 
-std::string read_text(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) throw Error(str(path, ": cannot open"));
-  std::stringstream text;
-  text << f.rdbuf();
-  return text.str();
+// Where a new run's tokenizer files come from (trainer.h): an --init-from model with a
+// tokenizer.json, else the run directory when something put one there before the run (forge
+// quickstart does), else the --data directory (forge data prepare writes them), else the init
+// model's companions without a tokenizer.json, if any. "" when there is no source.
+std::string tokenizer_source(const std::string& out, const std::string& data,
+                             const std::string& init_from) {
+  auto has_tokenizer = [](const std::string& dir) {
+    std::error_code ec;
+    return !dir.empty() && fs::is_regular_file(dir + "/tokenizer.json", ec);
+  };
+  std::error_code ec;
+  const std::string data_dir = fs::is_directory(data, ec) ? data : "";
+  if (has_tokenizer(init_from)) return init_from;
+  if (has_tokenizer(out)) return out;
+  if (has_tokenizer(data_dir)) return data_dir;
+  return init_from;
 }
 
 // The generation_config.json (its text) of every model the run saves: an --init-from model's
 // own file as it is, or else one made from what it says elsewhere (config.json's token ids, its
 // tokenizer); for other runs the one in the run directory (written when the run began, so a
-// resumed run saves the same), or else one naming the end-of-text token of the run's
-// tokenizer. "" when nothing names one (no tokenizer): then no file is written. A file that is
-// there is checked, so a broken one stops the run before it starts.
-std::string run_generation_config(const std::string& out, const RunStart& start) {
+// resumed run saves the same), or else one naming the end-of-text token of the run's tokenizer
+// (`source`, tokenizer_source's directory; tokenizer_config.json's eos_token when it has one).
+// "" when nothing names one (no tokenizer): then no file is written. A file that is there is
+// checked, so a broken one stops the run before it starts.
+std::string run_generation_config(const std::string& out, const RunStart& start,
+                                  const std::string& source) {
   auto checked = [](const std::string& path) {
     read_generation_config(path);
-    return read_text(path);
+    return io::read_file(path);
   };
   auto text_of = [](const GenerationConfig& g) {
     return g == GenerationConfig{} ? std::string() : generation_config_json(g);
   };
   if (!start.resumed && !start.init_from.empty()) {
     const std::string src = start.init_from + "/generation_config.json";
-    return fs::exists(src) ? checked(src) : text_of(load_generation_config(start.init_from));
+    if (fs::exists(src)) return checked(src);
+    const std::string g = text_of(load_generation_config(start.init_from));
+    if (!g.empty() || source == start.init_from) return g;
   }
   if (fs::exists(out + "/generation_config.json")) return checked(out + "/generation_config.json");
-  const std::string tokenizer =
-      !start.tokenizer.empty() ? start.tokenizer : out + "/tokenizer.json";
-  return fs::exists(tokenizer) ? text_of(generation_config_for_tokenizer(tokenizer)) : "";
+  if (source.empty() || !fs::exists(source + "/tokenizer.json")) return "";
+  const std::string tc = source + "/tokenizer_config.json";
+  return text_of(
+      generation_config_for_tokenizer(source + "/tokenizer.json", fs::exists(tc) ? tc : ""));
+}
+
+// The files every model the run saves carries beside its weights (io/model_files.h): the
+// tokenizer's files from one source and generation_config.json. Read before the run directory
+// changes, so a missing or broken one stops the run before it starts.
+io::FileSet run_model_files(const std::string& out, const std::string& data,
+                            const RunStart& start) {
+  io::FileSet files;
+  std::string source = out;
+  if (start.resumed) {
+    std::vector<const char*> names;  // only known names: the record is not trusted with paths
+    for (const char* name : io::kTokenizerFiles)
+      if (!start.tokenizer_files ||
+          std::find(start.tokenizer_files->begin(), start.tokenizer_files->end(), name) !=
+              start.tokenizer_files->end())
+        names.push_back(name);
+    files = io::read_files(out, names);
+  } else {
+    source = tokenizer_source(out, data, start.init_from);
+    if (!source.empty()) files = io::read_files(source, io::kTokenizerFiles);
+    std::error_code ec;
+    const std::string data_tokenizer = data + "/tokenizer.json";
+    if (source != data && fs::is_directory(data, ec) && files.count("tokenizer.json") &&
+        fs::is_regular_file(data_tokenizer, ec) &&
+        io::read_file(data_tokenizer) != files["tokenizer.json"])
+      std::printf(
+          "note: the run's tokenizer is %s/tokenizer.json; %s differs (were the shards "
+          "made with another tokenizer?)\n",
+          source.c_str(), data_tokenizer.c_str());
+  }
+  const std::string generation_config = run_generation_config(out, start, source);
+  if (!generation_config.empty()) files[io::kGenerationConfigFile] = generation_config;
+  return files;
 }
 
 TrainResult run(Transformer<float>& model, const TrainConfig& cfg, const std::string& data,
@@ -153,7 +203,11 @@ TrainResult run(Transformer<float>& model, const TrainConfig& cfg, const std::st
     if (start.device_hint.empty()) throw;
     throw Error(str(e.what(), "; ", start.device_hint));
   }
-  const std::string generation_config = run_generation_config(out, start);
+  if (cfg.save_shard_size < 1)
+    throw Error(str("save_shard_size must be >= 1 byte, got ", cfg.save_shard_size));
+  const ModelSaveOptions final_save{save_dtype_from_name(cfg.save_dtype), cfg.save_shard_size,
+                                    run_model_files(out, data, start)};
+  const io::FileSet& model_files = final_save.files;
   if (start.resumed) cut_metrics(out + "/metrics.jsonl", start.step, start);
   TrainLoader loader(&ds.shards, ds.train, T_, cfg.seed);
   loader.set_rng_offset(start.loader_offset);
@@ -168,17 +222,13 @@ TrainResult run(Transformer<float>& model, const TrainConfig& cfg, const std::st
                                {"device", device},
                                {"precision", precision}};
   if (!start.init_from.empty()) run_config["init_from"] = start.init_from;
+  nlohmann::json tokenizer_files = nlohmann::json::array();
+  for (const auto& [name, bytes] : model_files)
+    if (name != io::kGenerationConfigFile) tokenizer_files.push_back(name);
+  run_config["tokenizer_files"] = tokenizer_files;
   io::write_file_atomic(out + "/config.json", run_config.dump(2) + "\n");
-  if (!start.tokenizer.empty()) {
-    std::ifstream src(start.tokenizer, std::ios::binary);
-    if (!src) throw Error(str(start.tokenizer, ": cannot open"));
-    std::stringstream text;
-    text << src.rdbuf();
-    io::write_file_atomic(out + "/tokenizer.json", text.str());
-  }
-  if (!generation_config.empty())
-    io::write_file_atomic(out + "/generation_config.json", generation_config);
-  const std::string tokenizer = fs::exists(out + "/tokenizer.json") ? out + "/tokenizer.json" : "";
+  // The run directory's copies: what a resumed run reads, whatever became of the sources.
+  io::write_files(out, model_files);
   std::ofstream metrics(out + "/metrics.jsonl", start.resumed ? std::ios::app : std::ios::trunc);
   if (!metrics) throw Error(str(out, "/metrics.jsonl: cannot write"));
 
@@ -234,8 +284,8 @@ TrainResult run(Transformer<float>& model, const TrainConfig& cfg, const std::st
     TrainerState st{done, cfg.seed, loader.rng_offset(), run_config};
     st.loss_scale = runner->loss_scale_state();  // after flush(): the state after step `done`
     sync_host();
-    const std::string path =
-        save_checkpoint(out, model, m, v, st, cfg.keep_checkpoints, tokenizer, generation_config);
+    const std::string path = save_checkpoint(out, model, m, v, st, cfg.keep_checkpoints,
+                                             model_files, cfg.save_shard_size);
     last_saved = done;
     if (!quiet) std::printf("checkpoint %s\n", path.c_str());
   };
@@ -352,7 +402,7 @@ TrainResult run(Transformer<float>& model, const TrainConfig& cfg, const std::st
                    "forge: " + mcfg.family_name() + " loss");
   }
   sync_host();
-  save_model_dir(out + "/model", model, tokenizer, generation_config);
+  save_model_dir(out + "/model", model, final_save);
   result.seconds = total.seconds();
   std::printf("done in %s: train loss %.4f", format_duration(result.seconds).c_str(),
               result.last_train_loss);
@@ -405,7 +455,6 @@ TrainResult train_from(const std::string& model_dir, const TrainConfig& cfg,
   Transformer<float> model = load_model_dir(model_dir);
   RunStart start;
   start.init_from = model_dir;
-  if (fs::exists(model_dir + "/tokenizer.json")) start.tokenizer = model_dir + "/tokenizer.json";
   return run(model, cfg, data, out, std::move(start), opt);
 }
 
@@ -442,6 +491,11 @@ TrainResult resume(const std::string& run_dir, int steps, const std::string& dat
   start.resumed = true;
   if (rc.contains("init_from") && rc["init_from"].is_string())
     start.init_from = rc["init_from"].get<std::string>();
+  if (rc.contains("tokenizer_files") && rc["tokenizer_files"].is_array()) {
+    start.tokenizer_files.emplace();
+    for (const auto& name : rc["tokenizer_files"])
+      if (name.is_string()) start.tokenizer_files->push_back(name.get<std::string>());
+  }
 
   // Device and precision: the run's, unless opt chooses (then that wins, said in one line). A
   // run's device is never swapped silently: a GPU run on a machine without one is an error.

@@ -4,9 +4,20 @@
 //                   val_loss on evaluation steps)
 //   loss.svg        the loss curves, redrawn at every evaluation
 //   config.json     the full run configuration (model, training, data, device, precision)
-//   model/          the final weights as a Hugging Face model directory
-//   checkpoints/    step_NNNNNN/ every save_every steps and when stopped (checkpoint.h)
-//   tokenizer.json  the tokenizer of an --init-from model, copied into every model it saves
+//   model/          the final weights as a Hugging Face model directory, in save_dtype (f32 or
+//                   bf16), sharded above save_shard_size bytes (model/model_dir.h)
+//   checkpoints/    step_NNNNNN/ every save_every steps and when stopped (checkpoint.h; f32)
+//   tokenizer.json, tokenizer_config.json, special_tokens_map.json, chat_template.jinja
+//                   the run's tokenizer files (those that exist), copied unchanged into every
+//                   model it saves; config.json's "tokenizer_files" lists them for resume().
+//                   They come from one place, the first of: an --init-from model that has a
+//                   tokenizer.json; files already in the run directory before it began (forge
+//                   quickstart puts its tokenizer there); the --data directory (forge data
+//                   prepare writes them there); an --init-from model's files without one.
+//                   The init model's win over the data's: its embedding rows are that
+//                   tokenizer's ids, and a fine-tune keeps them. When the data directory's
+//                   tokenizer.json differs, a one-line note says so (the shards may hold
+//                   another tokenizer's ids; which side is wrong, Forge cannot tell).
 //   generation_config.json  the same for generation settings: the --init-from model's file, or
 //                   one naming the end-of-text token of the run's tokenizer (generate/
 //                   generation_config.h); none when the run has no tokenizer
@@ -58,7 +69,8 @@ TrainResult train(const ModelConfig& model, const TrainConfig& cfg, const std::s
                   const std::string& out, const RunOptions& opt = {});
 
 // Like train(), starting from the weights (and shape) of the Hugging Face model directory
-// `model_dir`; the optimizer starts fresh. Its tokenizer.json, if any, travels with the run.
+// `model_dir`; the optimizer starts fresh. Its tokenizer files, if it has a tokenizer.json,
+// travel with the run (else the data directory's, as above).
 TrainResult train_from(const std::string& model_dir, const TrainConfig& cfg,
                        const std::string& data, const std::string& out, const RunOptions& opt = {});
 
