@@ -71,7 +71,8 @@ class MergeTable {
       const uint64_t key = make_key(pairs[r].first, pairs[r].second);
       size_t h = slot_of(key);
       while (slots_[h].key != kEmpty && slots_[h].key != key) h = (h + 1) & mask_;
-      if (slots_[h].key == key) continue;  // a repeated merge keeps its first (lowest) rank
+      // A repeated merge takes its last rank: `tokenizers` collects the list into a map, and so
+      // does openai/gpt-2's encoder.py, later entries overwriting earlier ones.
       slots_[h] = Slot{key, static_cast<int32_t>(r), merged[r]};
     }
   }
