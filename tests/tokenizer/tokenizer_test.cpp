@@ -78,6 +78,16 @@ TEST(TokenizerTest, MergesLowestRankFirst) {
   EXPECT_EQ(tiny(SplitPattern::kNone).encode(std::string(601, 'c')).size(), 301u);
 }
 
+// A merge listed twice ranks where it is listed last, as in `tokenizers` (checked with 0.23.3:
+// merges "a b", "b c", "ab c", "a b" encode "abc" as a + bc).
+TEST(TokenizerTest, RepeatedMergeTakesItsLastRank) {
+  auto merges = tiny_merges();
+  merges.push_back({B('a'), B('b')});
+  const Tokenizer t = Tokenizer::from_bpe(tiny_vocab(), merges, {}, SplitPattern::kGpt2);
+  EXPECT_EQ(t.encode("abc"), (Ids{B('a'), kBC}));  // bc (rank 1) now comes before ab (rank 4)
+  EXPECT_EQ(t.encode("ab"), (Ids{kAB}));
+}
+
 TEST(TokenizerTest, SpecialTokensMatchLongestFirstAndOnlyInEncode) {
   const Tokenizer t = tiny();
   EXPECT_EQ(t.encode("<s>"), (Ids{kS}));

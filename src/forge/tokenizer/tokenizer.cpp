@@ -1,5 +1,6 @@
-// Byte-level BPE: building the tables, encoding and decoding. Files (tokenizer.json, GPT-2's
-// encoder.json + vocab.bpe) are read and written in tokenizer_io.cpp.
+// BPE: building the tables, encoding and decoding. Files (tokenizer.json, GPT-2's encoder.json +
+// vocab.bpe) are read and written in tokenizer_io.cpp; the character-level parts (normalizer,
+// Metaspace, byte fallback, decoder chain) live in normalizer.cpp, char_symbols.cpp, decoder.cpp.
 //
 // Design decisions:
 //  - Merge order is "lowest rank first, leftmost among equals", one merge at a time, as tiktoken
@@ -10,9 +11,12 @@
 //    16-byte slots: one multiply and usually one cache line per lookup. GPT-2's 50k merges take
 //    2 MiB. std::unordered_map was the first version; it costs a pointer chase per probe.
 //  - Pieces are short (English averages ~4.5 bytes), so the merge loop rescans the pair ranks
-//    of a small array (O(n^2), no allocation). A piece longer than kLongPiece bytes (runs of
-//    spaces, digits, one letter repeated; SplitPattern::kNone makes the whole text one piece)
-//    goes to a linked list + min-heap version instead: O(n log n), so no input is quadratic.
+//    of a small array (O(n^2), no allocation). A piece of more than kLongPiece symbols (runs of
+//    spaces, digits, one letter repeated; SplitPattern::kNone makes the whole text one piece, and
+//    so do Llama 2's files, which have no pre-tokenizer) goes to a linked list + min-heap version
+//    instead: O(n log n), so no input is quadratic.
+//  - Both kinds share the merge loop: only the first symbols differ (bytes, or characters with
+//    byte fallback), and the ranks come from the same table of (left id, right id) pairs.
 //  - A per-thread, direct-mapped cache maps recent pieces to their ids: 2^16 slots of one cache
 //    line each (piece up to 26 bytes, up to 7 ids, tagged with the tokenizer's unique id), so a
 //    frequent word costs one hash and one line, and a collision just replaces the older entry
@@ -31,13 +35,14 @@
 #include <functional>
 
 #include "forge/core/error.h"
+#include "forge/tokenizer/char_symbols.h"
 
 namespace forge::tok {
 
 namespace {
 
 constexpr int32_t kNoRank = INT32_MAX;
-constexpr size_t kLongPiece = 256;  // bytes; beyond this the heap version merges
+constexpr size_t kLongPiece = 256;  // symbols; beyond this the heap version merges
 constexpr int kCacheBits = 16;      // 2^16 slots x 64 bytes = 4 MiB per thread
 
 struct StringHash {
@@ -66,7 +71,8 @@ class MergeTable {
       const uint64_t key = make_key(pairs[r].first, pairs[r].second);
       size_t h = slot_of(key);
       while (slots_[h].key != kEmpty && slots_[h].key != key) h = (h + 1) & mask_;
-      if (slots_[h].key == key) continue;  // a repeated merge keeps its first (lowest) rank
+      // A repeated merge takes its last rank: `tokenizers` collects the list into a map, and so
+      // does openai/gpt-2's encoder.py, later entries overwriting earlier ones.
       slots_[h] = Slot{key, static_cast<int32_t>(r), merged[r]};
     }
   }
@@ -101,8 +107,9 @@ class MergeTable {
 // Thread-local scratch for splitting and merging.
 struct EncodeScratch {
   std::vector<std::string_view> pieces, pieces_next;
-  std::vector<int32_t> ids, rank, merged;  // short-piece merge loop
+  std::vector<int32_t> ids, rank, merged;  // first symbols, then the short-piece merge loop
   std::vector<int32_t> prev, next;         // long-piece linked list
+  std::string normalized;                  // character-level: the text the pieces view
   struct HeapEntry {
     int32_t rank, pos, right, left_id, right_id, merged;
     // std::push_heap builds a max-heap; invert so the top is the lowest (rank, pos).
@@ -158,7 +165,133 @@ CacheSlot* piece_cache() {
   return slots.get();
 }
 
+// Applies the merges to the symbols in s.ids (lowest rank first, leftmost among equals) and
+// appends the result to `out`. s.ids is overwritten.
+void merge_symbols(const MergeTable& table, EncodeScratch& s, std::vector<int32_t>& out) {
+  const size_t n = s.ids.size();
+  if (n <= 1) {
+    out.insert(out.end(), s.ids.begin(), s.ids.end());
+    return;
+  }
+  if (n <= kLongPiece) {
+    // ids[i] and the rank of the pair (ids[i], ids[i + 1]); merge the lowest, leftmost first.
+    auto& ids = s.ids;
+    auto& rank = s.rank;
+    auto& merged = s.merged;
+    rank.resize(n - 1);
+    merged.resize(n - 1);
+    for (size_t i = 0; i + 1 < n; ++i) {
+      const MergeTable::Hit h = table.find(ids[i], ids[i + 1]);
+      rank[i] = h.rank;
+      merged[i] = h.merged;
+    }
+    size_t m = n;  // live tokens
+    while (m > 1) {
+      size_t best = 0;
+      for (size_t i = 1; i + 1 < m; ++i)
+        if (rank[i] < rank[best]) best = i;
+      if (rank[best] == kNoRank) break;
+      ids[best] = merged[best];
+      // Drop token best + 1 and pair best; the pairs either side of the new token change.
+      std::copy(ids.begin() + best + 2, ids.begin() + m, ids.begin() + best + 1);
+      std::copy(rank.begin() + best + 1, rank.begin() + m - 1, rank.begin() + best);
+      std::copy(merged.begin() + best + 1, merged.begin() + m - 1, merged.begin() + best);
+      --m;
+      if (best > 0) {
+        const MergeTable::Hit h = table.find(ids[best - 1], ids[best]);
+        rank[best - 1] = h.rank;
+        merged[best - 1] = h.merged;
+      }
+      if (best + 1 < m) {
+        const MergeTable::Hit h = table.find(ids[best], ids[best + 1]);
+        rank[best] = h.rank;
+        merged[best] = h.merged;
+      }
+    }
+    out.insert(out.end(), ids.begin(), ids.begin() + m);
+  } else {
+    // Doubly linked list over symbol positions + lazy min-heap of candidate pairs. A heap entry is
+    // stale when either end has changed since it was pushed: a node's token only ever grows to
+    // the right, so equal ids at equal positions mean an unchanged pair.
+    auto& ids = s.ids;
+    auto& prev = s.prev;
+    auto& next = s.next;
+    auto& heap = s.heap;
+    prev.resize(n);
+    next.resize(n);
+    heap.clear();
+    for (size_t i = 0; i < n; ++i) {
+      prev[i] = static_cast<int32_t>(i) - 1;
+      next[i] = i + 1 < n ? static_cast<int32_t>(i + 1) : -1;
+    }
+    auto push = [&](int32_t l, int32_t r) {
+      if (l < 0 || r < 0) return;
+      const MergeTable::Hit h = table.find(ids[l], ids[r]);
+      if (h.rank == kNoRank) return;
+      heap.push_back({h.rank, l, r, ids[l], ids[r], h.merged});
+      std::push_heap(heap.begin(), heap.end());
+    };
+    // The first pairs all at once: make_heap is O(n), n push_heaps O(n log n).
+    for (size_t i = 0; i + 1 < n; ++i) {
+      const MergeTable::Hit h = table.find(ids[i], ids[i + 1]);
+      if (h.rank != kNoRank)
+        heap.push_back({h.rank, static_cast<int32_t>(i), static_cast<int32_t>(i + 1), ids[i],
+                        ids[i + 1], h.merged});
+    }
+    std::make_heap(heap.begin(), heap.end());
+    while (!heap.empty()) {
+      std::pop_heap(heap.begin(), heap.end());
+      const EncodeScratch::HeapEntry e = heap.back();
+      heap.pop_back();
+      if (ids[e.pos] != e.left_id || next[e.pos] != e.right || ids[e.right] != e.right_id) continue;
+      ids[e.pos] = e.merged;
+      ids[e.right] = -1;
+      next[e.pos] = next[e.right];
+      if (next[e.pos] >= 0) prev[next[e.pos]] = e.pos;
+      push(prev[e.pos], e.pos);
+      push(e.pos, next[e.pos]);
+    }
+    for (int32_t i = 0; i >= 0; i = next[i]) out.push_back(ids[i]);
+  }
+}
+
 std::atomic<uint32_t> g_next_uid{1};
+
+constexpr std::string_view kMetaSpace = "\xE2\x96\x81";  // U+2581 ▁
+
+// Llama 2's and Mistral's files merge within the whole text (no pre-tokenizer, or Metaspace with
+// split false), so a document is one piece: no piece cache, and the heap merge over megabytes.
+// Cutting the text before every run of ▁ gives the same ids when no token spans such a cut:
+// when no token holds ▁ right after another character ("▁the" and "▁▁▁" may be tokens, "e▁"
+// not, as sentencepiece trains at whitespace), ▁ is itself a token (never spelled in bytes or
+// fused into an unk), and ignore_merges is off (it looks the whole piece up). Then no merge can
+// cross a cut and merges on either side never interact, so BPE on the parts is BPE on the whole.
+// `forge tokenizer encode` of 1.9 MB of fortunes with tests/data/.../mistral.json: 0.85 s of CPU
+// as one piece, 0.10 s cut (most pieces then hit the cache).
+bool cuts_before_spaces_are_exact(const std::vector<std::string>& vocab, bool ignore_merges,
+                                  const StringMap<int32_t>& token_id) {
+  if (ignore_merges || !token_id.contains(kMetaSpace)) return false;
+  for (const std::string& t : vocab)
+    for (size_t p = t.find(kMetaSpace, 1); p != std::string::npos; p = t.find(kMetaSpace, p + 1))
+      if (p < kMetaSpace.size() ||
+          t.compare(p - kMetaSpace.size(), kMetaSpace.size(), kMetaSpace) != 0)
+        return false;
+  return true;
+}
+
+// Appends the parts of `piece` cut before every ▁ that follows another character.
+void cut_before_spaces(std::string_view piece, std::vector<std::string_view>& out) {
+  size_t begin = 0;
+  for (size_t p = piece.find(kMetaSpace, 1); p != std::string_view::npos;
+       p = piece.find(kMetaSpace, p + kMetaSpace.size())) {
+    if (p >= kMetaSpace.size() &&
+        piece.substr(p - kMetaSpace.size(), kMetaSpace.size()) == kMetaSpace)
+      continue;
+    out.push_back(piece.substr(begin, p - begin));
+    begin = p;
+  }
+  out.push_back(piece.substr(begin));
+}
 
 }  // namespace
 
@@ -179,6 +312,9 @@ struct Tokenizer::State {
   std::array<bool, 256> special_first{};
   std::vector<uint8_t> special;  // special[id]: id is a special token
   PostProcessor post_processor;
+  std::optional<CharLevel> char_level;  // set: a character-level tokenizer
+  CharSymbols symbols;                  // character-level: a piece's first symbols
+  bool cut_before_spaces = false;       // character-level: see cuts_before_spaces_are_exact
 };
 
 const std::array<std::string, 256>& byte_to_unicode() {
@@ -215,7 +351,7 @@ Tokenizer Tokenizer::build(std::vector<std::string> vocab,
                            const std::vector<std::pair<int32_t, int32_t>>& merges,
                            std::vector<SpecialToken> specials,
                            std::vector<std::string> split_regexes, bool ignore_merges,
-                           PostProcessor post_processor) {
+                           PostProcessor post_processor, std::optional<CharLevel> char_level) {
   Tokenizer t;
   auto st = std::make_shared<State>();
   st->uid = g_next_uid.fetch_add(1);
@@ -230,7 +366,7 @@ Tokenizer Tokenizer::build(std::vector<std::string> vocab,
       t.byte_id_[static_cast<unsigned char>(s[0])] = static_cast<int32_t>(id);
     st->token_id.emplace(s, static_cast<int32_t>(id));
   }
-  for (int b = 0; b < 256; ++b)
+  for (int b = 0; b < 256 && !char_level; ++b)
     if (t.byte_id_[b] < 0)
       throw Error(str("[tokenizer] byte 0x", "0123456789abcdef"[b >> 4], "0123456789abcdef"[b & 15],
                       " has no single-byte token: a byte-level BPE vocabulary needs all 256"));
@@ -244,10 +380,17 @@ Tokenizer Tokenizer::build(std::vector<std::string> vocab,
   st->vocab_size = vocab_size;
 
   // Decode table: specials win over a regular token with the same id (GPT-2's encoder.json
-  // lists <|endoftext|> as a regular token too; the text is the same).
+  // lists <|endoftext|> as a regular token too; the text is the same). A character-level token
+  // is stored as the decoder makes it inside a text (" the" for "▁the").
+  std::vector<std::string> decoded;
+  if (char_level) {
+    decoded.resize(vocab.size());
+    for (size_t id = 0; id < vocab.size(); ++id)
+      if (!vocab[id].empty()) decoded[id] = char_level->decoder.token_bytes(vocab[id]);
+  }
   std::vector<const std::string*> text_of(vocab_size, nullptr);
   for (size_t id = 0; id < vocab.size(); ++id)
-    if (!vocab[id].empty()) text_of[id] = &vocab[id];
+    if (!vocab[id].empty()) text_of[id] = char_level ? &decoded[id] : &vocab[id];
   for (const SpecialToken& sp : specials) text_of[sp.id] = &sp.text;
   st->decode_begin.resize(vocab_size + 1);
   st->known.assign(vocab_size, 0);
@@ -294,6 +437,22 @@ Tokenizer Tokenizer::build(std::vector<std::string> vocab,
     if (!re.empty()) st->splitters.emplace_back(re);
   st->split_regexes = std::move(split_regexes);
 
+  if (char_level) {
+    if (!st->splitters.empty())
+      throw Error("[tokenizer] a character-level tokenizer takes no split regexes");
+    CharSymbols::Options o{char_level->byte_fallback, -1, char_level->fuse_unk};
+    if (!char_level->unk_token.empty()) {
+      const auto it = st->token_id.find(char_level->unk_token);
+      if (it == st->token_id.end())
+        throw Error(
+            str("[tokenizer] unk_token '", char_level->unk_token, "' is not in the vocabulary"));
+      o.unk_id = it->second;
+    }
+    st->symbols = CharSymbols(vocab, o);
+    st->char_level = std::move(char_level);
+    st->cut_before_spaces = cuts_before_spaces_are_exact(vocab, ignore_merges, st->token_id);
+  }
+
   t.vocab_ = std::move(vocab);
   t.merges_ = merges;
   t.specials_ = std::move(specials);
@@ -307,6 +466,9 @@ const std::vector<std::string>& Tokenizer::split_regexes() const {
 bool Tokenizer::ignore_merges() const {
   return state_->ignore_merges;
 }
+const CharLevel* Tokenizer::char_level() const {
+  return state_->char_level ? &*state_->char_level : nullptr;
+}
 int32_t Tokenizer::vocab_size() const {
   return state_->vocab_size;
 }
@@ -319,7 +481,7 @@ std::optional<int32_t> Tokenizer::special_id(const std::string& text) const {
 
 void Tokenizer::encode_piece(std::string_view piece, std::vector<int32_t>& out) const {
   const State& st = *state_;
-  if (piece.size() == 1) {
+  if (piece.size() == 1 && !st.char_level) {
     out.push_back(byte_id_[static_cast<unsigned char>(piece[0])]);
     return;
   }
@@ -331,94 +493,43 @@ void Tokenizer::encode_piece(std::string_view piece, std::vector<int32_t>& out) 
     }
   }
   EncodeScratch& s = scratch();
-  const size_t n = piece.size();
-  if (n <= kLongPiece) {
-    // ids[i] and the rank of the pair (ids[i], ids[i + 1]); merge the lowest, leftmost first.
-    auto& ids = s.ids;
-    auto& rank = s.rank;
-    auto& merged = s.merged;
-    ids.resize(n);
-    rank.resize(n - 1);
-    merged.resize(n - 1);
-    for (size_t i = 0; i < n; ++i) ids[i] = byte_id_[static_cast<unsigned char>(piece[i])];
-    for (size_t i = 0; i + 1 < n; ++i) {
-      const MergeTable::Hit h = st.merge_table.find(ids[i], ids[i + 1]);
-      rank[i] = h.rank;
-      merged[i] = h.merged;
-    }
-    size_t m = n;  // live tokens
-    while (m > 1) {
-      size_t best = 0;
-      for (size_t i = 1; i + 1 < m; ++i)
-        if (rank[i] < rank[best]) best = i;
-      if (rank[best] == kNoRank) break;
-      ids[best] = merged[best];
-      // Drop token best + 1 and pair best; the pairs either side of the new token change.
-      std::copy(ids.begin() + best + 2, ids.begin() + m, ids.begin() + best + 1);
-      std::copy(rank.begin() + best + 1, rank.begin() + m - 1, rank.begin() + best);
-      std::copy(merged.begin() + best + 1, merged.begin() + m - 1, merged.begin() + best);
-      --m;
-      if (best > 0) {
-        const MergeTable::Hit h = st.merge_table.find(ids[best - 1], ids[best]);
-        rank[best - 1] = h.rank;
-        merged[best - 1] = h.merged;
-      }
-      if (best + 1 < m) {
-        const MergeTable::Hit h = st.merge_table.find(ids[best], ids[best + 1]);
-        rank[best] = h.rank;
-        merged[best] = h.merged;
-      }
-    }
-    out.insert(out.end(), ids.begin(), ids.begin() + m);
+  s.ids.clear();
+  if (st.char_level) {
+    st.symbols.append(piece, s.ids);
   } else {
-    // Doubly linked list over byte positions + lazy min-heap of candidate pairs. A heap entry is
-    // stale when either end has changed since it was pushed: a node's token only ever grows to
-    // the right, so equal ids at equal positions mean an unchanged pair.
-    auto& ids = s.ids;
-    auto& prev = s.prev;
-    auto& next = s.next;
-    auto& heap = s.heap;
-    ids.resize(n);
-    prev.resize(n);
-    next.resize(n);
-    heap.clear();
-    for (size_t i = 0; i < n; ++i) {
-      ids[i] = byte_id_[static_cast<unsigned char>(piece[i])];
-      prev[i] = static_cast<int32_t>(i) - 1;
-      next[i] = i + 1 < n ? static_cast<int32_t>(i + 1) : -1;
-    }
-    auto push = [&](int32_t l, int32_t r) {
-      if (l < 0 || r < 0) return;
-      const MergeTable::Hit h = st.merge_table.find(ids[l], ids[r]);
-      if (h.rank == kNoRank) return;
-      heap.push_back({h.rank, l, r, ids[l], ids[r], h.merged});
-      std::push_heap(heap.begin(), heap.end());
-    };
-    for (size_t i = 0; i + 1 < n; ++i) push(static_cast<int32_t>(i), static_cast<int32_t>(i + 1));
-    while (!heap.empty()) {
-      std::pop_heap(heap.begin(), heap.end());
-      const EncodeScratch::HeapEntry e = heap.back();
-      heap.pop_back();
-      if (ids[e.pos] != e.left_id || next[e.pos] != e.right || ids[e.right] != e.right_id) continue;
-      ids[e.pos] = e.merged;
-      ids[e.right] = -1;
-      next[e.pos] = next[e.right];
-      if (next[e.pos] >= 0) prev[next[e.pos]] = e.pos;
-      push(prev[e.pos], e.pos);
-      push(e.pos, next[e.pos]);
-    }
-    for (int32_t i = 0; i >= 0; i = next[i]) out.push_back(ids[i]);
+    for (const char c : piece) s.ids.push_back(byte_id_[static_cast<unsigned char>(c)]);
   }
+  merge_symbols(st.merge_table, s, out);
 }
 
-void Tokenizer::encode_ordinary_into(std::string_view text, std::vector<int32_t>& out) const {
+void Tokenizer::encode_ordinary_into(std::string_view text, bool starts_input,
+                                     std::vector<int32_t>& out) const {
   if (text.empty()) return;
   const State& st = *state_;
   EncodeScratch& s = scratch();
   // Pieces of the first splitter are re-split by each next one (a Hugging Face Sequence).
   auto& pieces = s.pieces;
   pieces.clear();
-  if (st.splitters.empty()) {
+  if (st.char_level) {
+    // Normalized text in the scratch string, which the pieces view until the next call.
+    const CharLevel& cl = *st.char_level;
+    if (cl.normalizer.empty()) {
+      s.normalized.assign(text);
+    } else {
+      s.normalized = cl.normalizer.apply(text);
+    }
+    if (cl.metaspace) {
+      cl.metaspace->pre_tokenize(s.normalized, starts_input, pieces);
+    } else if (!s.normalized.empty()) {
+      pieces.push_back(s.normalized);
+    }
+    if (st.cut_before_spaces) {
+      auto& next = s.pieces_next;
+      next.clear();
+      for (std::string_view p : pieces) cut_before_spaces(p, next);
+      pieces.swap(next);
+    }
+  } else if (st.splitters.empty()) {
     pieces.push_back(text);
   } else {
     st.splitters[0].split(text, pieces);
@@ -432,7 +543,7 @@ void Tokenizer::encode_ordinary_into(std::string_view text, std::vector<int32_t>
   // encode_piece reuses other scratch vectors only, so iterating `pieces` here is safe.
   CacheSlot* const cache = piece_cache();
   for (std::string_view p : pieces) {
-    if (p.size() == 1) {
+    if (p.size() == 1 && !st.char_level) {
       out.push_back(byte_id_[static_cast<unsigned char>(p[0])]);
       continue;
     }
@@ -466,7 +577,7 @@ void Tokenizer::encode_ordinary_into(std::string_view text, std::vector<int32_t>
 std::vector<int32_t> Tokenizer::encode_ordinary(std::string_view text) const {
   std::vector<int32_t> out;
   out.reserve(text.size() / 3 + 1);
-  encode_ordinary_into(text, out);
+  encode_ordinary_into(text, true, out);
   return out;
 }
 
@@ -491,12 +602,12 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text) const {
       ++i;
       continue;
     }
-    encode_ordinary_into(text.substr(begin, i - begin), out);
+    encode_ordinary_into(text.substr(begin, i - begin), begin == 0, out);
     out.push_back(hit->id);
     i += hit->text.size();
     begin = i;
   }
-  encode_ordinary_into(text.substr(begin), out);
+  encode_ordinary_into(text.substr(begin), begin == 0, out);
   return out;
 }
 
@@ -530,6 +641,17 @@ std::vector<int32_t> Tokenizer::with_special_tokens(std::vector<int32_t> ids) co
 
 std::string Tokenizer::decode(const std::vector<int32_t>& ids) const {
   const State& st = *state_;
+  if (st.char_level) {
+    // The decoder chain works on the tokens as the vocabulary spells them ("▁the", "<0x41>").
+    std::vector<std::string> tokens;
+    tokens.reserve(ids.size());
+    for (const int32_t id : ids) {
+      if (id < 0 || id >= st.vocab_size || !st.known[id])
+        throw Error(str("token id ", id, " is out of range (vocabulary size ", st.vocab_size, ")"));
+      tokens.push_back(st.special[id] ? std::string(token_bytes(id)) : vocab_[id]);
+    }
+    return st.char_level->decoder.decode(std::move(tokens));
+  }
   std::string out;
   out.reserve(ids.size() * 4);
   for (const int32_t id : ids) {

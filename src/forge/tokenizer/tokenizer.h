@@ -1,10 +1,15 @@
-// Byte-level BPE tokenizer, exactly as GPT-2 does it: pre-tokenize with a regex, then apply
-// merges in rank order within each piece (lowest rank first), with a cache of encoded pieces.
-// Special tokens (e.g. <|endoftext|>) are matched exactly before splitting.
+// BPE tokenizer of two kinds, each exactly as Hugging Face `tokenizers` runs it:
+//  - byte-level (GPT-2, Llama 3): pre-tokenize with regexes, then merge the bytes of each piece;
+//  - character-level, SentencePiece style (Llama 2, Mistral): spaces become ▁ (normalizer or
+//    Metaspace pre-tokenizer), merges start from characters, a character without a token becomes
+//    its <0xNN> byte tokens (byte fallback) or <unk>, and a decoder chain makes text of tokens.
+// Both apply merges in rank order within each piece (lowest rank first), with a cache of encoded
+// pieces. Special tokens (e.g. <|endoftext|>, <s>) are matched exactly before splitting.
 //
-// Representation: vocab_[id] is the token's bytes; merges are (left id, right id) → merged id in
+// Representation: vocab_[id] is the token's bytes (byte-level) or its text as the vocabulary
+// spells it ("▁the", "<0x41>"; character-level); merges are (left id, right id) → merged id in
 // rank order. Byte b's single-byte token may have any id (GPT-2's encoder.json does not put byte
-// b at id b), so byte_id_[b] records it.
+// b at id b), so byte_id_[b] records it (byte-level only).
 #pragma once
 
 #include <array>
@@ -17,6 +22,8 @@
 #include <utility>
 #include <vector>
 
+#include "forge/tokenizer/decoder.h"
+#include "forge/tokenizer/normalizer.h"
 #include "forge/tokenizer/pretokenizer.h"
 
 namespace forge::tok {
@@ -39,11 +46,25 @@ struct PostProcessor {
   std::string problem;
 };
 
+// What a character-level (SentencePiece-style) tokenizer.json adds to BPE: how text becomes
+// pieces (normalizer, Metaspace pre-tokenizer), what a character without a token becomes, and how
+// tokens become text (decoder).
+struct CharLevel {
+  Normalizer normalizer;
+  std::optional<Metaspace> metaspace;  // none: each stretch of text is one piece
+  Decoder decoder;
+  bool byte_fallback = false;  // a character without a token → its <0xNN> byte tokens
+  std::string unk_token;       // else this token ("": the character is dropped)
+  bool fuse_unk = false;       // a run of unknown characters → one unk
+  // The components as read, for save_json (null: none).
+  std::string normalizer_json = "null", pre_tokenizer_json = "null", decoder_json = "null";
+};
+
 class Tokenizer {
  public:
-  // Loads tokenizer.json (Hugging Face, BPE model with ByteLevel pre-tokenizer/decoder), or a
-  // directory holding tokenizer.json or encoder.json + vocab.bpe (GPT-2's files). Throws
-  // forge::Error naming the file and the problem (or the unsupported component).
+  // Loads tokenizer.json (Hugging Face, BPE model: byte-level, or character-level as Llama 2 and
+  // Mistral ship it), or a directory holding tokenizer.json or encoder.json + vocab.bpe (GPT-2's
+  // files). Throws forge::Error naming the file and the problem (or the unsupported component).
   static Tokenizer load(const std::string& path);
 
   // Builds a tokenizer from its parts. vocab[id] = bytes of token id (every byte must have a
@@ -55,11 +76,15 @@ class Tokenizer {
   // Text → ids. encode() recognises special tokens; encode_ordinary() treats them as text.
   std::vector<int32_t> encode(std::string_view text) const;
   std::vector<int32_t> encode_ordinary(std::string_view text) const;
-  // ids → bytes (not necessarily valid UTF-8 when the ids split a character). Throws
-  // forge::Error naming an unknown id.
+  // ids → text, as `tokenizers` decodes with skip_special_tokens=False. Byte-level: the bytes
+  // (not necessarily valid UTF-8 when the ids split a character). Character-level: the decoder
+  // chain's text (invalid byte-fallback runs become U+FFFD, Llama 2's Strip drops the space
+  // before the first word). Throws forge::Error naming an unknown id.
   std::string decode(const std::vector<int32_t>& ids) const;
-  // The bytes of one token (a special token: its text), as decode({id}) without the copy; the
-  // view lives as long as the tokenizer. Throws forge::Error naming an unknown id.
+  // The bytes of one token (a special token: its text), as they appear inside decoded text: for
+  // a byte-level tokenizer decode({id}); for a character-level one "▁the" gives " the" and
+  // "<0xE4>" the byte 0xE4, what a stream concatenates (see Decoder::token_bytes). The view lives
+  // as long as the tokenizer. Throws forge::Error naming an unknown id.
   std::string_view token_bytes(int32_t id) const;
   bool is_special(int32_t id) const;
 
@@ -79,8 +104,10 @@ class Tokenizer {
   const std::vector<SpecialToken>& specials() const { return specials_; }
 
   // Writes a Hugging Face tokenizer.json (BPE model, ByteLevel pre-tokenizer with this regex,
-  // ByteLevel decoder, added_tokens for the specials) that `tokenizers` loads and encodes
-  // identically. Replaced atomically (io/atomic_file.h: temporary name, fsync, rename).
+  // ByteLevel decoder, added_tokens for the specials; a character-level tokenizer: its model
+  // options and the normalizer, pre-tokenizer and decoder it was read with) that `tokenizers`
+  // loads and encodes identically. Replaced atomically (io/atomic_file.h: temporary name,
+  // fsync, rename).
   void save_json(const std::string& path) const;
 
  private:
@@ -94,15 +121,19 @@ class Tokenizer {
 
   // What from_bpe does, with what tokenizer.json can add: a chain of split regexes applied in
   // turn (Hugging Face's Sequence of Split pre-tokenizers; none = the text is one piece), and
-  // ignore_merges (a piece that is itself a token is emitted whole, as Llama 3 asks), and
-  // the post-processor.
+  // ignore_merges (a piece that is itself a token is emitted whole, as Llama 3 asks), the
+  // post-processor, and for a character-level tokenizer what it adds (no split regexes then).
   static Tokenizer build(std::vector<std::string> vocab,
                          const std::vector<std::pair<int32_t, int32_t>>& merges,
                          std::vector<SpecialToken> specials, std::vector<std::string> split_regexes,
-                         bool ignore_merges, PostProcessor post_processor = {});
+                         bool ignore_merges, PostProcessor post_processor = {},
+                         std::optional<CharLevel> char_level = std::nullopt);
   const std::vector<std::string>& split_regexes() const;
   bool ignore_merges() const;
-  void encode_ordinary_into(std::string_view text, std::vector<int32_t>& out) const;
+  const CharLevel* char_level() const;  // nullptr: byte-level
+  // starts_input: `text` begins the whole input (Metaspace's prepend scheme "first" asks).
+  void encode_ordinary_into(std::string_view text, bool starts_input,
+                            std::vector<int32_t>& out) const;
   void encode_piece(std::string_view piece, std::vector<int32_t>& out) const;
 };
 

@@ -2,23 +2,30 @@
 // encoder.json + vocab.bpe (read).
 //
 // Design decisions:
-//  - Both formats spell tokens in GPT-2's byte-to-unicode alphabet; we turn them into raw bytes
-//    on load and back on save, so the in-memory tokenizer never sees the alphabet.
+//  - Both formats spell byte-level tokens in GPT-2's byte-to-unicode alphabet; we turn them into
+//    raw bytes on load and back on save, so the in-memory tokenizer never sees the alphabet. A
+//    character-level tokenizer.json keeps its tokens as spelled ("▁the", "<0x41>").
 //  - tokenizer.json is accepted only when Forge would encode exactly as `tokenizers` does:
-//    model BPE; no normalizer; pre-tokenizer ByteLevel (its own GPT-2 regex if use_regex), or a
-//    Sequence of Split (regex or string, "Isolated", not inverted) / Digits steps ending in
-//    ByteLevel — what Llama 3 and SmolLM2 ship; decoder ByteLevel. Anything else is a one-line
-//    forge::Error naming the component rather than a silently different encoding. encode()
-//    returns the text's tokens only, never an added BOS; the post-processor (TemplateProcessing's
-//    single template, ByteLevel, Sequences of them) is applied on request by
-//    with_special_tokens(). A post-processor Forge cannot apply never stops a load (they were
-//    all ignored before): with_special_tokens() reports it instead.
+//    model BPE, and either
+//      byte-level: no normalizer; pre-tokenizer ByteLevel (its own GPT-2 regex if use_regex),
+//      or a Sequence of Split (regex or string, "Isolated", not inverted) / Digits steps ending
+//      in ByteLevel — what Llama 3 and SmolLM2 ship; decoder ByteLevel; or
+//      character-level (the pre-tokenizer has no ByteLevel): normalizer Prepend / Replace /
+//      Sequence or none; pre-tokenizer Metaspace or none; decoder Replace / ByteFallback / Fuse
+//      / Strip / Metaspace / Sequence or none; byte_fallback, unk_token, fuse_unk — what Llama
+//      2, Mistral and TinyLlama ship.
+//    Anything else is a one-line forge::Error naming the component rather than a silently
+//    different encoding. encode() returns the text's tokens only, never an added BOS; the
+//    post-processor (TemplateProcessing's single template, ByteLevel, Sequences of them) is
+//    applied on request by with_special_tokens(). A post-processor Forge cannot apply never
+//    stops a load (they were all ignored before): with_special_tokens() reports it instead.
 //  - Added tokens all become special tokens (matched before splitting in encode()), whether or
 //    not they are flagged special — `tokenizers` also matches non-special added tokens first.
 //    An added token that merely repeats a vocabulary entry with the same id and is not special
 //    stays a regular token.
 //  - save_json writes the split regexes as Split steps followed by ByteLevel(use_regex=false),
-//    the form that round-trips any regex exactly; the file is replaced atomically
+//    the form that round-trips any regex exactly (a character-level tokenizer: its normalizer,
+//    pre-tokenizer and decoder as read); the file is replaced atomically
 //    (io/atomic_file.h), so a crash never leaves half a tokenizer.json.
 #include <cstring>
 #include <filesystem>
@@ -127,6 +134,7 @@ struct BpeParts {
   std::vector<std::string> split_regexes;
   bool ignore_merges = false;
   PostProcessor post_processor;
+  std::optional<CharLevel> char_level;
 };
 
 // spelled → id, and the vocab vector with "" for unused ids.
@@ -137,8 +145,10 @@ struct SpelledVocab {
 
 // Reads a {"spelled token": id} object. `raw_text_of` gives an added token's content for ids
 // whose spelling is not in the byte-level alphabet (special tokens listed in the vocab).
+// byte_level false: tokens are kept as spelled.
 SpelledVocab read_vocab(const json& obj, const std::string& path,
-                        const std::unordered_map<int32_t, std::string>& raw_text_of) {
+                        const std::unordered_map<int32_t, std::string>& raw_text_of,
+                        bool byte_level = true) {
   if (!obj.is_object()) throw Error(str(path, ": the vocabulary is not a JSON object"));
   SpelledVocab v;
   int64_t max_id = -1;
@@ -152,7 +162,7 @@ SpelledVocab read_vocab(const json& obj, const std::string& path,
   v.vocab.assign(static_cast<size_t>(max_id + 1), std::string());
   for (const auto& [key, value] : obj.items()) {
     const auto id = value.get<int32_t>();
-    std::optional<std::string> bytes = from_byte_level(key);
+    std::optional<std::string> bytes = byte_level ? from_byte_level(key) : key;
     if (!bytes) {
       const auto it = raw_text_of.find(id);
       if (it == raw_text_of.end())
@@ -334,6 +344,51 @@ PostProcessor read_post_processor(const json& root, const std::string& path,
   return pp;
 }
 
+BpeParts read_tokens(const json& root, const std::string& path, BpeParts parts);
+
+// Whether the pre-tokenizer is ByteLevel or a Sequence holding one: then the file is byte-level.
+bool uses_byte_level(const json& pre) {
+  if (type_of(pre) == "ByteLevel") return true;
+  if (type_of(pre) != "Sequence" || !pre.contains("pretokenizers")) return false;
+  for (const json& step : pre["pretokenizers"])
+    if (type_of(step) == "ByteLevel") return true;
+  return false;
+}
+
+// A character-level (SentencePiece-style) tokenizer.json: its normalizer, Metaspace
+// pre-tokenizer, decoder and model options, then the tokens as read_tokens reads them.
+BpeParts read_char_level_json(const json& root, const std::string& path, BpeParts parts) {
+  const json& model = root["model"];
+  CharLevel c;
+  const json normalizer = root.value("normalizer", json());
+  c.normalizer = Normalizer::from_json(normalizer, path);
+  const json pre = root.value("pre_tokenizer", json());
+  if (type_of(pre) == "Metaspace") {
+    c.metaspace = Metaspace::from_json(pre, path, "pre_tokenizer");
+  } else if (!pre.is_null()) {
+    throw Error(str(path, ": pre_tokenizer '", type_of(pre),
+                    "' is not supported (Forge reads ByteLevel, a Sequence of Split/Digits steps "
+                    "ending in ByteLevel, Metaspace, or none)"));
+  }
+  const json decoder = root.value("decoder", json());
+  if (type_of(decoder) == "ByteLevel")
+    throw Error(str(path,
+                    ": decoder ByteLevel needs a ByteLevel pre-tokenizer, and pre_tokenizer is ",
+                    pre.is_null() ? std::string("null") : type_of(pre)));
+  c.decoder = Decoder::from_json(decoder, path);
+  c.byte_fallback = model.value("byte_fallback", false);
+  c.fuse_unk = model.value("fuse_unk", false);
+  const json unk = model.value("unk_token", json());
+  if (!unk.is_null() && !unk.is_string())
+    throw Error(str(path, ": model.unk_token ", unk.dump(), " is not a string"));
+  c.unk_token = unk.is_string() ? unk.get<std::string>() : "";
+  c.normalizer_json = normalizer.dump();
+  c.pre_tokenizer_json = pre.dump();
+  c.decoder_json = decoder.dump();
+  parts.char_level = std::move(c);
+  return read_tokens(root, path, std::move(parts));
+}
+
 BpeParts read_hf_json(const std::string& path) {
   const json root = parse_json(path);
   BpeParts parts;
@@ -342,21 +397,25 @@ BpeParts read_hf_json(const std::string& path) {
   const json& model = root["model"];
   const std::string model_type = model.is_object() ? model.value("type", "BPE") : type_of(model);
   if (model_type != "BPE")
-    throw Error(str(path, ": model type '", model_type,
-                    "' is not supported (Forge reads byte-level BPE tokenizers)"));
+    throw Error(
+        str(path, ": model type '", model_type, "' is not supported (Forge reads BPE tokenizers)"));
   for (const char* key : {"continuing_subword_prefix", "end_of_word_suffix"})
     if (model.contains(key) && !model[key].is_null() && model[key] != "")
-      throw Error(str(path, ": model.", key, " is not supported by byte-level BPE"));
+      throw Error(str(path, ": model.", key, " is not supported"));
+  // 0.0 is what `tokenizers` itself treats as no dropout; anything else makes encoding random.
   if (model.contains("dropout") && !model["dropout"].is_null() && model["dropout"] != 0.0)
-    throw Error(str(path, ": model.dropout (BPE dropout) is not supported"));
+    throw Error(str(path, ": model.dropout ", model["dropout"].dump(),
+                    " is not supported (BPE dropout encodes at random; Forge needs null)"));
   parts.ignore_merges = model.value("ignore_merges", false);
+
+  const json pre = root.value("pre_tokenizer", json());
+  if (!uses_byte_level(pre)) return read_char_level_json(root, path, std::move(parts));
 
   const json normalizer = root.value("normalizer", json());
   if (!normalizer.is_null() && !(type_of(normalizer) == "Sequence" &&
                                  normalizer.value("normalizers", json::array()).empty()))
     throw Error(str(path, ": normalizer '", type_of(normalizer), "' is not supported"));
 
-  const json pre = root.value("pre_tokenizer", json());
   const std::vector<json> steps = type_of(pre) == "Sequence"
                                       ? pre.at("pretokenizers").get<std::vector<json>>()
                                       : std::vector<json>{pre};
@@ -369,8 +428,15 @@ BpeParts read_hf_json(const std::string& path) {
   }
   const json decoder = root.value("decoder", json());
   if (type_of(decoder) != "ByteLevel")
-    throw Error(str(path, ": decoder '", type_of(decoder), "' is not supported (only ByteLevel)"));
+    throw Error(str(path, ": decoder '", type_of(decoder),
+                    "' is not supported with a ByteLevel pre-tokenizer (only ByteLevel)"));
+  return read_tokens(root, path, std::move(parts));
+}
 
+// The added tokens, the vocabulary, the merges and the post-processor of a tokenizer.json whose
+// other components `parts` already holds.
+BpeParts read_tokens(const json& root, const std::string& path, BpeParts parts) {
+  const json& model = root["model"];
   std::unordered_map<int32_t, std::string> added_text;
   std::vector<SpecialToken> added;
   std::vector<bool> added_special;
@@ -382,7 +448,7 @@ BpeParts read_hf_json(const std::string& path) {
     added_text[static_cast<int32_t>(id)] = added.back().text;
   }
 
-  SpelledVocab v = read_vocab(model.at("vocab"), path, added_text);
+  SpelledVocab v = read_vocab(model.at("vocab"), path, added_text, !parts.char_level);
   for (size_t i = 0; i < added.size(); ++i) {
     const SpecialToken& t = added[i];
     const bool plain_vocab_entry =
@@ -455,7 +521,7 @@ Tokenizer Tokenizer::load(const std::string& path) {
   }
   try {
     return build(std::move(p.vocab), p.merges, std::move(p.specials), std::move(p.split_regexes),
-                 p.ignore_merges, std::move(p.post_processor));
+                 p.ignore_merges, std::move(p.post_processor), std::move(p.char_level));
   } catch (const Error& e) {  // build() does not know the file; a bad regex lands here too
     throw Error(str(named, ": ", e.what()));
   }
@@ -489,6 +555,18 @@ void Tokenizer::save_json(const std::string& path) const {
     steps.push_back(byte_level);
     pre_tokenizer = {{"type", "Sequence"}, {"pretokenizers", steps}};
   }
+  ojson normalizer = nullptr;
+  ojson decoder = {{"type", "ByteLevel"},
+                   {"add_prefix_space", true},
+                   {"trim_offsets", true},
+                   {"use_regex", true}};
+  const CharLevel* const cl = char_level();
+  if (cl != nullptr) {  // the components as read, and the tokens as spelled
+    normalizer = ojson::parse(cl->normalizer_json);
+    pre_tokenizer = ojson::parse(cl->pre_tokenizer_json);
+    decoder = ojson::parse(cl->decoder_json);
+  }
+  const auto spelled = [cl](const std::string& t) { return cl ? t : to_byte_level(t); };
 
   // ordered_json keeps ids in order, as Hugging Face writes them, but its lookups are linear:
   // append to the underlying vector and dedupe with a hash set (seconds → milliseconds for 50k).
@@ -497,12 +575,12 @@ void Tokenizer::save_json(const std::string& path) const {
   std::unordered_set<std::string> seen;
   for (size_t id = 0; id < vocab_.size(); ++id) {
     if (vocab_[id].empty()) continue;
-    std::string key = to_byte_level(vocab_[id]);
+    std::string key = spelled(vocab_[id]);
     if (seen.insert(key).second) entries.emplace_back(std::move(key), id);
   }
   ojson merges = ojson::array();
   for (const auto& [a, b] : merges_)
-    merges.push_back(ojson::array({to_byte_level(vocab_[a]), to_byte_level(vocab_[b])}));
+    merges.push_back(ojson::array({spelled(vocab_[a]), spelled(vocab_[b])}));
 
   const std::string& pp = post_processor().json;  // as read from a tokenizer.json
   const ojson post = pp.empty() ? ojson(nullptr) : ojson::parse(pp);
@@ -510,22 +588,18 @@ void Tokenizer::save_json(const std::string& path) const {
                 {"truncation", nullptr},
                 {"padding", nullptr},
                 {"added_tokens", added},
-                {"normalizer", nullptr},
+                {"normalizer", normalizer},
                 {"pre_tokenizer", pre_tokenizer},
                 {"post_processor", post},
-                {"decoder",
-                 {{"type", "ByteLevel"},
-                  {"add_prefix_space", true},
-                  {"trim_offsets", true},
-                  {"use_regex", true}}},
+                {"decoder", decoder},
                 {"model",
                  {{"type", "BPE"},
                   {"dropout", nullptr},
-                  {"unk_token", nullptr},
+                  {"unk_token", cl && !cl->unk_token.empty() ? ojson(cl->unk_token) : ojson()},
                   {"continuing_subword_prefix", nullptr},
                   {"end_of_word_suffix", nullptr},
-                  {"fuse_unk", false},
-                  {"byte_fallback", false},
+                  {"fuse_unk", cl && cl->fuse_unk},
+                  {"byte_fallback", cl && cl->byte_fallback},
                   {"ignore_merges", ignore_merges()},
                   {"vocab", vocab},
                   {"merges", merges}}}};
