@@ -13,6 +13,7 @@
 
 #include "forge/data/shard.h"
 #include "forge/generate/text_stream.h"
+#include "forge/io/model_files.h"
 #include "forge/model/config.h"
 #include "forge/model/model_dir.h"
 #include "forge/tokenizer/tokenizer.h"
@@ -122,7 +123,7 @@ TEST_F(SentencePieceCli, GenerateEncodesThePromptWithBosAndPrintsText) {
   cfg.ffn_hidden = 64;
   Transformer<float> model(cfg);
   model.init_weights(7);
-  save_model_dir(p("model"), model, kTokenizer);
+  save_model_dir(p("model"), model, {.files = {{"tokenizer.json", io::read_file(kTokenizer)}}});
 
   const std::string g = " --max-new-tokens 12 --temperature 0 --ignore-eos --json";
   const json c = golden("Café naïve façade résumé — déjà vu");
