@@ -2,8 +2,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <utility>
 #include <vector>
 
+#include "forge/core/error.h"
 #include "testing.h"
 
 namespace forge::cpu {
@@ -183,6 +185,113 @@ TEST(Rope, FloatMatchesDouble) {
     rope_bwd<double>(xd.data(), B, T, H, HS, 10000.0f, style, pos0);
     EXPECT_TRUE(all_close(xf, xd, forge::testing::kTolF32)) << name(style) << " bwd";
   }
+}
+
+// ---- scaling (rope_inv_freq, ops/rope.cpp) --------------------------------------------------
+
+// Llama 3.1's rope_scaling (config.json of Meta-Llama-3.1-8B): factor 8, low_freq_factor 1,
+// high_freq_factor 4, original_max_position_embeddings 8192, rope_theta 500000; HS = 128.
+Rope llama31(RopeStyle style = RopeStyle::kRotateHalf) {
+  return Rope{500000.0f, style, RopeScaling::kLlama3, 8.0f, 1.0f, 4.0f, 8192};
+}
+
+TEST(RopeInvFreq, UnscaledIsThetaPowerAndDynamicIsUnscaled) {
+  const int HS = 128;
+  const std::vector<double> f = rope_inv_freq(Rope{500000.0f}, HS);
+  ASSERT_EQ(f.size(), 64u);
+  for (int i = 0; i < 64; ++i) EXPECT_DOUBLE_EQ(f[i], 1.0 / std::pow(500000.0, 2.0 * i / HS)) << i;
+  // Within original_max_positions, dynamic NTK is the default RoPE (the factor is not applied).
+  Rope dynamic{500000.0f};
+  dynamic.scaling = RopeScaling::kDynamic;
+  dynamic.factor = 4.0f;
+  dynamic.original_max_positions = 4096;
+  EXPECT_EQ(rope_inv_freq(dynamic, HS), f);
+}
+
+TEST(RopeInvFreq, LinearDividesEveryFrequencyByFactor) {
+  const int HS = 64;
+  const std::vector<double> f = rope_inv_freq(Rope{10000.0f}, HS);
+  const std::vector<double> g =
+      rope_inv_freq(Rope{10000.0f, RopeStyle::kRotateHalf, RopeScaling::kLinear, 2.5f}, HS);
+  ASSERT_EQ(g.size(), f.size());
+  for (size_t i = 0; i < f.size(); ++i) EXPECT_EQ(g[i], f[i] / 2.5) << i;  // exactly
+}
+
+// transformers' _compute_llama3_parameters written out for one index, on its own: wavelengths
+// above 8192 are divided by 8, below 8192/4 = 2048 kept, in between blended linearly in
+// 8192/wavelen. For HS 128 and theta 500000 that is i ≤ 28 kept, 29 ≤ i ≤ 34 blended, i ≥ 35
+// divided (wavelengths 1956 at i = 28, 2402 at 29, 6695 at 34, 8219 at 35).
+double llama31_inv_freq(int i) {
+  const double inv = 1.0 / std::pow(500000.0, 2.0 * i / 128.0);
+  const double wavelen = 2.0 * M_PI / inv;
+  if (wavelen < 8192.0 / 4.0) return inv;
+  if (wavelen > 8192.0 / 1.0) return inv / 8.0;
+  const double smooth = (8192.0 / wavelen - 1.0) / (4.0 - 1.0);
+  return (1.0 - smooth) * inv / 8.0 + smooth * inv;
+}
+
+TEST(RopeInvFreq, Llama3MatchesTransformersInEachBand) {
+  const std::vector<double> base = rope_inv_freq(Rope{500000.0f}, 128);
+  const std::vector<double> f = rope_inv_freq(llama31(), 128);
+  ASSERT_EQ(f.size(), 64u);
+  for (int i = 0; i < 64; ++i)
+    EXPECT_NEAR(f[i], llama31_inv_freq(i), 1e-14 * llama31_inv_freq(i)) << "i=" << i;
+  // One index per band: high frequency kept (bit for bit), low divided by 8 (bit for bit), and
+  // i = 32 blended, pinned to the value computed by hand (Python, double): inv = 500000^-0.5,
+  // wavelen = 4442.88, smooth = 0.281283, (1 − smooth)·inv/8 + smooth·inv.
+  EXPECT_EQ(f[20], base[20]);
+  EXPECT_EQ(f[50], base[50] / 8.0);
+  EXPECT_NEAR(f[32], 5.248461609929547e-4, 1e-12 * 5.248461609929547e-4);
+  EXPECT_GT(f[32], base[32] / 8.0);
+  EXPECT_LT(f[32], base[32]);
+  // The band edges land where the wavelengths say.
+  EXPECT_EQ(f[28], base[28]);
+  EXPECT_LT(f[29], base[29]);
+  EXPECT_GT(f[34], base[34] / 8.0);
+  EXPECT_EQ(f[35], base[35] / 8.0);
+}
+
+// The blend is continuous at both edges, so the frequencies stay strictly decreasing in i, and
+// every one lies between the interpolated (inv/8) and the original value.
+TEST(RopeInvFreq, Llama3IsMonotonicAndBetweenTheTwoLimits) {
+  for (int HS : {128, 64, 20}) {
+    const std::vector<double> base = rope_inv_freq(Rope{500000.0f}, HS);
+    const std::vector<double> f = rope_inv_freq(llama31(), HS);
+    for (size_t i = 0; i < f.size(); ++i) {
+      EXPECT_LE(f[i], base[i]) << "HS=" << HS << " i=" << i;
+      EXPECT_GE(f[i], base[i] / 8.0) << "HS=" << HS << " i=" << i;
+      if (i > 0) {
+        EXPECT_LT(f[i], f[i - 1]) << "HS=" << HS << " i=" << i;
+      }
+    }
+  }
+}
+
+TEST(RopeInvFreq, BadArgumentsThrow) {
+  const Rope plain{10000.0f};
+  EXPECT_THROW(rope_inv_freq(plain, 7), Error);       // odd HS
+  EXPECT_THROW(rope_inv_freq(plain, 0), Error);       // HS 0
+  EXPECT_THROW(rope_inv_freq(plain, -4), Error);      // negative HS
+  EXPECT_THROW(rope_inv_freq(Rope{0.0f}, 8), Error);  // theta 0
+  for (RopeScaling sc : {RopeScaling::kLinear, RopeScaling::kLlama3, RopeScaling::kDynamic})
+    for (float factor : {0.0f, -2.0f, NAN}) {
+      Rope r = llama31();
+      r.scaling = sc;
+      r.factor = factor;
+      EXPECT_THROW(rope_inv_freq(r, 8), Error) << static_cast<int>(sc) << " factor " << factor;
+    }
+  Rope r = llama31();
+  r.original_max_positions = 0;
+  EXPECT_THROW(rope_inv_freq(r, 128), Error);
+  r = llama31();
+  r.high_freq_factor = r.low_freq_factor;
+  EXPECT_THROW(rope_inv_freq(r, 128), Error);
+  r = llama31();
+  std::swap(r.low_freq_factor, r.high_freq_factor);
+  EXPECT_THROW(rope_inv_freq(r, 128), Error);
+  r = llama31();
+  r.low_freq_factor = 0.0f;
+  EXPECT_THROW(rope_inv_freq(r, 128), Error);
 }
 
 }  // namespace
