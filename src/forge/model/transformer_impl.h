@@ -167,8 +167,8 @@ void Model<B>::blocks_forward() {
       be_.linear_fwd(a.q.data(), a.ln1.data(), w(o.q_w), nullptr, N, C, NH * HS, lay);
       be_.linear_fwd(a.k.data(), a.ln1.data(), w(o.k_w), nullptr, N, C, NKV * HS, lay);
       be_.linear_fwd(a.v.data(), a.ln1.data(), w(o.v_w), nullptr, N, C, NKV * HS, lay);
-      be_.rope_fwd(a.q.data(), B_, T_, NH, HS, cfg_.rope_theta, cfg_.rope_style);
-      be_.rope_fwd(a.k.data(), B_, T_, NKV, HS, cfg_.rope_theta, cfg_.rope_style);
+      be_.rope_fwd(a.q.data(), B_, T_, NH, HS, cfg_.rope());
+      be_.rope_fwd(a.k.data(), B_, T_, NKV, HS, cfg_.rope());
     }
     const QkvView in = qkv_view(a);
     if (prefill_slot_ >= 0) store_prefill_kv(l, in);
@@ -262,8 +262,8 @@ void Model<B>::block_backward(int l) {
     be_.linear_bwd(d_ln_.data(), g(o.qkv_w), g(o.qkv_b), d_qkv_.data(), a.ln1.data(), w(o.qkv_w), N, C, 3 * C,
                    lay, false);
   } else {
-    be_.rope_bwd(d.q, B_, T_, NH, HS, cfg_.rope_theta, cfg_.rope_style);
-    be_.rope_bwd(d.k, B_, T_, NKV, HS, cfg_.rope_theta, cfg_.rope_style);
+    be_.rope_bwd(d.q, B_, T_, NH, HS, cfg_.rope());
+    be_.rope_bwd(d.k, B_, T_, NKV, HS, cfg_.rope());
     be_.linear_bwd(d_ln_.data(), g(o.q_w), nullptr, d.q, a.ln1.data(), w(o.q_w), N, C, NH * HS, lay, false);
     be_.linear_bwd(d_ln_.data(), g(o.k_w), nullptr, d.k, a.ln1.data(), w(o.k_w), N, C, NKV * HS, lay, true);
     be_.linear_bwd(d_ln_.data(), g(o.v_w), nullptr, d.v, a.ln1.data(), w(o.v_w), N, C, NKV * HS, lay, true);

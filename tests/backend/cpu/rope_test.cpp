@@ -78,7 +78,7 @@ TEST(Rope, RotateHalfMatchesHuggingFaceFormula) {
   const float base = 10000.0f;
   auto x = random_normal<double>(B * T * H * HS, 1);
   auto want = apply_reference(x, B, T, H, HS, pos0, base, hf_llama_rope);
-  rope_fwd<double>(x.data(), B, T, H, HS, base, RopeStyle::kRotateHalf, pos0);
+  rope_fwd<double>(x.data(), B, T, H, HS, Rope{base, RopeStyle::kRotateHalf}, pos0);
   EXPECT_TRUE(all_close(x, want, forge::testing::kTolF64));
 }
 
@@ -87,7 +87,7 @@ TEST(Rope, InterleavedMatchesGptjFormula) {
   const float base = 500000.0f;
   auto x = random_normal<double>(B * T * H * HS, 2);
   auto want = apply_reference(x, B, T, H, HS, pos0, base, gptj_rope);
-  rope_fwd<double>(x.data(), B, T, H, HS, base, RopeStyle::kInterleaved, pos0);
+  rope_fwd<double>(x.data(), B, T, H, HS, Rope{base, RopeStyle::kInterleaved}, pos0);
   EXPECT_TRUE(all_close(x, want, forge::testing::kTolF64));
 }
 
@@ -95,13 +95,13 @@ TEST(Rope, InterleavedMatchesGptjFormula) {
 // and (x1, x3) by 0.1 rad, counter-clockwise: (1, 0) → (cos θ, sin θ).
 TEST(Rope, HandComputedRotation) {
   std::vector<double> x = {1, 1, 0, 0};
-  rope_fwd<double>(x.data(), 1, 1, 1, 4, 100.0f, RopeStyle::kRotateHalf, 1);
+  rope_fwd<double>(x.data(), 1, 1, 1, 4, Rope{100.0f, RopeStyle::kRotateHalf}, 1);
   EXPECT_NEAR(x[0], std::cos(1.0), 1e-15);
   EXPECT_NEAR(x[2], std::sin(1.0), 1e-15);
   EXPECT_NEAR(x[1], std::cos(0.1), 1e-15);
   EXPECT_NEAR(x[3], std::sin(0.1), 1e-15);
   std::vector<double> y = {1, 0, 1, 0};  // interleaved: pairs (y0, y1) at 1 rad, (y2, y3) at 0.1
-  rope_fwd<double>(y.data(), 1, 1, 1, 4, 100.0f, RopeStyle::kInterleaved, 1);
+  rope_fwd<double>(y.data(), 1, 1, 1, 4, Rope{100.0f, RopeStyle::kInterleaved}, 1);
   EXPECT_NEAR(y[0], std::cos(1.0), 1e-15);
   EXPECT_NEAR(y[1], std::sin(1.0), 1e-15);
   EXPECT_NEAR(y[2], std::cos(0.1), 1e-15);
@@ -113,7 +113,7 @@ TEST(Rope, PositionZeroIsIdentity) {
     const int B = 2, T = 1, H = 3, HS = 6;
     auto x = random_normal<double>(B * T * H * HS, 3);
     auto y = x;
-    rope_fwd<double>(y.data(), B, T, H, HS, 10000.0f, style, 0);
+    rope_fwd<double>(y.data(), B, T, H, HS, Rope{10000.0f, style}, 0);
     for (size_t i = 0; i < x.size(); ++i) EXPECT_EQ(y[i], x[i]) << name(style) << " i=" << i;
   }
 }
@@ -125,7 +125,7 @@ TEST(Rope, PreservesNormOfEachPair) {
   for (RopeStyle style : kStyles) {
     auto x = random_normal<double>(B * T * H * HS, 4);
     auto y = x;
-    rope_fwd<double>(y.data(), B, T, H, HS, 10000.0f, style, pos0);
+    rope_fwd<double>(y.data(), B, T, H, HS, Rope{10000.0f, style}, pos0);
     const int half = HS / 2;
     for (int row = 0; row < B * T * H; ++row) {
       for (int i = 0; i < half; ++i) {
@@ -145,9 +145,9 @@ TEST(Rope, BackwardInvertsForward) {
   for (RopeStyle style : kStyles) {
     auto x = random_normal<double>(B * T * H * HS, 5);
     auto y = x;
-    rope_fwd<double>(y.data(), B, T, H, HS, 10000.0f, style, pos0);
+    rope_fwd<double>(y.data(), B, T, H, HS, Rope{10000.0f, style}, pos0);
     EXPECT_FALSE(all_close(y, x, forge::testing::kTolF64)) << "forward did nothing";
-    rope_bwd<double>(y.data(), B, T, H, HS, 10000.0f, style, pos0);
+    rope_bwd<double>(y.data(), B, T, H, HS, Rope{10000.0f, style}, pos0);
     EXPECT_TRUE(all_close(y, x, forge::testing::kTolF64)) << name(style);
   }
 }
@@ -161,12 +161,12 @@ TEST(Rope, BackwardMatchesFiniteDifferences) {
     auto w = random_normal<double>(x.size(), 7);
     auto loss = [&] {
       auto y = x;
-      rope_fwd<double>(y.data(), B, T, H, HS, base, style, pos0);
+      rope_fwd<double>(y.data(), B, T, H, HS, Rope{base, style}, pos0);
       return forge::testing::dot(y, w);
     };
     auto fd = forge::testing::finite_diff(x, loss);
     auto dx = w;
-    rope_bwd<double>(dx.data(), B, T, H, HS, base, style, pos0);
+    rope_bwd<double>(dx.data(), B, T, H, HS, Rope{base, style}, pos0);
     EXPECT_TRUE(all_close(dx, fd, forge::testing::kTolFiniteDiff)) << name(style);
   }
 }
@@ -178,11 +178,11 @@ TEST(Rope, FloatMatchesDouble) {
   for (RopeStyle style : kStyles) {
     auto xf = random_normal<float>(B * T * H * HS, 8);
     auto xd = forge::testing::to_double(xf);
-    rope_fwd<float>(xf.data(), B, T, H, HS, 10000.0f, style, pos0);
-    rope_fwd<double>(xd.data(), B, T, H, HS, 10000.0f, style, pos0);
+    rope_fwd<float>(xf.data(), B, T, H, HS, Rope{10000.0f, style}, pos0);
+    rope_fwd<double>(xd.data(), B, T, H, HS, Rope{10000.0f, style}, pos0);
     EXPECT_TRUE(all_close(xf, xd, forge::testing::kTolF32)) << name(style) << " fwd";
-    rope_bwd<float>(xf.data(), B, T, H, HS, 10000.0f, style, pos0);
-    rope_bwd<double>(xd.data(), B, T, H, HS, 10000.0f, style, pos0);
+    rope_bwd<float>(xf.data(), B, T, H, HS, Rope{10000.0f, style}, pos0);
+    rope_bwd<double>(xd.data(), B, T, H, HS, Rope{10000.0f, style}, pos0);
     EXPECT_TRUE(all_close(xf, xd, forge::testing::kTolF32)) << name(style) << " bwd";
   }
 }

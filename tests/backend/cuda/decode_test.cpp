@@ -117,10 +117,10 @@ TEST_P(DecodeTest, RopeAtMatchesCpuBothStylesStrided) {
         const int64_t col = strided ? W : 0;
         const auto x = as_dt(dt(), random_normal<float>(static_cast<size_t>(N) * stride, seed++));
         std::vector<float> want = x;
-        cpu::rope_at<float>(want.data() + col, pos.data(), N, H, HS, 10000.0f, style, stride);
+        cpu::rope_at<float>(want.data() + col, pos.data(), N, H, HS, Rope{10000.0f, style}, stride);
         auto dx = up(x);
         auto dpos = upload(pos);
-        rope_at(ctx(), dt(), dx.at(col), dpos.data(), N, H, HS, 10000.0f, style, stride);
+        rope_at(ctx(), dt(), dx.at(col), dpos.data(), N, H, HS, Rope{10000.0f, style}, stride);
         // The whole buffer (the q and v slices must be untouched); the angles differ from the
         // CPU's double cos/sin by ~1e-7, so f32 1e-5 + 1e-4·|ref|, bf16/f16 one output rounding.
         EXPECT_TRUE(all_close(down(dx), want, tol_for(dt())))
@@ -137,10 +137,10 @@ TEST_P(DecodeTest, RopeAtEqualsRopeFwdKernelBitForBit) {
   for (RopeStyle style : {RopeStyle::kRotateHalf, RopeStyle::kInterleaved}) {
     auto a = up(x), b = up(x);
     auto dpos = upload(pos);
-    rope_at(ctx(), dt(), a.data(), dpos.data(), N, H, HS, 500000.0f, style);
+    rope_at(ctx(), dt(), a.data(), dpos.data(), N, H, HS, Rope{500000.0f, style});
     for (int n = 0; n < N; ++n)
-      rope_fwd(ctx(), dt(), b.at(static_cast<size_t>(n) * H * HS), 1, 1, H, HS, 500000.0f, style,
-               pos[n]);
+      rope_fwd(ctx(), dt(), b.at(static_cast<size_t>(n) * H * HS), 1, 1, H, HS,
+               Rope{500000.0f, style}, pos[n]);
     EXPECT_TRUE(same_bits(down(a), down(b))) << "style=" << static_cast<int>(style);
   }
 }
@@ -211,17 +211,19 @@ TEST_P(DecodeTest, RopeKvAppendEqualsTheThreeOps) {
     const size_t cn = static_cast<size_t>(s.S) * s.cap * s.NKV * s.HS;
     const auto ck = as_dt(dt(), random_normal<float>(cn, 91)), cv = as_dt(dt(), random_normal<float>(cn, 92));
     std::vector<double> wq = to_d(qkv), wk = to_d(ck), wv = to_d(cv);
-    cpu::rope_kv_append<double>(wq.data(), stride, wk.data(), wv.data(), pos.data(), s, 10000.0f, style);
+    cpu::rope_kv_append<double>(wq.data(), stride, wk.data(), wv.data(), pos.data(), s,
+                                Rope{10000.0f, style});
     auto dpos = upload(pos);
     auto a = up(qkv), ak = up(ck), av = up(cv);
-    rope_kv_append(ctx(), dt(), a.data(), stride, ak.data(), av.data(), dpos.data(), s, 10000.0f, style);
+    rope_kv_append(ctx(), dt(), a.data(), stride, ak.data(), av.data(), dpos.data(), s,
+                   Rope{10000.0f, style});
     EXPECT_TRUE(all_close(down(a), wq, tol_for(dt()))) << "qkv";
     EXPECT_TRUE(all_close(down(ak), wk, tol_for(dt()))) << "cache k";
     EXPECT_TRUE(all_close(down(av), wv, tol_for(dt()))) << "cache v";
     auto b = up(qkv), bk = up(ck), bv = up(cv);
     const int64_t kc = static_cast<int64_t>(s.NH) * s.HS, vc = kc + static_cast<int64_t>(s.NKV) * s.HS;
-    rope_at(ctx(), dt(), b.data(), dpos.data(), s.S, s.NH, s.HS, 10000.0f, style, stride);
-    rope_at(ctx(), dt(), b.at(kc), dpos.data(), s.S, s.NKV, s.HS, 10000.0f, style, stride);
+    rope_at(ctx(), dt(), b.data(), dpos.data(), s.S, s.NH, s.HS, Rope{10000.0f, style}, stride);
+    rope_at(ctx(), dt(), b.at(kc), dpos.data(), s.S, s.NKV, s.HS, Rope{10000.0f, style}, stride);
     kv_append(ctx(), dt(), bk.data(), bv.data(), b.at(kc), b.at(vc), dpos.data(), s, stride, stride);
     EXPECT_TRUE(same_bits(down(a), down(b))) << "qkv vs rope_at";
     EXPECT_TRUE(same_bits(down(ak), down(bk))) << "cache k vs kv_append";

@@ -34,14 +34,14 @@ TEST_P(RopeTest, FwdBwdMatchCpuBothStyles) {
         const auto x = as_dt(dt(), random_normal<float>(n, seed++));
         std::vector<float> ref = x;
         if (backward)
-          cpu::rope_bwd<float>(ref.data(), s.B, s.T, s.H, s.HS, 10000.0f, style, s.pos0);
+          cpu::rope_bwd<float>(ref.data(), s.B, s.T, s.H, s.HS, Rope{10000.0f, style}, s.pos0);
         else
-          cpu::rope_fwd<float>(ref.data(), s.B, s.T, s.H, s.HS, 10000.0f, style, s.pos0);
+          cpu::rope_fwd<float>(ref.data(), s.B, s.T, s.H, s.HS, Rope{10000.0f, style}, s.pos0);
         auto dx = up(x);
         if (backward)
-          rope_bwd(ctx(), dt(), dx.data(), s.B, s.T, s.H, s.HS, 10000.0f, style, s.pos0);
+          rope_bwd(ctx(), dt(), dx.data(), s.B, s.T, s.H, s.HS, Rope{10000.0f, style}, s.pos0);
         else
-          rope_fwd(ctx(), dt(), dx.data(), s.B, s.T, s.H, s.HS, 10000.0f, style, s.pos0);
+          rope_fwd(ctx(), dt(), dx.data(), s.B, s.T, s.H, s.HS, Rope{10000.0f, style}, s.pos0);
         EXPECT_TRUE(all_close(down(dx), ref, tol_for(dt())))
             << (backward ? "bwd" : "fwd") << " style=" << static_cast<int>(style) << " B=" << s.B
             << " T=" << s.T << " H=" << s.H << " HS=" << s.HS << " pos0=" << s.pos0;
@@ -56,8 +56,8 @@ TEST_P(RopeTest, BwdInvertsFwd) {
   const auto x = random_normal<float>(static_cast<size_t>(B) * T * H * HS, 60);
   for (RopeStyle style : {RopeStyle::kRotateHalf, RopeStyle::kInterleaved}) {
     auto dx = up(x);
-    rope_fwd(ctx(), dt(), dx.data(), B, T, H, HS, 500000.0f, style, 4000);
-    rope_bwd(ctx(), dt(), dx.data(), B, T, H, HS, 500000.0f, style, 4000);
+    rope_fwd(ctx(), dt(), dx.data(), B, T, H, HS, Rope{500000.0f, style}, 4000);
+    rope_bwd(ctx(), dt(), dx.data(), B, T, H, HS, Rope{500000.0f, style}, 4000);
     EXPECT_TRUE(all_close(down(dx), x, {1e-6, 1e-5})) << "style=" << static_cast<int>(style);
   }
 }

@@ -467,8 +467,8 @@ void embedding_at(Context& ctx, DType dt, void* out, const int32_t* tokens, cons
   });
 }
 
-void rope_at(Context& ctx, DType dt, void* x, const int32_t* pos, int N, int H, int HS, float base,
-             RopeStyle style, int64_t stride) {
+void rope_at(Context& ctx, DType dt, void* x, const int32_t* pos, int N, int H, int HS,
+             const Rope& rope, int64_t stride) {
   if (N < 0 || H < 0 || HS <= 0 || HS % 2 != 0 || HS / 2 > kRopeMaxHalf)
     throw Error(str("[rope_at] bad shape N=", N, " H=", H, " HS=", HS,
                     " (want an even HS <= ", 2 * kRopeMaxHalf, ")"));
@@ -476,7 +476,7 @@ void rope_at(Context& ctx, DType dt, void* x, const int32_t* pos, int N, int H, 
   if (static_cast<int64_t>(N) * H * HS >= (int64_t{1} << 31))
     throw Error(
         str("[rope_at] N·H·HS = ", static_cast<int64_t>(N) * H * HS, " exceeds int32 indexing"));
-  const RopeFreqs f = rope_freqs(Rope{base, style}, HS);  // exactly the CPU's inv_freq, then / π
+  const RopeFreqs f = rope_freqs(rope, HS);  // exactly the CPU's inv_freq, then / π
   const int rows = N * H;
   if (rows == 0) return;
   const int half = HS / 2;
@@ -486,7 +486,7 @@ void rope_at(Context& ctx, DType dt, void* x, const int32_t* pos, int N, int H, 
     auto run = [&](auto kn) {
       constexpr int kN = decltype(kn)::value;
       const int grid = grid_for(static_cast<int64_t>(rows) * (half / kN), kThreads, ctx.num_sms());
-      if (style == RopeStyle::kRotateHalf)
+      if (rope.style == RopeStyle::kRotateHalf)
         rope_at_kernel<T, kN, true>
             <<<grid, kThreads, 0, ctx.stream()>>>(xt, pos, f, rows, H, HS, rs);
       else

@@ -63,14 +63,14 @@ __global__ void __launch_bounds__(kThreads)
 }  // namespace
 
 void rope_kv_append(Context& ctx, DType dt, void* qkv, int64_t stride, void* cache_k, void* cache_v,
-                    const int32_t* pos, const DecodeShape& s, float base, RopeStyle style) {
+                    const int32_t* pos, const DecodeShape& s, const Rope& rope) {
   FORGE_CHECK(s.S >= 0 && s.NKV > 0 && s.NH % s.NKV == 0 && s.HS % 2 == 0 &&
                   s.HS / 2 <= kRopeMaxHalf && s.cap > 0,
               "[rope_kv_append] bad shape S=", s.S, " NH=", s.NH, " NKV=", s.NKV, " HS=", s.HS,
               " cap=", s.cap);
   const int64_t heads = s.NH + 2 * s.NKV;
   FORGE_CHECK(stride >= heads * s.HS, "[rope_kv_append] row stride ", stride, " < ", heads * s.HS);
-  const RopeFreqs f = rope_freqs(Rope{base, style}, s.HS);  // exactly the CPU's inv_freq, then / π
+  const RopeFreqs f = rope_freqs(rope, s.HS);  // exactly the CPU's inv_freq, then / π
   const int64_t total = static_cast<int64_t>(s.S) * heads * (s.HS / 2);
   if (total == 0) return;
   FORGE_CHECK(total < (int64_t{1} << 31), "[rope_kv_append] too many elements");
@@ -80,7 +80,7 @@ void rope_kv_append(Context& ctx, DType dt, void* qkv, int64_t stride, void* cac
     T* x = static_cast<T*>(qkv);
     T* ck = static_cast<T*>(cache_k);
     T* cv = static_cast<T*>(cache_v);
-    if (style == RopeStyle::kRotateHalf)
+    if (rope.style == RopeStyle::kRotateHalf)
       rope_kv_append_kernel<T, true><<<grid, kThreads, 0, ctx.stream()>>>(x, stride, ck, cv, pos, f, s);
     else
       rope_kv_append_kernel<T, false><<<grid, kThreads, 0, ctx.stream()>>>(x, stride, ck, cv, pos, f, s);

@@ -82,8 +82,8 @@ void launch_rope(Context& ctx, T* x, const RopeFreqs& f, int rows, int T_, int H
   FORGE_CUDA_CHECK_LAUNCH();
 }
 
-void rope_rotate(Context& ctx, DType dt, void* x, int B, int T_, int H, int HS, float base,
-                 RopeStyle style, int pos0, float sign, const char* op) {
+void rope_rotate(Context& ctx, DType dt, void* x, int B, int T_, int H, int HS, const Rope& rope,
+                 int pos0, float sign, const char* op) {
   FORGE_CHECK(B >= 0 && T_ >= 0 && H >= 0 && HS > 0, "[", op, "] bad shape B=", B, " T=", T_,
               " H=", H, " HS=", HS);
   FORGE_CHECK(HS % 2 == 0, "[", op, "] head size must be even, got HS=", HS);
@@ -92,7 +92,7 @@ void rope_rotate(Context& ctx, DType dt, void* x, int B, int T_, int H, int HS, 
   FORGE_CHECK(pos0 >= 0, "[", op, "] negative pos0 ", pos0);
   FORGE_CHECK(static_cast<int64_t>(B) * T_ * H * HS < (int64_t{1} << 31), "[", op,
               "] B·T·H·HS = ", static_cast<int64_t>(B) * T_ * H * HS, " exceeds int32 indexing");
-  const RopeFreqs f = rope_freqs(Rope{base, style}, HS);  // exactly the CPU's inv_freq, then / π
+  const RopeFreqs f = rope_freqs(rope, HS);  // exactly the CPU's inv_freq, then / π
   const int rows = B * T_ * H;
   if (rows == 0) return;
   const int half = HS / 2;
@@ -100,23 +100,23 @@ void rope_rotate(Context& ctx, DType dt, void* x, int B, int T_, int H, int HS, 
     using T = decltype(tag);
     T* xt = static_cast<T*>(x);
     if (half % kVec<T> == 0 && aligned16(x)) {
-      launch_rope<T, kVec<T>>(ctx, xt, f, rows, T_, H, HS, pos0, sign, style);
+      launch_rope<T, kVec<T>>(ctx, xt, f, rows, T_, H, HS, pos0, sign, rope.style);
     } else {
-      launch_rope<T, 1>(ctx, xt, f, rows, T_, H, HS, pos0, sign, style);
+      launch_rope<T, 1>(ctx, xt, f, rows, T_, H, HS, pos0, sign, rope.style);
     }
   });
 }
 
 }  // namespace
 
-void rope_fwd(Context& ctx, DType dt, void* x, int B, int T_, int H, int HS, float base,
-              RopeStyle style, int pos0) {
-  rope_rotate(ctx, dt, x, B, T_, H, HS, base, style, pos0, 1.0f, "rope_fwd");
+void rope_fwd(Context& ctx, DType dt, void* x, int B, int T_, int H, int HS, const Rope& rope,
+              int pos0) {
+  rope_rotate(ctx, dt, x, B, T_, H, HS, rope, pos0, 1.0f, "rope_fwd");
 }
 
-void rope_bwd(Context& ctx, DType dt, void* dx, int B, int T_, int H, int HS, float base,
-              RopeStyle style, int pos0) {
-  rope_rotate(ctx, dt, dx, B, T_, H, HS, base, style, pos0, -1.0f, "rope_bwd");
+void rope_bwd(Context& ctx, DType dt, void* dx, int B, int T_, int H, int HS, const Rope& rope,
+              int pos0) {
+  rope_rotate(ctx, dt, dx, B, T_, H, HS, rope, pos0, -1.0f, "rope_bwd");
 }
 
 }  // namespace forge::cuda
