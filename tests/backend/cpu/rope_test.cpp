@@ -267,6 +267,54 @@ TEST(RopeInvFreq, Llama3IsMonotonicAndBetweenTheTwoLimits) {
   }
 }
 
+// Linear scaling by f is position interpolation: the rotation at position p is the unscaled
+// rotation at p/f. A property of the rotated vectors, independent of how the table is built.
+TEST(Rope, LinearScalingAtPositionIsUnscaledAtPositionOverFactor) {
+  const int B = 1, T = 33, H = 2, HS = 16, pos0 = 8, factor = 4;
+  for (RopeStyle style : kStyles) {
+    const auto x = random_normal<double>(static_cast<size_t>(B) * T * H * HS, 9);
+    auto y = x;
+    rope_fwd<double>(y.data(), B, T, H, HS,
+                     Rope{10000.0f, style, RopeScaling::kLinear, static_cast<float>(factor)}, pos0);
+    int checked = 0;
+    for (int t = 0; t < T; ++t) {
+      const int p = pos0 + t;
+      if (p % factor != 0) continue;
+      const size_t off = static_cast<size_t>(t) * H * HS;
+      std::vector<double> want(x.begin() + off, x.begin() + off + H * HS);
+      rope_fwd<double>(want.data(), 1, 1, H, HS, Rope{10000.0f, style}, p / factor);
+      const std::vector<double> got(y.begin() + off, y.begin() + off + H * HS);
+      EXPECT_TRUE(all_close(got, want, forge::testing::kTolF64))
+          << name(style) << " position " << p;
+      ++checked;
+    }
+    EXPECT_EQ(checked, 9);
+  }
+}
+
+// The scaled forward and backward are still a rotation and its inverse, and the backward is
+// still the gradient (frequencies from any scaling are just other angles).
+TEST(Rope, Llama3BackwardMatchesFiniteDifferencesAndInvertsForward) {
+  const int B = 1, T = 3, H = 2, HS = 20, pos0 = 9000;
+  for (RopeStyle style : kStyles) {
+    auto x = random_normal<double>(static_cast<size_t>(B) * T * H * HS, 10);
+    auto w = random_normal<double>(x.size(), 11);
+    auto loss = [&] {
+      auto y = x;
+      rope_fwd<double>(y.data(), B, T, H, HS, llama31(style), pos0);
+      return forge::testing::dot(y, w);
+    };
+    auto fd = forge::testing::finite_diff(x, loss);
+    auto dx = w;
+    rope_bwd<double>(dx.data(), B, T, H, HS, llama31(style), pos0);
+    EXPECT_TRUE(all_close(dx, fd, forge::testing::kTolFiniteDiff)) << name(style);
+    auto y = x;
+    rope_fwd<double>(y.data(), B, T, H, HS, llama31(style), pos0);
+    rope_bwd<double>(y.data(), B, T, H, HS, llama31(style), pos0);
+    EXPECT_TRUE(all_close(y, x, forge::testing::kTolF64)) << name(style);
+  }
+}
+
 TEST(RopeInvFreq, BadArgumentsThrow) {
   const Rope plain{10000.0f};
   EXPECT_THROW(rope_inv_freq(plain, 7), Error);       // odd HS
@@ -292,6 +340,11 @@ TEST(RopeInvFreq, BadArgumentsThrow) {
   r = llama31();
   r.low_freq_factor = 0.0f;
   EXPECT_THROW(rope_inv_freq(r, 128), Error);
+  // The op surfaces the error (a user's config), it does not abort.
+  std::vector<double> x(16);
+  EXPECT_THROW(rope_fwd<double>(x.data(), 1, 1, 1, 16,
+                                Rope{10000.0f, RopeStyle::kRotateHalf, RopeScaling::kLinear, 0.0f}),
+               Error);
 }
 
 }  // namespace
