@@ -1,8 +1,8 @@
 // CPU rotary position embedding (reference). The angle table is built once per call in double —
 // inv_freq_i from rope_inv_freq (ops/rope.cpp: base^(−2i/HS), then the Hugging Face scaling),
-// angle = (pos0 + t)·inv_freq_i, cos and sin of it in double — so the
-// float instantiation differs from the double one only by the final rotation rounding, not by
-// the accuracy of cos/sin at large positions (at t = 8k, a float angle is off by ~1e-3 rad).
+// angle = (pos0 + t)·inv_freq_i, cos and sin of it in double — so the float instantiation
+// differs from the double one only by the final rotation rounding, not by the accuracy of
+// cos/sin at large positions (at t = 8k, a float angle is off by ~1e-3 rad).
 // Forward and backward are one routine: the backward of a rotation by θ is the rotation by −θ,
 // i.e. the same pairing with sin negated. Both are in place; OpenMP over (b, t) rows, each
 // element is written by exactly one thread, so results do not depend on the thread count.
