@@ -1,7 +1,8 @@
 // KV-cache decoding gives the logits of a full recomputation: on the CPU in double, several slots
 // at different positions decoded together, each slot's logits compared with forward_logits over
 // that slot's whole sequence. GPT-2 (learned positions, fused strided q|k|v), Llama with GQA in
-// both RoPE styles, and a sliding window whose cache is a ring (prompts longer than the window).
+// both RoPE styles and with scaled RoPE, and a sliding window whose cache is a ring (prompts
+// longer than the window).
 #include <gtest/gtest.h>
 
 #include <vector>
@@ -76,6 +77,33 @@ TEST(ModelDecodeTest, LlamaInterleavedRopeMatchesFullRecomputation) {
   ModelConfig cfg = small_config(Family::kLlama);
   cfg.rope_style = RopeStyle::kInterleaved;
   expect_decode_matches_full(cfg, {4, 6}, 8, 20, 3);
+}
+
+// RoPE scaling reaches both paths, the full forward (transformer_impl.h) and the decode step
+// (decode_impl.h), through cfg.rope(); and it changes the logits, so a path that dropped it
+// would fail. HS 16, theta 10000, llama3 with original_max_positions 32: pair 0 kept, 1 blended,
+// 2-7 divided by the factor.
+TEST(ModelDecodeTest, LlamaScaledRopeMatchesFullRecomputation) {
+  for (RopeScaling scaling : {RopeScaling::kLinear, RopeScaling::kLlama3}) {
+    SCOPED_TRACE(scaling == RopeScaling::kLinear ? "linear" : "llama3");
+    ModelConfig cfg = small_config(Family::kLlama);
+    cfg.rope_scaling = scaling;
+    cfg.rope_factor = 4.0f;
+    cfg.rope_original_max_positions = 32;
+    expect_decode_matches_full(cfg, {5, 3}, 9, 32, 7);
+
+    const std::vector<int32_t> ids = testing::random_ids(12, cfg.vocab_size, 8);
+    Transformer<double> scaled(cfg), plain(small_config(Family::kLlama));
+    scaled.init_weights(9);
+    plain.init_weights(9);
+    const size_t n = static_cast<size_t>(12) * cfg.padded_vocab();
+    const double* a = scaled.logits_of(ids.data(), 1, 12);
+    const std::vector<double> la(a, a + n);
+    const double* b = plain.logits_of(ids.data(), 1, 12);
+    const std::vector<double> lb(b, b + n);
+    EXPECT_FALSE(static_cast<bool>(all_close(la, lb, testing::kTolF64)))
+        << "the scaling did not change the logits";
+  }
 }
 
 TEST(ModelDecodeTest, SlidingWindowRingMatchesFullRecomputation) {

@@ -123,7 +123,7 @@ void Model<B>::decode_block(int l) {
   // RoPE of q and k at pos, and k, v into the cache: one op (one kernel on the GPU).
   // (GPT-2 and SmolLM3's NoPE layers: the append alone.)
   if (!cfg_.layer_uses_rope(l)) be_.kv_append(cache_k_[l].data(), cache_v_[l].data(), k, v, pos, shape, qkvw, qkvw);
-  else be_.rope_kv_append(qkv, qkvw, cache_k_[l].data(), cache_v_[l].data(), pos, shape, cfg_.rope_theta, cfg_.rope_style);
+  else be_.rope_kv_append(qkv, qkvw, cache_k_[l].data(), cache_v_[l].data(), pos, shape, cfg_.rope());
   be_.decode_attention(dec_atty_.data(), q, cache_k_[l].data(), cache_v_[l].data(), pos, shape, qkvw);
   be_.linear_fwd(dec_tmp_.data(), dec_atty_.data(), w(o.attn_out_w), w(o.attn_out_b), S, NH * HS, C, lay);
   residual_norm_fwd(dec_mid_.data(), dec_ln_.data(), dec_mean_.data(), dec_rstd_.data(), dec_x_.data(),

@@ -185,8 +185,8 @@ void Model<B>::blocks_forward() {
         be_.rmsnorm_fwd(a.k.data(), a.k_rstd.data(), a.k_raw.data(), w(o.k_norm_w), N * NKV, HS, cfg_.norm_eps);
       }
       if (cfg_.layer_uses_rope(l)) {  // SmolLM3's NoPE layers attend without positions
-        be_.rope_fwd(a.q.data(), B_, T_, NH, HS, cfg_.rope_theta, cfg_.rope_style);
-        be_.rope_fwd(a.k.data(), B_, T_, NKV, HS, cfg_.rope_theta, cfg_.rope_style);
+        be_.rope_fwd(a.q.data(), B_, T_, NH, HS, cfg_.rope());
+        be_.rope_fwd(a.k.data(), B_, T_, NKV, HS, cfg_.rope());
       }
     }
     const QkvView in = qkv_view(a);
@@ -282,8 +282,8 @@ void Model<B>::block_backward(int l) {
                    lay, false);
   } else {
     if (cfg_.layer_uses_rope(l)) {
-      be_.rope_bwd(d.q, B_, T_, NH, HS, cfg_.rope_theta, cfg_.rope_style);
-      be_.rope_bwd(d.k, B_, T_, NKV, HS, cfg_.rope_theta, cfg_.rope_style);
+      be_.rope_bwd(d.q, B_, T_, NH, HS, cfg_.rope());
+      be_.rope_bwd(d.k, B_, T_, NKV, HS, cfg_.rope());
     }
     Act dq = d.q, dk = d.k;
     if (cfg_.qk_norm) {  // through the per-head RMSNorm (its backward accumulates into dinp)

@@ -37,9 +37,10 @@ void embedding_at(T* out, const int32_t* tokens, const int32_t* pos, const T* wt
 
 // RoPE of row n of x to position pos[n], in place: x (N, H, HS) with `stride` elements between
 // consecutive rows (0 = H·HS, dense), so q and k may be column slices of one fused projection.
-// The same rotation (both pairings, angles in double) as cpu::rope_fwd at t = pos[n].
+// The same rotation (both pairings, the same frequencies, angles in double) as cpu::rope_fwd at
+// t = pos[n].
 template <typename T>
-void rope_at(T* x, const int32_t* pos, int N, int H, int HS, float base, RopeStyle style, int64_t stride = 0);
+void rope_at(T* x, const int32_t* pos, int N, int H, int HS, const Rope& rope, int64_t stride = 0);
 
 // cache_k[s, pos[s] % cap] = k[s] and cache_v[s, pos[s] % cap] = v[s] for s < S: k, v (S, NKV, HS)
 // with k_stride, v_stride elements between rows (0 = NKV·HS).
@@ -59,8 +60,8 @@ void decode_attention(T* out, const T* q, const T* cache_k, const T* cache_v, co
 // `stride` elements per row: q at column 0, k at NH·HS, v at (NH + NKV)·HS. q and k are rotated
 // in place. The CPU composes the three ops; the GPU runs one kernel (backend/cuda/decode_fused.cu).
 template <typename T>
-void rope_kv_append(T* qkv, int64_t stride, T* cache_k, T* cache_v, const int32_t* pos, const DecodeShape& s,
-                    float base, RopeStyle style);
+void rope_kv_append(T* qkv, int64_t stride, T* cache_k, T* cache_v, const int32_t* pos,
+                    const DecodeShape& s, const Rope& rope);
 
 // pos[s] = min(pos[s] + 1, limit) for s < S: the step after a decode (finished slots may keep
 // running in a captured graph; the clamp keeps their positions inside the tables).

@@ -38,11 +38,12 @@ std::vector<double> rope_inv_freq(const Rope& rope, int HS);
 
 namespace forge::cpu {
 
+// RoPE of x (B, T, H, HS) in place, positions pos0 + t; frequencies rope_inv_freq(rope, HS).
 template <typename T>
-void rope_fwd(T* x, int B, int T_, int H, int HS, float base, RopeStyle style, int pos0 = 0);
+void rope_fwd(T* x, int B, int T_, int H, int HS, const Rope& rope, int pos0 = 0);
 
 // The backward of a rotation is the inverse rotation, also in place on dx (B, T, H, HS).
 template <typename T>
-void rope_bwd(T* dx, int B, int T_, int H, int HS, float base, RopeStyle style, int pos0 = 0);
+void rope_bwd(T* dx, int B, int T_, int H, int HS, const Rope& rope, int pos0 = 0);
 
 }  // namespace forge::cpu

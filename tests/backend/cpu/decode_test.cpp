@@ -62,14 +62,14 @@ TEST(DecodeCpu, EmbeddingAtEqualsEmbeddingFwdRows) {
 }
 
 template <typename T>
-void check_rope_at(RopeStyle style, int HS) {
+void check_rope_at(const Rope& rope, int HS) {
   const int H = 3, N = 5, T_ = 48;
   const int64_t width = static_cast<int64_t>(H) * HS,
                 stride = 3 * width;  // the k slice of (N, 3·H·HS)
   const std::vector<int32_t> pos = {0, 47, 8191, 3, 4000};
   const auto base_rows = random_normal<T>(static_cast<size_t>(N) * stride, 10 + HS);
   std::vector<T> x = base_rows;
-  rope_at<T>(x.data() + width, pos.data(), N, H, HS, 10000.0f, style, stride);
+  rope_at<T>(x.data() + width, pos.data(), N, H, HS, rope, stride);
   // Against the full sequence where it is short (t = pos), and against pos0 = pos where it is not.
   std::vector<T> seq = random_normal<T>(static_cast<size_t>(T_) * width, 20 + HS);
   for (int n = 0; n < N; ++n) {
@@ -78,10 +78,10 @@ void check_rope_at(RopeStyle style, int HS) {
     if (pos[n] < T_) {
       std::vector<T> s = seq;
       std::copy(want.begin(), want.end(), s.begin() + pos[n] * width);
-      rope_fwd<T>(s.data(), 1, T_, H, HS, 10000.0f, style);
+      rope_fwd<T>(s.data(), 1, T_, H, HS, rope);
       want.assign(s.begin() + pos[n] * width, s.begin() + (pos[n] + 1) * width);
     } else {
-      rope_fwd<T>(want.data(), 1, 1, H, HS, 10000.0f, style, pos[n]);
+      rope_fwd<T>(want.data(), 1, 1, H, HS, rope, pos[n]);
     }
     const std::vector<T> got(x.begin() + n * stride + width, x.begin() + n * stride + 2 * width);
     EXPECT_EQ(got, want) << "row " << n << " pos " << pos[n] << ": bit for bit";
@@ -93,14 +93,18 @@ void check_rope_at(RopeStyle style, int HS) {
   }
 }
 
+// Unscaled, linear and Llama 3.1's llama3 scaling: both ops take the same rope_inv_freq table.
 TEST(DecodeCpu, RopeAtEqualsRopeFwdRowsBothStylesStrided) {
   for (RopeStyle style : {RopeStyle::kRotateHalf, RopeStyle::kInterleaved})
-    for (int HS : {64, 20}) {
-      SCOPED_TRACE("style " + std::to_string(static_cast<int>(style)) + " HS " +
-                   std::to_string(HS));
-      check_rope_at<double>(style, HS);
-      check_rope_at<float>(style, HS);
-    }
+    for (const Rope& rope :
+         {Rope{10000.0f, style}, Rope{10000.0f, style, RopeScaling::kLinear, 4.0f},
+          Rope{500000.0f, style, RopeScaling::kLlama3, 8.0f, 1.0f, 4.0f, 8192}})
+      for (int HS : {64, 20}) {
+        SCOPED_TRACE("style " + std::to_string(static_cast<int>(style)) + " scaling " +
+                     std::to_string(static_cast<int>(rope.scaling)) + " HS " + std::to_string(HS));
+        check_rope_at<double>(rope, HS);
+        check_rope_at<float>(rope, HS);
+      }
 }
 
 TEST(DecodeCpu, KvAppendWritesExactlyTheRingRows) {
@@ -273,10 +277,11 @@ TEST(DecodeCpu, BadShapesThrow) {
   EXPECT_THROW(kv_append<double>(buf.data(), buf.data(), buf.data(), buf.data(), pos.data(),
                                  {1, 4, 2, 8, 0}),
                Error);  // cap 0
-  EXPECT_THROW(rope_at<double>(buf.data(), pos.data(), 1, 2, 7, 10000.0f, RopeStyle::kRotateHalf),
-               Error);  // odd HS
   EXPECT_THROW(
-      rope_at<double>(buf.data(), pos.data(), 1, 2, 8, 10000.0f, RopeStyle::kRotateHalf, 8),
+      rope_at<double>(buf.data(), pos.data(), 1, 2, 7, Rope{10000.0f, RopeStyle::kRotateHalf}),
+      Error);  // odd HS
+  EXPECT_THROW(
+      rope_at<double>(buf.data(), pos.data(), 1, 2, 8, Rope{10000.0f, RopeStyle::kRotateHalf}, 8),
       Error);  // stride < H·HS
 }
 

@@ -2,8 +2,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <utility>
 #include <vector>
 
+#include "forge/core/error.h"
 #include "testing.h"
 
 namespace forge::cpu {
@@ -76,7 +78,7 @@ TEST(Rope, RotateHalfMatchesHuggingFaceFormula) {
   const float base = 10000.0f;
   auto x = random_normal<double>(B * T * H * HS, 1);
   auto want = apply_reference(x, B, T, H, HS, pos0, base, hf_llama_rope);
-  rope_fwd<double>(x.data(), B, T, H, HS, base, RopeStyle::kRotateHalf, pos0);
+  rope_fwd<double>(x.data(), B, T, H, HS, Rope{base, RopeStyle::kRotateHalf}, pos0);
   EXPECT_TRUE(all_close(x, want, forge::testing::kTolF64));
 }
 
@@ -85,7 +87,7 @@ TEST(Rope, InterleavedMatchesGptjFormula) {
   const float base = 500000.0f;
   auto x = random_normal<double>(B * T * H * HS, 2);
   auto want = apply_reference(x, B, T, H, HS, pos0, base, gptj_rope);
-  rope_fwd<double>(x.data(), B, T, H, HS, base, RopeStyle::kInterleaved, pos0);
+  rope_fwd<double>(x.data(), B, T, H, HS, Rope{base, RopeStyle::kInterleaved}, pos0);
   EXPECT_TRUE(all_close(x, want, forge::testing::kTolF64));
 }
 
@@ -93,13 +95,13 @@ TEST(Rope, InterleavedMatchesGptjFormula) {
 // and (x1, x3) by 0.1 rad, counter-clockwise: (1, 0) → (cos θ, sin θ).
 TEST(Rope, HandComputedRotation) {
   std::vector<double> x = {1, 1, 0, 0};
-  rope_fwd<double>(x.data(), 1, 1, 1, 4, 100.0f, RopeStyle::kRotateHalf, 1);
+  rope_fwd<double>(x.data(), 1, 1, 1, 4, Rope{100.0f, RopeStyle::kRotateHalf}, 1);
   EXPECT_NEAR(x[0], std::cos(1.0), 1e-15);
   EXPECT_NEAR(x[2], std::sin(1.0), 1e-15);
   EXPECT_NEAR(x[1], std::cos(0.1), 1e-15);
   EXPECT_NEAR(x[3], std::sin(0.1), 1e-15);
   std::vector<double> y = {1, 0, 1, 0};  // interleaved: pairs (y0, y1) at 1 rad, (y2, y3) at 0.1
-  rope_fwd<double>(y.data(), 1, 1, 1, 4, 100.0f, RopeStyle::kInterleaved, 1);
+  rope_fwd<double>(y.data(), 1, 1, 1, 4, Rope{100.0f, RopeStyle::kInterleaved}, 1);
   EXPECT_NEAR(y[0], std::cos(1.0), 1e-15);
   EXPECT_NEAR(y[1], std::sin(1.0), 1e-15);
   EXPECT_NEAR(y[2], std::cos(0.1), 1e-15);
@@ -111,7 +113,7 @@ TEST(Rope, PositionZeroIsIdentity) {
     const int B = 2, T = 1, H = 3, HS = 6;
     auto x = random_normal<double>(B * T * H * HS, 3);
     auto y = x;
-    rope_fwd<double>(y.data(), B, T, H, HS, 10000.0f, style, 0);
+    rope_fwd<double>(y.data(), B, T, H, HS, Rope{10000.0f, style}, 0);
     for (size_t i = 0; i < x.size(); ++i) EXPECT_EQ(y[i], x[i]) << name(style) << " i=" << i;
   }
 }
@@ -123,7 +125,7 @@ TEST(Rope, PreservesNormOfEachPair) {
   for (RopeStyle style : kStyles) {
     auto x = random_normal<double>(B * T * H * HS, 4);
     auto y = x;
-    rope_fwd<double>(y.data(), B, T, H, HS, 10000.0f, style, pos0);
+    rope_fwd<double>(y.data(), B, T, H, HS, Rope{10000.0f, style}, pos0);
     const int half = HS / 2;
     for (int row = 0; row < B * T * H; ++row) {
       for (int i = 0; i < half; ++i) {
@@ -143,9 +145,9 @@ TEST(Rope, BackwardInvertsForward) {
   for (RopeStyle style : kStyles) {
     auto x = random_normal<double>(B * T * H * HS, 5);
     auto y = x;
-    rope_fwd<double>(y.data(), B, T, H, HS, 10000.0f, style, pos0);
+    rope_fwd<double>(y.data(), B, T, H, HS, Rope{10000.0f, style}, pos0);
     EXPECT_FALSE(all_close(y, x, forge::testing::kTolF64)) << "forward did nothing";
-    rope_bwd<double>(y.data(), B, T, H, HS, 10000.0f, style, pos0);
+    rope_bwd<double>(y.data(), B, T, H, HS, Rope{10000.0f, style}, pos0);
     EXPECT_TRUE(all_close(y, x, forge::testing::kTolF64)) << name(style);
   }
 }
@@ -159,12 +161,12 @@ TEST(Rope, BackwardMatchesFiniteDifferences) {
     auto w = random_normal<double>(x.size(), 7);
     auto loss = [&] {
       auto y = x;
-      rope_fwd<double>(y.data(), B, T, H, HS, base, style, pos0);
+      rope_fwd<double>(y.data(), B, T, H, HS, Rope{base, style}, pos0);
       return forge::testing::dot(y, w);
     };
     auto fd = forge::testing::finite_diff(x, loss);
     auto dx = w;
-    rope_bwd<double>(dx.data(), B, T, H, HS, base, style, pos0);
+    rope_bwd<double>(dx.data(), B, T, H, HS, Rope{base, style}, pos0);
     EXPECT_TRUE(all_close(dx, fd, forge::testing::kTolFiniteDiff)) << name(style);
   }
 }
@@ -176,13 +178,173 @@ TEST(Rope, FloatMatchesDouble) {
   for (RopeStyle style : kStyles) {
     auto xf = random_normal<float>(B * T * H * HS, 8);
     auto xd = forge::testing::to_double(xf);
-    rope_fwd<float>(xf.data(), B, T, H, HS, 10000.0f, style, pos0);
-    rope_fwd<double>(xd.data(), B, T, H, HS, 10000.0f, style, pos0);
+    rope_fwd<float>(xf.data(), B, T, H, HS, Rope{10000.0f, style}, pos0);
+    rope_fwd<double>(xd.data(), B, T, H, HS, Rope{10000.0f, style}, pos0);
     EXPECT_TRUE(all_close(xf, xd, forge::testing::kTolF32)) << name(style) << " fwd";
-    rope_bwd<float>(xf.data(), B, T, H, HS, 10000.0f, style, pos0);
-    rope_bwd<double>(xd.data(), B, T, H, HS, 10000.0f, style, pos0);
+    rope_bwd<float>(xf.data(), B, T, H, HS, Rope{10000.0f, style}, pos0);
+    rope_bwd<double>(xd.data(), B, T, H, HS, Rope{10000.0f, style}, pos0);
     EXPECT_TRUE(all_close(xf, xd, forge::testing::kTolF32)) << name(style) << " bwd";
   }
+}
+
+// ---- scaling (rope_inv_freq, ops/rope.cpp) --------------------------------------------------
+
+// Llama 3.1's rope_scaling (config.json of Meta-Llama-3.1-8B): factor 8, low_freq_factor 1,
+// high_freq_factor 4, original_max_position_embeddings 8192, rope_theta 500000; HS = 128.
+Rope llama31(RopeStyle style = RopeStyle::kRotateHalf) {
+  return Rope{500000.0f, style, RopeScaling::kLlama3, 8.0f, 1.0f, 4.0f, 8192};
+}
+
+TEST(RopeInvFreq, UnscaledIsThetaPowerAndDynamicIsUnscaled) {
+  const int HS = 128;
+  const std::vector<double> f = rope_inv_freq(Rope{500000.0f}, HS);
+  ASSERT_EQ(f.size(), 64u);
+  for (int i = 0; i < 64; ++i) EXPECT_DOUBLE_EQ(f[i], 1.0 / std::pow(500000.0, 2.0 * i / HS)) << i;
+  // Within original_max_positions, dynamic NTK is the default RoPE (the factor is not applied).
+  Rope dynamic{500000.0f};
+  dynamic.scaling = RopeScaling::kDynamic;
+  dynamic.factor = 4.0f;
+  dynamic.original_max_positions = 4096;
+  EXPECT_EQ(rope_inv_freq(dynamic, HS), f);
+}
+
+TEST(RopeInvFreq, LinearDividesEveryFrequencyByFactor) {
+  const int HS = 64;
+  const std::vector<double> f = rope_inv_freq(Rope{10000.0f}, HS);
+  const std::vector<double> g =
+      rope_inv_freq(Rope{10000.0f, RopeStyle::kRotateHalf, RopeScaling::kLinear, 2.5f}, HS);
+  ASSERT_EQ(g.size(), f.size());
+  for (size_t i = 0; i < f.size(); ++i) EXPECT_EQ(g[i], f[i] / 2.5) << i;  // exactly
+}
+
+// transformers' _compute_llama3_parameters written out for one index, on its own: wavelengths
+// above 8192 are divided by 8, below 8192/4 = 2048 kept, in between blended linearly in
+// 8192/wavelen. For HS 128 and theta 500000 that is i ≤ 28 kept, 29 ≤ i ≤ 34 blended, i ≥ 35
+// divided (wavelengths 1956 at i = 28, 2402 at 29, 6695 at 34, 8219 at 35).
+double llama31_inv_freq(int i) {
+  const double inv = 1.0 / std::pow(500000.0, 2.0 * i / 128.0);
+  const double wavelen = 2.0 * M_PI / inv;
+  if (wavelen < 8192.0 / 4.0) return inv;
+  if (wavelen > 8192.0 / 1.0) return inv / 8.0;
+  const double smooth = (8192.0 / wavelen - 1.0) / (4.0 - 1.0);
+  return (1.0 - smooth) * inv / 8.0 + smooth * inv;
+}
+
+TEST(RopeInvFreq, Llama3MatchesTransformersInEachBand) {
+  const std::vector<double> base = rope_inv_freq(Rope{500000.0f}, 128);
+  const std::vector<double> f = rope_inv_freq(llama31(), 128);
+  ASSERT_EQ(f.size(), 64u);
+  for (int i = 0; i < 64; ++i)
+    EXPECT_NEAR(f[i], llama31_inv_freq(i), 1e-14 * llama31_inv_freq(i)) << "i=" << i;
+  // One index per band: high frequency kept (bit for bit), low divided by 8 (bit for bit), and
+  // i = 32 blended, pinned to the value computed by hand (Python, double): inv = 500000^-0.5,
+  // wavelen = 4442.88, smooth = 0.281283, (1 − smooth)·inv/8 + smooth·inv.
+  EXPECT_EQ(f[20], base[20]);
+  EXPECT_EQ(f[50], base[50] / 8.0);
+  EXPECT_NEAR(f[32], 5.248461609929547e-4, 1e-12 * 5.248461609929547e-4);
+  EXPECT_GT(f[32], base[32] / 8.0);
+  EXPECT_LT(f[32], base[32]);
+  // The band edges land where the wavelengths say.
+  EXPECT_EQ(f[28], base[28]);
+  EXPECT_LT(f[29], base[29]);
+  EXPECT_GT(f[34], base[34] / 8.0);
+  EXPECT_EQ(f[35], base[35] / 8.0);
+}
+
+// The blend is continuous at both edges, so the frequencies stay strictly decreasing in i, and
+// every one lies between the interpolated (inv/8) and the original value.
+TEST(RopeInvFreq, Llama3IsMonotonicAndBetweenTheTwoLimits) {
+  for (int HS : {128, 64, 20}) {
+    const std::vector<double> base = rope_inv_freq(Rope{500000.0f}, HS);
+    const std::vector<double> f = rope_inv_freq(llama31(), HS);
+    for (size_t i = 0; i < f.size(); ++i) {
+      EXPECT_LE(f[i], base[i]) << "HS=" << HS << " i=" << i;
+      EXPECT_GE(f[i], base[i] / 8.0) << "HS=" << HS << " i=" << i;
+      if (i > 0) {
+        EXPECT_LT(f[i], f[i - 1]) << "HS=" << HS << " i=" << i;
+      }
+    }
+  }
+}
+
+// Linear scaling by f is position interpolation: the rotation at position p is the unscaled
+// rotation at p/f. A property of the rotated vectors, independent of how the table is built.
+TEST(Rope, LinearScalingAtPositionIsUnscaledAtPositionOverFactor) {
+  const int B = 1, T = 33, H = 2, HS = 16, pos0 = 8, factor = 4;
+  for (RopeStyle style : kStyles) {
+    const auto x = random_normal<double>(static_cast<size_t>(B) * T * H * HS, 9);
+    auto y = x;
+    rope_fwd<double>(y.data(), B, T, H, HS,
+                     Rope{10000.0f, style, RopeScaling::kLinear, static_cast<float>(factor)}, pos0);
+    int checked = 0;
+    for (int t = 0; t < T; ++t) {
+      const int p = pos0 + t;
+      if (p % factor != 0) continue;
+      const size_t off = static_cast<size_t>(t) * H * HS;
+      std::vector<double> want(x.begin() + off, x.begin() + off + H * HS);
+      rope_fwd<double>(want.data(), 1, 1, H, HS, Rope{10000.0f, style}, p / factor);
+      const std::vector<double> got(y.begin() + off, y.begin() + off + H * HS);
+      EXPECT_TRUE(all_close(got, want, forge::testing::kTolF64))
+          << name(style) << " position " << p;
+      ++checked;
+    }
+    EXPECT_EQ(checked, 9);
+  }
+}
+
+// The scaled forward and backward are still a rotation and its inverse, and the backward is
+// still the gradient (frequencies from any scaling are just other angles).
+TEST(Rope, Llama3BackwardMatchesFiniteDifferencesAndInvertsForward) {
+  const int B = 1, T = 3, H = 2, HS = 20, pos0 = 9000;
+  for (RopeStyle style : kStyles) {
+    auto x = random_normal<double>(static_cast<size_t>(B) * T * H * HS, 10);
+    auto w = random_normal<double>(x.size(), 11);
+    auto loss = [&] {
+      auto y = x;
+      rope_fwd<double>(y.data(), B, T, H, HS, llama31(style), pos0);
+      return forge::testing::dot(y, w);
+    };
+    auto fd = forge::testing::finite_diff(x, loss);
+    auto dx = w;
+    rope_bwd<double>(dx.data(), B, T, H, HS, llama31(style), pos0);
+    EXPECT_TRUE(all_close(dx, fd, forge::testing::kTolFiniteDiff)) << name(style);
+    auto y = x;
+    rope_fwd<double>(y.data(), B, T, H, HS, llama31(style), pos0);
+    rope_bwd<double>(y.data(), B, T, H, HS, llama31(style), pos0);
+    EXPECT_TRUE(all_close(y, x, forge::testing::kTolF64)) << name(style);
+  }
+}
+
+TEST(RopeInvFreq, BadArgumentsThrow) {
+  const Rope plain{10000.0f};
+  EXPECT_THROW(rope_inv_freq(plain, 7), Error);       // odd HS
+  EXPECT_THROW(rope_inv_freq(plain, 0), Error);       // HS 0
+  EXPECT_THROW(rope_inv_freq(plain, -4), Error);      // negative HS
+  EXPECT_THROW(rope_inv_freq(Rope{0.0f}, 8), Error);  // theta 0
+  for (RopeScaling sc : {RopeScaling::kLinear, RopeScaling::kLlama3, RopeScaling::kDynamic})
+    for (float factor : {0.0f, -2.0f, NAN}) {
+      Rope r = llama31();
+      r.scaling = sc;
+      r.factor = factor;
+      EXPECT_THROW(rope_inv_freq(r, 8), Error) << static_cast<int>(sc) << " factor " << factor;
+    }
+  Rope r = llama31();
+  r.original_max_positions = 0;
+  EXPECT_THROW(rope_inv_freq(r, 128), Error);
+  r = llama31();
+  r.high_freq_factor = r.low_freq_factor;
+  EXPECT_THROW(rope_inv_freq(r, 128), Error);
+  r = llama31();
+  std::swap(r.low_freq_factor, r.high_freq_factor);
+  EXPECT_THROW(rope_inv_freq(r, 128), Error);
+  r = llama31();
+  r.low_freq_factor = 0.0f;
+  EXPECT_THROW(rope_inv_freq(r, 128), Error);
+  // The op surfaces the error (a user's config), it does not abort.
+  std::vector<double> x(16);
+  EXPECT_THROW(rope_fwd<double>(x.data(), 1, 1, 1, 16,
+                                Rope{10000.0f, RopeStyle::kRotateHalf, RopeScaling::kLinear, 0.0f}),
+               Error);
 }
 
 }  // namespace

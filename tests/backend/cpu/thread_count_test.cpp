@@ -378,8 +378,8 @@ TYPED_TEST(ThreadCount, Rope) {
   for (RopeStyle style : {RopeStyle::kRotateHalf, RopeStyle::kInterleaved}) {
     expect_thread_count_independent("rope", [&] {
       std::vector<T> fwd = x, bwd = x;
-      rope_fwd<T>(fwd.data(), B, T_, H, HS, 10000.f, style, 5);
-      rope_bwd<T>(bwd.data(), B, T_, H, HS, 10000.f, style, 5);
+      rope_fwd<T>(fwd.data(), B, T_, H, HS, Rope{10000.f, style}, 5);
+      rope_bwd<T>(bwd.data(), B, T_, H, HS, Rope{10000.f, style}, 5);
       return std::vector<Output>{output("rope_fwd", fwd), output("rope_bwd", bwd)};
     });
   }

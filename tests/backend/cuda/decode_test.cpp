@@ -4,8 +4,8 @@
 // Shapes: S = 1 and 8 with a different position per slot, GQA (SmolLM2: NH 9, NKV 3) and
 // groups above the 8 heads of one block, GPT-2's strided q from a fused (S, 3C) projection,
 // head sizes 32 to 128, a ring holding the last cap tokens, a long context that takes the split
-// path (cap 4096, positions ~4000), S = 128; and decode steps captured in a cuda::Graph that
-// replay with new positions written into device memory.
+// path (cap 4096, positions ~4000), S = 128; RoPE unscaled, linear and llama3; and decode steps
+// captured in a cuda::Graph that replay with new positions written into device memory.
 #include "forge/backend/cuda/decode.h"
 
 #include <cuda_runtime.h>
@@ -105,44 +105,61 @@ TEST_P(DecodeTest, EmbeddingAtMatchesCpu) {
   }
 }
 
-TEST_P(DecodeTest, RopeAtMatchesCpuBothStylesStrided) {
+// Unscaled, linear and Llama 3.1's llama3 RoPE (ops/rope.h): the GPU must take the scaled table.
+std::vector<Rope> ropes(RopeStyle style) {
+  return {Rope{10000.0f, style}, Rope{10000.0f, style, RopeScaling::kLinear, 4.0f},
+          Rope{500000.0f, style, RopeScaling::kLlama3, 8.0f, 1.0f, 4.0f, 8192}};
+}
+
+TEST_P(DecodeTest, RopeAtMatchesCpuBothStylesScalingsStrided) {
   const int N = 6, H = 3;
   const std::vector<int32_t> pos = {0, 1, 100, 8191, 4000, 37};
   uint64_t seed = 10;
   for (int HS : {64, 20})  // 20: HS/2 = 10 is not a multiple of kVec, the element path
     for (RopeStyle style : {RopeStyle::kRotateHalf, RopeStyle::kInterleaved})
-      for (bool strided : {false, true}) {
-        const int64_t W = static_cast<int64_t>(H) * HS;
-        const int64_t stride = strided ? 3 * W : W;  // the k slice of a fused (N, 3·H·HS) row
-        const int64_t col = strided ? W : 0;
-        const auto x = as_dt(dt(), random_normal<float>(static_cast<size_t>(N) * stride, seed++));
-        std::vector<float> want = x;
-        cpu::rope_at<float>(want.data() + col, pos.data(), N, H, HS, 10000.0f, style, stride);
-        auto dx = up(x);
-        auto dpos = upload(pos);
-        rope_at(ctx(), dt(), dx.at(col), dpos.data(), N, H, HS, 10000.0f, style, stride);
-        // The whole buffer (the q and v slices must be untouched); the angles differ from the
-        // CPU's double cos/sin by ~1e-7, so f32 1e-5 + 1e-4·|ref|, bf16/f16 one output rounding.
-        EXPECT_TRUE(all_close(down(dx), want, tol_for(dt())))
-            << "HS=" << HS << " style=" << static_cast<int>(style) << " strided=" << strided;
-      }
+      for (const Rope& rope : ropes(style))
+        for (bool strided : {false, true}) {
+          const int64_t W = static_cast<int64_t>(H) * HS;
+          const int64_t stride = strided ? 3 * W : W;  // the k slice of a fused (N, 3·H·HS) row
+          const int64_t col = strided ? W : 0;
+          const auto x = as_dt(dt(), random_normal<float>(static_cast<size_t>(N) * stride, seed++));
+          std::vector<float> want = x;
+          cpu::rope_at<float>(want.data() + col, pos.data(), N, H, HS, rope, stride);
+          auto dx = up(x);
+          auto dpos = upload(pos);
+          rope_at(ctx(), dt(), dx.at(col), dpos.data(), N, H, HS, rope, stride);
+          // The whole buffer (the q and v slices must be untouched); the angles differ from the
+          // CPU's double cos/sin by ~1e-7, so f32 1e-5 + 1e-4·|ref|, bf16/f16 one output
+          // rounding.
+          EXPECT_TRUE(all_close(down(dx), want, tol_for(dt())))
+              << "HS=" << HS << " style=" << static_cast<int>(style)
+              << " scaling=" << static_cast<int>(rope.scaling) << " strided=" << strided;
+          if (rope.scaling != RopeScaling::kNone) {  // positions 4000, 8191 tell them apart
+            std::vector<float> plain = x;
+            cpu::rope_at<float>(plain.data() + col, pos.data(), N, H, HS,
+                                Rope{rope.theta, rope.style}, stride);
+            EXPECT_FALSE(static_cast<bool>(all_close(plain, want, tol_for(dt()))))
+                << "the case does not distinguish scaling " << static_cast<int>(rope.scaling);
+          }
+        }
 }
 
 // rope_at repeats rope_fwd's kernel arithmetic with a position per row: the same bits as
-// cuda::rope_fwd at pos0 = pos[n].
+// cuda::rope_fwd at pos0 = pos[n], scaled or not.
 TEST_P(DecodeTest, RopeAtEqualsRopeFwdKernelBitForBit) {
   const int N = 4, H = 2, HS = 64;
   const std::vector<int32_t> pos = {0, 3, 2047, 8000};
   const auto x = as_dt(dt(), random_normal<float>(static_cast<size_t>(N) * H * HS, 20));
-  for (RopeStyle style : {RopeStyle::kRotateHalf, RopeStyle::kInterleaved}) {
-    auto a = up(x), b = up(x);
-    auto dpos = upload(pos);
-    rope_at(ctx(), dt(), a.data(), dpos.data(), N, H, HS, 500000.0f, style);
-    for (int n = 0; n < N; ++n)
-      rope_fwd(ctx(), dt(), b.at(static_cast<size_t>(n) * H * HS), 1, 1, H, HS, 500000.0f, style,
-               pos[n]);
-    EXPECT_TRUE(same_bits(down(a), down(b))) << "style=" << static_cast<int>(style);
-  }
+  for (RopeStyle style : {RopeStyle::kRotateHalf, RopeStyle::kInterleaved})
+    for (const Rope& rope : ropes(style)) {
+      auto a = up(x), b = up(x);
+      auto dpos = upload(pos);
+      rope_at(ctx(), dt(), a.data(), dpos.data(), N, H, HS, rope);
+      for (int n = 0; n < N; ++n)
+        rope_fwd(ctx(), dt(), b.at(static_cast<size_t>(n) * H * HS), 1, 1, H, HS, rope, pos[n]);
+      EXPECT_TRUE(same_bits(down(a), down(b)))
+          << "style=" << static_cast<int>(style) << " scaling=" << static_cast<int>(rope.scaling);
+    }
 }
 
 TEST_P(DecodeTest, KvAppendWritesExactlyTheRingRows) {
@@ -201,32 +218,46 @@ TEST_P(DecodeTest, AttentionMatchesCpu) {
 }
 
 // The fused RoPE + append of a Llama decode step: the CPU composition within the dtype's
-// tolerance, and the three separate GPU ops (rope_at q, rope_at k, kv_append) bit for bit.
+// tolerance, and the three separate GPU ops (rope_at q, rope_at k, kv_append) bit for bit;
+// unscaled, linear and llama3 RoPE.
 TEST_P(DecodeTest, RopeKvAppendEqualsTheThreeOps) {
-  for (RopeStyle style : {RopeStyle::kRotateHalf, RopeStyle::kInterleaved}) {
-    const DecodeShape s{4, 9, 3, 64, 40};
-    const int64_t stride = static_cast<int64_t>(s.NH + 2 * s.NKV) * s.HS + 8;  // padded rows
-    const std::vector<int32_t> pos = {0, 39, 85, 1000};  // 85 and 1000 wrap the ring
-    const auto qkv = as_dt(dt(), random_normal<float>(static_cast<size_t>(s.S) * stride, 90));
-    const size_t cn = static_cast<size_t>(s.S) * s.cap * s.NKV * s.HS;
-    const auto ck = as_dt(dt(), random_normal<float>(cn, 91)), cv = as_dt(dt(), random_normal<float>(cn, 92));
-    std::vector<double> wq = to_d(qkv), wk = to_d(ck), wv = to_d(cv);
-    cpu::rope_kv_append<double>(wq.data(), stride, wk.data(), wv.data(), pos.data(), s, 10000.0f, style);
-    auto dpos = upload(pos);
-    auto a = up(qkv), ak = up(ck), av = up(cv);
-    rope_kv_append(ctx(), dt(), a.data(), stride, ak.data(), av.data(), dpos.data(), s, 10000.0f, style);
-    EXPECT_TRUE(all_close(down(a), wq, tol_for(dt()))) << "qkv";
-    EXPECT_TRUE(all_close(down(ak), wk, tol_for(dt()))) << "cache k";
-    EXPECT_TRUE(all_close(down(av), wv, tol_for(dt()))) << "cache v";
-    auto b = up(qkv), bk = up(ck), bv = up(cv);
-    const int64_t kc = static_cast<int64_t>(s.NH) * s.HS, vc = kc + static_cast<int64_t>(s.NKV) * s.HS;
-    rope_at(ctx(), dt(), b.data(), dpos.data(), s.S, s.NH, s.HS, 10000.0f, style, stride);
-    rope_at(ctx(), dt(), b.at(kc), dpos.data(), s.S, s.NKV, s.HS, 10000.0f, style, stride);
-    kv_append(ctx(), dt(), bk.data(), bv.data(), b.at(kc), b.at(vc), dpos.data(), s, stride, stride);
-    EXPECT_TRUE(same_bits(down(a), down(b))) << "qkv vs rope_at";
-    EXPECT_TRUE(same_bits(down(ak), down(bk))) << "cache k vs kv_append";
-    EXPECT_TRUE(same_bits(down(av), down(bv))) << "cache v vs kv_append";
-  }
+  for (RopeStyle style : {RopeStyle::kRotateHalf, RopeStyle::kInterleaved})
+    for (const Rope& rope : ropes(style)) {
+      SCOPED_TRACE("style " + std::to_string(static_cast<int>(style)) + " scaling " +
+                   std::to_string(static_cast<int>(rope.scaling)));
+      const DecodeShape s{4, 9, 3, 64, 40};
+      const int64_t stride = static_cast<int64_t>(s.NH + 2 * s.NKV) * s.HS + 8;  // padded rows
+      const std::vector<int32_t> pos = {0, 39, 85, 1000};  // 85 and 1000 wrap the ring
+      const auto qkv = as_dt(dt(), random_normal<float>(static_cast<size_t>(s.S) * stride, 90));
+      const size_t cn = static_cast<size_t>(s.S) * s.cap * s.NKV * s.HS;
+      const auto ck = as_dt(dt(), random_normal<float>(cn, 91));
+      const auto cv = as_dt(dt(), random_normal<float>(cn, 92));
+      std::vector<double> wq = to_d(qkv), wk = to_d(ck), wv = to_d(cv);
+      cpu::rope_kv_append<double>(wq.data(), stride, wk.data(), wv.data(), pos.data(), s, rope);
+      if (rope.scaling != RopeScaling::kNone) {  // position 1000 tells them apart
+        std::vector<double> pq = to_d(qkv), pk = to_d(ck), pv = to_d(cv);
+        cpu::rope_kv_append<double>(pq.data(), stride, pk.data(), pv.data(), pos.data(), s,
+                                    Rope{rope.theta, rope.style});
+        EXPECT_FALSE(static_cast<bool>(all_close(pq, wq, tol_for(dt()))))
+            << "the case does not distinguish the scaling";
+      }
+      auto dpos = upload(pos);
+      auto a = up(qkv), ak = up(ck), av = up(cv);
+      rope_kv_append(ctx(), dt(), a.data(), stride, ak.data(), av.data(), dpos.data(), s, rope);
+      EXPECT_TRUE(all_close(down(a), wq, tol_for(dt()))) << "qkv";
+      EXPECT_TRUE(all_close(down(ak), wk, tol_for(dt()))) << "cache k";
+      EXPECT_TRUE(all_close(down(av), wv, tol_for(dt()))) << "cache v";
+      auto b = up(qkv), bk = up(ck), bv = up(cv);
+      const int64_t kc = static_cast<int64_t>(s.NH) * s.HS;
+      const int64_t vc = kc + static_cast<int64_t>(s.NKV) * s.HS;
+      rope_at(ctx(), dt(), b.data(), dpos.data(), s.S, s.NH, s.HS, rope, stride);
+      rope_at(ctx(), dt(), b.at(kc), dpos.data(), s.S, s.NKV, s.HS, rope, stride);
+      kv_append(ctx(), dt(), bk.data(), bv.data(), b.at(kc), b.at(vc), dpos.data(), s, stride,
+                stride);
+      EXPECT_TRUE(same_bits(down(a), down(b))) << "qkv vs rope_at";
+      EXPECT_TRUE(same_bits(down(ak), down(bk))) << "cache k vs kv_append";
+      EXPECT_TRUE(same_bits(down(av), down(bv))) << "cache v vs kv_append";
+    }
 }
 
 // The untuned kernel for the head sizes the flash-decoding kernel does not take (tiny models).

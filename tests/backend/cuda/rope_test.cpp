@@ -1,10 +1,12 @@
 // CUDA RoPE against the CPU twin (backend/cpu/rope.cpp): both pairings, forward and backward,
-// f32 and bf16. HS = 64 takes the vector path (HS/2 a multiple of 8), HS = 20 the element-by-
-// element one (HS/2 = 10). pos0 = 8150 puts the positions at 8150…8186: the angle must be as
-// accurate there as at t = 0 (an f32 angle alone would be off by ~5e-4 rad).
+// unscaled, linear and llama3 frequencies, f32, bf16 and f16. HS = 64 takes the vector path
+// (HS/2 a multiple of 8), HS = 20 the element-by-element one (HS/2 = 10). pos0 = 8150 puts the
+// positions at 8150…8186: the angle must be as accurate there as at t = 0 (an f32 angle alone
+// would be off by ~5e-4 rad).
 #include "forge/ops/rope.h"
 
 #include <cmath>
+#include <vector>
 
 #include "forge/backend/cuda/ops.h"
 #include "op_testing.h"
@@ -25,27 +27,49 @@ const Shape kShapes[] = {{2, 37, 3, 64, 0},
                          {3, 5, 2, 2, 7},
                          {4, 1024, 12, 64, 0}};
 
-TEST_P(RopeTest, FwdBwdMatchCpuBothStyles) {
+// The scalings the ops take from rope_inv_freq (ops/rope.h). Llama 3.1's llama3 parameters put
+// all three bands in HS 64 (pairs 0-14 kept, 15-17 blended, 18-31 divided by 8) and in HS 20
+// (0-4, 5, 6-9).
+std::vector<Rope> ropes(RopeStyle style) {
+  return {Rope{10000.0f, style}, Rope{10000.0f, style, RopeScaling::kLinear, 4.0f},
+          Rope{500000.0f, style, RopeScaling::kLlama3, 8.0f, 1.0f, 4.0f, 8192}};
+}
+
+TEST_P(RopeTest, FwdBwdMatchCpuBothStylesAndScalings) {
   uint64_t seed = 50;
-  for (const Shape& s : kShapes)
-    for (RopeStyle style : {RopeStyle::kRotateHalf, RopeStyle::kInterleaved})
-      for (bool backward : {false, true}) {
-        const size_t n = static_cast<size_t>(s.B) * s.T * s.H * s.HS;
-        const auto x = as_dt(dt(), random_normal<float>(n, seed++));
-        std::vector<float> ref = x;
-        if (backward)
-          cpu::rope_bwd<float>(ref.data(), s.B, s.T, s.H, s.HS, 10000.0f, style, s.pos0);
-        else
-          cpu::rope_fwd<float>(ref.data(), s.B, s.T, s.H, s.HS, 10000.0f, style, s.pos0);
-        auto dx = up(x);
-        if (backward)
-          rope_bwd(ctx(), dt(), dx.data(), s.B, s.T, s.H, s.HS, 10000.0f, style, s.pos0);
-        else
-          rope_fwd(ctx(), dt(), dx.data(), s.B, s.T, s.H, s.HS, 10000.0f, style, s.pos0);
-        EXPECT_TRUE(all_close(down(dx), ref, tol_for(dt())))
-            << (backward ? "bwd" : "fwd") << " style=" << static_cast<int>(style) << " B=" << s.B
-            << " T=" << s.T << " H=" << s.H << " HS=" << s.HS << " pos0=" << s.pos0;
-      }
+  for (RopeStyle style : {RopeStyle::kRotateHalf, RopeStyle::kInterleaved})
+    for (const Rope& rope : ropes(style)) {
+      // Whether some case tells this scaling from plain RoPE beyond the tolerance: a GPU that
+      // ignored the scaling then fails. (llama3 only moves the low frequencies, so short
+      // positions in bf16 may not; the long ones do.)
+      bool told_apart = rope.scaling == RopeScaling::kNone;
+      for (const Shape& s : kShapes)
+        for (bool backward : {false, true}) {
+          const size_t n = static_cast<size_t>(s.B) * s.T * s.H * s.HS;
+          const auto x = as_dt(dt(), random_normal<float>(n, seed++));
+          std::vector<float> ref = x, plain = x;
+          const Rope unscaled{rope.theta, rope.style};
+          if (backward) {
+            cpu::rope_bwd<float>(ref.data(), s.B, s.T, s.H, s.HS, rope, s.pos0);
+            cpu::rope_bwd<float>(plain.data(), s.B, s.T, s.H, s.HS, unscaled, s.pos0);
+          } else {
+            cpu::rope_fwd<float>(ref.data(), s.B, s.T, s.H, s.HS, rope, s.pos0);
+            cpu::rope_fwd<float>(plain.data(), s.B, s.T, s.H, s.HS, unscaled, s.pos0);
+          }
+          told_apart = told_apart || !all_close(plain, ref, tol_for(dt()));
+          auto dx = up(x);
+          if (backward)
+            rope_bwd(ctx(), dt(), dx.data(), s.B, s.T, s.H, s.HS, rope, s.pos0);
+          else
+            rope_fwd(ctx(), dt(), dx.data(), s.B, s.T, s.H, s.HS, rope, s.pos0);
+          EXPECT_TRUE(all_close(down(dx), ref, tol_for(dt())))
+              << (backward ? "bwd" : "fwd") << " style=" << static_cast<int>(style)
+              << " scaling=" << static_cast<int>(rope.scaling) << " B=" << s.B << " T=" << s.T
+              << " H=" << s.H << " HS=" << s.HS << " pos0=" << s.pos0;
+        }
+      EXPECT_TRUE(told_apart) << "no case distinguishes scaling " << static_cast<int>(rope.scaling)
+                              << " from unscaled RoPE";
+    }
 }
 
 // The backward is the inverse rotation: bwd(fwd(x)) = x up to rounding (f32 only; in bf16 the
@@ -54,12 +78,14 @@ TEST_P(RopeTest, BwdInvertsFwd) {
   if (dt() != DType::kF32) GTEST_SKIP() << "f32 only";
   const int B = 2, T = 64, H = 4, HS = 128;
   const auto x = random_normal<float>(static_cast<size_t>(B) * T * H * HS, 60);
-  for (RopeStyle style : {RopeStyle::kRotateHalf, RopeStyle::kInterleaved}) {
-    auto dx = up(x);
-    rope_fwd(ctx(), dt(), dx.data(), B, T, H, HS, 500000.0f, style, 4000);
-    rope_bwd(ctx(), dt(), dx.data(), B, T, H, HS, 500000.0f, style, 4000);
-    EXPECT_TRUE(all_close(down(dx), x, {1e-6, 1e-5})) << "style=" << static_cast<int>(style);
-  }
+  for (RopeStyle style : {RopeStyle::kRotateHalf, RopeStyle::kInterleaved})
+    for (const Rope& rope : ropes(style)) {
+      auto dx = up(x);
+      rope_fwd(ctx(), dt(), dx.data(), B, T, H, HS, rope, 4000);
+      rope_bwd(ctx(), dt(), dx.data(), B, T, H, HS, rope, 4000);
+      EXPECT_TRUE(all_close(down(dx), x, {1e-6, 1e-5}))
+          << "style=" << static_cast<int>(style) << " scaling=" << static_cast<int>(rope.scaling);
+    }
 }
 
 INSTANTIATE_TEST_SUITE_P(Dtypes, RopeTest,

@@ -133,11 +133,11 @@ class CpuBackend {
   void swiglu_bwd(Act dgate, Act dup, Act dout, Act gate, Act up, int64_t n) {
     cpu::swiglu_bwd<T>(dgate, dup, dout, gate, up, n);
   }
-  void rope_fwd(Act x, int B, int T_, int H, int HS, float theta, RopeStyle style) {
-    cpu::rope_fwd<T>(x, B, T_, H, HS, theta, style);
+  void rope_fwd(Act x, int B, int T_, int H, int HS, const Rope& rope) {
+    cpu::rope_fwd<T>(x, B, T_, H, HS, rope);
   }
-  void rope_bwd(Act dx, int B, int T_, int H, int HS, float theta, RopeStyle style) {
-    cpu::rope_bwd<T>(dx, B, T_, H, HS, theta, style);
+  void rope_bwd(Act dx, int B, int T_, int H, int HS, const Rope& rope) {
+    cpu::rope_bwd<T>(dx, B, T_, H, HS, rope);
   }
   void attention_fwd(Act out, AttnSaved& saved, Act q, Act k, Act v, const AttentionShape& s,
                      const AttentionStrides& st) {
@@ -177,8 +177,8 @@ class CpuBackend {
   void embedding_at(Act out, const int32_t* tokens, const int32_t* pos, Act wte, Act wpe, int N, int C) {
     cpu::embedding_at<T>(out, tokens, pos, wte, wpe, N, C);
   }
-  void rope_at(Act x, const int32_t* pos, int N, int H, int HS, float theta, RopeStyle style, int64_t stride) {
-    cpu::rope_at<T>(x, pos, N, H, HS, theta, style, stride);
+  void rope_at(Act x, const int32_t* pos, int N, int H, int HS, const Rope& rope, int64_t stride) {
+    cpu::rope_at<T>(x, pos, N, H, HS, rope, stride);
   }
   void kv_append(Act ck, Act cv, Act k, Act v, const int32_t* pos, const DecodeShape& s, int64_t k_stride,
                  int64_t v_stride) {
@@ -187,9 +187,9 @@ class CpuBackend {
   void decode_attention(Act out, Act q, Act ck, Act cv, const int32_t* pos, const DecodeShape& s, int64_t q_stride) {
     cpu::decode_attention<T>(out, q, ck, cv, pos, s, q_stride);
   }
-  void rope_kv_append(Act qkv, int64_t stride, Act ck, Act cv, const int32_t* pos, const DecodeShape& s, float theta,
-                      RopeStyle style) {
-    cpu::rope_kv_append<T>(qkv, stride, ck, cv, pos, s, theta, style);
+  void rope_kv_append(Act qkv, int64_t stride, Act ck, Act cv, const int32_t* pos,
+                      const DecodeShape& s, const Rope& rope) {
+    cpu::rope_kv_append<T>(qkv, stride, ck, cv, pos, s, rope);
   }
   void advance_positions(int32_t* pos, int S, int32_t limit) { cpu::advance_positions(pos, S, limit); }
   void sample(int32_t* out, Act logits, const SamplerSettings* settings, uint8_t* seen, const int32_t* pos, int S,

@@ -3,7 +3,7 @@
 // results do not depend on the thread count.
 //
 //  - embedding_at and rope_at are embedding_fwd and rope_fwd with a position per row instead of
-//    t. rope_at repeats rope_fwd's arithmetic exactly (inv_freq = base^(−2i/HS) in double,
+//    t. rope_at repeats rope_fwd's arithmetic exactly (inv_freq from rope_inv_freq in double,
 //    angle = pos·inv_freq, cos and sin in double, rounded to T, then the same rotation
 //    expressions), so a row rotated here is bit-identical to rope_fwd's row at t = pos.
 //  - decode_attention is flash_attention_fwd's loop for one query row per (slot, head) over the
@@ -62,17 +62,14 @@ void embedding_at(T* out, const int32_t* tokens, const int32_t* pos, const T* wt
 }
 
 template <typename T>
-void rope_at(T* x, const int32_t* pos, int N, int H, int HS, float base, RopeStyle style,
-             int64_t stride) {
+void rope_at(T* x, const int32_t* pos, int N, int H, int HS, const Rope& rope, int64_t stride) {
   if (N < 0 || H < 0 || HS <= 0 || HS % 2 != 0)
     throw Error(str("[rope_at] bad shape N=", N, " H=", H, " HS=", HS, " (want an even HS > 0)"));
   const int64_t rs = row_stride(stride, static_cast<int64_t>(H) * HS, "rope_at", "row");
   const int half = HS / 2;
-  std::vector<double> inv_freq(half);  // (HS/2), exactly rope_fwd's
-  for (int i = 0; i < half; ++i)
-    inv_freq[i] = std::pow(static_cast<double>(base), -2.0 * i / static_cast<double>(HS));
-  const int stride_i = style == RopeStyle::kRotateHalf ? 1 : 2;
-  const int partner = style == RopeStyle::kRotateHalf ? half : 1;
+  const std::vector<double> inv_freq = rope_inv_freq(rope, HS);  // (HS/2), exactly rope_fwd's
+  const int stride_i = rope.style == RopeStyle::kRotateHalf ? 1 : 2;
+  const int partner = rope.style == RopeStyle::kRotateHalf ? half : 1;
 #pragma omp parallel
   {
     std::vector<T> cs(half), sn(half);  // (HS/2) this row's cos, sin rounded to T
@@ -159,12 +156,12 @@ void decode_attention(T* out, const T* q, const T* cache_k, const T* cache_v, co
 }
 
 template <typename T>
-void rope_kv_append(T* qkv, int64_t stride, T* cache_k, T* cache_v, const int32_t* pos, const DecodeShape& s,
-                    float base, RopeStyle style) {
+void rope_kv_append(T* qkv, int64_t stride, T* cache_k, T* cache_v, const int32_t* pos,
+                    const DecodeShape& s, const Rope& rope) {
   T* k = qkv + static_cast<int64_t>(s.NH) * s.HS;
   T* v = k + static_cast<int64_t>(s.NKV) * s.HS;
-  rope_at<T>(qkv, pos, s.S, s.NH, s.HS, base, style, stride);
-  rope_at<T>(k, pos, s.S, s.NKV, s.HS, base, style, stride);
+  rope_at<T>(qkv, pos, s.S, s.NH, s.HS, rope, stride);
+  rope_at<T>(k, pos, s.S, s.NKV, s.HS, rope, stride);
   kv_append<T>(cache_k, cache_v, k, v, pos, s, stride, stride);
 }
 
@@ -174,13 +171,13 @@ void advance_positions(int32_t* pos, int S, int32_t limit) {
 
 #define FORGE_INSTANTIATE(T)                                                                       \
   template void embedding_at<T>(T*, const int32_t*, const int32_t*, const T*, const T*, int, int); \
-  template void rope_at<T>(T*, const int32_t*, int, int, int, float, RopeStyle, int64_t);          \
+  template void rope_at<T>(T*, const int32_t*, int, int, int, const Rope&, int64_t);               \
   template void kv_append<T>(T*, T*, const T*, const T*, const int32_t*, const DecodeShape&,       \
                              int64_t, int64_t);                                                    \
   template void decode_attention<T>(T*, const T*, const T*, const T*, const int32_t*,              \
                                     const DecodeShape&, int64_t);                                  \
-  template void rope_kv_append<T>(T*, int64_t, T*, T*, const int32_t*, const DecodeShape&, float,    \
-                                  RopeStyle);
+  template void rope_kv_append<T>(T*, int64_t, T*, T*, const int32_t*, const DecodeShape&,         \
+                                  const Rope&);
 FORGE_INSTANTIATE(float)
 FORGE_INSTANTIATE(double)
 #undef FORGE_INSTANTIATE

@@ -1,7 +1,8 @@
 // CPU rotary position embedding (reference). The angle table is built once per call in double —
-// inv_freq_i = base^(−2i/HS), angle = (pos0 + t)·inv_freq_i, cos and sin of it in double — so the
-// float instantiation differs from the double one only by the final rotation rounding, not by
-// the accuracy of cos/sin at large positions (at t = 8k, a float angle is off by ~1e-3 rad).
+// inv_freq_i from rope_inv_freq (ops/rope.cpp: base^(−2i/HS), then the Hugging Face scaling),
+// angle = (pos0 + t)·inv_freq_i, cos and sin of it in double — so the float instantiation
+// differs from the double one only by the final rotation rounding, not by the accuracy of
+// cos/sin at large positions (at t = 8k, a float angle is off by ~1e-3 rad).
 // Forward and backward are one routine: the backward of a rotation by θ is the rotation by −θ,
 // i.e. the same pairing with sin negated. Both are in place; OpenMP over (b, t) rows, each
 // element is written by exactly one thread, so results do not depend on the thread count.
@@ -21,11 +22,9 @@ struct RopeTable {
   std::vector<double> cos, sin;
 };
 
-RopeTable rope_table(int T_, int HS, float base, int pos0) {
+RopeTable rope_table(int T_, int HS, const Rope& rope, int pos0) {
   const int half = HS / 2;
-  std::vector<double> inv_freq(half);
-  for (int i = 0; i < half; ++i)
-    inv_freq[i] = std::pow(static_cast<double>(base), -2.0 * i / static_cast<double>(HS));
+  const std::vector<double> inv_freq = rope_inv_freq(rope, HS);  // (HS/2)
   RopeTable tab{std::vector<double>(static_cast<size_t>(T_) * half),
                 std::vector<double>(static_cast<size_t>(T_) * half)};
   for (int t = 0; t < T_; ++t) {
@@ -41,18 +40,18 @@ RopeTable rope_table(int T_, int HS, float base, int pos0) {
 // Rotates every pair of x (B, T, H, HS) by sign·θ(t, i):
 // (x0, x1) → (x0·c − x1·s, x0·s + x1·c).
 template <typename T>
-void rope_rotate(T* x, int B, int T_, int H, int HS, float base, RopeStyle style, int pos0,
-                 double sign, const char* op) {
+void rope_rotate(T* x, int B, int T_, int H, int HS, const Rope& rope, int pos0, double sign,
+                 const char* op) {
   FORGE_CHECK(B >= 0 && T_ >= 0 && H >= 0 && HS > 0, "[", op, "] bad shape B=", B, " T=", T_,
               " H=", H, " HS=", HS);
   FORGE_CHECK(HS % 2 == 0, "[", op, "] head size must be even, got HS=", HS);
   FORGE_CHECK(pos0 >= 0, "[", op, "] negative pos0 ", pos0);
   const int half = HS / 2;
-  const RopeTable tab = rope_table(T_, HS, base, pos0);
+  const RopeTable tab = rope_table(T_, HS, rope, pos0);
   // Offsets of the two channels of pair i: rotate_half pairs i with i + HS/2, interleaved
   // pairs 2i with 2i + 1.
-  const int stride_i = style == RopeStyle::kRotateHalf ? 1 : 2;
-  const int partner = style == RopeStyle::kRotateHalf ? half : 1;
+  const int stride_i = rope.style == RopeStyle::kRotateHalf ? 1 : 2;
+  const int partner = rope.style == RopeStyle::kRotateHalf ? half : 1;
   const int64_t rows = static_cast<int64_t>(B) * T_;
 #pragma omp parallel for schedule(static)
   for (int64_t row = 0; row < rows; ++row) {
@@ -77,18 +76,18 @@ void rope_rotate(T* x, int B, int T_, int H, int HS, float base, RopeStyle style
 }  // namespace
 
 template <typename T>
-void rope_fwd(T* x, int B, int T_, int H, int HS, float base, RopeStyle style, int pos0) {
-  rope_rotate(x, B, T_, H, HS, base, style, pos0, 1.0, "rope_fwd");
+void rope_fwd(T* x, int B, int T_, int H, int HS, const Rope& rope, int pos0) {
+  rope_rotate(x, B, T_, H, HS, rope, pos0, 1.0, "rope_fwd");
 }
 
 template <typename T>
-void rope_bwd(T* dx, int B, int T_, int H, int HS, float base, RopeStyle style, int pos0) {
-  rope_rotate(dx, B, T_, H, HS, base, style, pos0, -1.0, "rope_bwd");
+void rope_bwd(T* dx, int B, int T_, int H, int HS, const Rope& rope, int pos0) {
+  rope_rotate(dx, B, T_, H, HS, rope, pos0, -1.0, "rope_bwd");
 }
 
-#define FORGE_INSTANTIATE(T)                                                \
-  template void rope_fwd<T>(T*, int, int, int, int, float, RopeStyle, int); \
-  template void rope_bwd<T>(T*, int, int, int, int, float, RopeStyle, int);
+#define FORGE_INSTANTIATE(T)                                           \
+  template void rope_fwd<T>(T*, int, int, int, int, const Rope&, int); \
+  template void rope_bwd<T>(T*, int, int, int, int, const Rope&, int);
 FORGE_INSTANTIATE(float)
 FORGE_INSTANTIATE(double)
 #undef FORGE_INSTANTIATE

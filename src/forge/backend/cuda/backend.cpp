@@ -261,11 +261,11 @@ void CudaBackend::swiglu_fwd(Act out, Act gate, Act up, int64_t n) { cuda::swigl
 void CudaBackend::swiglu_bwd(Act dgate, Act dup, Act dout, Act gate, Act up, int64_t n) {
   cuda::swiglu_bwd(ctx_, dt_, dgate, dup, dout, gate, up, n);
 }
-void CudaBackend::rope_fwd(Act x, int B, int T_, int H, int HS, float theta, RopeStyle style) {
-  cuda::rope_fwd(ctx_, dt_, x, B, T_, H, HS, theta, style);
+void CudaBackend::rope_fwd(Act x, int B, int T_, int H, int HS, const Rope& rope) {
+  cuda::rope_fwd(ctx_, dt_, x, B, T_, H, HS, rope);
 }
-void CudaBackend::rope_bwd(Act dx, int B, int T_, int H, int HS, float theta, RopeStyle style) {
-  cuda::rope_bwd(ctx_, dt_, dx, B, T_, H, HS, theta, style);
+void CudaBackend::rope_bwd(Act dx, int B, int T_, int H, int HS, const Rope& rope) {
+  cuda::rope_bwd(ctx_, dt_, dx, B, T_, H, HS, rope);
 }
 
 // ---- attention ----------------------------------------------------------------------------------

@@ -135,8 +135,8 @@ class CudaBackend {
   void linear_swiglu_fwd(Act hidden, Act scratch, Act inp, Act w_gate_up, int N, int C, int FF);
   void swiglu_fwd(Act out, Act gate, Act up, int64_t n);
   void swiglu_bwd(Act dgate, Act dup, Act dout, Act gate, Act up, int64_t n);
-  void rope_fwd(Act x, int B, int T_, int H, int HS, float theta, RopeStyle style);
-  void rope_bwd(Act dx, int B, int T_, int H, int HS, float theta, RopeStyle style);
+  void rope_fwd(Act x, int B, int T_, int H, int HS, const Rope& rope);
+  void rope_bwd(Act dx, int B, int T_, int H, int HS, const Rope& rope);
   void attention_fwd(Act out, AttnSaved& saved, Act q, Act k, Act v, const AttentionShape& s,
                      const AttentionStrides& st);
   void attention_bwd(Act dq, Act dk, Act dv, Act dout, Act q, Act k, Act v, Act out, AttnSaved& saved,
@@ -163,12 +163,12 @@ class CudaBackend {
   }
   void copy_rows(Act dst, int64_t dst_stride, Act src, int64_t src_stride, int64_t rows, int64_t width);
   void embedding_at(Act out, const int32_t* tokens, const int32_t* pos, Act wte, Act wpe, int N, int C);
-  void rope_at(Act x, const int32_t* pos, int N, int H, int HS, float theta, RopeStyle style, int64_t stride);
+  void rope_at(Act x, const int32_t* pos, int N, int H, int HS, const Rope& rope, int64_t stride);
   void kv_append(Act ck, Act cv, Act k, Act v, const int32_t* pos, const DecodeShape& s, int64_t k_stride,
                  int64_t v_stride);
   void decode_attention(Act out, Act q, Act ck, Act cv, const int32_t* pos, const DecodeShape& s, int64_t q_stride);
-  void rope_kv_append(Act qkv, int64_t stride, Act ck, Act cv, const int32_t* pos, const DecodeShape& s, float theta,
-                      RopeStyle style);
+  void rope_kv_append(Act qkv, int64_t stride, Act ck, Act cv, const int32_t* pos,
+                      const DecodeShape& s, const Rope& rope);
   void advance_positions(int32_t* pos, int S, int32_t limit);
   void sample(int32_t* out, Act logits, const SamplerSettings* settings, uint8_t* seen, const int32_t* pos, int S,
               int V, int Vp);

@@ -31,9 +31,9 @@ void CudaBackend::embedding_at(Act out, const int32_t* tokens, const int32_t* po
   cuda::embedding_at(ctx_, dt_, out, tokens, pos, wte, wpe, N, C);
 }
 
-void CudaBackend::rope_at(Act x, const int32_t* pos, int N, int H, int HS, float theta, RopeStyle style,
+void CudaBackend::rope_at(Act x, const int32_t* pos, int N, int H, int HS, const Rope& rope,
                           int64_t stride) {
-  cuda::rope_at(ctx_, dt_, x, pos, N, H, HS, theta, style, stride);
+  cuda::rope_at(ctx_, dt_, x, pos, N, H, HS, rope, stride);
 }
 
 void CudaBackend::kv_append(Act ck, Act cv, Act k, Act v, const int32_t* pos, const DecodeShape& s, int64_t k_stride,
@@ -53,9 +53,9 @@ void CudaBackend::decode_attention(Act out, Act q, Act ck, Act cv, const int32_t
   cuda::decode_attention(ctx_, dt_, out, q, ck, cv, pos, s, q_stride, decode_scratch_.data());
 }
 
-void CudaBackend::rope_kv_append(Act qkv, int64_t stride, Act ck, Act cv, const int32_t* pos, const DecodeShape& s,
-                                 float theta, RopeStyle style) {
-  cuda::rope_kv_append(ctx_, dt_, qkv, stride, ck, cv, pos, s, theta, style);
+void CudaBackend::rope_kv_append(Act qkv, int64_t stride, Act ck, Act cv, const int32_t* pos,
+                                 const DecodeShape& s, const Rope& rope) {
+  cuda::rope_kv_append(ctx_, dt_, qkv, stride, ck, cv, pos, s, rope);
 }
 
 void CudaBackend::advance_positions(int32_t* pos, int S, int32_t limit) { cuda::advance_positions(ctx_, pos, S, limit); }

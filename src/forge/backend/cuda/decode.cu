@@ -6,10 +6,11 @@
 // pointers allow (kN = kVec<T> elements), element by element otherwise (kN = 1):
 //  - embedding_at: one warp per row, out = wte[token] + wpe[pos], added in f32 (embedding.cu's
 //    forward with a position per row).
-//  - rope_at: rope.cu's kernel with a position per row: the host passes inv_freq_i / π in double
-//    (exactly the CPU's inv_freq) in the kernel's parameter space, the kernel forms the angle in
-//    half-turns in double, reduces it exactly to [−1, 1] and evaluates sincospif in f32, so the
-//    result agrees with rope_fwd at t = pos to ~1e-7 at any position. One thread per (row, head,
+//  - rope_at: rope.cu's kernel with a position per row, built from the same pieces (rope.cuh):
+//    the host passes inv_freq_i / π in double (exactly the CPU's inv_freq, scaling included) in
+//    the kernel's parameter space, the kernel forms the angle in half-turns in double, reduces it
+//    exactly to [−1, 1] and evaluates sincospif in f32, so the result agrees with rope_fwd at
+//    t = pos bit for bit, and with the CPU to ~1e-7 at any position. One thread per (row, head,
 //    chunk of kN pairs); rows may be strided (q and k slices of a fused projection).
 //  - kv_append: a copy of 2·S rows of NKV·HS elements to row pos[s] % cap of the caches, raw
 //    bits (no conversion), one thread per 16-byte chunk.
@@ -80,6 +81,7 @@
 #include "forge/backend/cuda/context.h"
 #include "forge/backend/cuda/decode.h"
 #include "forge/backend/cuda/kernel_utils.cuh"
+#include "forge/backend/cuda/rope.cuh"
 #include "forge/core/error.h"
 
 namespace forge::cuda {
@@ -119,12 +121,6 @@ __global__ void __launch_bounds__(kThreads)
 
 // ---- rope_at --------------------------------------------------------------------------------
 
-constexpr int kMaxHalf = 256;  // HS ≤ 512, as rope.cu
-
-struct RopeFreqs {
-  double inv_freq_over_pi[kMaxHalf];  // (HS/2) base^(−2i/HS) / π
-};
-
 // One thread per (row = n·H + h, chunk of kN pairs); row n of x starts at x + n·stride.
 template <typename T, int kN, bool kRotateHalf>
 __global__ void __launch_bounds__(kThreads)
@@ -140,35 +136,9 @@ __global__ void __launch_bounds__(kThreads)
     const double at = static_cast<double>(pos[n]);
     float cs[kN], sn[kN];
 #pragma unroll
-    for (int k = 0; k < kN; ++k) {
-      const double turns = at * freqs.inv_freq_over_pi[p0 + k];  // angle / π
-      const float r = static_cast<float>(turns - 2.0 * rint(0.5 * turns));
-      sincospif(r, &sn[k], &cs[k]);
-    }
+    for (int k = 0; k < kN; ++k) rope_sincos(at, freqs.inv_freq_over_pi[p0 + k], &sn[k], &cs[k]);
     T* xh = x + n * stride + static_cast<int64_t>(h) * HS;  // (HS)
-    if constexpr (kRotateHalf) {
-      float a[kN], b[kN];
-      load<T, kN>(xh + p0, a);
-      load<T, kN>(xh + p0 + half, b);
-#pragma unroll
-      for (int k = 0; k < kN; ++k) {
-        const float x0 = a[k], x1 = b[k];
-        a[k] = x0 * cs[k] - x1 * sn[k];
-        b[k] = x0 * sn[k] + x1 * cs[k];
-      }
-      store<T, kN>(xh + p0, a);
-      store<T, kN>(xh + p0 + half, b);
-    } else {
-      float v[2 * kN];
-      load<T, 2 * kN>(xh + 2 * p0, v);
-#pragma unroll
-      for (int k = 0; k < kN; ++k) {
-        const float x0 = v[2 * k], x1 = v[2 * k + 1];
-        v[2 * k] = x0 * cs[k] - x1 * sn[k];
-        v[2 * k + 1] = x0 * sn[k] + x1 * cs[k];
-      }
-      store<T, 2 * kN>(xh + 2 * p0, v);
-    }
+    rope_rotate_pairs<T, kN, kRotateHalf>(xh, p0, half, cs, sn);
   }
 }
 
@@ -497,29 +467,26 @@ void embedding_at(Context& ctx, DType dt, void* out, const int32_t* tokens, cons
   });
 }
 
-void rope_at(Context& ctx, DType dt, void* x, const int32_t* pos, int N, int H, int HS, float base,
-             RopeStyle style, int64_t stride) {
-  if (N < 0 || H < 0 || HS <= 0 || HS % 2 != 0 || HS / 2 > kMaxHalf)
+void rope_at(Context& ctx, DType dt, void* x, const int32_t* pos, int N, int H, int HS,
+             const Rope& rope, int64_t stride) {
+  if (N < 0 || H < 0 || HS <= 0 || HS % 2 != 0 || HS / 2 > kRopeMaxHalf)
     throw Error(str("[rope_at] bad shape N=", N, " H=", H, " HS=", HS,
-                    " (want an even HS <= ", 2 * kMaxHalf, ")"));
+                    " (want an even HS <= ", 2 * kRopeMaxHalf, ")"));
   const int64_t rs = row_stride(stride, static_cast<int64_t>(H) * HS, "rope_at", "row");
   if (static_cast<int64_t>(N) * H * HS >= (int64_t{1} << 31))
     throw Error(
         str("[rope_at] N·H·HS = ", static_cast<int64_t>(N) * H * HS, " exceeds int32 indexing"));
+  const RopeFreqs f = rope_freqs(rope, HS);  // exactly the CPU's inv_freq, then / π
   const int rows = N * H;
   if (rows == 0) return;
   const int half = HS / 2;
-  RopeFreqs f{};
-  for (int i = 0; i < half; ++i)  // exactly the CPU's inv_freq, then / π (rope.cu)
-    f.inv_freq_over_pi[i] =
-        std::pow(static_cast<double>(base), -2.0 * i / static_cast<double>(HS)) / M_PI;
   dispatch_dtype(dt, "rope_at", [&](auto tag) {
     using T = decltype(tag);
     T* xt = static_cast<T*>(x);
     auto run = [&](auto kn) {
       constexpr int kN = decltype(kn)::value;
       const int grid = grid_for(static_cast<int64_t>(rows) * (half / kN), kThreads, ctx.num_sms());
-      if (style == RopeStyle::kRotateHalf)
+      if (rope.style == RopeStyle::kRotateHalf)
         rope_at_kernel<T, kN, true>
             <<<grid, kThreads, 0, ctx.stream()>>>(xt, pos, f, rows, H, HS, rs);
       else

@@ -22,8 +22,8 @@ void embedding_at(Context& ctx, DType dt, void* out, const int32_t* tokens, cons
 
 // RoPE of row n of x (N, H, HS), `stride` elements between rows (0 = H·HS), to position pos[n],
 // in place; rope_fwd's angle method (decode.cu), so it agrees with rope_fwd at t = pos[n].
-void rope_at(Context& ctx, DType dt, void* x, const int32_t* pos, int N, int H, int HS, float base,
-             RopeStyle style, int64_t stride = 0);
+void rope_at(Context& ctx, DType dt, void* x, const int32_t* pos, int N, int H, int HS,
+             const Rope& rope, int64_t stride = 0);
 
 // cache_k, cache_v (S, cap, NKV, HS): row pos[s] % cap of slot s = k[s], v[s] (S, NKV, HS) with
 // k_stride, v_stride elements between rows (0 = NKV·HS).
@@ -58,7 +58,7 @@ void decode_attention_generic(Context& ctx, DType dt, void* out, const void* q, 
 
 // rope_at(q) + rope_at(k) + kv_append in one kernel (decode_fused.cu); contract in ops/decode.h.
 void rope_kv_append(Context& ctx, DType dt, void* qkv, int64_t stride, void* cache_k, void* cache_v,
-                    const int32_t* pos, const DecodeShape& s, float base, RopeStyle style);
+                    const int32_t* pos, const DecodeShape& s, const Rope& rope);
 
 void advance_positions(Context& ctx, int32_t* pos, int S, int32_t limit);
 

@@ -79,10 +79,10 @@ void rmsnorm_bwd(Context& ctx, DType dt, void* dinp, float* dweight, const void*
 void bias_grad(Context& ctx, DType dt, float* dbias, const void* dout, int N, int OC);
 
 // ---- RoPE (in place on (B, T, H, HS)) -------------------------------------------------------
-void rope_fwd(Context& ctx, DType dt, void* x, int B, int T_, int H, int HS, float base,
-              RopeStyle style, int pos0 = 0);
-void rope_bwd(Context& ctx, DType dt, void* dx, int B, int T_, int H, int HS, float base,
-              RopeStyle style, int pos0 = 0);
+void rope_fwd(Context& ctx, DType dt, void* x, int B, int T_, int H, int HS, const Rope& rope,
+              int pos0 = 0);
+void rope_bwd(Context& ctx, DType dt, void* dx, int B, int T_, int H, int HS, const Rope& rope,
+              int pos0 = 0);
 
 // ---- attention (unfused: batched GEMMs + softmax kernels) ----------------------------------
 // Same contract as cpu::attention_fwd/bwd; att (B, NH, T, T) holds the probabilities in dt.

@@ -4,9 +4,10 @@
 //
 // Angles. The CPU builds cos/sin in double, so its f32 result is exact to the last rotation
 // rounding even at t = 8k, where an f32 angle would be off by ~1e-3 rad. We keep that accuracy
-// without double trigonometry: the host computes inv_freq_i = base^(−2i/HS) in double exactly
-// as the CPU does and passes inv_freq_i / π (at most 256 doubles, 2 KB) in the kernel's
-// parameter space, so no copy or allocation is needed per call. The kernel forms the angle in
+// without double trigonometry: the host takes inv_freq_i from rope_inv_freq (ops/rope.cpp: the
+// CPU's table, base^(−2i/HS) in double with the Hugging Face scaling applied) and passes
+// inv_freq_i / π (at most 256 doubles, 2 KB) in the kernel's parameter space, so no copy or
+// allocation is needed per call (rope.cuh, shared with decode.cu). The kernel forms the angle in
 // half-turns in double, x = pos · inv_freq_i / π (one DMUL), reduces it exactly to
 // r = x − 2·rint(x/2) ∈ [−1, 1], and evaluates sincospif(r) in f32: sinpi needs no large-argument
 // reduction (so no local-memory Payne–Hanek path), and the error is ~1 ulp of f32 plus π·2^-25
@@ -31,11 +32,10 @@
 //   rope_kernel<float, 4, true>                           32 regs, 0 spill, 0 stack
 #include <cuda_runtime.h>
 
-#include <cmath>
-
 #include "forge/backend/cuda/context.h"
 #include "forge/backend/cuda/kernel_utils.cuh"
 #include "forge/backend/cuda/ops.h"
+#include "forge/backend/cuda/rope.cuh"
 
 namespace forge::cuda {
 namespace {
@@ -43,11 +43,6 @@ namespace {
 using namespace kernels;
 
 constexpr int kThreads = 256;
-constexpr int kMaxHalf = 256;  // HS ≤ 512
-
-struct RopeFreqs {
-  double inv_freq_over_pi[kMaxHalf];  // (HS/2) base^(−2i/HS) / π
-};
 
 template <typename T, int kN, bool kRotateHalf>
 __global__ void __launch_bounds__(kThreads)
@@ -64,36 +59,11 @@ __global__ void __launch_bounds__(kThreads)
     float cs[kN], sn[kN];
 #pragma unroll
     for (int k = 0; k < kN; ++k) {
-      const double turns = pos * freqs.inv_freq_over_pi[p0 + k];  // angle / π
-      const float r = static_cast<float>(turns - 2.0 * rint(0.5 * turns));
       float s, c;
-      sincospif(r, &s, &c);
+      rope_sincos(pos, freqs.inv_freq_over_pi[p0 + k], &s, &c);
       cs[k] = c, sn[k] = sign * s;
     }
-    T* xh = x + static_cast<int64_t>(row) * HS;  // (HS)
-    if constexpr (kRotateHalf) {
-      float a[kN], b[kN];
-      load<T, kN>(xh + p0, a);
-      load<T, kN>(xh + p0 + half, b);
-#pragma unroll
-      for (int k = 0; k < kN; ++k) {
-        const float x0 = a[k], x1 = b[k];
-        a[k] = x0 * cs[k] - x1 * sn[k];
-        b[k] = x0 * sn[k] + x1 * cs[k];
-      }
-      store<T, kN>(xh + p0, a);
-      store<T, kN>(xh + p0 + half, b);
-    } else {
-      float v[2 * kN];
-      load<T, 2 * kN>(xh + 2 * p0, v);
-#pragma unroll
-      for (int k = 0; k < kN; ++k) {
-        const float x0 = v[2 * k], x1 = v[2 * k + 1];
-        v[2 * k] = x0 * cs[k] - x1 * sn[k];
-        v[2 * k + 1] = x0 * sn[k] + x1 * cs[k];
-      }
-      store<T, 2 * kN>(xh + 2 * p0, v);
-    }
+    rope_rotate_pairs<T, kN, kRotateHalf>(x + static_cast<int64_t>(row) * HS, p0, half, cs, sn);
   }
 }
 
@@ -112,44 +82,41 @@ void launch_rope(Context& ctx, T* x, const RopeFreqs& f, int rows, int T_, int H
   FORGE_CUDA_CHECK_LAUNCH();
 }
 
-void rope_rotate(Context& ctx, DType dt, void* x, int B, int T_, int H, int HS, float base,
-                 RopeStyle style, int pos0, float sign, const char* op) {
+void rope_rotate(Context& ctx, DType dt, void* x, int B, int T_, int H, int HS, const Rope& rope,
+                 int pos0, float sign, const char* op) {
   FORGE_CHECK(B >= 0 && T_ >= 0 && H >= 0 && HS > 0, "[", op, "] bad shape B=", B, " T=", T_,
               " H=", H, " HS=", HS);
   FORGE_CHECK(HS % 2 == 0, "[", op, "] head size must be even, got HS=", HS);
-  FORGE_CHECK(HS / 2 <= kMaxHalf, "[", op, "] head size ", HS, " above the supported ",
-              2 * kMaxHalf);
+  FORGE_CHECK(HS / 2 <= kRopeMaxHalf, "[", op, "] head size ", HS, " above the supported ",
+              2 * kRopeMaxHalf);
   FORGE_CHECK(pos0 >= 0, "[", op, "] negative pos0 ", pos0);
   FORGE_CHECK(static_cast<int64_t>(B) * T_ * H * HS < (int64_t{1} << 31), "[", op,
               "] B·T·H·HS = ", static_cast<int64_t>(B) * T_ * H * HS, " exceeds int32 indexing");
+  const RopeFreqs f = rope_freqs(rope, HS);  // exactly the CPU's inv_freq, then / π
   const int rows = B * T_ * H;
   if (rows == 0) return;
   const int half = HS / 2;
-  RopeFreqs f{};
-  for (int i = 0; i < half; ++i)  // exactly the CPU's inv_freq, then / π
-    f.inv_freq_over_pi[i] =
-        std::pow(static_cast<double>(base), -2.0 * i / static_cast<double>(HS)) / M_PI;
   dispatch_dtype(dt, op, [&](auto tag) {
     using T = decltype(tag);
     T* xt = static_cast<T*>(x);
     if (half % kVec<T> == 0 && aligned16(x)) {
-      launch_rope<T, kVec<T>>(ctx, xt, f, rows, T_, H, HS, pos0, sign, style);
+      launch_rope<T, kVec<T>>(ctx, xt, f, rows, T_, H, HS, pos0, sign, rope.style);
     } else {
-      launch_rope<T, 1>(ctx, xt, f, rows, T_, H, HS, pos0, sign, style);
+      launch_rope<T, 1>(ctx, xt, f, rows, T_, H, HS, pos0, sign, rope.style);
     }
   });
 }
 
 }  // namespace
 
-void rope_fwd(Context& ctx, DType dt, void* x, int B, int T_, int H, int HS, float base,
-              RopeStyle style, int pos0) {
-  rope_rotate(ctx, dt, x, B, T_, H, HS, base, style, pos0, 1.0f, "rope_fwd");
+void rope_fwd(Context& ctx, DType dt, void* x, int B, int T_, int H, int HS, const Rope& rope,
+              int pos0) {
+  rope_rotate(ctx, dt, x, B, T_, H, HS, rope, pos0, 1.0f, "rope_fwd");
 }
 
-void rope_bwd(Context& ctx, DType dt, void* dx, int B, int T_, int H, int HS, float base,
-              RopeStyle style, int pos0) {
-  rope_rotate(ctx, dt, dx, B, T_, H, HS, base, style, pos0, -1.0f, "rope_bwd");
+void rope_bwd(Context& ctx, DType dt, void* dx, int B, int T_, int H, int HS, const Rope& rope,
+              int pos0) {
+  rope_rotate(ctx, dt, dx, B, T_, H, HS, rope, pos0, -1.0f, "rope_bwd");
 }
 
 }  // namespace forge::cuda

@@ -1,0 +1,78 @@
+// RoPE pieces shared by rope.cu (rope_fwd/bwd), decode.cu (rope_at) and decode_fused.cu
+// (rope_kv_append), so the three rotate by the same angles with the same instructions: rope_at
+// at pos = t equals rope_fwd bit for bit, and the fused decode op equals rope_at (both tested).
+// Private to src/forge/backend/cuda/*.cu, like kernel_utils.cuh. The angle method is described
+// in rope.cu's header.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <vector>
+
+#include "forge/backend/cuda/kernel_utils.cuh"
+#include "forge/core/error.h"
+#include "forge/ops/rope.h"
+
+namespace forge::cuda::kernels {
+
+inline constexpr int kRopeMaxHalf = 256;  // HS ≤ 512
+
+// inv_freq_i / π for i < HS/2 (2 KB at most): passed by value in the kernel's parameter space
+// (__grid_constant__), so a call needs no copy or allocation, and a captured graph keeps its own.
+struct RopeFreqs {
+  double inv_freq_over_pi[kRopeMaxHalf];  // (HS/2)
+};
+
+// Host: rope_inv_freq (scaling included; the CPU ops use the same table) divided by π. HS/2 ≤
+// kRopeMaxHalf is the caller's check, made with its op's name before this.
+inline RopeFreqs rope_freqs(const Rope& rope, int HS) {
+  const std::vector<double> inv_freq = rope_inv_freq(rope, HS);  // (HS/2)
+  FORGE_CHECK(inv_freq.size() <= static_cast<size_t>(kRopeMaxHalf), "[rope] HS ", HS,
+              " above the supported ", 2 * kRopeMaxHalf);
+  RopeFreqs f{};
+  for (size_t i = 0; i < inv_freq.size(); ++i) f.inv_freq_over_pi[i] = inv_freq[i] / M_PI;
+  return f;
+}
+
+// sin and cos of the angle pos·inv_freq: in half-turns in double (one DMUL), reduced exactly to
+// r ∈ [−1, 1], then sincospif(r) in f32 (no large-argument reduction; ~1e-7 at any position).
+__device__ __forceinline__ void rope_sincos(double pos, double inv_freq_over_pi, float* s,
+                                            float* c) {
+  const double turns = pos * inv_freq_over_pi;  // angle / π
+  const float r = static_cast<float>(turns - 2.0 * rint(0.5 * turns));
+  sincospif(r, s, c);
+}
+
+// Rotates pairs p0 … p0 + kN − 1 of one head xh (HS), half = HS/2, by (cs[k], sn[k]):
+// (x0, x1) → (x0·c − x1·s, x0·s + x1·c) in f32. kRotateHalf: pair i is (i, i + half), two
+// kN-element accesses; interleaved: pair i is (2i, 2i + 1), one 2·kN-element access.
+template <typename T, int kN, bool kRotateHalf>
+__device__ __forceinline__ void rope_rotate_pairs(T* xh, int p0, int half, const float* cs,
+                                                  const float* sn) {
+  if constexpr (kRotateHalf) {
+    float a[kN], b[kN];
+    load<T, kN>(xh + p0, a);
+    load<T, kN>(xh + p0 + half, b);
+#pragma unroll
+    for (int k = 0; k < kN; ++k) {
+      const float x0 = a[k], x1 = b[k];
+      a[k] = x0 * cs[k] - x1 * sn[k];
+      b[k] = x0 * sn[k] + x1 * cs[k];
+    }
+    store<T, kN>(xh + p0, a);
+    store<T, kN>(xh + p0 + half, b);
+  } else {
+    float v[2 * kN];
+    load<T, 2 * kN>(xh + 2 * p0, v);
+#pragma unroll
+    for (int k = 0; k < kN; ++k) {
+      const float x0 = v[2 * k], x1 = v[2 * k + 1];
+      v[2 * k] = x0 * cs[k] - x1 * sn[k];
+      v[2 * k + 1] = x0 * sn[k] + x1 * cs[k];
+    }
+    store<T, 2 * kN>(xh + 2 * p0, v);
+  }
+}
+
+}  // namespace forge::cuda::kernels
