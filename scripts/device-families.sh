@@ -6,6 +6,7 @@
 #     tools/check_hf_export.py, 1e-4 relative);
 #  2. scripts/device-check.sh: the CUDA tests (FORGE_TEST_FILTER) and FORGE_BENCHES.
 # Usage (device run, carry dev-out): bash scripts/device-families.sh
+# EXPORT_CHECK=0 skips step 1; EXPORT_ONLY="name ..." checks only those golden models.
 set -uo pipefail
 out=${OUT:-/tmp/forge-device}
 mkdir -p "$out"
@@ -26,6 +27,7 @@ open(sys.argv[1], "wb").write(struct.pack("<256i", *hdr) + struct.pack(f"<{len(i
 PY
   for d in tests/data/hf_golden/*/; do
     name=$(basename "$d")
+    [[ -n ${EXPORT_ONLY:-} && " $EXPORT_ONLY " != *" $name "* ]] && continue
     run="$work/$name"
     if ! $forge train --init-from "$d" --data "$work/shard.bin" --out "$run" --steps 2 \
         batch_size=2 seq_len=8 > "$run.train.log" 2>&1; then

@@ -49,7 +49,7 @@ class DecodeCudaTest : public CudaTest {
                           int steps, int capacity, bool perturb = false) {
     Transformer<float> cpu(cfg);
     cpu.init_weights(21);
-    if (perturb) testing::perturb_weights(cpu.weights(), 22);
+    if (perturb) testing::perturb_weights(cpu.weights(), cpu.table(), 22);
     CudaTransformer gpu(cfg, ctx(), CudaModelOptions{dt, {}, AttentionPath::kAuto});
     gpu.set_weights(cpu.weights_host());
     const int S = static_cast<int>(prompt_len.size()), Vp = cfg.padded_vocab();

@@ -24,7 +24,7 @@ void expect_decode_matches_full(const ModelConfig& cfg, const std::vector<int>& 
                                 int capacity, uint64_t seed, bool perturb = false) {
   Transformer<double> model(cfg);
   model.init_weights(seed);
-  if (perturb) testing::perturb_weights(model.weights(), seed + 7);
+  if (perturb) testing::perturb_weights(model.weights(), model.table(), seed + 7);
   const int S = static_cast<int>(prompt_len.size()), Vp = cfg.padded_vocab();
   std::vector<std::vector<int32_t>> seq(S);
   std::vector<std::vector<double>> full(S);  // (len, Vp) logits of each whole sequence

@@ -133,6 +133,34 @@ TEST(HfConfig, EveryVariantRoundTrips) {
             "Qwen3ForCausalLM");
 }
 
+// SmolLM3's no_rope_layers in both forms, and pad_token_id carried (null when it names no row:
+// SmolLM3Config would otherwise default it to 128004 and fail to build a small vocabulary).
+TEST(HfConfig, SmolLM3NoRopeLayersAndPadTokenRoundTrip) {
+  json s3 = llama_json("smollm3");
+  s3["no_rope_layers"] = {1, 0};
+  s3["pad_token_id"] = 7;
+  const ModelConfig a = from_hf_config(s3);
+  EXPECT_TRUE(a.layer_uses_rope(0));
+  EXPECT_FALSE(a.layer_uses_rope(1));
+  EXPECT_EQ(a.pad_token_id, 7);
+  const json back = to_hf_config(a);
+  EXPECT_EQ(back["no_rope_layers"], json({1, 0}));
+  EXPECT_EQ(back["pad_token_id"], 7);
+  json every4 = llama_json("smollm3");
+  every4["num_hidden_layers"] = 8;
+  every4["no_rope_layer_interval"] = 4;
+  every4["pad_token_id"] = 128004;  // outside the vocabulary of 1000
+  const ModelConfig b = from_hf_config(every4);
+  for (int l = 0; l < 8; ++l) EXPECT_EQ(b.layer_uses_rope(l), (l + 1) % 4 != 0) << l;
+  EXPECT_TRUE(to_hf_config(b)["pad_token_id"].is_null());
+  json bad = llama_json("smollm3");
+  bad["no_rope_layers"] = {1, 2};
+  EXPECT_NE(error_of(bad).find("no_rope_layers holds 2"), std::string::npos) << error_of(bad);
+  json short_list = llama_json("smollm3");
+  short_list["no_rope_layers"] = {1};
+  EXPECT_NE(error_of(short_list).find("no_rope_layers has 1 entries for 2 layers"), std::string::npos);
+}
+
 TEST(HfConfig, UnsupportedFeaturesAreRefusedByName) {
   json yarn = llama_json("llama");
   yarn["rope_scaling"] = {{"rope_type", "yarn"}, {"factor", 4.0}};

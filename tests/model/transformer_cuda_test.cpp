@@ -115,7 +115,7 @@ void CudaModelTest::expect_step_matches_cpu(DType dt, uint64_t init_seed, int B,
     SCOPED_TRACE(name);
     Transformer<float> ref(cfg);
     ref.init_weights(init_seed);
-    if (name != "gpt2" && name != "llama") testing::perturb_weights(ref.weights(), init_seed + 1);
+    if (name != "gpt2" && name != "llama") testing::perturb_weights(ref.weights(), ref.table(), init_seed + 1);
     auto gpu = make_gpu(ctx(), cfg, dt);
     gpu->set_weights(ref.weights());
     const CpuBatch c = cpu_step(ref, B, T, seed_x, seed_y);

@@ -49,6 +49,10 @@ struct ModelConfig {
   // and 0 when it attends without positions (NoPE). Empty: every layer applies RoPE, except for
   // a smollm3 model, whose default is transformers' (every 4th layer without).
   std::vector<int> no_rope_layers;
+  // config.json's pad_token_id when it names a row of the vocabulary, else -1 (written as null).
+  // Carried so that transformers builds the embedding as the source did; it never changes what
+  // Forge computes. (SmolLM3Config defaults a missing one to 128004, outside a small vocabulary.)
+  int pad_token_id = -1;
   // RoPE scaling (Hugging Face rope_type linear, llama3, dynamic; ops/rope.h has the formulas).
   RopeScaling rope_scaling = RopeScaling::kNone;
   float rope_factor = 1.0f;               // linear, llama3, dynamic

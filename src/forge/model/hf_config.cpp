@@ -126,6 +126,10 @@ ModelConfig read_llama_family(const json& j, const std::string& type) {
   c.ffn_hidden = get_int(j, "intermediate_size");
   c.norm_eps = j.contains("rms_norm_eps") ? j["rms_norm_eps"].get<float>() : 1e-6f;
   c.tie_embeddings = j.value("tie_word_embeddings", false);
+  if (j.contains("pad_token_id") && j["pad_token_id"].is_number_integer()) {
+    const int64_t pad = j["pad_token_id"].get<int64_t>();
+    if (pad >= 0 && pad < c.vocab_size) c.pad_token_id = static_cast<int>(pad);
+  }
   const std::string act = j.value("hidden_act", std::string("silu"));
   if (act != "silu") throw unsupported(str("hidden_act '", act, "'"));
   if (j.value("mlp_bias", false)) throw unsupported("mlp_bias = true");
@@ -261,6 +265,8 @@ nlohmann::json to_hf_config(const ModelConfig& c) {
   j["rms_norm_eps"] = c.norm_eps;
   write_rope(j, c);
   j["tie_word_embeddings"] = c.tie_embeddings;
+  if (c.pad_token_id >= 0) j["pad_token_id"] = c.pad_token_id;
+  else j["pad_token_id"] = nullptr;
   if (type == "llama" || type == "qwen3" || type == "smollm3") j["attention_bias"] = c.qkv_bias;
   if (type == "llama" || type == "smollm3") j["mlp_bias"] = false;
   if (type == "smollm3") {
