@@ -23,7 +23,11 @@ class NormTest : public DtypeTest<CudaTest> {};
 struct Shape {
   int N, C;
 };
-const Shape kShapes[] = {{1, 8}, {37, 201}, {37, 200}, {1000, 520}, {4096, 768}};
+// {37, 64}, {1000, 128}, {4096, 64}: attention heads as rows (Qwen3's q/k norm), which several rows
+// share a warp for (8 or 16 lanes each; 37 leaves the last warp part-filled) and whose weight
+// gradient groups 2 or 4 rows into one (kernels::channel_grad).
+const Shape kShapes[] = {{1, 8},     {37, 201},   {37, 200},  {1000, 520},
+                         {4096, 768}, {37, 64}, {1000, 128}, {4096, 64}};
 
 std::string where(const Shape& s) {
   return "N=" + std::to_string(s.N) + " C=" + std::to_string(s.C);

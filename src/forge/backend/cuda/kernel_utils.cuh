@@ -169,6 +169,15 @@ __device__ __forceinline__ float warp_sum(float x) {
   return x;
 }
 
+// Sum over aligned groups of kLanes lanes (a power of two ≤ 32), returned to each lane of the
+// group; every lane of the warp must call it. kLanes = 32 is warp_sum, in the same order.
+template <int kLanes>
+__device__ __forceinline__ float lane_group_sum(float x) {
+#pragma unroll
+  for (int o = kLanes / 2; o > 0; o >>= 1) x += __shfl_xor_sync(0xffffffffu, x, o);
+  return x;
+}
+
 // Sum over the block (blockDim.x a multiple of 32, ≤ 1024), returned to every thread. `scratch`
 // is 32 floats of shared memory; the function may be called repeatedly with the same scratch.
 __device__ __forceinline__ float block_sum(float x, float* scratch) {
@@ -287,7 +296,8 @@ template <typename T, int kN, ChannelGrad kKind>
 __global__ void __launch_bounds__(32 * kWgradRows)
     channel_grad_partial_kernel(float* __restrict__ partial, const T* __restrict__ dout,
                                 const T* __restrict__ inp, const float* __restrict__ mean,
-                                const float* __restrict__ rstd, int N, int C, int rows_per_split) {
+                                const float* __restrict__ rstd, int N, int C, int rows_per_split,
+                                int group, int c_real) {
   constexpr bool kHasWeight = kKind != ChannelGrad::kBias;   // accumulates dout·norm
   constexpr bool kHasBias = kKind != ChannelGrad::kRmsNorm;  // accumulates dout
   constexpr int kAcc = kChannelAcc<kKind>;
@@ -308,8 +318,11 @@ __global__ void __launch_bounds__(32 * kWgradRows)
       float dy[kN], x[kN];
       load<T, kN>(dout + off, dy);
       if constexpr (kHasWeight) load<T, kN>(inp + off, x);
-      const float m = kKind == ChannelGrad::kLayerNorm ? mean[r] : 0.0f;
-      const float s = kHasWeight ? rstd[r] : 0.0f;
+      // Grouped rows (see channel_grad): this thread's kN channels lie in real row
+      // r·group + c0 / c_real (c0 / c_real = 0 when group = 1).
+      const int64_t rr = static_cast<int64_t>(r) * group + c0 / c_real;
+      const float m = kKind == ChannelGrad::kLayerNorm ? mean[rr] : 0.0f;
+      const float s = kHasWeight ? rstd[rr] : 0.0f;
 #pragma unroll
       for (int k = 0; k < kN; ++k) {
         if constexpr (kHasWeight) dw[k] += dy[k] * ((x[k] - m) * s);
@@ -338,14 +351,16 @@ __global__ void __launch_bounds__(32 * kWgradRows)
   }
 }
 
-// out0[c] += Σ_splits partial[s, 0, c] and (kAcc = 2) out1[c] += Σ_splits partial[s, 1, c].
+// out0[c] += Σ_splits Σ_g partial[s, 0, g·C + c] and (kAcc = 2) out1 likewise from row 1, for
+// c < C; the partials are `group` real rows side by side (group = 1: one real row of C).
 template <int kAcc>
 __global__ void __launch_bounds__(32 * kWgradRows)
     channel_grad_finish_kernel(float* __restrict__ out0, float* __restrict__ out1,
-                               const float* __restrict__ partial, int splits, int C) {
+                               const float* __restrict__ partial, int splits, int C, int group) {
   __shared__ float sh[kAcc][kWgradRows][33];
   const int tx = threadIdx.x, ty = threadIdx.y;
   const int c = blockIdx.x * 32 + tx;
+  const int64_t width = static_cast<int64_t>(C) * group;  // partial row length
   float acc[kAcc];
 #pragma unroll
   for (int a = 0; a < kAcc; ++a) acc[a] = 0.0f;
@@ -353,7 +368,8 @@ __global__ void __launch_bounds__(32 * kWgradRows)
     for (int s = ty; s < splits; s += kWgradRows) {
 #pragma unroll
       for (int a = 0; a < kAcc; ++a)
-        acc[a] += partial[(static_cast<int64_t>(s) * kAcc + a) * C + c];
+        for (int g = 0; g < group; ++g)
+          acc[a] += partial[(static_cast<int64_t>(s) * kAcc + a) * width + g * C + c];
     }
   }
 #pragma unroll
@@ -373,11 +389,24 @@ __global__ void __launch_bounds__(32 * kWgradRows)
 // Enqueues both passes. dweight is used by the norms, dbias by kLayerNorm and kBias; inp and
 // rstd by the norms, mean by kLayerNorm (pass null for what a kind does not use). `vec`:
 // C % kVec<T> == 0 and dout, inp 16-byte aligned.
+//
+// Narrow rows (attention heads as rows: C = 64 with 16-byte lanes) would leave most of a warp
+// idle, since a warp covers 32·kN channels of one row. With vec, `group` consecutive rows — one
+// contiguous row of group·C elements — are taken as one, each thread finding its real row's
+// statistics (C % kN == 0, so a thread's kN channels lie in one real row), and the finish pass
+// folds the group back onto C channels. group = 1 for rows of ≥ 32·kN/2 channels: the kernels
+// then sum in exactly the order they always did.
 template <typename T, ChannelGrad kKind>
 void channel_grad(Context& ctx, float* dweight, float* dbias, const T* dout, const T* inp,
                   const float* mean, const float* rstd, int N, int C, bool vec) {
   constexpr int kAcc = kChannelAcc<kKind>;
   constexpr int kMaxSplits = 512, kMinRows = 64;
+  int group = 1;
+  if (vec)
+    while (2 * group * C <= 32 * kVec<T> && N % (2 * group) == 0) group *= 2;
+  const int C_real = C;
+  N /= group;
+  C *= group;
   int splits = (N + kMinRows - 1) / kMinRows;
   if (splits > kMaxSplits) splits = kMaxSplits;
   const int rows_per_split = (N + splits - 1) / splits;
@@ -387,17 +416,17 @@ void channel_grad(Context& ctx, float* dweight, float* dbias, const T* dout, con
     constexpr int kN = kVec<T>;
     const dim3 grid((C + 32 * kN - 1) / (32 * kN), splits);
     channel_grad_partial_kernel<T, kN, kKind><<<grid, block, 0, ctx.stream()>>>(
-        partial.data(), dout, inp, mean, rstd, N, C, rows_per_split);
+        partial.data(), dout, inp, mean, rstd, N, C, rows_per_split, group, C_real);
   } else {
     const dim3 grid((C + 31) / 32, splits);
     channel_grad_partial_kernel<T, 1, kKind><<<grid, block, 0, ctx.stream()>>>(
-        partial.data(), dout, inp, mean, rstd, N, C, rows_per_split);
+        partial.data(), dout, inp, mean, rstd, N, C, rows_per_split, 1, C);
   }
   FORGE_CUDA_CHECK_LAUNCH();
   // Partial row 0 is dweight for the norms, dbias for a linear bias; row 1 (LayerNorm) dbias.
   float* out0 = kKind == ChannelGrad::kBias ? dbias : dweight;
-  channel_grad_finish_kernel<kAcc>
-      <<<(C + 31) / 32, block, 0, ctx.stream()>>>(out0, dbias, partial.data(), splits, C);
+  channel_grad_finish_kernel<kAcc><<<(C_real + 31) / 32, block, 0, ctx.stream()>>>(
+      out0, dbias, partial.data(), splits, C_real, group);
   FORGE_CUDA_CHECK_LAUNCH();
   // `partial` goes back to the allocator here; it is reused only by work enqueued later on the
   // same stream, i.e. after these kernels.

@@ -1,6 +1,8 @@
 // CUDA RMSNorm (Llama), forward and backward; the GPU twin of backend/cpu/rmsnorm.cpp.
 //
-// Forward: one warp per row, 8 rows per 256-thread block. Σx² → rstd = 1/sqrt(mean(x²) + eps)
+// Forward: one warp per row, 8 rows per 256-thread block; rows of at most 16 vectors (attention
+// heads under Qwen3's q/k norm, C = 64..128) take 8 or 16 lanes each, 4 or 2 rows per warp
+// (lanes_for), so a head-norm launch does not leave 3/4 of every warp idle. Σx² → rstd = 1/sqrt(mean(x²) + eps)
 // in f32, then y = (x·rstd)·w (Hugging Face's order: normalise, then scale); the second sweep
 // re-reads the row from L1 (a bf16 row of C = 576..2048 is 1–4 KB). rstd (N) is saved as f32.
 // 16-byte accesses (kN = kVec<T> elements per lane) when C % kVec<T> == 0 and all pointers are
@@ -54,15 +56,28 @@ using namespace kernels;
 constexpr int kRowsPerBlock = 8;  // one warp per row
 constexpr int kThreads = 32 * kRowsPerBlock;
 
+// Lanes per row: a warp per row for model-width rows; narrow rows (q/k heads under Qwen3's head
+// norm: C = 64 or 128, i.e. 8 or 16 lanes of 16 bytes) share a warp, 32 / kLanes rows each, so
+// lanes do not idle. Rows past N (the last warp of a narrow launch) compute on row N − 1 and
+// store nothing: every lane must reach the group shuffles.
+template <typename T, int kN>
+int lanes_for(int C) {
+  if (kN == 1) return 32;
+  const int per = (C + kN - 1) / kN;
+  return per <= 8 ? 8 : per <= 16 ? 16 : 32;
+}
+
 // kResidual: the row is res = inp + inp2 rounded to T (load_input); sweep 1 also stores it.
-template <typename T, int kN, bool kResidual>
+template <typename T, int kN, bool kResidual, int kLanes = 32>
 __global__ void __launch_bounds__(kThreads)
     rmsnorm_fwd_kernel(T* __restrict__ out, float* __restrict__ rstd, T* __restrict__ res,
                        const T* __restrict__ inp, const T* __restrict__ inp2,
                        const T* __restrict__ weight, int N, int C, float eps) {
-  const int lane = threadIdx.x % 32;
-  const int row = blockIdx.x * kRowsPerBlock + threadIdx.x / 32;
-  if (row >= N) return;  // the whole warp exits together
+  const int lane = threadIdx.x % kLanes;
+  const int row_id = blockIdx.x * (kThreads / kLanes) + threadIdx.x / kLanes;
+  if (kLanes == 32 && row_id >= N) return;  // the whole warp exits together
+  const bool valid = row_id < N;
+  const int row = valid ? row_id : N - 1;
   const int64_t off = static_cast<int64_t>(row) * C;
   const T* x = inp + off;                    // (C)
   const T* x2 = kResidual ? inp2 + off : x;  // (C), read only when kResidual
@@ -70,17 +85,18 @@ __global__ void __launch_bounds__(kThreads)
 
   float sq = 0.0f;
 #pragma unroll 4
-  for (int c = lane * kN; c < C; c += 32 * kN) {
+  for (int c = lane * kN; c < C; c += kLanes * kN) {
     float v[kN];
     load_input<T, kN, kResidual>(x + c, x2 + c, v);
     if constexpr (kResidual) store<T, kN>(res + off + c, v);
 #pragma unroll
     for (int k = 0; k < kN; ++k) sq += v[k] * v[k];
   }
-  const float s = 1.0f / sqrtf(warp_sum(sq) / C + eps);
+  const float s = 1.0f / sqrtf(lane_group_sum<kLanes>(sq) / C + eps);
+  if (!valid) return;  // after the last shuffle
 
 #pragma unroll 2
-  for (int c = lane * kN; c < C; c += 32 * kN) {
+  for (int c = lane * kN; c < C; c += kLanes * kN) {
     float v[kN], w[kN], o[kN];
     load_input<T, kN, kResidual>(x + c, x2 + c, v);
     load<T, kN>(weight + c, w);
@@ -91,13 +107,15 @@ __global__ void __launch_bounds__(kThreads)
   if (lane == 0) rstd[row] = s;
 }
 
-template <typename T, int kN>
+template <typename T, int kN, int kLanes = 32>
 __global__ void __launch_bounds__(kThreads)
     rmsnorm_bwd_kernel(T* __restrict__ dinp, const T* __restrict__ dout, const T* __restrict__ inp,
                        const T* __restrict__ weight, const float* __restrict__ rstd, int N, int C) {
-  const int lane = threadIdx.x % 32;
-  const int row = blockIdx.x * kRowsPerBlock + threadIdx.x / 32;
-  if (row >= N) return;
+  const int lane = threadIdx.x % kLanes;
+  const int row_id = blockIdx.x * (kThreads / kLanes) + threadIdx.x / kLanes;
+  if (kLanes == 32 && row_id >= N) return;
+  const bool valid = row_id < N;
+  const int row = valid ? row_id : N - 1;
   const int64_t off = static_cast<int64_t>(row) * C;
   const T* x = inp + off;    // (C)
   const T* dy = dout + off;  // (C)
@@ -106,7 +124,7 @@ __global__ void __launch_bounds__(kThreads)
 
   float dnorm_norm_sum = 0.0f;
 #pragma unroll 2
-  for (int c = lane * kN; c < C; c += 32 * kN) {
+  for (int c = lane * kN; c < C; c += kLanes * kN) {
     float v[kN], g[kN], w[kN];
     load<T, kN>(x + c, v);
     load<T, kN>(dy + c, g);
@@ -114,10 +132,11 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
     for (int k = 0; k < kN; ++k) dnorm_norm_sum += (g[k] * w[k]) * (v[k] * s);
   }
-  const float dnorm_norm_mean = warp_sum(dnorm_norm_sum) / C;
+  const float dnorm_norm_mean = lane_group_sum<kLanes>(dnorm_norm_sum) / C;
+  if (!valid) return;  // after the last shuffle
 
 #pragma unroll 2
-  for (int c = lane * kN; c < C; c += 32 * kN) {
+  for (int c = lane * kN; c < C; c += kLanes * kN) {
     float v[kN], g[kN], w[kN], d[kN];
     load<T, kN>(x + c, v);
     load<T, kN>(dy + c, g);
@@ -166,13 +185,20 @@ void launch_fwd(Context& ctx, DType dt, void* res, void* out, float* rstd, const
     using T = decltype(tag);
     const bool vec = C % kVec<T> == 0 && aligned16(out) && aligned16(inp) && aligned16(weight) &&
                      aligned16(res) && aligned16(inp2);
-    const int grid = (N + kRowsPerBlock - 1) / kRowsPerBlock;
+    // Narrow rows (lanes_for) only without the residual: the fused op runs on model-width rows.
+    const int lanes = vec && !kResidual ? lanes_for<T, kVec<T>>(C) : 32;
+    const int rows_per_block = kThreads / lanes;
+    const int grid = (N + rows_per_block - 1) / rows_per_block;
     auto args = [&](auto kernel) {
       kernel<<<grid, kThreads, 0, ctx.stream()>>>(
           static_cast<T*>(out), rstd, static_cast<T*>(res), static_cast<const T*>(inp),
           static_cast<const T*>(inp2), static_cast<const T*>(weight), N, C, eps);
     };
-    if (vec) {
+    if (vec && lanes == 8) {
+      args(rmsnorm_fwd_kernel<T, kVec<T>, false, 8>);
+    } else if (vec && lanes == 16) {
+      args(rmsnorm_fwd_kernel<T, kVec<T>, false, 16>);
+    } else if (vec) {
       args(rmsnorm_fwd_kernel<T, kVec<T>, kResidual>);
     } else {
       args(rmsnorm_fwd_kernel<T, 1, kResidual>);
@@ -232,13 +258,19 @@ void rmsnorm_bwd(Context& ctx, DType dt, void* dinp, float* dweight, const void*
     using T = decltype(tag);
     const bool vec = C % kVec<T> == 0 && aligned16(dinp) && aligned16(dout) && aligned16(inp) &&
                      aligned16(weight);
-    const int grid = (N + kRowsPerBlock - 1) / kRowsPerBlock;
+    const int lanes = vec ? lanes_for<T, kVec<T>>(C) : 32;
+    const int rows_per_block = kThreads / lanes;
+    const int grid = (N + rows_per_block - 1) / rows_per_block;
     auto args = [&](auto kernel) {
       kernel<<<grid, kThreads, 0, ctx.stream()>>>(
           static_cast<T*>(dinp), static_cast<const T*>(dout), static_cast<const T*>(inp),
           static_cast<const T*>(weight), rstd, N, C);
     };
-    if (vec) {
+    if (vec && lanes == 8) {
+      args(rmsnorm_bwd_kernel<T, kVec<T>, 8>);
+    } else if (vec && lanes == 16) {
+      args(rmsnorm_bwd_kernel<T, kVec<T>, 16>);
+    } else if (vec) {
       args(rmsnorm_bwd_kernel<T, kVec<T>>);
     } else {
       args(rmsnorm_bwd_kernel<T, 1>);
