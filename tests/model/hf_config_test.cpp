@@ -18,10 +18,11 @@ namespace {
 using nlohmann::json;
 
 json llama_json(const std::string& type) {
-  return {{"model_type", type},         {"vocab_size", 1000},       {"max_position_embeddings", 4096},
-          {"num_hidden_layers", 2},     {"hidden_size", 64},        {"num_attention_heads", 4},
-          {"num_key_value_heads", 2},   {"intermediate_size", 128}, {"rms_norm_eps", 1e-6},
-          {"tie_word_embeddings", false}};
+  return {
+      {"model_type", type},          {"vocab_size", 1000},       {"max_position_embeddings", 4096},
+      {"num_hidden_layers", 2},      {"hidden_size", 64},        {"num_attention_heads", 4},
+      {"num_key_value_heads", 2},    {"intermediate_size", 128}, {"rms_norm_eps", 1e-6},
+      {"tie_word_embeddings", false}};
 }
 
 std::string error_of(const json& j) {
@@ -80,14 +81,16 @@ TEST(HfConfig, RopeScalingInBothDialects) {
   // transformers 4: rope_theta + rope_scaling with "rope_type" (or the older "type").
   json v4 = llama_json("llama");
   v4["rope_theta"] = 500000.0;
-  v4["rope_scaling"] = {{"type", "llama3"},         {"factor", 8.0},
-                        {"low_freq_factor", 1.0},   {"high_freq_factor", 4.0},
+  v4["rope_scaling"] = {{"type", "llama3"},
+                        {"factor", 8.0},
+                        {"low_freq_factor", 1.0},
+                        {"high_freq_factor", 4.0},
                         {"original_max_position_embeddings", 8192}};
   // transformers 5: rope_parameters.
   json v5 = llama_json("llama");
-  v5["rope_parameters"] = {{"rope_type", "llama3"},   {"rope_theta", 500000.0}, {"factor", 8.0},
-                           {"low_freq_factor", 1.0},  {"high_freq_factor", 4.0},
-                           {"original_max_position_embeddings", 8192}};
+  v5["rope_parameters"] = {{"rope_type", "llama3"},   {"rope_theta", 500000.0},
+                           {"factor", 8.0},           {"low_freq_factor", 1.0},
+                           {"high_freq_factor", 4.0}, {"original_max_position_embeddings", 8192}};
   for (const json& j : {v4, v5}) {
     const ModelConfig c = from_hf_config(j);
     EXPECT_EQ(c.rope_scaling, RopeScaling::kLlama3);
@@ -105,7 +108,9 @@ TEST(HfConfig, RopeScalingInBothDialects) {
   EXPECT_EQ(from_hf_config(lin).rope_scaling, RopeScaling::kLinear);
   // Dynamic NTK is the default rotation within the original context: Forge keeps to it.
   json dyn = llama_json("llama");
-  dyn["rope_parameters"] = {{"rope_type", "dynamic"}, {"rope_theta", 10000.0}, {"factor", 2.0},
+  dyn["rope_parameters"] = {{"rope_type", "dynamic"},
+                            {"rope_theta", 10000.0},
+                            {"factor", 2.0},
                             {"original_max_position_embeddings", 2048}};
   const ModelConfig d = from_hf_config(dyn);
   EXPECT_EQ(d.rope_scaling, RopeScaling::kDynamic);
@@ -113,7 +118,8 @@ TEST(HfConfig, RopeScalingInBothDialects) {
 }
 
 TEST(HfConfig, EveryVariantRoundTrips) {
-  for (const auto& [name, base] : testing::llama_family_variants(testing::small_config(Family::kLlama))) {
+  for (const auto& [name, base] :
+       testing::llama_family_variants(testing::small_config(Family::kLlama))) {
     SCOPED_TRACE(name);
     const json j = to_hf_config(base);
     const ModelConfig r = from_hf_config(j);
@@ -128,9 +134,10 @@ TEST(HfConfig, EveryVariantRoundTrips) {
     EXPECT_EQ(r.rope_original_max_positions, base.rope_original_max_positions);
     EXPECT_EQ(ParamTable(r).total(), ParamTable(base).total());
   }
-  EXPECT_EQ(to_hf_config(testing::llama_family_variants(testing::small_config(Family::kLlama))[1].second)
-                .value("architectures", json::array())[0],
-            "Qwen3ForCausalLM");
+  EXPECT_EQ(
+      to_hf_config(testing::llama_family_variants(testing::small_config(Family::kLlama))[1].second)
+          .value("architectures", json::array())[0],
+      "Qwen3ForCausalLM");
 }
 
 // SmolLM3's no_rope_layers in both forms, and pad_token_id carried (null when it names no row:
@@ -158,7 +165,8 @@ TEST(HfConfig, SmolLM3NoRopeLayersAndPadTokenRoundTrip) {
   EXPECT_NE(error_of(bad).find("no_rope_layers holds 2"), std::string::npos) << error_of(bad);
   json short_list = llama_json("smollm3");
   short_list["no_rope_layers"] = {1};
-  EXPECT_NE(error_of(short_list).find("no_rope_layers has 1 entries for 2 layers"), std::string::npos);
+  EXPECT_NE(error_of(short_list).find("no_rope_layers has 1 entries for 2 layers"),
+            std::string::npos);
 }
 
 TEST(HfConfig, UnsupportedFeaturesAreRefusedByName) {
@@ -175,7 +183,8 @@ TEST(HfConfig, UnsupportedFeaturesAreRefusedByName) {
   mixed["layer_types"] = {"full_attention", "sliding_attention"};
   EXPECT_NE(error_of(mixed).find("mixing full and sliding"), std::string::npos);
   json partial = llama_json("llama");
-  partial["rope_parameters"] = {{"rope_type", "default"}, {"rope_theta", 1e4}, {"partial_rotary_factor", 0.5}};
+  partial["rope_parameters"] = {
+      {"rope_type", "default"}, {"rope_theta", 1e4}, {"partial_rotary_factor", 0.5}};
   EXPECT_NE(error_of(partial).find("partial_rotary_factor"), std::string::npos);
   json l3 = llama_json("llama");
   l3["rope_scaling"] = {{"rope_type", "llama3"}, {"factor", 8.0}};
@@ -183,7 +192,8 @@ TEST(HfConfig, UnsupportedFeaturesAreRefusedByName) {
   json act = llama_json("qwen2");
   act["hidden_act"] = "gelu";
   EXPECT_NE(error_of(act).find("hidden_act 'gelu'"), std::string::npos);
-  EXPECT_NE(error_of(json{{"model_type", "gemma"}}).find("unsupported model_type 'gemma'"), std::string::npos);
+  EXPECT_NE(error_of(json{{"model_type", "gemma"}}).find("unsupported model_type 'gemma'"),
+            std::string::npos);
 }
 
 TEST(HfConfig, VariantOverrideSetsTheTypesFeaturesAndValidateChecksThem) {

@@ -45,7 +45,8 @@ TEST_F(HfGoldenCudaTest, Fp32LogitsAndLossEqualTransformers) {
     gpu.forward(dx.data(), dy.data(), nullptr, B, T);
     std::vector<float> losses(ids.size());
     ctx().synchronize();
-    FORGE_CUDA_CHECK(cudaMemcpy(losses.data(), gpu.losses(), losses.size() * 4, cudaMemcpyDeviceToHost));
+    FORGE_CUDA_CHECK(
+        cudaMemcpy(losses.data(), gpu.losses(), losses.size() * 4, cudaMemcpyDeviceToHost));
     double sum = 0;
     for (float l : losses) sum += l;
     const double loss = sum / (B * (T - 1)), want_loss = g["loss"].get<double>();

@@ -17,11 +17,10 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "forge/core/error.h"
 #include "forge/model/config.h"
@@ -53,7 +52,8 @@ float get_float(const json& j, const char* key, const char* where) {
 // The RoPE block of a llama-family config: rope_parameters (transformers 5) or rope_theta +
 // rope_scaling (4.x, where the type key was "type" before "rope_type").
 void read_rope(const json& j, ModelConfig& c) {
-  if (j.contains("rope_theta") && j["rope_theta"].is_number()) c.rope_theta = j["rope_theta"].get<float>();
+  if (j.contains("rope_theta") && j["rope_theta"].is_number())
+    c.rope_theta = j["rope_theta"].get<float>();
   const json* p = nullptr;
   for (const char* key : {"rope_parameters", "rope_scaling"}) {
     if (!j.contains(key) || j[key].is_null()) continue;
@@ -71,7 +71,9 @@ void read_rope(const json& j, ModelConfig& c) {
                            : r.contains("type")    ? r["type"].get<std::string>()
                                                    : "default";
   const std::optional<RopeScaling> s = parse_rope_scaling(type == "default" ? "none" : type);
-  if (!s) throw unsupported(str("rope_type '", type, "' (Forge computes default, linear, llama3, dynamic)"));
+  if (!s)
+    throw unsupported(
+        str("rope_type '", type, "' (Forge computes default, linear, llama3, dynamic)"));
   c.rope_scaling = *s;
   if (*s == RopeScaling::kNone) return;
   c.rope_factor = get_float(r, "factor", str("rope_type ", type).c_str());
@@ -102,9 +104,12 @@ void read_layer_types(const json& j, ModelConfig& c, bool window_allowed) {
   bool full = false, sliding = false;
   for (const json& t : lt) {
     const std::string s = t.is_string() ? t.get<std::string>() : t.dump();
-    if (s == "full_attention") full = true;
-    else if (s == "sliding_attention") sliding = true;
-    else throw unsupported(str("layer type '", s, "'"));
+    if (s == "full_attention")
+      full = true;
+    else if (s == "sliding_attention")
+      sliding = true;
+    else
+      throw unsupported(str("layer type '", s, "'"));
   }
   if (full && sliding) throw unsupported("layer_types mixing full and sliding attention");
   if (sliding && !window_allowed) throw unsupported("sliding_attention layers for this model_type");
@@ -158,7 +163,8 @@ ModelConfig read_llama_family(const json& j, const std::string& type) {
       c.qkv_bias = true;  // Qwen2Attention: bias on q, k, v always, never on o
       break;
   }
-  if (c.variant == LlamaVariant::kSmolLM3 && j.contains("no_rope_layers") && !j["no_rope_layers"].is_null()) {
+  if (c.variant == LlamaVariant::kSmolLM3 && j.contains("no_rope_layers") &&
+      !j["no_rope_layers"].is_null()) {
     const json& nr = j["no_rope_layers"];
     if (!nr.is_array()) throw Error("config.json: 'no_rope_layers' is not a list");
     for (const json& v : nr) {
@@ -188,11 +194,14 @@ ModelConfig read_llama_family(const json& j, const std::string& type) {
 
 ModelConfig read_gpt2(const json& j) {
   if (j.contains(kForgeRopeStyleKey))
-    throw Error(str("config.json: '", kForgeRopeStyleKey, "' is a llama setting; gpt2 has no rotary embeddings"));
+    throw Error(str("config.json: '", kForgeRopeStyleKey,
+                    "' is a llama setting; gpt2 has no rotary embeddings"));
   const std::string act = j.value("activation_function", std::string("gelu_new"));
-  if (act != "gelu_new" && act != "gelu_pytorch_tanh") throw unsupported(str("activation_function '", act, "'"));
+  if (act != "gelu_new" && act != "gelu_pytorch_tanh")
+    throw unsupported(str("activation_function '", act, "'"));
   if (!j.value("tie_word_embeddings", true)) throw unsupported("gpt2 with untied embeddings");
-  if (j.value("scale_attn_by_inverse_layer_idx", false)) throw unsupported("scale_attn_by_inverse_layer_idx = true");
+  if (j.value("scale_attn_by_inverse_layer_idx", false))
+    throw unsupported("scale_attn_by_inverse_layer_idx = true");
   ModelConfig c;
   c.family = Family::kGpt2;
   c.vocab_size = get_int(j, "vocab_size");
@@ -200,7 +209,8 @@ ModelConfig read_gpt2(const json& j) {
   c.n_layer = get_int(j, "n_layer");
   c.n_embd = get_int(j, "n_embd");
   c.n_head = c.n_kv_head = get_int(j, "n_head");
-  c.ffn_hidden = j.contains("n_inner") && j["n_inner"].is_number_integer() ? get_int(j, "n_inner") : 4 * c.n_embd;
+  c.ffn_hidden = j.contains("n_inner") && j["n_inner"].is_number_integer() ? get_int(j, "n_inner")
+                                                                           : 4 * c.n_embd;
   if (j.contains("layer_norm_epsilon")) c.norm_eps = j["layer_norm_epsilon"].get<float>();
   c.tie_embeddings = true;
   return c;
@@ -211,12 +221,15 @@ void write_rope(json& j, const ModelConfig& c) {
   // model, rope_parameters as transformers 5 writes it.
   j["rope_theta"] = c.rope_theta;
   if (c.rope_scaling == RopeScaling::kNone) return;
-  json r = {{"rope_type", rope_scaling_name(c.rope_scaling)}, {"rope_theta", c.rope_theta}, {"factor", c.rope_factor}};
+  json r = {{"rope_type", rope_scaling_name(c.rope_scaling)},
+            {"rope_theta", c.rope_theta},
+            {"factor", c.rope_factor}};
   if (c.rope_scaling == RopeScaling::kLlama3) {
     r["low_freq_factor"] = c.rope_low_freq_factor;
     r["high_freq_factor"] = c.rope_high_freq_factor;
   }
-  if (c.rope_original_max_positions > 0) r["original_max_position_embeddings"] = c.rope_original_max_positions;
+  if (c.rope_original_max_positions > 0)
+    r["original_max_position_embeddings"] = c.rope_original_max_positions;
   j["rope_parameters"] = r;
 }
 
@@ -247,11 +260,11 @@ nlohmann::json to_hf_config(const ModelConfig& c) {
     return j;
   }
   const std::string type = c.model_type();
-  const char* arch = type == "mistral" ? "MistralForCausalLM"
-                     : type == "qwen2" ? "Qwen2ForCausalLM"
-                     : type == "qwen3" ? "Qwen3ForCausalLM"
+  const char* arch = type == "mistral"   ? "MistralForCausalLM"
+                     : type == "qwen2"   ? "Qwen2ForCausalLM"
+                     : type == "qwen3"   ? "Qwen3ForCausalLM"
                      : type == "smollm3" ? "SmolLM3ForCausalLM"
-                                       : "LlamaForCausalLM";
+                                         : "LlamaForCausalLM";
   j["model_type"] = type;
   j["architectures"] = {arch};
   j["max_position_embeddings"] = c.max_seq_len;
@@ -265,8 +278,10 @@ nlohmann::json to_hf_config(const ModelConfig& c) {
   j["rms_norm_eps"] = c.norm_eps;
   write_rope(j, c);
   j["tie_word_embeddings"] = c.tie_embeddings;
-  if (c.pad_token_id >= 0) j["pad_token_id"] = c.pad_token_id;
-  else j["pad_token_id"] = nullptr;
+  if (c.pad_token_id >= 0)
+    j["pad_token_id"] = c.pad_token_id;
+  else
+    j["pad_token_id"] = nullptr;
   if (type == "llama" || type == "qwen3" || type == "smollm3") j["attention_bias"] = c.qkv_bias;
   if (type == "llama" || type == "smollm3") j["mlp_bias"] = false;
   if (type == "smollm3") {
@@ -275,8 +290,10 @@ nlohmann::json to_hf_config(const ModelConfig& c) {
     j["no_rope_layers"] = nr;
   }
   if (type == "mistral") {
-    if (c.sliding_window > 0) j["sliding_window"] = c.sliding_window;
-    else j["sliding_window"] = nullptr;
+    if (c.sliding_window > 0)
+      j["sliding_window"] = c.sliding_window;
+    else
+      j["sliding_window"] = nullptr;
   }
   if (type == "qwen2" || type == "qwen3" || type == "smollm3") {
     j["use_sliding_window"] = false;
@@ -294,9 +311,13 @@ ModelConfig from_hf_config(const nlohmann::json& j) {
     throw Error("config.json: missing 'model_type'");
   const std::string type = j["model_type"].get<std::string>();
   ModelConfig c;
-  if (type == "gpt2") c = read_gpt2(j);
-  else if (parse_llama_variant(type)) c = read_llama_family(j, type);
-  else throw Error(str("config.json: unsupported model_type '", type, "' (supported: gpt2, llama, mistral, qwen2, qwen3, smollm3)"));
+  if (type == "gpt2")
+    c = read_gpt2(j);
+  else if (parse_llama_variant(type))
+    c = read_llama_family(j, type);
+  else
+    throw Error(str("config.json: unsupported model_type '", type,
+                    "' (supported: gpt2, llama, mistral, qwen2, qwen3, smollm3)"));
   c.validate();
   return c;
 }
