@@ -195,7 +195,7 @@ void apply_row(ModelConfig& c, const ModelRow& row, const std::string& v) {
         } else if constexpr (std::is_same_v<M, VariantRow>) {
           const std::optional<LlamaVariant> variant = parse_llama_variant(v);
           if (!variant)
-            throw Error(str(what, ": expected llama, mistral, qwen2 or qwen3, got '", v, "'"));
+            throw Error(str(what, ": expected llama, mistral, qwen2, qwen3 or smollm3, got '", v, "'"));
           set_variant(c, *variant);
         } else {
           const std::optional<RopeScaling> scaling = parse_rope_scaling(v);
