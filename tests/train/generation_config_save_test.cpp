@@ -29,39 +29,9 @@ std::string bytes_of(const fs::path& p) {
   return std::string((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
 }
 
-class GenerationConfigSaveTest : public ::testing::Test {
+class GenerationConfigSaveTest : public testing::CountingCorpusRun {
  protected:
-  void SetUp() override {
-    dir_ = fs::temp_directory_path() /
-           ("forge_gensave_" + std::to_string(::getpid()) + "_" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(dir_);
-    fs::create_directories(dir_ / "data");
-    testing::write_counting_corpus(dir_ / "data");
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-
-  ModelConfig model() const {
-    ModelConfig c = preset_config("tiny");
-    c.vocab_size = 16;
-    c.max_seq_len = 16;
-    c.n_layer = 1;
-    c.n_embd = 16;
-    c.n_head = c.n_kv_head = 2;
-    c.ffn_hidden = 32;
-    return c;
-  }
-  TrainConfig config(int steps, int save_every) const {
-    TrainConfig t;
-    t.steps = steps;
-    t.save_every = save_every;
-    t.batch_size = 2;
-    t.seq_len = 16;
-    t.eval_every = 100;
-    t.eval_windows = 2;
-    t.quiet = true;
-    return t;
-  }
+  GenerationConfigSaveTest() : CountingCorpusRun("forge_gensave") {}
   // A byte-level tokenizer.json with <|endoftext|> at `eot` (the counting corpus's ids are
   // not its text; the trainer never encodes with it).
   void write_tokenizer(const fs::path& path, int32_t eot) {
@@ -71,13 +41,6 @@ class GenerationConfigSaveTest : public ::testing::Test {
     tok::Tokenizer::from_bpe(bytes, {}, {{"<|endoftext|>", eot}}, tok::SplitPattern::kGpt2)
         .save_json(path.string());
   }
-  // The model directories a run saved: model/ and every checkpoint.
-  std::vector<fs::path> saved_models(const fs::path& run) {
-    std::vector<fs::path> dirs = {run / "model"};
-    for (const auto& [step, path] : list_checkpoints(run.string())) dirs.emplace_back(path);
-    return dirs;
-  }
-  fs::path dir_;
 };
 
 TEST_F(GenerationConfigSaveTest, FromTheRunsTokenizerIntoEveryModelAndThroughResume) {

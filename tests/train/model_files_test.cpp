@@ -45,39 +45,9 @@ const char* const kChatTemplate =
     "{% for message in messages %}<|im_start|>{{ message['role'] }}\n{{ message['content'] "
     "}}<|im_end|>\n{% endfor %}";
 
-class ModelFilesTest : public ::testing::Test {
+class ModelFilesTest : public testing::CountingCorpusRun {
  protected:
-  void SetUp() override {
-    dir_ = fs::temp_directory_path() /
-           ("forge_modelfiles_" + std::to_string(::getpid()) + "_" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(dir_);
-    fs::create_directories(dir_ / "data");
-    testing::write_counting_corpus(dir_ / "data");
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-
-  ModelConfig model() const {
-    ModelConfig c = preset_config("tiny");
-    c.vocab_size = 16;
-    c.max_seq_len = 16;
-    c.n_layer = 1;
-    c.n_embd = 16;
-    c.n_head = c.n_kv_head = 2;
-    c.ffn_hidden = 32;
-    return c;
-  }
-  TrainConfig config(int steps, int save_every) const {
-    TrainConfig t;
-    t.steps = steps;
-    t.save_every = save_every;
-    t.batch_size = 2;
-    t.seq_len = 16;
-    t.eval_every = 100;
-    t.eval_windows = 2;
-    t.quiet = true;
-    return t;
-  }
+  ModelFilesTest() : CountingCorpusRun("forge_modelfiles") {}
   // A byte-level tokenizer.json with <|endoftext|> = 256 and <|im_end|> = `im_end`.
   static std::string tokenizer_json(int32_t im_end) {
     std::vector<std::string> bytes;
@@ -101,18 +71,11 @@ class ModelFilesTest : public ::testing::Test {
     for (const auto& [name, text] : files) std::ofstream(d / name, std::ios::binary) << text;
     return files;
   }
-  // The model directories a run saved: model/ and every checkpoint.
-  std::vector<fs::path> saved_models(const fs::path& run) {
-    std::vector<fs::path> dirs = {run / "model"};
-    for (const auto& [step, path] : list_checkpoints(run.string())) dirs.emplace_back(path);
-    return dirs;
-  }
   void expect_files(const std::vector<fs::path>& dirs, const io::FileSet& files) {
     for (const fs::path& d : dirs)
       for (const auto& [name, text] : files) EXPECT_EQ(bytes_of(d / name), text) << d / name;
   }
 
-  fs::path dir_;
 };
 
 TEST_F(ModelFilesTest, InitFromCarriesTheTokenizerFilesIntoEveryModelThroughResume) {
