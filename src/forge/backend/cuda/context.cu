@@ -12,6 +12,7 @@ Context::Context(int device) : device_(device), allocator_(device) {
   }
   FORGE_CUDA_CHECK(cudaSetDevice(device));
   FORGE_CUDA_CHECK(cudaGetDeviceProperties(&props_, device));
+  set_pdl(true);
   FORGE_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
   FORGE_CUBLAS_CHECK(cublasLtCreate(&lt_));
   // 32 MiB: what NVIDIA recommends for cuBLASLt on Hopper.

@@ -35,6 +35,10 @@ class Context {
   const Allocator& allocator() const { return allocator_; }
   const cudaDeviceProp& props() const { return props_; }
   int num_sms() const { return props_.multiProcessorCount; }
+  // Whether the decode kernels launch with programmatic dependent launch (pdl.cuh): on by default
+  // where the device has it (compute capability >= 9); off to measure what it gives.
+  bool pdl() const { return pdl_; }
+  void set_pdl(bool on) { pdl_ = on && props_.major >= 9; }
   // Waits for everything enqueued so far.
   void synchronize();
 
@@ -45,6 +49,7 @@ class Context {
   cublasLtHandle_t lt_ = nullptr;
   void* workspace_ = nullptr;
   size_t workspace_bytes_ = 0;
+  bool pdl_ = false;
   Allocator allocator_;
   struct GemmPlanCacheDeleter {
     void operator()(GemmPlanCache* p) const;
