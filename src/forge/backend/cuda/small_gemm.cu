@@ -80,6 +80,7 @@
 
 #include "forge/backend/cuda/flash_mma.cuh"
 #include "forge/backend/cuda/kernel_utils.cuh"
+#include "forge/backend/cuda/pdl.cuh"
 #include "forge/backend/cuda/small_gemm.h"
 
 namespace forge::cuda {
@@ -88,15 +89,20 @@ namespace {
 using namespace kernels;
 using flash::mma;
 
-enum class Epilogue { kBias, kSwiglu };
+// kBias: out = sum + bias. kSwiglu: the fused gate/up. kResidual: out += (sum + bias) rounded
+// to T first (linear_fwd into a temporary, then the residual add: the unfused arithmetic).
+enum class Epilogue { kBias, kSwiglu, kResidual };
 
 struct SmallParams {
-  void* out;         // (N, OC)
-  const void* inp;   // (N, C)
-  const void* w;     // (OC, C) kOutIn, (C, OC) kInOut; SwiGLU (2·OC, C)
-  const void* bias;  // (OC) or null
-  int N, C, OC;      // SwiGLU: OC = FF, the outputs per row
-  int row_tiles;     // batch-row tiles per column block
+  void* out;           // (N, OC); kResidual: also the residual read
+  const void* inp;     // (N, C)
+  const void* w;       // (OC, C) kOutIn, (C, OC) kInOut; SwiGLU (2·OC, C)
+  const void* bias;    // (OC) or null
+  const void* norm_w;  // (C) RMSNorm prologue's weight: the product's input is rmsnorm(inp)
+  float eps;           // its epsilon
+  int N, C, OC;        // SwiGLU: OC = FF, the outputs per row
+  int row_tiles;       // batch-row tiles per column block
+  int x_stride;        // elements between the staged rows in shared memory (norm prologue)
 };
 
 constexpr int kMaxWarps = 16;
@@ -135,21 +141,87 @@ __device__ __forceinline__ float sum_partials(const float* red, int nw, int V, i
   return s;
 }
 
+// Elements between staged rows: C plus padding so that the row stride is 16 words modulo the 32
+// banks — the 8 lanes of a 16-byte load phase (2 rows × 4 chunks) then hit distinct banks.
+template <typename T>
+__host__ __device__ int staged_stride(int C) {
+  const int words = C * static_cast<int>(sizeof(T)) / 4;
+  const int pad = ((16 - words % 32) + 32) % 32;
+  return C + pad * 4 / static_cast<int>(sizeof(T));
+}
+
+// Shared memory of out_in_mma_kernel, in bytes from the start (host and device agree):
+//   red (warps, V, 32) f32   the warps' partial sums
+//   xs  (rows, x_stride) T   kNorm: the normalised input rows
+//   gs  (C) T                kNorm: the norm's weight, copied before the PDL wait
+//   bs  (cols) f32           the bias of the block's columns, copied before the wait (if any)
+//   rs  (rows, cols) f32     kResidual: the residual, loaded right after the wait
+struct SmallSmem {
+  int xs, gs, bs, rs, bytes;
+};
+__host__ __device__ inline SmallSmem small_smem(int warps, int V, int cols, int rows, int C,
+                                                int x_stride, int es, bool norm, bool residual) {
+  auto up16 = [](int b) { return (b + 15) / 16 * 16; };
+  SmallSmem m{};
+  m.xs = warps * V * 32 * 4;
+  m.gs = m.xs + (norm ? up16(rows * x_stride * es) : 0);
+  m.bs = m.gs + (norm ? up16(C * es) : 0);
+  m.rs = m.bs + up16(cols * 4);
+  m.bytes = m.rs + (residual ? rows * cols * 4 : 0);
+  return m;
+}
+
+// The norm prologue: rows n0 .. n0 + 15 (those < N) of rmsnorm(inp)·norm_w into xs (16,
+// x_stride), one warp per row with rmsnorm_fwd_kernel's arithmetic (Σx² over 32 lanes in the
+// same order, s = 1/sqrt(Σ/C + eps), y = x·s·w rounded), so the staged rows equal what the
+// unfused rmsnorm_fwd writes for rows of C ≥ 256.
+template <typename T>
+__device__ void stage_rmsnorm_rows(T* xs, const T* g, const SmallParams& p, int n0) {
+  constexpr int kN = kVec<T>;
+  const int lane = threadIdx.x % 32, nw = blockDim.x / 32, C = p.C;
+  const int rows = min(16, p.N - n0);
+  for (int r = threadIdx.x / 32; r < rows; r += nw) {
+    const T* x = static_cast<const T*>(p.inp) + static_cast<int64_t>(n0 + r) * C;
+    T* y = xs + r * p.x_stride;
+    float sq = 0.0f;
+    for (int c = lane * kN; c < C; c += 32 * kN) {
+      const int4 raw = *reinterpret_cast<const int4*>(x + c);
+      *reinterpret_cast<int4*>(y + c) = raw;
+      float v[kN];
+      unpack16(raw, v, T{});
+#pragma unroll
+      for (int k = 0; k < kN; ++k) sq += v[k] * v[k];
+    }
+    const float s = 1.0f / sqrtf(warp_sum(sq) / C + p.eps);
+    for (int c = lane * kN; c < C; c += 32 * kN) {  // the chunks this lane staged
+      float v[kN], w[kN];
+      load<T, kN>(y + c, v);
+      load<T, kN>(g + c, w);
+#pragma unroll
+      for (int k = 0; k < kN; ++k) v[k] = v[k] * s * w[k];
+      store<T, kN>(y + c, v);
+    }
+  }
+}
+
 // ---- bf16 / f16, W (OC, C) ---------------------------------------------------------------------
 
-template <typename T, int kCT, Epilogue kEpi>
+// kNorm: the input rows are rmsnorm(inp)·norm_w, staged in shared memory after the partials.
+// Launched with PDL (pdl.cuh): the weights of the warp's first k-steps are loaded before
+// pdl_wait(), so they are in flight while the kernel before finishes.
+template <typename T, int kCT, Epilogue kEpi, bool kNorm>
 __global__ void __launch_bounds__(32 * kMaxWarps) out_in_mma_kernel(SmallParams p) {
+  pdl_launch_dependents();
   constexpr bool kGlu = kEpi == Epilogue::kSwiglu;
   constexpr int V = 4 * kCT;                   // accumulators per lane
   constexpr int kHalf = kGlu ? kCT / 2 : kCT;  // tiles per set of output columns
   constexpr int kCols = 8 * kHalf;             // output columns per block
-  extern __shared__ float red[];               // (warps, V, 32)
+  extern __shared__ __align__(16) float red[];  // (warps, V, 32), then small_smem's regions
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, nw = blockDim.x / 32;
   const int g = lane / 4, q = lane % 4;
   const int n0 = (blockIdx.x % p.row_tiles) * 16, o0 = (blockIdx.x / p.row_tiles) * kCols;
   const int C = p.C;
   const T* w = static_cast<const T*>(p.w);
-  const T* x = static_cast<const T*>(p.inp);
   const T* wrow[kCT];  // this lane's weight row of each tile
   bool wok[kCT];
 #pragma unroll
@@ -159,23 +231,88 @@ __global__ void __launch_bounds__(32 * kMaxWarps) out_in_mma_kernel(SmallParams 
     const int row = kGlu && t >= kHalf ? p.OC + o : o;
     wrow[t] = w + static_cast<int64_t>(wok[t] ? row : 0) * C;
   }
-  const bool xok0 = n0 + g < p.N, xok1 = n0 + g + 8 < p.N;
-  const T* x0 = x + static_cast<int64_t>(xok0 ? n0 + g : 0) * C;
-  const T* x1 = x + static_cast<int64_t>(xok1 ? n0 + g + 8 : 0) * C;
   const int4 zero = make_int4(0, 0, 0, 0);
-
-  float acc[kCT][4] = {};
   const int steps = (C + 31) / 32;
-  for (int s0 = warp; s0 < steps; s0 += nw * kUnroll) {
-    int4 wv[kUnroll][kCT], xv[kUnroll][2];
+  auto load_w = [&](int4 (&wv)[kUnroll][kCT], int s0) {
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
       const int k = (s0 + u * nw) * 32 + 8 * q;
       const bool in = k < C;  // C % 8 == 0: a 16-byte chunk is wholly inside or outside
 #pragma unroll
       for (int t = 0; t < kCT; ++t) wv[u][t] = in && wok[t] ? load_weight16(wrow[t] + k) : zero;
-      xv[u][0] = in && xok0 ? __ldg(reinterpret_cast<const int4*>(x0 + k)) : zero;
-      xv[u][1] = in && xok1 ? __ldg(reinterpret_cast<const int4*>(x1 + k)) : zero;
+    }
+  };
+  int4 wv[kUnroll][kCT];
+  load_w(wv, warp);  // constant data: before the wait
+  constexpr bool kRes = kEpi == Epilogue::kResidual;
+  const int rows = min(16, p.N - n0);
+  const SmallSmem sm = small_smem(nw, V, kCols, min(16, p.N), C, p.x_stride, sizeof(T), kNorm, kRes);
+  unsigned char* smem = reinterpret_cast<unsigned char*>(red);
+  T* gs = reinterpret_cast<T*>(smem + sm.gs);
+  float* bs = reinterpret_cast<float*>(smem + sm.bs);
+  float* rs = reinterpret_cast<float*>(smem + sm.rs);
+  if constexpr (kNorm) {  // the norm's weight: constant, before the wait
+    for (int c = threadIdx.x * kVec<T>; c < C; c += blockDim.x * kVec<T>)
+      *reinterpret_cast<int4*>(gs + c) = __ldg(reinterpret_cast<const int4*>(static_cast<const T*>(p.norm_w) + c));
+  }
+  const T* bias = static_cast<const T*>(p.bias);
+  if (bias != nullptr && !kGlu) {
+    for (int i = threadIdx.x; i < kCols; i += blockDim.x) {
+      const int o = o0 + i;
+      bs[i] = o < p.OC ? to_f32(bias[o]) : 0.0f;
+    }
+  }
+  pdl_wait();
+  if constexpr (kRes) {  // the residual rows, in flight with the input's loads
+    const T* res = static_cast<const T*>(p.out);
+    for (int i = threadIdx.x; i < rows * kCols; i += blockDim.x) {
+      const int r = i / kCols, o = o0 + i % kCols;
+      rs[i] = o < p.OC ? to_f32(res[static_cast<int64_t>(n0 + r) * p.OC + o]) : 0.0f;
+    }
+  }
+
+  const bool xok0 = n0 + g < p.N, xok1 = n0 + g + 8 < p.N;
+  const T* x0;
+  const T* x1;
+  if constexpr (kNorm) {
+    T* xs = reinterpret_cast<T*>(smem + sm.xs);
+    stage_rmsnorm_rows<T>(xs, gs, p, n0);
+    __syncthreads();
+    x0 = xs + (xok0 ? g : 0) * p.x_stride;
+    x1 = xs + (xok1 ? g + 8 : 0) * p.x_stride;
+  } else {
+    const T* x = static_cast<const T*>(p.inp);
+    x0 = x + static_cast<int64_t>(xok0 ? n0 + g : 0) * C;
+    x1 = x + static_cast<int64_t>(xok1 ? n0 + g + 8 : 0) * C;
+  }
+
+  auto load_x = [&](int4 (&xv)[kUnroll][2], int s0) {
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int k = (s0 + u * nw) * 32 + 8 * q;
+      const bool in = k < C;
+      if constexpr (kNorm) {
+        xv[u][0] = in && xok0 ? *reinterpret_cast<const int4*>(x0 + k) : zero;
+        xv[u][1] = in && xok1 ? *reinterpret_cast<const int4*>(x1 + k) : zero;
+      } else {
+        xv[u][0] = in && xok0 ? __ldg(reinterpret_cast<const int4*>(x0 + k)) : zero;
+        xv[u][1] = in && xok1 ? __ldg(reinterpret_cast<const int4*>(x1 + k)) : zero;
+      }
+    }
+  };
+  // Two stages where registers allow (kCT <= 2): the next k-steps' loads are issued before this
+  // step's MMAs, so a product with more k-steps than one pass of the warps (C = 1536: 48 steps,
+  // 16 warps × 2) waits for memory once, not once per pass.
+  constexpr bool kTwoStage = kCT <= 2;
+  const int stride = nw * kUnroll;
+  float acc[kCT][4] = {};
+  int4 xv[kUnroll][2];
+  load_x(xv, warp);
+  for (int s0 = warp; s0 < steps; s0 += stride) {
+    const bool more = s0 + stride < steps;
+    int4 wn[kUnroll][kCT], xn[kUnroll][2];
+    if constexpr (kTwoStage) {
+      if (more) load_w(wn, s0 + stride), load_x(xn, s0 + stride);
     }
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
@@ -188,6 +325,18 @@ __global__ void __launch_bounds__(32 * kMaxWarps) out_in_mma_kernel(SmallParams 
           mma<T>(acc[t], a, word(wv[u][t], 2 * h), word(wv[u][t], 2 * h + 1));
       }
     }
+    if (more) {
+      if constexpr (kTwoStage) {
+#pragma unroll
+        for (int u = 0; u < kUnroll; ++u) {
+#pragma unroll
+          for (int t = 0; t < kCT; ++t) wv[u][t] = wn[u][t];
+          xv[u][0] = xn[u][0], xv[u][1] = xn[u][1];
+        }
+      } else {
+        load_w(wv, s0 + stride), load_x(xv, s0 + stride);
+      }
+    }
   }
 
 #pragma unroll
@@ -198,18 +347,20 @@ __global__ void __launch_bounds__(32 * kMaxWarps) out_in_mma_kernel(SmallParams 
   // Entry i = v·32 + l of the partials: tile t = v / 4, element e = v % 4 of lane l's C fragment
   // (c0, c1: batch row l/4, columns 2(l%4) + 0, 1; c2, c3: batch row l/4 + 8).
   T* out = static_cast<T*>(p.out);
-  const T* bias = static_cast<const T*>(p.bias);
   for (int i = threadIdx.x; i < 4 * kHalf * 32; i += blockDim.x) {
     const int v = i / 32, l = i % 32, t = v / 4, e = v % 4;
     const int n = n0 + l / 4 + (e >= 2 ? 8 : 0);
-    const int o = o0 + 8 * t + 2 * (l % 4) + (e & 1);
+    const int oc = 8 * t + 2 * (l % 4) + (e & 1), o = o0 + oc;  // oc: column within the block
     if (n >= p.N || o >= p.OC) continue;
     const float s = sum_partials(red, nw, V, i);
     T* dst = out + static_cast<int64_t>(n) * p.OC + o;
     if constexpr (kGlu) {
       *dst = swiglu_value<T>(s, sum_partials(red, nw, V, i + 4 * kHalf * 32));
+    } else if constexpr (kRes) {
+      const float y = to_f32(from_f32<T>(bias ? s + bs[oc] : s));
+      *dst = from_f32<T>(rs[(n - n0) * kCols + oc] + y);
     } else {
-      *dst = from_f32<T>(bias ? s + to_f32(bias[o]) : s);
+      *dst = from_f32<T>(bias ? s + bs[oc] : s);
     }
   }
 }
@@ -381,17 +532,31 @@ void launch_out_in(Context& ctx, SmallParams p, SmallLinearTiling tiling) {
   }
   const int warps = split_warps(ceil_div(p.C, 32), tiling.warps);
   const int blocks = ceil_div(p.OC, kGlu ? 4 * ct : 8 * ct) * p.row_tiles;
-  const size_t smem = static_cast<size_t>(warps) * 4 * ct * 32 * sizeof(float);
+  const bool norm = p.norm_w != nullptr;
+  p.x_stride = norm ? staged_stride<T>(p.C) : 0;
+  const int cols = kGlu ? 4 * ct : 8 * ct;
+  const size_t smem = small_smem(warps, 4 * ct, cols, std::min(16, p.N), p.C, p.x_stride, sizeof(T),
+                                 norm, kEpi == Epilogue::kResidual)
+                          .bytes;
   auto go = [&](auto kernel) {
-    kernel<<<blocks, 32 * warps, smem, ctx.stream()>>>(p);
-    FORGE_CUDA_CHECK_LAUNCH();
+    if (smem > 48 * 1024)
+      FORGE_CUDA_CHECK(
+          cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+    launch_pdl(ctx, kernel, blocks, 32 * warps, smem, p);
   };
-  if (ct == 4)
-    go(out_in_mma_kernel<T, 4, kEpi>);
-  else if (ct == 2)
-    go(out_in_mma_kernel<T, 2, kEpi>);
-  else if constexpr (!kGlu)
-    go(out_in_mma_kernel<T, 1, kEpi>);
+  auto pick = [&](auto norm_tag) {
+    constexpr bool kNorm = decltype(norm_tag)::value;
+    if (ct == 4)
+      go(out_in_mma_kernel<T, 4, kEpi, kNorm>);
+    else if (ct == 2)
+      go(out_in_mma_kernel<T, 2, kEpi, kNorm>);
+    else if constexpr (!kGlu)
+      go(out_in_mma_kernel<T, 1, kEpi, kNorm>);
+  };
+  if (norm)
+    pick(std::true_type{});
+  else
+    pick(std::false_type{});
 }
 
 template <typename T>
@@ -453,36 +618,63 @@ bool small_linear_aligned(const void* out, const void* inp, const void* w) {
   return aligned16(out) && aligned16(inp) && aligned16(w);
 }
 
+bool small_linear_fusion_supported(DType dt, int N, int C, int OC, WeightLayout layout,
+                                   const SmallLinearFusion& f) {
+  if (!small_linear_supported(dt, N, C, OC, layout)) return false;
+  if (f.norm_w == nullptr && !f.residual) return true;
+  return dt != DType::kF32 && layout == WeightLayout::kOutIn && C <= kSmallLinearMaxNormC;
+}
+
+namespace {
+
+void check_fusion(const SmallLinearFusion& f, bool supported, const char* op, DType dt, int N,
+                  int C, int OC) {
+  FORGE_CHECK(supported, "[", op, "] fusion not supported: ", dtype_name(dt), " N=", N, " C=", C,
+              " OC=", OC, f.norm_w ? " +rmsnorm" : "", f.residual ? " +residual" : "");
+  FORGE_CHECK(f.norm_w == nullptr || aligned16(f.norm_w), "[", op,
+              "] norm weight not 16-byte aligned");
+}
+
+}  // namespace
+
 void small_linear_fwd(Context& ctx, DType dt, void* out, const void* inp, const void* w,
                       const void* bias, int N, int C, int OC, WeightLayout layout,
-                      SmallLinearTiling tiling) {
+                      SmallLinearTiling tiling, const SmallLinearFusion& fusion) {
   FORGE_CHECK(small_linear_supported(dt, N, C, OC, layout),
               "[small_linear_fwd] not supported: ", dtype_name(dt), " N=", N, " C=", C, " OC=", OC,
               layout == WeightLayout::kOutIn ? " (OC, C)" : " (C, OC)");
   FORGE_CHECK(small_linear_aligned(out, inp, w), "[small_linear_fwd] operands not 16-byte aligned");
   check_tiling(tiling, false);
-  const SmallParams p{out, inp, w, bias, N, C, OC, 0};
+  check_fusion(fusion, small_linear_fusion_supported(dt, N, C, OC, layout, fusion),
+               "small_linear_fwd", dt, N, C, OC);
+  const SmallParams p{out, inp, w, bias, fusion.norm_w, fusion.eps, N, C, OC, 0, 0};
   dispatch_dtype(dt, "small_linear_fwd", [&](auto tag) {
     using T = decltype(tag);
     if constexpr (std::is_same_v<T, float>)
       launch_f32<Epilogue::kBias>(ctx, p, layout);
-    else if (layout == WeightLayout::kOutIn)
-      launch_out_in<T, Epilogue::kBias>(ctx, p, tiling);
-    else
+    else if (layout == WeightLayout::kInOut)
       launch_in_out<T>(ctx, p, tiling);
+    else if (fusion.residual)
+      launch_out_in<T, Epilogue::kResidual>(ctx, p, tiling);
+    else
+      launch_out_in<T, Epilogue::kBias>(ctx, p, tiling);
   });
 }
 
 void small_linear_swiglu_fwd(Context& ctx, DType dt, void* hidden, const void* inp,
                              const void* w_gate_up, int N, int C, int FF,
-                             SmallLinearTiling tiling) {
+                             SmallLinearTiling tiling, const SmallLinearFusion& fusion) {
   FORGE_CHECK(small_linear_swiglu_supported(dt, N, C, FF),
               "[small_linear_swiglu_fwd] not supported: ", dtype_name(dt), " N=", N, " C=", C,
               " FF=", FF);
   FORGE_CHECK(small_linear_aligned(hidden, inp, w_gate_up),
               "[small_linear_swiglu_fwd] operands not 16-byte aligned");
   check_tiling(tiling, true);
-  const SmallParams p{hidden, inp, w_gate_up, nullptr, N, C, FF, 0};
+  check_fusion(fusion,
+               !fusion.residual && small_linear_fusion_supported(dt, N, C, 2 * FF,
+                                                                 WeightLayout::kOutIn, fusion),
+               "small_linear_swiglu_fwd", dt, N, C, FF);
+  const SmallParams p{hidden, inp, w_gate_up, nullptr, fusion.norm_w, fusion.eps, N, C, FF, 0, 0};
   dispatch_dtype(dt, "small_linear_swiglu_fwd", [&](auto tag) {
     using T = decltype(tag);
     if constexpr (std::is_same_v<T, float>)

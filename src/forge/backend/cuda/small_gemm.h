@@ -54,18 +54,37 @@ struct SmallLinearTiling {
   int warps = 0;      // warps per block splitting C, 1..16
 };
 
+// What a product fuses around it (a decode step's norm before and residual after it, so a
+// Llama layer is five kernels: small_gemm.cu). bf16 / f16 with W (OC, C) only.
+struct SmallLinearFusion {
+  // Non-null (C, 16-byte aligned): the product's input is rmsnorm(inp)·norm_w with this eps,
+  // computed as rmsnorm_fwd does, rounded to dt (what the unfused rmsnorm_fwd would store).
+  const void* norm_w = nullptr;
+  float eps = 0.0f;
+  // out += the product (+ bias) rounded to dt first: linear_fwd into a temporary, then the
+  // residual add, in place (out is read and written element by element).
+  bool residual = false;
+};
+// The widest C the norm prologue stages (16 rows of C in shared memory).
+inline constexpr int kSmallLinearMaxNormC = 4096;
+// Whether the kernels take this shape with this fusion (no fusion: small_linear_supported).
+bool small_linear_fusion_supported(DType dt, int N, int C, int OC, WeightLayout layout,
+                                   const SmallLinearFusion& f);
+
 // out (N, OC) = inp (N, C) · op(W) + bias (OC, may be null), f32 accumulation, rounded once to dt.
-// W (OC, C) for kOutIn, (C, OC) for kInOut. Requires small_linear_supported and _aligned.
+// W (OC, C) for kOutIn, (C, OC) for kInOut. Requires small_linear_supported and _aligned, and
+// small_linear_fusion_supported for a fusion.
 void small_linear_fwd(Context& ctx, DType dt, void* out, const void* inp, const void* w,
                       const void* bias, int N, int C, int OC, WeightLayout layout,
-                      SmallLinearTiling tiling = {});
+                      SmallLinearTiling tiling = {}, const SmallLinearFusion& fusion = {});
 
 // hidden (N, FF) = silu(g) ∘ u with g = inp · Wgᵀ and u = inp · Wuᵀ, each rounded to dt first
 // (what linear_fwd stores and swiglu_fwd reads on the unfused path). w_gate_up (2FF, C) kOutIn:
 // rows [0, FF) the gate weight, rows [FF, 2FF) the up weight. Requires
 // small_linear_swiglu_supported and _aligned.
+// A fusion's norm_w applies the norm prologue (residual is not allowed here).
 void small_linear_swiglu_fwd(Context& ctx, DType dt, void* hidden, const void* inp,
                              const void* w_gate_up, int N, int C, int FF,
-                             SmallLinearTiling tiling = {});
+                             SmallLinearTiling tiling = {}, const SmallLinearFusion& fusion = {});
 
 }  // namespace forge::cuda
