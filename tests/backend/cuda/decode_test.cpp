@@ -30,6 +30,15 @@ namespace {
 using namespace forge::cuda::testing;
 using forge::testing::random_ids;
 
+// decode_attention's scratch, zeroed as its contract asks (the splits' arrival counters).
+DeviceBuffer<char> attention_scratch(Context& ctx, const DecodeShape& s) {
+  const size_t n = std::max<size_t>(1, decode_attention_scratch_bytes(s));
+  DeviceBuffer<char> b(ctx.allocator(), n);
+  FORGE_CUDA_CHECK(cudaMemsetAsync(b.data(), 0, n, ctx.stream()));
+  ctx.synchronize();
+  return b;
+}
+
 class DecodeTest : public DtypeTest<CudaTest> {
  protected:
   static std::vector<float> to_f(const std::vector<double>& v) {
@@ -73,8 +82,7 @@ class DecodeTest : public DtypeTest<CudaTest> {
       decode_attention_generic(ctx(), dt(), out.data(), dq.data(), dk.data(), dv.data(), dpos.data(), s,
                                q_stride);
     } else {
-      DeviceBuffer<char> scratch(ctx().allocator(),
-                                 std::max<size_t>(1, decode_attention_scratch_bytes(s)));
+      DeviceBuffer<char> scratch = attention_scratch(ctx(), s);
       decode_attention(ctx(), dt(), out.data(), dq.data(), dk.data(), dv.data(), dpos.data(), s,
                        q_stride, scratch.data());
     }
@@ -260,6 +268,81 @@ TEST_P(DecodeTest, RopeKvAppendEqualsTheThreeOps) {
     }
 }
 
+// A Llama decode step's RoPE + cache append + attention as one kernel (rope_decode_attention;
+// rope null: GPT-2's append + attention): the unfused GPU ops (rope_kv_append or kv_append, then
+// decode_attention) bit for bit — output and both caches — and the double CPU composition
+// within the dtype's tolerance. Cache rows a slot cannot see are NaN; the row the step writes
+// holds stale random values, so reading it instead of the new k, v fails. One split and many,
+// a ring, a group above 8 heads (two chunks), head size 128. Each call runs twice on fresh
+// copies with the same scratch: the splits' arrival counters must come back to zero.
+TEST_P(DecodeTest, RopeDecodeAttentionEqualsTheUnfusedOps) {
+  struct Case {
+    DecodeShape s;
+    std::vector<int32_t> pos;
+    bool rope;
+    RopeStyle style;
+    const char* what;
+  };
+  const std::vector<Case> cases = {
+      {{1, 9, 3, 64, 384}, {130}, true, RopeStyle::kRotateHalf, "smollm2 S=1"},
+      {{4, 9, 3, 64, 40}, {0, 39, 85, 1000}, true, RopeStyle::kInterleaved, "ring"},
+      {{2, 16, 1, 64, 200}, {199, 70}, true, RopeStyle::kRotateHalf, "group 16"},
+      {{3, 8, 2, 128, 4096}, {4000, 29, 0}, true, RopeStyle::kRotateHalf, "long, HS 128"},
+      {{2, 12, 12, 64, 128}, {127, 5}, false, RopeStyle::kRotateHalf, "no rope (gpt2)"},
+  };
+  uint64_t seed = 500;
+  for (const Case& c : cases) {
+    const DecodeShape& s = c.s;
+    SCOPED_TRACE(std::string(c.what) + " splits=" + std::to_string(decode_attention_splits(s)));
+    const Rope rope{10000.0, c.style};
+    const Rope* r = c.rope ? &rope : nullptr;
+    const int64_t kc = static_cast<int64_t>(s.NH) * s.HS;
+    const int64_t vc = kc + static_cast<int64_t>(s.NKV) * s.HS;
+    const int64_t stride = vc + static_cast<int64_t>(s.NKV) * s.HS + 8;  // padded rows
+    const auto qkv = as_dt(dt(), random_normal<float>(static_cast<size_t>(s.S) * stride, seed++, 1.5));
+    const auto ck = cache(s, c.pos, seed++), cv = cache(s, c.pos, seed++);
+    // CPU in double: the composition.
+    std::vector<double> wq = to_d(qkv), wk = to_d(ck), wv = to_d(cv);
+    if (r != nullptr)
+      cpu::rope_kv_append<double>(wq.data(), stride, wk.data(), wv.data(), c.pos.data(), s, rope);
+    else
+      cpu::kv_append<double>(wk.data(), wv.data(), wq.data() + kc, wq.data() + vc, c.pos.data(), s,
+                             stride, stride);
+    std::vector<double> want(static_cast<size_t>(s.S) * s.NH * s.HS);
+    cpu::decode_attention<double>(want.data(), wq.data(), wk.data(), wv.data(), c.pos.data(), s,
+                                  stride);
+    auto dpos = upload(c.pos);
+    DeviceBuffer<char> scratch = attention_scratch(ctx(), s);
+    std::vector<float> fused[2][3];  // run, (out, cache k, cache v)
+    for (auto& run : fused) {
+      auto a = up(qkv), ak = up(ck), av = up(cv), out = poison(want.size());
+      rope_decode_attention(ctx(), dt(), out.data(), a.data(), stride, ak.data(), av.data(),
+                            dpos.data(), s, r, scratch.data());
+      run[0] = down(out), run[1] = down(ak), run[2] = down(av);
+    }
+    auto b = up(qkv), bk = up(ck), bv = up(cv), out = poison(want.size());
+    if (r != nullptr)
+      rope_kv_append(ctx(), dt(), b.data(), stride, bk.data(), bv.data(), dpos.data(), s, rope);
+    else
+      kv_append(ctx(), dt(), bk.data(), bv.data(), b.at(kc), b.at(vc), dpos.data(), s, stride,
+                stride);
+    decode_attention(ctx(), dt(), out.data(), b.data(), bk.data(), bv.data(), dpos.data(), s,
+                     stride, scratch.data());
+    EXPECT_TRUE(same_bits(fused[0][0], down(out))) << "out vs the unfused ops";
+    EXPECT_TRUE(same_bits(fused[0][1], down(bk))) << "cache k vs the unfused ops";
+    EXPECT_TRUE(same_bits(fused[0][2], down(bv))) << "cache v vs the unfused ops";
+    for (int i = 0; i < 3; ++i) EXPECT_TRUE(same_bits(fused[0][i], fused[1][i])) << "rerun " << i;
+    // f32 1e-5 + 1e-4·|ref|, bf16 1e-2 + 2e-2·|ref|
+    EXPECT_TRUE(all_close(fused[0][0], want, tol_for(dt()))) << "out vs CPU";
+    // (Rows no slot sees stay NaN on both sides.)
+    auto no_nan = [](auto v) {
+      for (auto& x : v) x = std::isnan(x) ? 0 : x;
+      return v;
+    };
+    EXPECT_TRUE(all_close(no_nan(fused[0][1]), no_nan(wk), tol_for(dt()))) << "cache k vs CPU";
+  }
+}
+
 // The untuned kernel for the head sizes the flash-decoding kernel does not take (tiny models).
 TEST_P(DecodeTest, GenericAttentionMatchesCpu) {
   for (int HS : {8, 16, 48, 64, 256})
@@ -290,7 +373,7 @@ TEST_P(DecodeTest, AttentionInAGraphReadsNewPositions) {
   auto dq = up(q), dk = up(ck), dv = up(cv), out = poison(q.size());
   std::vector<int32_t> pos = {100, 1500};
   auto dpos = upload(pos);
-  DeviceBuffer<char> scratch(ctx().allocator(), decode_attention_scratch_bytes(s));
+  DeviceBuffer<char> scratch = attention_scratch(ctx(), s);
   auto step = [&] {
     decode_attention(ctx(), dt(), out.data(), dq.data(), dk.data(), dv.data(), dpos.data(), s, 0,
                      scratch.data());
@@ -326,8 +409,7 @@ TEST_P(DecodeTest, AppendAttendAdvanceGraphMatchesCpuSteps) {
   auto dck = up(to_f(ck)), dcv = up(to_f(cv));
   auto dq = poison(s.S * Q), dk = poison(s.S * W), dv = poison(s.S * W), out = poison(s.S * Q);
   auto dpos = upload(pos);
-  DeviceBuffer<char> scratch(ctx().allocator(),
-                             std::max<size_t>(1, decode_attention_scratch_bytes(s)));
+  DeviceBuffer<char> scratch = attention_scratch(ctx(), s);
   auto step = [&] {
     kv_append(ctx(), dt(), dck.data(), dcv.data(), dk.data(), dv.data(), dpos.data(), s);
     decode_attention(ctx(), dt(), out.data(), dq.data(), dck.data(), dcv.data(), dpos.data(), s, 0,
@@ -418,8 +500,7 @@ TEST_F(DecodeOpsTest, DISABLED_DecodeAttentionThroughput) {
     FORGE_CUDA_CHECK(cudaMemsetAsync(cv.data(), 0x3f, cv.bytes(), ctx().stream()));  // ~0.75
     FORGE_CUDA_CHECK(cudaMemsetAsync(q.data(), 0x3f, q.bytes(), ctx().stream()));
     const auto pos = upload(std::vector<int32_t>(s.S, s.cap - 1));
-    DeviceBuffer<char> scratch(ctx().allocator(),
-                               std::max<size_t>(1, decode_attention_scratch_bytes(s)));
+    DeviceBuffer<char> scratch = attention_scratch(ctx(), s);
     auto call = [&] {
       decode_attention(ctx(), DType::kBF16, out.data(), q.data(), ck.data(), cv.data(), pos.data(),
                        s, r.q_stride, scratch.data());

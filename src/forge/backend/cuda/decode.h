@@ -36,7 +36,9 @@ bool decode_attention_supported(int HS);
 // Blocks the KV length of one (slot, kv head) is split across, a function of the shape alone
 // (so a captured graph stays valid for every position); 1 = no second reduction kernel.
 int decode_attention_splits(const DecodeShape& s);
-// Scratch decode_attention needs for its per-split partial results (0 when splits = 1).
+// Scratch decode_attention needs for its per-split partial results and the splits' arrival
+// counters (0 when splits = 1). The counters must be zero before the first call (the caller
+// zeroes the scratch once when it allocates it); every call leaves them zero.
 size_t decode_attention_scratch_bytes(const DecodeShape& s);
 
 // out (S, NH, HS) dense = softmax(q·kᵀ / sqrt(HS))·v of each slot's query row over its cache rows
@@ -48,7 +50,15 @@ void decode_attention(Context& ctx, DType dt, void* out, const void* q, const vo
                       const void* cache_v, const int32_t* pos, const DecodeShape& s,
                       int64_t q_stride, void* scratch);
 
-// pos[s] = min(pos[s] + 1, limit) for s < S, on the device.
+// rope_kv_append (or, rope null, kv_append of the k and v columns) followed by decode_attention
+// of the q columns: one kernel on the supported head sizes (decode_attention.cu: q rotated as it
+// is read, the new k and v row taken from qkv by the split that holds it and written to the
+// cache), else the three ops. qkv (S, stride): q at column 0, k at NH·HS, v at (NH + NKV)·HS;
+// its q and k columns are scratch after the call (rotated or not). scratch as decode_attention.
+void rope_decode_attention(Context& ctx, DType dt, void* out, void* qkv, int64_t stride,
+                           void* cache_k, void* cache_v, const int32_t* pos, const DecodeShape& s,
+                           const Rope* rope, void* scratch);
+
 // The same contract for any head size (decode_generic.cu): one block per query row, scores in
 // shared memory (cap <= 51,200 rows), untuned. CudaBackend uses it where
 // decode_attention_supported(HS) is false. No scratch.
@@ -60,6 +70,12 @@ void decode_attention_generic(Context& ctx, DType dt, void* out, const void* q, 
 void rope_kv_append(Context& ctx, DType dt, void* qkv, int64_t stride, void* cache_k, void* cache_v,
                     const int32_t* pos, const DecodeShape& s, const Rope& rope);
 
+// pos[s] = min(pos[s] + 1, limit) for s < S, on the device.
 void advance_positions(Context& ctx, int32_t* pos, int S, int32_t limit);
+
+// Shared by the decode .cu files: a one-line error for a bad shape; a row stride (0 = width)
+// checked against the row's width.
+void check_decode_shape(const DecodeShape& s, const char* op);
+int64_t decode_row_stride(int64_t stride, int64_t width, const char* op, const char* what);
 
 }  // namespace forge::cuda

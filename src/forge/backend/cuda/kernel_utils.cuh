@@ -99,6 +99,15 @@ __device__ __forceinline__ void unpack16(const int4& r, float* o, f16) {
     o[2 * k] = f.x, o[2 * k + 1] = f.y;
   }
 }
+// One 32-bit word of two 16-bit values → two f32, the lower address first.
+__device__ __forceinline__ void unpack_pair(uint32_t w, float* o, bf16) {
+  o[0] = __uint_as_float(w << 16);
+  o[1] = __uint_as_float(w & 0xffff0000u);
+}
+__device__ __forceinline__ void unpack_pair(uint32_t w, float* o, f16) {
+  const float2 f = __half22float2(*reinterpret_cast<const __half2*>(&w));
+  o[0] = f.x, o[1] = f.y;
+}
 __device__ __forceinline__ int4 pack16(const float* v, float) {
   return make_int4(__float_as_int(v[0]), __float_as_int(v[1]), __float_as_int(v[2]),
                    __float_as_int(v[3]));
