@@ -7,14 +7,16 @@
 // the LM head on the last position only.
 //
 // A decode step has one row per slot (N = S), so every product is (S, C) × op(W):
-//   embedding at pos → per block: (ln1 from the previous block's fused residual + norm) → one
-//   q|k|v product (Llama's q_proj, k_proj, v_proj rows are contiguous in the parameter table, so
-//   they are one (NH + 2·NKV)·HS × C matrix, and so are their biases when the model has them;
-//   GPT-2's c_attn already is one) → (qk_norm: RMSNorm of each q and k head) → RoPE of q and k at
-//   pos and k, v appended to the cache at pos (one op) → decode attention over the slot's cache →
-//   output projection → residual + ln2 → MLP (GPT-2: product + GELU; Llama: gate|up product and
-//   SwiGLU, one op) → down projection → residual + next ln1 (or the final norm).
-//   Then the LM head (S, Vp) and positions += 1. Nothing reads back to the host.
+//   embedding at pos → per block: ln1 → one q|k|v product (Llama's q_proj, k_proj, v_proj rows
+//   are contiguous in the parameter table, so they are one (NH + 2·NKV)·HS × C matrix, and so are
+//   their biases when the model has them; GPT-2's c_attn already is one) → (qk_norm: RMSNorm of
+//   each q and k head) → RoPE of q and k at pos, k and v appended to the cache at pos, decode
+//   attention over the slot's cache (one op) → output projection + residual → ln2 → MLP (GPT-2:
+//   product + GELU; Llama: gate|up product and SwiGLU) → down projection + residual.
+//   Then the final norm, the LM head (S, Vp) and positions += 1. Nothing reads back to the host.
+// The Llama family's ops are fused as the GPU wants them at a few rows (decode_block_llama: five
+// kernels a layer, each launched while the one before finishes); GPT-2 keeps the unfused ops
+// (its Conv1D weights run on cuBLASLt) and the residual + next norm of the training forward.
 #pragma once
 
 #include <algorithm>
@@ -102,37 +104,21 @@ void Model<B>::prefill(int slot, const int32_t* tokens, int Tn) {
   be_.upload(dec_pos_.data() + slot, &pos, 1);
 }
 
+// GPT-2: ln1 comes from the previous block's fused residual + norm (or the embedding's norm).
 template <class B>
-void Model<B>::decode_block(int l) {
-  const int S = S_, C = cfg_.n_embd, NH = cfg_.n_head, NKV = cfg_.n_kv_head, HS = cfg_.head_dim();
-  const int FF = cfg_.ffn_hidden;
+void Model<B>::decode_block_gpt2(int l) {
+  const int S = S_, C = cfg_.n_embd, NH = cfg_.n_head, HS = cfg_.head_dim(), FF = cfg_.ffn_hidden;
   const WeightLayout lay = layout();
   const LayerOffsets& o = table_.layer(l);
-  const int32_t* pos = dec_pos_.data();
-  const DecodeShape shape{S, NH, NKV, HS, cap_};
-  // q | k | v of every row in one product.
-  const int64_t qkvw = static_cast<int64_t>(NH + 2 * NKV) * HS;  // gpt2: 3C
+  const DecodeShape shape{S, NH, cfg_.n_kv_head, HS, cap_};
   Act qkv = dec_qkv_.data();
-  if (gpt2()) be_.linear_fwd(qkv, dec_ln_.data(), w(o.qkv_w), w(o.qkv_b), S, C, 3 * C, lay);
-  else be_.linear_fwd(qkv, dec_ln_.data(), w(o.q_w), w(o.q_b), S, C, static_cast<int>(qkvw), lay);
-  Act q = qkv, k = be_.at(qkv, static_cast<int64_t>(NH) * HS), v = be_.at(qkv, static_cast<int64_t>(NH + NKV) * HS);
-  if (cfg_.qk_norm) {  // Qwen3: RMSNorm over each q and k head, in place, before RoPE
-    be_.head_rmsnorm(q, w(o.q_norm_w), S, NH, HS, qkvw, cfg_.norm_eps);
-    be_.head_rmsnorm(k, w(o.k_norm_w), S, NKV, HS, qkvw, cfg_.norm_eps);
-  }
-  // RoPE of q and k at pos, and k, v into the cache: one op (one kernel on the GPU).
-  // (GPT-2 and SmolLM3's NoPE layers: the append alone.)
-  if (!cfg_.layer_uses_rope(l)) be_.kv_append(cache_k_[l].data(), cache_v_[l].data(), k, v, pos, shape, qkvw, qkvw);
-  else be_.rope_kv_append(qkv, qkvw, cache_k_[l].data(), cache_v_[l].data(), pos, shape, cfg_.rope());
-  be_.decode_attention(dec_atty_.data(), q, cache_k_[l].data(), cache_v_[l].data(), pos, shape, qkvw);
+  be_.linear_fwd(qkv, dec_ln_.data(), w(o.qkv_w), w(o.qkv_b), S, C, 3 * C, lay);
+  be_.rope_decode_attention(dec_atty_.data(), qkv, 3 * C, cache_k_[l].data(), cache_v_[l].data(), dec_pos_.data(),
+                            shape, nullptr);
   be_.linear_fwd(dec_tmp_.data(), dec_atty_.data(), w(o.attn_out_w), w(o.attn_out_b), S, NH * HS, C, lay);
   residual_norm_fwd(dec_mid_.data(), dec_ln_.data(), dec_mean_.data(), dec_rstd_.data(), dec_x_.data(),
                     dec_tmp_.data(), o.ln2_w, o.ln2_b, S);
-  if (gpt2()) {
-    be_.linear_gelu_fwd(dec_hidden_.data(), dec_fc_.data(), dec_ln_.data(), w(o.fc_w), w(o.fc_b), S, C, FF, lay);
-  } else {
-    be_.linear_swiglu_fwd(dec_hidden_.data(), dec_fc_.data(), dec_ln_.data(), w(o.gate_w), S, C, FF);
-  }
+  be_.linear_gelu_fwd(dec_hidden_.data(), dec_fc_.data(), dec_ln_.data(), w(o.fc_w), w(o.fc_b), S, C, FF, lay);
   be_.linear_fwd(dec_tmp_.data(), dec_hidden_.data(), w(o.down_w), w(o.down_b), S, FF, C, lay);
   // The block's output (over its input: residual_norm_fwd's res may not alias a or b only) and
   // the next block's ln1 or the final norm.
@@ -143,14 +129,52 @@ void Model<B>::decode_block(int l) {
                     dec_tmp_.data(), nw, nb, S);
 }
 
+// The Llama family: five ops, each one kernel on the GPU at a few rows (CudaBackend): ln1 +
+// q|k|v product, (Qwen3's head norms), RoPE + cache append + attention, output projection +
+// residual, ln2 + gate|up product + SwiGLU, down projection + residual. The residual stream x
+// is updated in place; ln, rstd, tmp and fc are the unfused paths' scratch.
+template <class B>
+void Model<B>::decode_block_llama(int l) {
+  const int S = S_, C = cfg_.n_embd, NH = cfg_.n_head, NKV = cfg_.n_kv_head, HS = cfg_.head_dim();
+  const int FF = cfg_.ffn_hidden;
+  const float eps = cfg_.norm_eps;
+  const LayerOffsets& o = table_.layer(l);
+  const DecodeShape shape{S, NH, NKV, HS, cap_};
+  // q | k | v of every row in one product (q_proj, k_proj, v_proj rows are contiguous in the
+  // parameter table, and so are their biases).
+  const int64_t qkvw = static_cast<int64_t>(NH + 2 * NKV) * HS;
+  Act qkv = dec_qkv_.data(), x = dec_x_.data();
+  be_.rmsnorm_linear_fwd(qkv, dec_ln_.data(), dec_rstd_.data(), x, w(o.ln1_w), w(o.q_w), w(o.q_b), S, C,
+                         static_cast<int>(qkvw), eps);
+  if (cfg_.qk_norm) {  // Qwen3: RMSNorm over each q and k head, in place, before RoPE
+    be_.head_rmsnorm(qkv, w(o.q_norm_w), S, NH, HS, qkvw, eps);
+    be_.head_rmsnorm(be_.at(qkv, static_cast<int64_t>(NH) * HS), w(o.k_norm_w), S, NKV, HS, qkvw, eps);
+  }
+  // SmolLM3's NoPE layers: the append alone.
+  const Rope rope = cfg_.rope();
+  be_.rope_decode_attention(dec_atty_.data(), qkv, qkvw, cache_k_[l].data(), cache_v_[l].data(), dec_pos_.data(),
+                            shape, cfg_.layer_uses_rope(l) ? &rope : nullptr);
+  be_.linear_residual_fwd(x, dec_tmp_.data(), dec_atty_.data(), w(o.attn_out_w), w(o.attn_out_b), S, NH * HS, C,
+                          WeightLayout::kOutIn);
+  be_.rmsnorm_linear_swiglu_fwd(dec_hidden_.data(), dec_fc_.data(), dec_ln_.data(), dec_rstd_.data(), x,
+                                w(o.ln2_w), w(o.gate_w), S, C, FF, eps);
+  be_.linear_residual_fwd(x, dec_tmp_.data(), dec_hidden_.data(), w(o.down_w), w(o.down_b), S, FF, C,
+                          WeightLayout::kOutIn);
+}
+
 template <class B>
 void Model<B>::decode_step() {
   FORGE_CHECK(S_ > 0, "decode_step() needs plan_decode() first");
   const int S = S_, C = cfg_.n_embd;
   be_.embedding_at(dec_x_.data(), dec_tokens_.data(), dec_pos_.data(), w(table_.wte()), w(table_.wpe()), S, C);
-  const LayerOffsets& o0 = table_.layer(0);
-  norm_fwd(dec_ln_.data(), dec_mean_.data(), dec_rstd_.data(), dec_x_.data(), o0.ln1_w, o0.ln1_b, S);
-  for (int l = 0; l < cfg_.n_layer; ++l) decode_block(l);
+  if (gpt2()) {
+    const LayerOffsets& o0 = table_.layer(0);
+    norm_fwd(dec_ln_.data(), dec_mean_.data(), dec_rstd_.data(), dec_x_.data(), o0.ln1_w, o0.ln1_b, S);
+    for (int l = 0; l < cfg_.n_layer; ++l) decode_block_gpt2(l);
+  } else {
+    for (int l = 0; l < cfg_.n_layer; ++l) decode_block_llama(l);
+    norm_fwd(dec_ln_.data(), dec_mean_.data(), dec_rstd_.data(), dec_x_.data(), table_.lnf_w(), table_.lnf_b(), S);
+  }
   be_.linear_fwd(dec_logits_.data(), dec_ln_.data(), w(table_.lm_head()), nullptr, S, C, cfg_.padded_vocab(),
                  WeightLayout::kOutIn);
   be_.advance_positions(dec_pos_.data(), S, decode_context() - 1);

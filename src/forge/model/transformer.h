@@ -147,7 +147,8 @@ class Model {
   void norm_fwd(Act out, Stat mean, Stat rstd, Act inp, int64_t w_off, int64_t b_off, int N);
   void residual_norm_fwd(Act res, Act out, Stat mean, Stat rstd, Act a, Act b, int64_t w_off, int64_t b_off, int N);
   void store_prefill_kv(int l, const QkvView& v);
-  void decode_block(int l);
+  void decode_block_gpt2(int l);
+  void decode_block_llama(int l);
   void norm_bwd(Act dinp, Act dout, Act inp, Stat mean, Stat rstd, int64_t w_off, int64_t b_off);
   WeightLayout layout() const { return gpt2() ? WeightLayout::kInOut : WeightLayout::kOutIn; }
   Act w(int64_t off) { return off >= 0 ? be_.w(off) : nullptr; }

@@ -205,6 +205,39 @@ class CpuBackend {
                        WeightLayout::kOutIn);
     cpu::swiglu_fwd<T>(hidden, scratch, scratch + nff, nff);
   }
+  // The decode step's fused ops (model/decode_impl.h; one kernel each on the GPU, small_gemm.cu
+  // and decode_attention.cu): here the unfused ops they stand for, in order.
+  // out = rmsnorm(x)·norm_w · Wᵀ + bias, W (OC, C); ln (N, C) and rstd (N) are scratch.
+  void rmsnorm_linear_fwd(Act out, Act ln, Stat rstd, Act x, Act norm_w, Act w, Act bias, int N, int C, int OC,
+                          float eps) {
+    cpu::rmsnorm_fwd<T>(ln, rstd, x, norm_w, N, C, eps);
+    cpu::linear_fwd<T>(out, ln, w, bias, N, C, OC, WeightLayout::kOutIn);
+  }
+  // hidden = linear_swiglu(rmsnorm(x)·norm_w); ln, rstd and scratch (N, 2FF) are scratch.
+  void rmsnorm_linear_swiglu_fwd(Act hidden, Act scratch, Act ln, Stat rstd, Act x, Act norm_w, Act w_gate_up,
+                                 int N, int C, int FF, float eps) {
+    cpu::rmsnorm_fwd<T>(ln, rstd, x, norm_w, N, C, eps);
+    linear_swiglu_fwd(hidden, scratch, ln, w_gate_up, N, C, FF);
+  }
+  // res (N, OC) += inp · op(W) + bias, the product stored in scratch (N, OC) first.
+  void linear_residual_fwd(Act res, Act scratch, Act inp, Act w, Act bias, int N, int C, int OC,
+                           WeightLayout layout) {
+    cpu::linear_fwd<T>(scratch, inp, w, bias, N, C, OC, layout);
+    const int64_t n = static_cast<int64_t>(N) * OC;
+    for (int64_t i = 0; i < n; ++i) res[i] = res[i] + scratch[i];
+  }
+  // rope_kv_append (rope null: kv_append of the k and v columns), then decode_attention of the q
+  // columns of qkv (S, stride).
+  void rope_decode_attention(Act out, Act qkv, int64_t stride, Act ck, Act cv, const int32_t* pos,
+                             const DecodeShape& s, const Rope* rope) {
+    if (rope != nullptr) {
+      cpu::rope_kv_append<T>(qkv, stride, ck, cv, pos, s, *rope);
+    } else {
+      const int64_t k = static_cast<int64_t>(s.NH) * s.HS, v = k + static_cast<int64_t>(s.NKV) * s.HS;
+      cpu::kv_append<T>(ck, cv, qkv + k, qkv + v, pos, s, stride, stride);
+    }
+    cpu::decode_attention<T>(out, qkv, ck, cv, pos, s, stride);
+  }
   // A decode step as one replayable unit: the CUDA backend captures a graph; here capture keeps
   // the function and launch calls it.
   struct StepGraph {

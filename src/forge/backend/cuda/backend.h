@@ -169,6 +169,17 @@ class CudaBackend {
   void decode_attention(Act out, Act q, Act ck, Act cv, const int32_t* pos, const DecodeShape& s, int64_t q_stride);
   void rope_kv_append(Act qkv, int64_t stride, Act ck, Act cv, const int32_t* pos,
                       const DecodeShape& s, const Rope& rope);
+  // The decode step's fused ops (contracts in backend/cpu/backend.h): one kernel each where the
+  // small-N kernels take the shape (bf16 / f16, W (OC, C), few rows) and the attention kernel
+  // the head size; otherwise the unfused ops.
+  void rmsnorm_linear_fwd(Act out, Act ln, Stat rstd, Act x, Act norm_w, Act w, Act bias, int N, int C, int OC,
+                          float eps);
+  void rmsnorm_linear_swiglu_fwd(Act hidden, Act scratch, Act ln, Stat rstd, Act x, Act norm_w, Act w_gate_up,
+                                 int N, int C, int FF, float eps);
+  void linear_residual_fwd(Act res, Act scratch, Act inp, Act w, Act bias, int N, int C, int OC,
+                           WeightLayout layout);
+  void rope_decode_attention(Act out, Act qkv, int64_t stride, Act ck, Act cv, const int32_t* pos,
+                             const DecodeShape& s, const Rope* rope);
   void advance_positions(int32_t* pos, int S, int32_t limit);
   void sample(int32_t* out, Act logits, const SamplerSettings* settings, uint8_t* seen, const int32_t* pos, int S,
               int V, int Vp);
@@ -186,6 +197,7 @@ class CudaBackend {
   void download_bytes(void* host, const void* src, size_t bytes);
   void weight_grads(Grad dw, Grad db, Act dout, Act inp, int N, int C, int OC, WeightLayout layout);
   bool dense(const AttentionShape& s, const AttentionStrides& st) const;
+  void* decode_scratch(const DecodeShape& s);
   void to_dense(Act dst, Act src, int64_t stride, int64_t width, int64_t rows, bool from_strided);
 
   cuda::Context& ctx_;

@@ -7,6 +7,7 @@
 #include "forge/backend/cuda/decode.h"
 #include "forge/backend/cuda/graph.h"
 #include "forge/backend/cuda/sample.h"
+#include "forge/backend/cuda/small_gemm.h"
 #include "forge/core/error.h"
 
 namespace forge {
@@ -47,10 +48,62 @@ void CudaBackend::decode_attention(Act out, Act q, Act ck, Act cv, const int32_t
     cuda::decode_attention_generic(ctx_, dt_, out, q, ck, cv, pos, s, q_stride);
     return;
   }
-  // Sized on the first (eager) step of a shape, so a captured step never allocates.
+  cuda::decode_attention(ctx_, dt_, out, q, ck, cv, pos, s, q_stride, decode_scratch(s));
+}
+
+// Sized on the first (eager) step of a shape, so a captured step never allocates; zeroed once
+// (the attention kernels' arrival counters start at zero and every call leaves them so).
+void* CudaBackend::decode_scratch(const DecodeShape& s) {
   const size_t need = cuda::decode_attention_scratch_bytes(s);
-  if (decode_scratch_.bytes() < need) decode_scratch_ = Buf<uint8_t>(ctx_.allocator(), need);
-  cuda::decode_attention(ctx_, dt_, out, q, ck, cv, pos, s, q_stride, decode_scratch_.data());
+  if (decode_scratch_.bytes() < need) {
+    decode_scratch_ = Buf<uint8_t>(ctx_.allocator(), need);
+    FORGE_CUDA_CHECK(cudaMemsetAsync(decode_scratch_.data(), 0, need, ctx_.stream()));
+  }
+  return decode_scratch_.data();
+}
+
+void CudaBackend::rope_decode_attention(Act out, Act qkv, int64_t stride, Act ck, Act cv, const int32_t* pos,
+                                        const DecodeShape& s, const Rope* rope) {
+  cuda::rope_decode_attention(ctx_, dt_, out, qkv, stride, ck, cv, pos, s, rope,
+                              cuda::decode_attention_supported(s.HS) ? decode_scratch(s) : nullptr);
+}
+
+void CudaBackend::rmsnorm_linear_fwd(Act out, Act ln, Stat rstd, Act x, Act norm_w, Act w, Act bias, int N,
+                                     int C, int OC, float eps) {
+  const cuda::SmallLinearFusion f{norm_w, eps, false};
+  if (cuda::small_linear_eligible(dt_, N, C, OC, WeightLayout::kOutIn) &&
+      cuda::small_linear_fusion_supported(dt_, N, C, OC, WeightLayout::kOutIn, f) &&
+      cuda::small_linear_aligned(out, x, w) && cuda::small_linear_aligned(norm_w, nullptr, nullptr)) {
+    cuda::small_linear_fwd(ctx_, dt_, out, x, w, bias, N, C, OC, WeightLayout::kOutIn, {}, f);
+    return;
+  }
+  rmsnorm_fwd(ln, rstd, x, norm_w, N, C, eps);
+  linear_fwd(out, ln, w, bias, N, C, OC, WeightLayout::kOutIn);
+}
+
+void CudaBackend::rmsnorm_linear_swiglu_fwd(Act hidden, Act scratch, Act ln, Stat rstd, Act x, Act norm_w,
+                                            Act w_gate_up, int N, int C, int FF, float eps) {
+  const cuda::SmallLinearFusion f{norm_w, eps, false};
+  if (cuda::small_linear_swiglu_eligible(dt_, N, C, FF) &&
+      cuda::small_linear_fusion_supported(dt_, N, C, 2 * FF, WeightLayout::kOutIn, f) &&
+      cuda::small_linear_aligned(hidden, x, w_gate_up) && cuda::small_linear_aligned(norm_w, nullptr, nullptr)) {
+    cuda::small_linear_swiglu_fwd(ctx_, dt_, hidden, x, w_gate_up, N, C, FF, {}, f);
+    return;
+  }
+  rmsnorm_fwd(ln, rstd, x, norm_w, N, C, eps);
+  linear_swiglu_fwd(hidden, scratch, ln, w_gate_up, N, C, FF);
+}
+
+void CudaBackend::linear_residual_fwd(Act res, Act scratch, Act inp, Act w, Act bias, int N, int C, int OC,
+                                      WeightLayout layout) {
+  const cuda::SmallLinearFusion f{nullptr, 0.0f, true};
+  if (cuda::small_linear_eligible(dt_, N, C, OC, layout) &&
+      cuda::small_linear_fusion_supported(dt_, N, C, OC, layout, f) && cuda::small_linear_aligned(res, inp, w)) {
+    cuda::small_linear_fwd(ctx_, dt_, res, inp, w, bias, N, C, OC, layout, {}, f);
+    return;
+  }
+  linear_fwd(scratch, inp, w, bias, N, C, OC, layout);
+  cuda::add_inplace(ctx_, dt_, res, scratch, static_cast<int64_t>(N) * OC);
 }
 
 void CudaBackend::rope_kv_append(Act qkv, int64_t stride, Act ck, Act cv, const int32_t* pos,
