@@ -47,6 +47,7 @@ struct GenerateBenchOptions {
   std::vector<int> batches = {1, 8, 32, 128};
   int repeats = 3;
   bool graph = true;
+  bool pdl = true;  // programmatic dependent launch of the decode kernels (cuda/pdl.cuh)
   std::string json_out;
 };
 void generate_bench(const GenerateBenchOptions& o);

@@ -23,6 +23,7 @@ const Command kBenchGenerate = {
      {"batches", "1,8,...", "batch sizes, one table row each (default 1,8,32,128)"},
      {"repeats", "N", "timed runs per row, median reported (default 3)"},
      {"no-graph", "", "launch every decode step's kernels one by one (no step graph)"},
+     {"no-pdl", "", "launch each decode kernel after the one before ends (no programmatic dependent launch)"},
      {"json-out", "FILE", "also write the numbers as JSON"}},
     false,
     "",
@@ -48,6 +49,7 @@ int bench_generate(const Argv& argv) {
   o.new_tokens = a.get_int("new-tokens", o.new_tokens, 1, 1 << 20);
   o.repeats = a.get_int("repeats", o.repeats, 1, int_max);
   o.graph = !a.has("no-graph");
+  o.pdl = !a.has("no-pdl");
   o.json_out = a.get("json-out", "");
   if (a.has("batches")) {
     o.batches.clear();

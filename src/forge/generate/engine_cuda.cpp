@@ -19,6 +19,7 @@ class CudaEngine final : public Engine {
   std::string device_name() const override { return str(cuda::device_summary(), " (", dtype_name(dt_), ")"); }
   std::vector<GenResult> generate(const std::vector<GenRequest>& reqs, const GenOptions& opt,
                                   const TokenCallback& on_token, GenStats* stats) override {
+    ctx_.set_pdl(opt.pdl);  // before the step graph is captured
     return generate_batch(model_, reqs, opt, on_token, stats);
   }
 

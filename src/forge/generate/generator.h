@@ -52,6 +52,7 @@ struct GenOptions {
   int max_batch = 32;  // slots decoded together
   int capacity = 0;    // cache rows per slot; 0: what the longest request needs (<= max_seq_len)
   bool graph = true;   // capture the step once and replay it (CUDA graphs on the GPU)
+  bool pdl = true;     // CUDA: decode kernels launch while the one before finishes (cuda/pdl.cuh)
 };
 
 struct GenStats {
