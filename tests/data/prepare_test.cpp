@@ -217,7 +217,7 @@ TEST_F(PrepareTest, SameShardsForAnyThreadCount) {
   std::vector<std::vector<uint32_t>> results;
   for (int threads : {1, 2, 3}) {
     PrepareOptions o = options({in}, DocFormat::kLines);
-    o.out_dir = (dir_ / ("t" + std::to_string(threads))).string();
+    o.out_dir = (dir_ / "t").string() + std::to_string(threads);
     o.threads = threads;
     o.val_fraction = 0.1;
     prepare_data(t, o);
