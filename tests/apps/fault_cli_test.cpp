@@ -4,7 +4,8 @@
 // disk while saving a checkpoint, simulated as root can't undo it — a file-size limit
 // (RLIMIT_FSIZE) on the forge process, which makes the checkpoint's weights file fail with EFBIG
 // (forge ignores SIGXFSZ so the write fails rather than the process dying) — leaves the previous
-// checkpoint intact and no temporary directory; a run directory that cannot hold checkpoints
+// checkpoint intact and no temporary directory, and one while saving the final model is a
+// one-line error too; a run directory that cannot hold checkpoints
 // (its checkpoints/ is a regular file: chmod would not stop root) is a one-line error naming it.
 #include <signal.h>
 #include <sys/resource.h>
@@ -183,6 +184,25 @@ TEST_F(FaultCli, FullDiskWhileSavingKeepsThePreviousCheckpoint) {
   const Outcome again = forge({"train", "--resume", (dir_ / "run").string(), "--steps", "4"});
   EXPECT_EQ(again.code, 0) << again.err;
   EXPECT_TRUE(fs::exists(dir_ / "run/checkpoints/step_000004/trainer_state.json"));
+}
+
+// The final model under the same limit (a run without checkpoints): one line naming the weights
+// file and the OS error, no model/ directory and no temporary one beside it.
+TEST_F(FaultCli, FullDiskWhileSavingTheFinalModelIsAOneLineError) {
+  std::vector<std::string> args = train_args("run", 2);
+  const auto every = std::find(args.begin(), args.end(), "--save-every");
+  ASSERT_NE(every, args.end());
+  *(every + 1) = "0";
+  const Outcome r = forge(args, {}, 32 << 10);
+  EXPECT_EQ(r.code, 1) << r.err;
+  EXPECT_EQ(count_lines_with(r.err, "error"), 1) << r.err;
+  for (const std::string& needle :
+       {std::string("forge train: error: the final model was not saved (no checkpoint was written "
+                    "before): "),
+        std::string("model.safetensors"), std::string(std::strerror(EFBIG))})
+    EXPECT_NE(r.err.find(needle), std::string::npos) << needle << "\n" << r.err;
+  EXPECT_EQ(names_in(dir_ / "run"),
+            (std::vector<std::string>{"config.json", "loss.svg", "metrics.jsonl"}));
 }
 
 TEST_F(FaultCli, RunDirectoryThatCannotHoldCheckpointsIsAOneLineError) {
