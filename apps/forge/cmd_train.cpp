@@ -48,7 +48,12 @@ const char* const kTrainNotes =
     "special_tokens_map.json, chat_template.jinja) unchanged: the --init-from model's when it has\n"
     "a tokenizer.json, else those of the --data directory (forge data prepare writes them).\n"
     "Trained from scratch, the model takes that tokenizer's vocabulary unless vocab_size is set.\n"
-    "SIGINT/SIGTERM: the current step finishes, a checkpoint is written, and forge exits 0.";
+    "SIGINT/SIGTERM: the current step finishes, a checkpoint is written, and forge exits 0.\n"
+    "A step whose loss or gradient norm is inf/NaN updates nothing (\"skipped\": true in\n"
+    "metrics.jsonl); max_bad_steps of them in a row stop the run (exit 1) and leave the last\n"
+    "checkpoint as it was. A loss loss_spike_z standard deviations above the last 128 steps' mean\n"
+    "is logged as a spike (\"loss_z\" in metrics.jsonl). Testing hook: FORGE_FAULT_INJECT=\n"
+    "nan_grad@STEP or nan_loss@FIRST-LAST (comma-separated, 0-based steps) poisons those steps.";
 
 // What --help says about a training setting: "optimizer steps (default 1000; >= 1)".
 std::string field_help(const TrainField& f) {
@@ -172,6 +177,7 @@ int cmd_train(const Argv& argv) {
   if (a.has("device")) opt.device = device_name(parse_device(a.get("device")));
   if (a.has("precision")) opt.precision = a.get("precision");
   opt.cuda = cuda_settings_from_env();
+  opt.faults = fault_plan_from_env();
   opt.stop = &g_stop;
   if (a.has("resume")) {
     for (const char* fixed :

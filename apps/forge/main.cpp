@@ -2,6 +2,7 @@
 // forge::Error (the user's problem) into one line on stderr and exit code 1.
 #include <unistd.h>
 
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -57,6 +58,10 @@ void prefer_passive_openmp(char** argv) {
 
 int main(int argc, char** argv) {
   prefer_passive_openmp(argv);
+  // A write past a file-size limit (ulimit -f) raises SIGXFSZ, which kills the process, a
+  // checkpoint half-written in its temporary directory. Ignored, the write fails with EFBIG
+  // instead and the save ends as any failed save does: a one-line error naming the file.
+  std::signal(SIGXFSZ, SIG_IGN);
   if (argc < 2 || std::strcmp(argv[1], "--help") == 0 || std::strcmp(argv[1], "-h") == 0 ||
       std::strcmp(argv[1], "help") == 0) {
     usage();

@@ -18,4 +18,14 @@ CudaSettings cuda_settings_from_env() {
   return s;
 }
 
+FaultPlan fault_plan_from_env() {
+  const char* spec = std::getenv("FORGE_FAULT_INJECT");
+  if (spec == nullptr) return {};
+  try {
+    return parse_fault_plan(spec);
+  } catch (const Error& e) {
+    throw Error(str("FORGE_FAULT_INJECT: ", e.what()));
+  }
+}
+
 }  // namespace forge::cli

@@ -1,8 +1,12 @@
 // CLI-level overrides from the environment, read in one place (the library reads none):
 //   FORGE_ATTENTION=auto|flash|unfused|flash-mma|flash-wgmma   attention kernels of a GPU run
 //   FORGE_CUDA_GRAPH=0|1                                        0: every GPU step runs eagerly
+//   FORGE_FAULT_INJECT=nan_grad@STEP,nan_loss@FIRST-LAST,...    a testing hook: faults injected
+//                                                               into training steps (forge
+//                                                               train; train/fault_inject.h)
 #pragma once
 
+#include "forge/train/fault_inject.h"
 #include "forge/train/runner.h"
 
 namespace forge::cli {
@@ -10,5 +14,8 @@ namespace forge::cli {
 // The default CudaSettings with the environment's overrides; throws forge::Error for a value
 // it does not know.
 CudaSettings cuda_settings_from_env();
+
+// FORGE_FAULT_INJECT's plan (empty when unset); throws forge::Error for a malformed one.
+FaultPlan fault_plan_from_env();
 
 }  // namespace forge::cli

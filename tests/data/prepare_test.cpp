@@ -2,9 +2,16 @@
 // so the expected shards can be written out by hand: EOT then the document's bytes.
 #include "forge/data/prepare.h"
 
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <stdexcept>
 
 #include "forge/core/error.h"
 #include "forge/data/shard.h"
@@ -210,7 +217,7 @@ TEST_F(PrepareTest, SameShardsForAnyThreadCount) {
   std::vector<std::vector<uint32_t>> results;
   for (int threads : {1, 2, 3}) {
     PrepareOptions o = options({in}, DocFormat::kLines);
-    o.out_dir = (dir_ / ("t" + std::to_string(threads))).string();
+    o.out_dir = (dir_ / "t").string() + std::to_string(threads);
     o.threads = threads;
     o.val_fraction = 0.1;
     prepare_data(t, o);
@@ -306,6 +313,104 @@ TEST_F(PrepareTest, RefusesADifferentTokenizerFileInOut) {
         << e.what();
   }
   EXPECT_EQ(files_in(out()), std::vector<std::string>{"tokenizer_config.json"});
+}
+
+// Nothing half-done stays in --out (prepare.cpp): a bad document after several shards were
+// written leaves no shard, an --out the run created is removed again, an --out that existed
+// keeps what it held, and the rerun with the input fixed works.
+TEST_F(PrepareTest, AFailureMidwayLeavesNothingAndARerunWorks) {
+  std::string text;
+  for (int i = 0; i < 3000; ++i) text += static_cast<char>('a' + i % 26);
+  const std::string a = write("a.txt", text), b = write("b.txt", "caf\xe9");
+  PrepareOptions o = options({a, b});
+  o.shard_tokens = 500;  // a.txt alone fills 6 shards before b.txt is looked at
+  o.val_fraction = 0;
+  EXPECT_THROW(prepare_data(byte_tokenizer(), o), Error);
+  EXPECT_FALSE(fs::exists(out()));
+  fs::create_directories(out());
+  write("out/notes.txt", "mine");
+  EXPECT_THROW(prepare_data(byte_tokenizer(), o), Error);
+  EXPECT_EQ(files_in(out()), std::vector<std::string>{"notes.txt"});
+  write("b.txt", "cafe");
+  const PrepareStats st = prepare_data(byte_tokenizer(), o);
+  EXPECT_EQ(st.train_shards, 7);  // 3001 + 5 tokens
+  EXPECT_EQ(files_in(out()).size(), 8u);
+  EXPECT_EQ(read_shard(out() + "/train_000006.bin"),
+            std::vector<uint32_t>({static_cast<uint32_t>(text.back()), kEot, 'c', 'a', 'f', 'e'}));
+}
+
+// Any exception, not only forge::Error, cleans up: here one from the progress callback, thrown
+// while the shards of the first batch sit staged.
+TEST_F(PrepareTest, AnyExceptionLeavesNothing) {
+  std::string text(3000, 'x');
+  PrepareOptions o = options({write("a.txt", text)});
+  o.shard_tokens = 500;
+  o.val_fraction = 0;
+  std::vector<std::string> staged;
+  o.progress = [&](const PrepareProgress&) {
+    staged = files_in(out() + "/.tmp-prepare");
+    throw std::runtime_error("interrupted");
+  };
+  EXPECT_THROW(prepare_data(byte_tokenizer(), o), std::runtime_error);
+  EXPECT_EQ(staged.size(), 6u);  // there was something to clean up
+  EXPECT_FALSE(fs::exists(out()));
+}
+
+// A killed run leaves its staging directory (and nothing else): the next run removes it.
+TEST_F(PrepareTest, AKilledRunsStagingDirectoryIsRemovedByTheNextRun) {
+  write("out/.tmp-prepare/train_000000.bin", "half a shard");
+  prepare_data(byte_tokenizer(), options({write("a.txt", "abc")}));
+  EXPECT_EQ(files_in(out()), std::vector<std::string>{"train_000000.bin"});
+  EXPECT_EQ(read_shard(out() + "/train_000000.bin"), bytes_with_eot({"abc"}));
+}
+
+// A full disk through the forge binary, simulated with a file-size limit (RLIMIT_FSIZE; no
+// root needed, and root cannot ignore it): the shards fit, the tokenizer.json copied beside
+// them does not — after special_tokens_map.json was already written. Exit code 1, a message
+// naming the file and the OS error, nothing left in --out; the rerun without the limit works.
+TEST_F(PrepareTest, FullDiskLeavesNothingAndARerunWorks) {
+  std::string text(3000, 'y');
+  const std::string in = write("a.txt", text);
+  fs::create_directories(dir_ / "tok");
+  byte_tokenizer().save_json((dir_ / "tok/tokenizer.json").string());
+  write("tok/special_tokens_map.json", "{\"eos_token\": \"<|endoftext|>\"}\n");
+  const rlim_t limit = 2100;  // a shard of 500 uint16 tokens is 1024 + 1000 bytes
+  ASSERT_GT(fs::file_size(dir_ / "tok/tokenizer.json"), limit);
+  const std::vector<std::string> args = {
+      "data",           "prepare", "--tokenizer",    (dir_ / "tok/tokenizer.json").string(),
+      "--input",        in,        "--out",          out(),
+      "--val-fraction", "0",       "--shard-tokens", "500"};
+  auto run = [&](rlim_t fsize) {
+    const std::string err = (dir_ / "stderr").string();
+    const pid_t pid = fork();
+    if (pid == 0) {
+      if (!freopen("/dev/null", "w", stdout) || !freopen(err.c_str(), "w", stderr)) _exit(126);
+      setenv("OMP_WAIT_POLICY", "passive", 1);
+      const rlimit lim{fsize, fsize};
+      if (fsize > 0 && setrlimit(RLIMIT_FSIZE, &lim) != 0) _exit(125);
+      std::vector<char*> argv = {const_cast<char*>(FORGE_BIN)};
+      for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+      argv.push_back(nullptr);
+      execv(FORGE_BIN, argv.data());
+      _exit(127);
+    }
+    int status = 0;
+    waitpid(pid, &status, 0);
+    std::ifstream f(err);
+    std::string text((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+    return std::make_pair(WIFEXITED(status) ? WEXITSTATUS(status) : -WTERMSIG(status), text);
+  };
+  const auto [code, err] = run(limit);
+  EXPECT_EQ(code, 1) << err;
+  EXPECT_NE(err.find(out() + "/tokenizer.json: cannot write"), std::string::npos) << err;
+  EXPECT_NE(err.find(std::strerror(EFBIG)), std::string::npos) << err;
+  EXPECT_FALSE(fs::exists(out()));
+  const auto [code2, err2] = run(0);
+  EXPECT_EQ(code2, 0) << err2;
+  EXPECT_EQ(files_in(out()), (std::vector<std::string>{
+                                 "special_tokens_map.json", "tokenizer.json", "train_000000.bin",
+                                 "train_000001.bin", "train_000002.bin", "train_000003.bin",
+                                 "train_000004.bin", "train_000005.bin", "train_000006.bin"}));
 }
 
 TEST(PrepareUtf8, FindsTheFirstInvalidByte) {

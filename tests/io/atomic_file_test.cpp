@@ -2,9 +2,14 @@
 // names never outlive a write, and every failure is a one-line error naming the path.
 #include "forge/io/atomic_file.h"
 
+#include <signal.h>
 #include <stdlib.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -169,6 +174,63 @@ TEST_F(AtomicFileTest, DirectoryIsReplacedWholeOrNotAtAll) {
   EXPECT_TRUE(fs::is_empty(path("step_000006")));
   const std::string missing = error_of([&] { AtomicDir d(path("none/step_1")); });
   EXPECT_NE(missing.find(path("none/step_1") + ": cannot create "), std::string::npos) << missing;
+}
+
+// A full disk as a file-size limit (RLIMIT_FSIZE, which root cannot ignore either) in a child
+// process, SIGXFSZ ignored as forge ignores it: the write fails with EFBIG part-way, the error
+// names the file and the reason, the old file is intact and the temporary file is gone.
+TEST_F(AtomicFileTest, FileSizeLimitFailsTheWriteAndKeepsTheOldFile) {
+  const std::string p = path("model.safetensors");
+  write_file_atomic(p, "good");
+  const std::string msg_path = path("message");
+  const pid_t pid = fork();
+  if (pid == 0) {
+    signal(SIGXFSZ, SIG_IGN);
+    const rlimit lim{1000, 1000};
+    if (setrlimit(RLIMIT_FSIZE, &lim) != 0) _exit(2);
+    try {
+      write_file_atomic(p, std::string(5000, 'x'));
+    } catch (const Error& e) {
+      FILE* f = std::fopen(msg_path.c_str(), "w");  // a few bytes: under the limit
+      std::fputs(e.what(), f);
+      std::fclose(f);
+      _exit(0);
+    }
+    _exit(3);  // no error
+  }
+  int status = 0;
+  waitpid(pid, &status, 0);
+  ASSERT_TRUE(WIFEXITED(status)) << "killed by signal " << WTERMSIG(status);
+  ASSERT_EQ(WEXITSTATUS(status), 0);
+  const std::string msg = read(msg_path);
+  EXPECT_NE(msg.find(p + ": cannot write " + p + ".tmp: " + std::strerror(EFBIG)),
+            std::string::npos)
+      << msg;
+  EXPECT_EQ(read(p), "good");
+  EXPECT_EQ(listing(), (std::vector<std::string>{"message", "model.safetensors"}));
+}
+
+// Replacing a directory leaves no trace of the old one beside it (the swap, or the fallback's
+// cleanup); and where the fallback's two renames were cut apart by a crash — no NAME, the old
+// directory under .tmp-NAME.old, the new one complete under .tmp-NAME — the next AtomicDir of
+// that name puts the old one back before it starts.
+TEST_F(AtomicFileTest, CrashBetweenTheFallbacksRenamesLosesNothing) {
+  const std::string p = path("model");
+  for (const char* content : {"1", "2"}) {
+    AtomicDir d(p);
+    write_file_atomic(d.tmp_path() + "/w", content);
+    d.commit();
+  }
+  EXPECT_EQ(read(p + "/w"), "2");
+  EXPECT_EQ(listing(), std::vector<std::string>{"model"});
+  fs::rename(p, path(".tmp-model.old"));
+  fs::create_directory(path(".tmp-model"));
+  std::ofstream(path(".tmp-model/w")) << "3";
+  {
+    AtomicDir d(p);  // abandoned: only the repair happens
+    EXPECT_EQ(read(p + "/w"), "2");
+  }
+  EXPECT_EQ(listing(), std::vector<std::string>{"model"});
 }
 
 }  // namespace

@@ -7,7 +7,8 @@
 // same lines. fp16: graph replays equal eager steps with the loss scale in the loop; an initial
 // scale of 2^40 overflows, skips steps (weights and Adam state untouched) and halves until the
 // gradients fit, then doubles after the growth interval; a short fp16 run learns and reruns
-// bit for bit, and its loss-scale state carried into a fresh runner continues it exactly.
+// bit for bit, and its loss-scale state carried into a fresh runner continues it exactly. The
+// numerical guard: a poisoned step updates nothing and later steps equal a runner without it.
 #include <unistd.h>
 
 #include <algorithm>
@@ -21,6 +22,7 @@
 #include "backend/cuda/op_testing.h"
 #include "forge/core/error.h"
 #include "forge/model/transformer.h"
+#include "forge/train/checkpoint.h"
 #include "forge/train/runner.h"
 #include "forge/train/trainer.h"
 #include "model/small_configs.h"
@@ -131,6 +133,85 @@ TEST_F(CudaRunnerTest, GraphReplaysAreBitIdenticalToEagerSteps) {
       init.init_weights(21);
       EXPECT_FALSE(cuda::testing::bit_identical(eager.w, init.weights())) << where;
     }
+}
+
+// The numerical guard on the GPU (ops/step_guard.h): a poisoned step (a NaN gradient or a NaN
+// loss, injected on the device) leaves weights and both Adam moments bit for bit, is reported
+// skipped one step late, and every later step equals a runner that never ran that update —
+// Adam's t included, which the kernel lowers by the skip count. Graph and eager; in fp16 a NaN
+// loss is the guard's skip, not an overflow: the loss scale and its skip count stay as they were.
+TEST_F(CudaRunnerTest, PoisonedStepUpdatesNothingAndLaterStepsMatchOmittingIt) {
+  const ModelConfig cfg = gpt2_hs64();
+  Transformer<float> init(cfg);
+  init.init_weights(21);
+  const int B = 4, T = 32, kBad = 3, kSteps = 7;
+  struct Case {
+    const char* precision;
+    bool graphs;
+    StepFault fault;
+  };
+  for (const Case& c :
+       {Case{"bf16", true, StepFault::kNanGrad}, Case{"bf16", false, StepFault::kNanLoss},
+        Case{"fp32", true, StepFault::kNanLoss}, Case{"fp16", true, StepFault::kNanLoss}}) {
+    SCOPED_TRACE(str(c.precision, c.graphs ? " graph " : " eager ",
+                     c.fault == StepFault::kNanGrad ? "nan_grad" : "nan_loss"));
+    auto a = make_runner(cfg, c.precision, c.graphs), b = make_runner(cfg, c.precision, c.graphs);
+    a->set_weights(init.weights());
+    b->set_weights(init.weights());
+    // b runs the same micro-batches but leaves out step kBad's update, and is told of one skipped
+    // update so that its later steps take Adam's t through the same device arithmetic as a's
+    // (the kernel recomputes the bias corrections in double; the host's may differ in the last
+    // bit). That t then counts updates taken is the CPU runner's test (step_guard_test.cpp).
+    auto step = [&](StepRunner& r, int s, int t, bool poison) {
+      r.zero_grad();
+      auto x = testing::random_ids(B * T, cfg.vocab_size, 4000 + s), y = x;
+      std::rotate(y.begin(), y.begin() + 1, y.end());
+      r.micro_step(x.data(), y.data(), B, T, 1.0);
+      if (poison) r.inject_fault(c.fault);
+      AdamWParams p;
+      p.lr = 1e-3f * static_cast<float>(s + 1);
+      p.step = t;
+      r.optimizer_step(p, 1.0);
+    };
+    std::vector<StepReport> ra, rb;
+    std::vector<float> w_before;
+    std::optional<LossScaleState> ls_before;
+    for (int s = 0; s < kSteps; ++s) {
+      if (s == kBad) {
+        w_before = a->weights();  // waits for step kBad − 1
+        ls_before = a->loss_scale_state();
+      }
+      step(*a, s, s + 1, s == kBad);
+      if (s == kBad) {
+        EXPECT_TRUE(cuda::testing::bit_identical(a->weights(), w_before));
+        if (ls_before) {
+          const LossScaleState now = *a->loss_scale_state();
+          EXPECT_EQ(now.scale, ls_before->scale);
+          EXPECT_EQ(now.skipped_total, ls_before->skipped_total);
+          EXPECT_EQ(now.good_steps, ls_before->good_steps);
+        }
+        b->set_skipped_updates(1);
+      } else {
+        step(*b, s, s + 1, false);
+      }
+      while (static_cast<int>(ra.size()) < s + 1 - a->report_lag()) ra.push_back(a->take_report());
+    }
+    while (static_cast<int>(ra.size()) < kSteps) ra.push_back(a->take_report());
+    while (static_cast<int>(rb.size()) < kSteps - 1) rb.push_back(b->take_report());
+    for (int s = 0; s < kSteps; ++s) {
+      EXPECT_EQ(ra[s].skipped, s == kBad) << s;
+      EXPECT_FALSE(ra[s].overflow) << s;
+      if (s == kBad) continue;
+      const StepReport& r = rb[s < kBad ? s : s - 1];
+      EXPECT_EQ(ra[s].micro_losses, r.micro_losses) << s;
+      EXPECT_EQ(ra[s].grad_norm, r.grad_norm) << s;
+    }
+    EXPECT_TRUE(
+        std::isnan(c.fault == StepFault::kNanGrad ? ra[kBad].grad_norm : ra[kBad].micro_losses[0]));
+    EXPECT_TRUE(cuda::testing::bit_identical(a->weights(), b->weights()));
+    EXPECT_TRUE(cuda::testing::bit_identical(a->adam_m(), b->adam_m()));
+    EXPECT_TRUE(cuda::testing::bit_identical(a->adam_v(), b->adam_v()));
+  }
 }
 
 // Initial scale 2^40: dloss · scale overflows f16 at once, so the first steps are skipped — the
@@ -377,6 +458,43 @@ TEST_F(CudaTrainerTest, GraphAndEagerRunsLogTheSameLines) {
   expect_same_lines(dir_ / "graph", dir_ / "eager");
   EXPECT_EQ(file_bytes(dir_ / "graph/model/model.safetensors"),
             file_bytes(dir_ / "eager/model/model.safetensors"));
+}
+
+// The guards through the trainer on the GPU, whose reports come one step late: a skipped step
+// is counted where the CPU counts it, and max_bad_steps bad steps in a row stop the run before
+// the checkpoint that falls after them, leaving the last one byte for byte.
+TEST_F(CudaTrainerTest, BadStepsAreSkippedAndStopTheRunWithoutACheckpoint) {
+  RunOptions opt;
+  opt.device = "cuda";
+  opt.precision = "bf16";
+  opt.quiet = true;
+  TrainConfig c = config();
+  c.max_bad_steps = 2;
+  const std::string data = (dir_ / "data").string();
+  // One bad step (5): counted, the run goes on.
+  opt.faults = parse_fault_plan("nan_grad@5");
+  ::testing::internal::CaptureStderr();
+  train(model(), c, data, (dir_ / "one").string(), opt);
+  const auto one = read_metrics(dir_ / "one");
+  ASSERT_EQ(one.size(), 10u);
+  for (int s = 0; s < 9; ++s) {
+    EXPECT_EQ(one[s].contains("skipped"), s == 5) << s;
+    EXPECT_EQ(one[s].value("skipped_steps", 0), s >= 5 ? 1 : 0) << s;
+  }
+  // Steps 5 and 6 bad: stopped before the checkpoint of step 8, step 4's intact.
+  TrainConfig first = c;
+  first.steps = 4;
+  opt.faults = {};
+  train(model(), first, data, (dir_ / "two").string(), opt);
+  fs::remove_all(dir_ / "two/model");
+  const std::string ck = (dir_ / "two/checkpoints/step_000004/optimizer.safetensors").string();
+  const std::string before = file_bytes(ck);
+  opt.faults = parse_fault_plan("nan_loss@5-8");
+  EXPECT_THROW(resume((dir_ / "two").string(), 9, "", opt), Error);
+  ::testing::internal::GetCapturedStderr();
+  EXPECT_EQ(file_bytes(ck), before);
+  EXPECT_EQ(list_checkpoints((dir_ / "two").string()).size(), 1u);
+  EXPECT_FALSE(fs::exists(dir_ / "two/model"));
 }
 
 }  // namespace

@@ -46,6 +46,8 @@ const std::map<std::string, std::function<std::string(const TrainConfig&)>>& rea
       {"keep_checkpoints", i(&TrainConfig::keep_checkpoints)},
       {"save_dtype", [](const TrainConfig& c) { return c.save_dtype; }},
       {"save_shard_size", [](const TrainConfig& c) { return std::to_string(c.save_shard_size); }},
+      {"max_bad_steps", i(&TrainConfig::max_bad_steps)},
+      {"loss_spike_z", d(&TrainConfig::loss_spike_z)},
   };
   return m;
 }
@@ -83,12 +85,14 @@ TEST(TrainConfig, TableListsEveryFieldOnce) {
 }
 
 // config.json exactly as the hand-written train_config_json wrote it before the table: same
-// keys, same JSON types, same text (plus the keys added since: save_dtype, save_shard_size).
+// keys, same JSON types, same text (plus the keys added since: save_dtype, save_shard_size,
+// max_bad_steps, loss_spike_z).
 // Old run directories are read with these keys.
 TEST(TrainConfig, JsonIsTheFormatOldRunsHave) {
   EXPECT_EQ(train_config_json(TrainConfig{}).dump(),
             R"({"batch_size":8,"beta1":0.9,"beta2":0.95,"eps":1e-08,"eval_every":100,)"
-            R"("eval_windows":64,"grad_accum":1,"grad_clip":1.0,"keep_checkpoints":3,"lr":0.0006,)"
+            R"("eval_windows":64,"grad_accum":1,"grad_clip":1.0,"keep_checkpoints":3,)"
+            R"("loss_spike_z":5.0,"lr":0.0006,"max_bad_steps":5,)"
             R"("min_lr_frac":0.1,"save_dtype":"f32","save_every":0,"save_shard_size":5000000000,)"
             R"("seed":1337,"seq_len":0,"steps":1000,"warmup_steps":-1,"weight_decay":0.1})");
   EXPECT_TRUE(train_config_json(TrainConfig{})["seed"].is_number_unsigned());
@@ -124,9 +128,13 @@ TEST(TrainConfig, OldRunConfigReadsBackExactly) {
   EXPECT_EQ(c.keep_checkpoints, 2);
   EXPECT_EQ(c.save_dtype, "f32");  // keys added since: their defaults
   EXPECT_EQ(c.save_shard_size, 5'000'000'000);
+  EXPECT_EQ(c.max_bad_steps, 5);
+  EXPECT_EQ(c.loss_spike_z, 5.0);
   nlohmann::json back = j;  // and writes back the same object, with those keys added
   back["save_dtype"] = "f32";
   back["save_shard_size"] = 5'000'000'000;
+  back["max_bad_steps"] = 5;
+  back["loss_spike_z"] = 5.0;
   EXPECT_EQ(train_config_json(c), back);
 }
 

@@ -19,6 +19,14 @@
 //    forge generate read. A file of that name already in out_dir must be identical (a rerun,
 //    or the tokenizer living in out_dir itself), else nothing is written: shards beside
 //    another tokenizer's files would be decoded wrongly.
+//  - Nothing half-done is left behind: shards are written into OUT/.tmp-prepare/ and renamed
+//    into OUT only once every one of them is written (the tokenizer's files first, so that an
+//    identical rerun finds them as it expects). Any failure — a bad document midway, a full
+//    disk, an exception from the progress callback — removes the staging directory, the
+//    shards and tokenizer files this run put in OUT, and OUT itself when this run created it
+//    and it is empty again, so a rerun starts clean. A run killed outright (SIGKILL, SIGINT)
+//    leaves only OUT/.tmp-prepare/, which the next run removes; only a kill in the final
+//    milliseconds of renames can leave some of the shards in OUT.
 //  - Streaming: documents are read in batches of about kBatchBytes, encoded in parallel
 //    (OpenMP over documents, dynamic schedule since sizes vary), then appended in document order,
 //    so the shards are the same for any thread count. Memory stays about one batch plus one
@@ -37,6 +45,7 @@
 #include "forge/core/error.h"
 #include "forge/core/timer.h"
 #include "forge/data/shard.h"
+#include "forge/io/atomic_file.h"
 #include "forge/io/model_files.h"
 
 namespace forge {
@@ -133,10 +142,8 @@ class ShardWriter {
     if (!buf_.empty()) write(buf_);
     buf_.clear();
   }
-  // Deletes the shards written so far (after an error, so a rerun finds --out clean).
-  void remove_written() {
-    for (const auto& p : written_) fs::remove(p);
-  }
+  // The names of the shards written so far, in order.
+  const std::vector<std::string>& written() const { return written_; }
   int shards() const { return shards_; }
   int64_t tokens() const { return tokens_; }
   int64_t documents() const { return documents_; }
@@ -145,8 +152,8 @@ class ShardWriter {
   void write(const std::vector<uint32_t>& tokens) {
     char name[32];
     std::snprintf(name, sizeof(name), "%s_%06d.bin", split_.c_str(), shards_++);
-    written_.push_back((fs::path(dir_) / name).string());
-    write_shard(written_.back(), tokens);
+    write_shard((fs::path(dir_) / name).string(), tokens);
+    written_.push_back(name);
   }
   std::string dir_, split_;
   int64_t limit_;
@@ -178,10 +185,11 @@ std::string document_text(const RawDoc& d, const PrepareOptions& o) {
   return j["text"].get<std::string>();
 }
 
-void check_out_dir(const std::string& dir) {
+// Creates `dir` if needed (returns whether it did) and refuses one that holds shards.
+bool check_out_dir(const std::string& dir) {
   std::error_code ec;
   if (fs::exists(dir) && !fs::is_directory(dir)) throw Error(str(dir, ": not a directory"));
-  fs::create_directories(dir, ec);
+  const bool created = fs::create_directories(dir, ec);
   if (ec) throw Error(str(dir, ": cannot create (", ec.message(), ")"));
   for (const auto& e : fs::directory_iterator(dir)) {
     const std::string name = e.path().filename().string();
@@ -189,13 +197,68 @@ void check_out_dir(const std::string& dir) {
       throw Error(
           str(dir, " already holds shards (", name, "); remove them or choose another --out"));
   }
+  return created;
 }
+
+// What a run has put into OUT so far, removed again when it fails (see the notes above).
+class PrepareOutput {
+ public:
+  PrepareOutput(std::string dir, bool created_dir)
+      : dir_(std::move(dir)),
+        staging_((fs::path(dir_) / ".tmp-prepare").string()),
+        created_dir_(created_dir) {
+    std::error_code ec;
+    fs::remove_all(staging_, ec);  // a killed run's
+    fs::create_directory(staging_, ec);
+    if (ec) throw Error(str(staging_, ": cannot create (", ec.message(), ")"));
+  }
+  PrepareOutput(const PrepareOutput&) = delete;
+  PrepareOutput& operator=(const PrepareOutput&) = delete;
+  ~PrepareOutput() {
+    std::error_code ec;
+    fs::remove_all(staging_, ec);
+    if (done_) return;
+    for (const std::string& p : placed_) fs::remove(p, ec);
+    if (created_dir_ && fs::is_empty(dir_, ec)) fs::remove(dir_, ec);
+  }
+
+  const std::string& staging() const { return staging_; }
+  // Writes the files into OUT, each recorded for removal should the run fail.
+  void write_files(const io::FileSet& files) {
+    for (const auto& [name, bytes] : files) {
+      const std::string path = (fs::path(dir_) / name).string();
+      placed_.push_back(path);  // before the write: a failed one leaves nothing, removal is moot
+      io::write_file_atomic(path, bytes);
+    }
+  }
+  // Moves the staged shards (names) into OUT.
+  void place(const std::vector<std::string>& names) {
+    for (const std::string& name : names) {
+      const std::string to = (fs::path(dir_) / name).string();
+      std::error_code ec;
+      fs::rename(fs::path(staging_) / name, to, ec);
+      if (ec) throw Error(str(to, ": cannot move the finished shard into place: ", ec.message()));
+      placed_.push_back(to);
+    }
+  }
+  // Everything is in place: keep it.
+  void commit() {
+    io::fsync_dir(dir_);
+    done_ = true;
+  }
+
+ private:
+  std::string dir_, staging_;
+  bool created_dir_;
+  std::vector<std::string> placed_;
+  bool done_ = false;
+};
 
 // The tokenizer files out_dir should hold for the tokenizer at `path` (see the notes above),
 // name -> bytes. `tokenizer` is what was loaded from `path`; the conversion of GPT-2's files
-// goes through a scratch file in out_dir (Tokenizer::save_json writes only files).
+// goes through a scratch file in scratch_dir (Tokenizer::save_json writes only files).
 io::FileSet tokenizer_files(const tok::Tokenizer& tokenizer, const std::string& path,
-                            const std::string& out_dir) {
+                            const std::string& scratch_dir) {
   io::FileSet files;
   std::error_code ec;
   fs::path dir = path;
@@ -208,7 +271,7 @@ io::FileSet tokenizer_files(const tok::Tokenizer& tokenizer, const std::string& 
   } else {  // encoder.json + vocab.bpe (Tokenizer::load accepted the directory)
     for (const char* name : {"encoder.json", "vocab.bpe"})
       files[name] = io::read_file((dir / name).string());
-    const std::string scratch = (fs::path(out_dir) / ".tmp-tokenizer.json").string();
+    const std::string scratch = (fs::path(scratch_dir) / ".tmp-tokenizer.json").string();
     tokenizer.save_json(scratch);
     files["tokenizer.json"] = io::read_file(scratch);
     fs::remove(scratch, ec);
@@ -302,56 +365,54 @@ PrepareStats prepare_data(const tok::Tokenizer& tokenizer, const PrepareOptions&
     if (!fs::is_regular_file(p, ec)) throw Error(str(p, ": no such file"));
     stats.bytes += static_cast<int64_t>(fs::file_size(p, ec));
   }
-  check_out_dir(o.out_dir);
+  PrepareOutput output(o.out_dir, check_out_dir(o.out_dir));
   io::FileSet tok_files;
   if (!o.tokenizer_path.empty()) {
-    tok_files = tokenizer_files(tokenizer, o.tokenizer_path, o.out_dir);
+    tok_files = tokenizer_files(tokenizer, o.tokenizer_path, output.staging());
     for (const auto& [name, bytes] : tok_files) stats.tokenizer_files.push_back(name);
     check_tokenizer_files(o.out_dir, tok_files);
   }
 
   const int64_t k = o.val_fraction > 0 ? std::max<int64_t>(2, std::llround(1 / o.val_fraction)) : 0;
   const int threads = o.threads > 0 ? o.threads : omp_get_max_threads();
-  ShardWriter train(o.out_dir, "train", o.shard_tokens), val(o.out_dir, "val", o.shard_tokens);
+  ShardWriter train(output.staging(), "train", o.shard_tokens),
+      val(output.staging(), "val", o.shard_tokens);
   DocReader reader(o);
   std::vector<RawDoc> batch;
   std::vector<std::vector<uint32_t>> tokens;
   std::vector<std::string> errors;
   int64_t bytes_done = 0;
-  try {
-    while (reader.next(batch, &bytes_done)) {
-      const int64_t n = static_cast<int64_t>(batch.size());
-      tokens.assign(n, {});
-      errors.assign(n, {});
-      // Exceptions must not leave an OpenMP region: keep each document's message, throw the first.
+  while (reader.next(batch, &bytes_done)) {
+    const int64_t n = static_cast<int64_t>(batch.size());
+    tokens.assign(n, {});
+    errors.assign(n, {});
+    // Exceptions must not leave an OpenMP region: keep each document's message, throw the first.
 #pragma omp parallel for schedule(dynamic, 1) num_threads(threads)
-      for (int64_t i = 0; i < n; ++i) {
-        try {
-          const std::vector<int32_t> ids = tokenizer.encode_ordinary(document_text(batch[i], o));
-          tokens[i].assign(ids.begin(), ids.end());
-        } catch (const std::exception& e) {
-          errors[i] = e.what();
-        }
+    for (int64_t i = 0; i < n; ++i) {
+      try {
+        const std::vector<int32_t> ids = tokenizer.encode_ordinary(document_text(batch[i], o));
+        tokens[i].assign(ids.begin(), ids.end());
+      } catch (const std::exception& e) {
+        errors[i] = e.what();
       }
-      for (int64_t i = 0; i < n; ++i) {
-        if (!errors[i].empty()) throw Error(errors[i]);
-        if (tokens[i].empty()) continue;  // a JSONL record with "text": ""
-        const int64_t g = stats.documents++;
-        (k > 0 && g % k == 1 ? val : train).add(static_cast<uint32_t>(*eot), tokens[i]);
-      }
-      if (o.progress)
-        o.progress({bytes_done, stats.bytes, stats.documents, train.tokens() + val.tokens(),
-                    timer.seconds()});
     }
-    if (stats.documents == 0) throw Error("the inputs hold no documents");
-    train.finish();
-    val.finish();
-    io::write_files(o.out_dir, tok_files);
-  } catch (const Error&) {
-    train.remove_written();
-    val.remove_written();
-    throw;
+    for (int64_t i = 0; i < n; ++i) {
+      if (!errors[i].empty()) throw Error(errors[i]);
+      if (tokens[i].empty()) continue;  // a JSONL record with "text": ""
+      const int64_t g = stats.documents++;
+      (k > 0 && g % k == 1 ? val : train).add(static_cast<uint32_t>(*eot), tokens[i]);
+    }
+    if (o.progress)
+      o.progress({bytes_done, stats.bytes, stats.documents, train.tokens() + val.tokens(),
+                  timer.seconds()});
   }
+  if (stats.documents == 0) throw Error("the inputs hold no documents");
+  train.finish();
+  val.finish();
+  output.write_files(tok_files);
+  output.place(train.written());
+  output.place(val.written());
+  output.commit();
   stats.train_documents = train.documents();
   stats.val_documents = val.documents();
   stats.train_tokens = train.tokens();

@@ -55,7 +55,8 @@ struct PrepareStats {
 // Tokenizes every document and writes the shards. Throws forge::Error (naming the file, and the
 // line or byte offset where it applies) for a missing input, invalid UTF-8, a bad JSONL line, a
 // tokenizer without the EOT token, or an --out that already holds shards or a tokenizer file
-// that differs from the one it would write.
+// that differs from the one it would write. On any failure (those, a write error, any other
+// exception) nothing this call wrote is left in out_dir, so the same call can be run again.
 PrepareStats prepare_data(const tok::Tokenizer& tokenizer, const PrepareOptions& options);
 
 // Byte offset of the first invalid UTF-8 sequence in s (overlong forms, surrogates and code

@@ -1,6 +1,7 @@
 #include "forge/io/atomic_file.h"
 
 #include <fcntl.h>
+#include <stdio.h>  // renameat2, RENAME_EXCHANGE (glibc >= 2.28, _GNU_SOURCE)
 #include <unistd.h>
 
 #include <algorithm>
@@ -94,6 +95,10 @@ AtomicDir::AtomicDir(std::string path) : path_(std::move(path)) {
   const fs::path p(path_);
   tmp_ = (p.parent_path() / (kAtomicDirTmpPrefix + p.filename().string())).string();
   std::error_code ec;
+  // A crash between the two renames of commit()'s fallback left PATH missing and the old
+  // directory aside: put it back before anything else, so that it is not lost.
+  const std::string old = tmp_ + ".old";
+  if (!fs::exists(path_, ec) && fs::is_directory(old, ec)) fs::rename(old, path_, ec);
   fs::remove_all(tmp_, ec);
   if (ec) throw Error(str(path_, ": cannot remove the stale ", tmp_, ": ", ec.message()));
   if (!fs::create_directory(tmp_, ec) || ec)
@@ -110,10 +115,25 @@ AtomicDir::~AtomicDir() {
 void AtomicDir::commit() {
   FORGE_CHECK(!committed_, path_, ": committed twice");
   fsync_dir(tmp_);
-  const std::string old = tmp_ + ".old";
   std::error_code ec;
-  fs::remove_all(old, ec);  // a crash between the renames of an earlier commit
   const bool replace = fs::exists(path_, ec);
+  if (replace) {
+    // One atomic swap where the file system has it (Linux renameat2, ext4, xfs, btrfs, tmpfs):
+    // PATH is the old directory or the new one at every instant, never missing. The old one is
+    // then under the temporary name, which readers ignore and a later save removes.
+    if (::renameat2(AT_FDCWD, tmp_.c_str(), AT_FDCWD, path_.c_str(), RENAME_EXCHANGE) == 0) {
+      committed_ = true;
+      fsync_dir(parent_dir(path_));
+      fs::remove_all(tmp_, ec);
+      return;
+    }
+    if (errno != EINVAL && errno != ENOSYS && errno != ENOTSUP)
+      throw Error(str(path_, ": cannot swap ", tmp_, " into place: ", std::strerror(errno)));
+  }
+  // No swap: move the old directory aside, then rename (the constructor repairs a crash
+  // between the two).
+  const std::string old = tmp_ + ".old";
+  fs::remove_all(old, ec);  // a crash between the renames of an earlier commit
   if (replace) {
     fs::rename(path_, old, ec);
     if (ec) throw Error(str(path_, ": cannot move it aside to ", old, ": ", ec.message()));

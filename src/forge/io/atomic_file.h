@@ -53,14 +53,19 @@ void fsync_dir(const std::string& dir);
 
 // A directory built under PARENT/.tmp-NAME and renamed to PARENT/NAME by commit(), replacing a
 // directory of that name. Files inside are written with the functions above (so each is
-// fsync'd); commit() fsyncs the temporary directory, moves an existing PARENT/NAME aside to
-// PARENT/.tmp-NAME.old (rename() cannot replace a non-empty directory), renames, fsyncs PARENT
-// and removes the old one. A crash leaves PARENT/NAME complete (old or new) or, in the instant
-// between the two renames, the complete new one under .tmp-NAME: readers of PARENT must ignore
-// ".tmp-" names. Destroyed without commit(), it removes the temporary directory.
+// fsync'd); commit() fsyncs the temporary directory and renames it to PARENT/NAME. An existing
+// PARENT/NAME is swapped with it in one atomic renameat2(RENAME_EXCHANGE) and then removed from
+// the temporary name; on a file system without the swap it is moved aside to
+// PARENT/.tmp-NAME.old first (rename() cannot replace a non-empty directory) and removed after.
+// PARENT is fsync'd. A crash leaves PARENT/NAME complete (old or new), or, in the fallback's
+// instant between its two renames, no PARENT/NAME but both complete directories under .tmp-
+// names: the next AtomicDir of that name puts the old one back. Readers of PARENT must ignore
+// ".tmp-" names. Destroyed without commit(), it removes the temporary directory; a multi-file
+// save built in it is therefore seen whole or not at all, never as a mix of old and new files.
 class AtomicDir {
  public:
-  // Removes a stale PARENT/.tmp-NAME and creates it empty. PARENT must exist.
+  // Restores PARENT/NAME from a crashed fallback commit (above), removes a stale
+  // PARENT/.tmp-NAME and creates it empty. PARENT must exist.
   explicit AtomicDir(std::string path);
   AtomicDir(const AtomicDir&) = delete;
   AtomicDir& operator=(const AtomicDir&) = delete;

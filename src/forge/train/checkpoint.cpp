@@ -93,7 +93,8 @@ nlohmann::json state_json(const TrainerState& s) {
           {"stream", TrainLoader::kRngStream},
           {"offset", s.loader_rng_offset}}}}},
       {"data_loader", {{"kind", "random_windows"}, {"rng_offset", s.loader_rng_offset}}},
-      {"config", s.config}};
+      {"config", s.config},
+      {"skipped_steps", s.skipped_steps}};
   if (s.loss_scale) j["loss_scale"] = loss_scale_json(*s.loss_scale);
   return j;
 }
@@ -143,6 +144,12 @@ TrainerState state_from_json(const std::string& path, const nlohmann::json& j) {
                       " disagrees with data_loader.rng_offset ", s.loader_rng_offset));
   }
   s.config = j["config"];
+  if (j.contains("skipped_steps")) {
+    const nlohmann::json& k = j["skipped_steps"];
+    need(k.is_number_integer() && k.get<int64_t>() >= 0 && k.get<int64_t>() <= s.step,
+         "bad \"skipped_steps\" (an integer in [0, step])");
+    s.skipped_steps = k.get<int>();
+  }
   if (j.contains("loss_scale")) s.loss_scale = loss_scale_from_json(path, j["loss_scale"]);
   return s;
 }
@@ -181,9 +188,13 @@ std::string save_checkpoint(const std::string& run_dir, const Transformer<float>
   std::error_code ec;
   fs::create_directories(dir, ec);
   if (ec) throw Error(str(dir.string(), ": cannot create directory: ", ec.message()));
-  // Leftovers of a save that crashed.
-  for (const auto& e : fs::directory_iterator(dir))
-    if (e.path().filename().string().starts_with(io::kAtomicDirTmpPrefix)) fs::remove_all(e.path());
+  // Leftovers of a save that crashed (best effort: AtomicDir removes a stale one of its own
+  // name anyway, and readers ignore them).
+  for (const auto& e : fs::directory_iterator(dir, ec))
+    if (e.path().filename().string().starts_with(io::kAtomicDirTmpPrefix)) {
+      std::error_code rm;
+      fs::remove_all(e.path(), rm);
+    }
 
   const fs::path final_path = dir / checkpoint_name(state.step);
   io::AtomicDir out(final_path.string());
@@ -216,9 +227,11 @@ std::string save_checkpoint(const std::string& run_dir, const Transformer<float>
   // Replaces a checkpoint of the same step (a run resumed and stopped again at the same place).
   out.commit();
 
+  // Pruning is best effort: an old checkpoint that cannot be removed is no reason to fail a
+  // save that succeeded (resume takes the newest).
   if (keep > 0) {
     auto all = list_checkpoints(run_dir);
-    for (size_t i = 0; i + keep < all.size(); ++i) fs::remove_all(all[i].second);
+    for (size_t i = 0; i + keep < all.size(); ++i) fs::remove_all(all[i].second, ec);
   }
   return final_path.string();
 }

@@ -8,7 +8,9 @@
 //                          "rng": {"loader": {"seed", "stream", "offset"}}, "data_loader":
 //                          {"rng_offset"}, "config": the full run configuration, and for f16
 //                          runs "loss_scale": {"scale", "good_steps", "skipped_total",
-//                          "growth_interval", "step_scale", "skipped"}}
+//                          "growth_interval", "step_scale", "skipped"}, and "skipped_steps":
+//                          the updates the numerical guard skipped (ops/step_guard.h; Adam's t
+//                          lags the step by it; absent in older files: 0)}
 //                          rng.loader is TrainLoader's Philox state: its stream must be
 //                          TrainLoader::kRngStream (1) and seed/offset must agree with "seed"
 //                          and data_loader.rng_offset, or loading fails. Version 1 files (which
@@ -21,7 +23,12 @@
 // Atomicity (io::AtomicDir): a checkpoint is written under checkpoints/.tmp-step_NNNNNN, every
 // file fsync'd, then the directory is renamed and the parent fsync'd. A crash at any moment
 // leaves either the complete checkpoint or a .tmp- directory that readers ignore and the next
-// save removes; a save that fails with an error removes its .tmp- directory itself.
+// save removes; a save that fails with an error (a full disk, an unwritable directory) removes
+// its .tmp- directory itself and leaves every earlier checkpoint as it was. Files are never
+// replaced one by one inside a checkpoint directory, so no mix of an old model.safetensors with
+// a new optimizer.safetensors or trainer_state.json can exist under a step_ name: a directory
+// of that name holds the files of one save. Old checkpoints are pruned (keep) only after the
+// new one is in place.
 #pragma once
 
 #include <cstdint>
@@ -45,6 +52,7 @@ struct TrainerState {
   nlohmann::json config;           // {"model": config.json, "train": {...}, "data": ..., ...}
   // f16 runs: the dynamic loss scale after `step` (StepRunner::loss_scale_state()).
   std::optional<LossScaleState> loss_scale = std::nullopt;
+  int skipped_steps = 0;  // updates the numerical guard skipped (StepRunner::set_skipped_updates)
 };
 
 // What a checkpoint holds, in memory. m and v are flat buffers like model.weights() (padding

@@ -17,6 +17,7 @@
 #include "forge/ops/adamw.h"
 #include "forge/ops/attention.h"
 #include "forge/ops/loss_scale.h"
+#include "forge/ops/step_guard.h"
 
 namespace forge {
 
@@ -25,10 +26,20 @@ struct StepReport {
   std::vector<double> micro_losses;  // mean loss of each micro-batch, in order
   double grad_norm = 0;              // global gradient norm before clipping (unscaled)
   // f16 loss scaling (CUDA --precision fp16; ops/loss_scale.h): the scale this step's gradients
-  // carried, 0 when the precision uses none; skipped: they overflowed (inf/NaN), so the update
-  // was not applied and grad_norm is not finite.
+  // carried, 0 when the precision uses none.
   double loss_scale = 0;
+  // The update was not applied (weights and Adam state untouched): the loss or the gradient
+  // norm was not finite (ops/step_guard.h), or, with `overflow`, f16's scaled gradients
+  // overflowed and the loss scale halved.
   bool skipped = false;
+  bool overflow = false;
+};
+
+// Testing hooks (the trainer's FaultPlan, train/fault_inject.h): what inject_fault() poisons in
+// the step in progress, after its micro-batches and before its optimizer step.
+enum class StepFault {
+  kNanGrad,  // one gradient element becomes NaN (so does the global norm)
+  kNanLoss,  // the first micro-batch's loss becomes NaN (the gradients stay as they are)
 };
 
 // One step is zero_grad(), micro_step() per micro-batch, optimizer_step(). A runner may only
@@ -46,8 +57,15 @@ class StepRunner {
   // token or target id outside the vocabulary.
   virtual void micro_step(const int32_t* x, const int32_t* y, int B, int T_, double scale) = 0;
   // Ends the step: global-norm clipping to max_norm (<= 0: none) and AdamW with p
-  // (p.weight_decay applies to >= 2-D tensors only; p.step is t).
+  // (p.weight_decay applies to >= 2-D tensors only; p.step is the step's 1-based number, from
+  // which the updates skipped so far are subtracted to give Adam's t: ops/step_guard.h). A step
+  // whose loss or gradient norm is not finite changes nothing and is reported skipped.
   virtual void optimizer_step(const AdamWParams& p, double max_norm) = 0;
+  // Updates skipped by the guard so far (a checkpoint's count, before the first step of a
+  // resumed run); the runner counts on from it.
+  virtual void set_skipped_updates(int64_t n) = 0;
+  // Poisons the step in progress (between its last micro_step() and optimizer_step()).
+  virtual void inject_fault(StepFault f) = 0;
   // How many ended steps may still be unreported when the next one starts: 0 when every call
   // has finished its work on return (CPU), 1 when the host queues step s + 1 while step s runs.
   virtual int report_lag() const = 0;

@@ -1,5 +1,7 @@
 // The CPU StepRunner: Transformer<float> (the one model on the CPU backend), f32 AdamW state in
 // host vectors; and parse_attention_path, which every build has.
+#include <climits>
+#include <cmath>
 #include <deque>
 #include <memory>
 
@@ -30,18 +32,38 @@ class CpuRunner final : public StepRunner {
     return model_.loss(x, y, B, T_);
   }
 
+  // The guard (ops/step_guard.h) sees Σ g² rounded to f32, as the GPU's is: a norm above
+  // ~1.8e19 counts as not finite on both.
   void optimizer_step(const AdamWParams& p, double max_norm) override {
     const double norm = cpu::global_norm(model_.grads().data(), model_.num_params());
-    AdamWParams q = p;
-    q.grad_scale = static_cast<float>(p.grad_scale * clip_scale(norm, max_norm));
-    for (const auto& info : model_.table().params()) {
-      q.weight_decay = info.decay ? p.weight_decay : 0.0f;
-      cpu::adamw_update(model_.weights().data() + info.offset, m_.data() + info.offset, v_.data() + info.offset,
-                        model_.grads().data() + info.offset, info.numel(), q);
+    step_guard_update(guard_, report_.micro_losses.data(),
+                      static_cast<int>(report_.micro_losses.size()),
+                      static_cast<float>(norm * norm),
+                      /*loss_scaled=*/false);
+    if (!guard_.skipped) {
+      AdamWParams q = p;
+      q.step = p.step - guard_.skipped_total;  // Adam's t counts the updates taken
+      q.grad_scale = static_cast<float>(p.grad_scale * clip_scale(norm, max_norm));
+      for (const auto& info : model_.table().params()) {
+        q.weight_decay = info.decay ? p.weight_decay : 0.0f;
+        cpu::adamw_update(model_.weights().data() + info.offset, m_.data() + info.offset,
+                          v_.data() + info.offset, model_.grads().data() + info.offset,
+                          info.numel(), q);
+      }
     }
+    report_.skipped = guard_.skipped != 0;
     report_.grad_norm = norm;
     ended_.push_back(std::move(report_));
     report_ = {};
+  }
+
+  void set_skipped_updates(int64_t n) override {
+    FORGE_CHECK(n >= 0 && n <= INT32_MAX, "set_skipped_updates(", n, ")");
+    guard_.skipped_total = static_cast<int32_t>(n);
+  }
+  void inject_fault(StepFault f) override {
+    if (f == StepFault::kNanGrad) model_.grads()[0] = NAN;
+    if (f == StepFault::kNanLoss && !report_.micro_losses.empty()) report_.micro_losses[0] = NAN;
   }
 
   int report_lag() const override { return 0; }
@@ -64,6 +86,7 @@ class CpuRunner final : public StepRunner {
  private:
   Transformer<float> model_;
   std::vector<float> m_, v_;
+  StepGuardState guard_;
   StepReport report_;             // of the step in progress
   std::deque<StepReport> ended_;  // ended steps not yet reported
 };

@@ -18,6 +18,12 @@
 // unscales the norm by the scale the step used and reports the scale and whether the step was
 // skipped. A skip is only known one step late on the host, so Adam's t cannot be fixed up
 // there: the AdamW kernel subtracts the device's count of skipped steps from t itself.
+// Numerical guard (ops/step_guard.h): the backend's optimizer step checks the loss sums and Σ g²
+// on the device and skips the update of a non-finite step there, in the step itself; the host
+// learns of it one step late from the same loss sums and Σ g² it copies back anyway (the
+// device's rule, applied to the same numbers), so the guard adds no copy and no sync. Fault
+// injection (inject_fault, a testing hook) writes two flags into the input block; once a run
+// has used it, each step also enqueues the one-thread kernel that reads them (StepKey::faults).
 // Two slots: the host fills one while the GPU may still be copying from the other. Before a
 // slot is refilled, the step that last used it is waited for (it finished long ago in practice).
 //
@@ -32,6 +38,8 @@
 // eagerly.
 #include <cuda_runtime.h>
 
+#include <array>
+#include <climits>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -67,10 +75,12 @@ int64_t check_ids(const int32_t* x, const int32_t* y, size_t n, int V) {
 }
 
 // The input block, host (pinned slot) and device alike:
-//   [0, 256)                 AdamWFactors[2]
+//   [0, 128)                 AdamWFactors[2]
+//   [128, 136)               int32[2]: inject_fault's flags (nan_grad, nan_loss)
 //   256 + i·stride + …       micro-batch i: tokens (N int32), targets (N int32), dloss (f32)
 struct InputLayout {
   static constexpr size_t kHead = 256;
+  static constexpr size_t kFaults = 128;
   size_t N = 0;    // B·T positions per micro-batch
   int micros = 0;  // capacity in micro-batches
   size_t stride() const { return (8 * N + 4 + 255) / 256 * 256; }
@@ -87,8 +97,10 @@ struct StepKey {
   float max_norm = 0;
   int64_t plan_generation = -1;
   int64_t layout_version = -1;  // the input block moves when it grows
+  bool faults = false;          // the fault-injection kernel is enqueued
   bool operator==(const StepKey&) const = default;
 };
+static_assert(2 * sizeof(AdamWFactors) <= InputLayout::kFaults);
 
 class CudaRunner final : public StepRunner {
  public:
@@ -149,13 +161,16 @@ class CudaRunner final : public StepRunner {
     // rounding a SIGKILL + resume diverged in the last bits; with round-to-nearest it does not.
     const auto factors = CudaBackend::optimizer_factors(p, /*sr_seed=*/0);
     std::memcpy(s.in.data(), factors.data(), sizeof(factors));
+    std::memcpy(s.in.data() + InputLayout::kFaults, fault_.data(), sizeof(fault_));
+    fault_ = {0, 0};
     const StepKey key{B_,
                       T_step_,
                       micro_,
                       zero_,
                       static_cast<float>(max_norm),
                       model_.plan_generation(),
-                      layout_version_};
+                      layout_version_,
+                      faults_armed_};
     cudaStream_t st = ctx_.stream();
     FORGE_CUDA_CHECK(cudaMemcpyAsync(in_dev_.data(), s.in.data(), layout_.tokens(micro_),
                                      cudaMemcpyHostToDevice, st));
@@ -186,6 +201,17 @@ class CudaRunner final : public StepRunner {
     cur_ ^= 1;
     micro_ = 0;
     zero_ = false;
+  }
+
+  void set_skipped_updates(int64_t n) override {
+    FORGE_CHECK(n >= 0 && n <= INT32_MAX, "set_skipped_updates(", n, ")");
+    FORGE_CHECK(micro_ == 0, "set_skipped_updates in the middle of a step");
+    be().set_step_guard(StepGuardState{0, static_cast<int32_t>(n)});
+  }
+  void inject_fault(StepFault f) override {
+    FORGE_CHECK(micro_ > 0, "inject_fault() outside a step");
+    fault_[f == StepFault::kNanGrad ? 0 : 1] = 1;
+    faults_armed_ = true;
   }
 
   int report_lag() const override { return 1; }
@@ -269,7 +295,11 @@ class CudaRunner final : public StepRunner {
       model_.backward();
       cuda::sum_in_order(ctx_, loss_sums_dev_.data() + i, model_.losses(), n);
     }
-    be().optimizer_step(reinterpret_cast<const AdamWFactors*>(in), k.max_norm);
+    if (k.faults)
+      cuda::inject_step_fault(ctx_, be().g(0), loss_sums_dev_.data(),
+                              reinterpret_cast<const int32_t*>(in + InputLayout::kFaults));
+    be().optimizer_step(reinterpret_cast<const AdamWFactors*>(in), k.max_norm,
+                        loss_sums_dev_.data(), k.micros);
   }
 
   // Starts filling slot cur_: its previous step must be done (its input copy read the slot).
@@ -290,10 +320,16 @@ class CudaRunner final : public StepRunner {
       r.micro_losses.push_back(
           s.counts[i] > 0 ? s.loss_sums.data()[i] / static_cast<double>(s.counts[i]) : 0.0);
     r.grad_norm = std::sqrt(static_cast<double>(s.norm_sq.data()[0]));
+    // The device guard's decision, from the numbers it decided on (ops/step_guard.h).
+    StepGuardState guard;
+    step_guard_update(guard, s.loss_sums.data(), static_cast<int>(s.counts.size()),
+                      s.norm_sq.data()[0], be().loss_scale() != nullptr);
+    r.skipped = guard.skipped != 0;
     if (be().loss_scale() != nullptr) {  // Σ g² was of the scaled gradients
       const LossScaleState& ls = s.loss_scale.data()[0];
       r.loss_scale = ls.step_scale;
-      r.skipped = ls.skipped != 0;
+      r.overflow = ls.skipped != 0;
+      r.skipped = r.skipped || r.overflow;
       r.grad_norm /= ls.step_scale;
     }
     return r;
@@ -341,6 +377,8 @@ class CudaRunner final : public StepRunner {
   int micro_ = 0;                             // micro-batches staged in the current step
   bool zero_ = false;                         // zero_grad() requested for the current step
   int B_ = 0, T_step_ = 0;                    // shape of the current step
+  std::array<int32_t, 2> fault_{0, 0};        // inject_fault()'s flags for the current step
+  bool faults_armed_ = false;                 // inject_fault() was called in this run
   cuda::DeviceBuffer<uint8_t> in_dev_;        // InputLayout on the device
   cuda::DeviceBuffer<double> loss_sums_dev_;  // (micro-batches)
   cuda::Graph graph_;

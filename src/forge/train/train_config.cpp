@@ -58,6 +58,12 @@ constexpr TrainField kTrainFields[] = {
      ChoiceMember{&TrainConfig::save_dtype, kSaveDtypes}},
     {"save_shard_size", "BYTES", "largest weights file of a saved model; above it: shards + index",
      ByteSizeMember{&TrainConfig::save_shard_size}},
+    {"max_bad_steps", "N",
+     "stop after N steps in a row with a non-finite loss or gradient norm (each is skipped)",
+     IntMember{&TrainConfig::max_bad_steps, 1, kIntMax}},
+    {"loss_spike_z", "X",
+     "warn when a loss is X standard deviations above the last 128 steps' mean; 0: never",
+     DoubleMember{&TrainConfig::loss_spike_z, {0, kInf}}},
 };
 
 // "5GB" -> 5'000'000'000 (ByteSizeMember's syntax); throws naming `what` otherwise.

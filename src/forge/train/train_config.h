@@ -43,6 +43,13 @@ struct TrainConfig {
   // Largest safetensors file of a saved model, in bytes; above it the weights are sharded with
   // an index (model_dir.h; the default is its kDefaultShardSize, transformers 4's 5GB).
   int64_t save_shard_size = 5'000'000'000;
+  // Numerical guards (train/trainer.h): this many steps in a row whose loss or gradient norm is
+  // not finite (each skipped, nothing updated) stop the run with an error, without a checkpoint.
+  int max_bad_steps = 5;
+  // A loss more than this many standard deviations above the previous 128 steps' mean is a
+  // spike: a warning line and "loss_spike": true in metrics.jsonl (train/loss_outliers.h).
+  // 0: no warnings (loss_z is logged either way).
+  double loss_spike_z = 5.0;
   bool quiet = false;  // no per-step progress lines (not a setting: not in the table)
 
   // Applies one key=value override; returns false if the key is not a training field. A bad

@@ -1,6 +1,7 @@
 #include "forge/train/trainer.h"
 
 #include <algorithm>
+#include <cerrno>
 #include <cmath>
 #include <cstdio>
 #include <deque>
@@ -8,6 +9,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <system_error>
 
 #include "forge/core/dtype.h"
 #include "forge/core/error.h"
@@ -20,6 +22,7 @@
 #include "forge/ops/adamw.h"
 #include "forge/ops/grad_norm.h"
 #include "forge/train/checkpoint.h"
+#include "forge/train/loss_outliers.h"
 #include "forge/train/plot.h"
 #include "forge/train/runner.h"
 #include "forge/train/schedule.h"
@@ -73,6 +76,7 @@ struct RunStart {
   Curve train_curve, val_curve;  // what metrics.jsonl already holds
   double first_val_loss = NAN;
   std::optional<LossScaleState> loss_scale;  // f16: the checkpoint's loss-scale state
+  int skipped_steps = 0;                     // updates the numerical guard skipped before `step`
   std::string device_hint;  // appended to a failure to make the runner (resume: whose device)
   // resume(): the tokenizer files the run carries, as its configuration records them (unset:
   // a run from before the record, which carries those of io::kTokenizerFiles in RUNDIR).
@@ -240,6 +244,7 @@ TrainResult run(Transformer<float>& model, const TrainConfig& cfg, const std::st
               "optimizer state size mismatch");
   runner->set_weights(model.weights());
   runner->set_adam_state(m, v);
+  runner->set_skipped_updates(start.skipped_steps);
   if (start.loss_scale) {
     if (runner->loss_scale_state())
       runner->set_loss_scale_state(*start.loss_scale);
@@ -279,15 +284,47 @@ TrainResult run(Transformer<float>& model, const TrainConfig& cfg, const std::st
                    "forge: " + mcfg.family_name() + " loss");
     return l;
   };
+  // Numerical guards (trainer.h): counts kept by report().
+  int guard_skips = start.skipped_steps;  // updates the guard skipped (Adam's t lags by these)
+  int skipped_total =                     // every skipped update, f16 overflows included
+      start.skipped_steps + (start.loss_scale ? start.loss_scale->skipped_total : 0);
+  int bad_run = 0;  // bad steps in a row, the latest reported last
+  LossOutlierDetector outliers;
+  for (const auto& point : train_curve) outliers.score(point.second);  // a resumed run's window
+
+  // What a failed save says: the error (which names the file and the OS's reason) and what is
+  // left to continue from.
+  auto last_checkpoint = [&] {
+    const auto all = list_checkpoints(out);
+    return all.empty() ? std::string("no checkpoint was written before")
+                       : str("the last checkpoint, ", all.back().second, ", is intact");
+  };
   int last_saved = -1;
   auto checkpoint = [&](int done) {
     TrainerState st{done, cfg.seed, loader.rng_offset(), run_config};
     st.loss_scale = runner->loss_scale_state();  // after flush(): the state after step `done`
+    st.skipped_steps = guard_skips;
     sync_host();
-    const std::string path = save_checkpoint(out, model, m, v, st, cfg.keep_checkpoints,
-                                             model_files, cfg.save_shard_size);
+    std::string path;
+    try {
+      path = save_checkpoint(out, model, m, v, st, cfg.keep_checkpoints, model_files,
+                             cfg.save_shard_size);
+    } catch (const Error& e) {
+      throw Error(
+          str("checkpoint of step ", done, " not saved (", last_checkpoint(), "): ", e.what()));
+    }
     last_saved = done;
     if (!quiet) std::printf("checkpoint %s\n", path.c_str());
+  };
+  // Every metrics line is flushed as written (a killed run keeps its lines); a line that cannot
+  // be written (a full disk) stops the run, naming the file and the OS's reason.
+  const std::string metrics_path = out + "/metrics.jsonl";
+  auto write_metrics = [&](const nlohmann::json& rec) {
+    errno = 0;
+    metrics << rec.dump() << "\n" << std::flush;
+    if (!metrics)
+      throw Error(str(metrics_path, ": cannot write: ",
+                      errno != 0 ? std::generic_category().message(errno) : "I/O error"));
   };
 
   // A step's metrics line is written when the runner reports it: at once on the CPU, one step
@@ -307,17 +344,27 @@ TrainResult run(Transformer<float>& model, const TrainConfig& cfg, const std::st
     const double now = total.seconds();
     double loss = 0;
     for (double l : r.micro_losses) loss += l / cfg.grad_accum;
-    if (!std::isfinite(loss))
-      throw Error(str("loss became ", loss, " at step ", ps.step, "; try a lower lr"));
     const double norm = r.grad_norm;
+    // The guards (trainer.h). The runner already left the step's update out.
+    const bool bad = r.skipped && !(r.overflow && r.loss_scale > 1);
+    skipped_total += r.skipped;
+    guard_skips += r.skipped && !r.overflow;
+    if (bad)
+      ++bad_run;
+    else if (!r.skipped)
+      bad_run = 0;
+    const double z = outliers.score(loss);
+    const bool spike = cfg.loss_spike_z > 0 && z > cfg.loss_spike_z;
     // The step's time: from its start, or from the previous step's end when the GPU was still
     // busy with that one (steps queued back to back).
     const double dt = now - std::max(ps.begin, last_reported);
     last_reported = now;
     step_time_avg = ps.step == start.step ? dt : 0.9 * step_time_avg + 0.1 * dt;
     const double tps = static_cast<double>(B) * T_ * cfg.grad_accum / dt;
-    train_curve.push_back({static_cast<double>(ps.step), loss});
-    result.last_train_loss = loss;
+    if (std::isfinite(loss)) {
+      train_curve.push_back({static_cast<double>(ps.step), loss});
+      result.last_train_loss = loss;
+    }
     result.steps_done = ps.step + 1;
 
     nlohmann::json rec = {{"step", ps.step},
@@ -326,22 +373,41 @@ TrainResult run(Transformer<float>& model, const TrainConfig& cfg, const std::st
                           {"grad_norm", norm},
                           {"tokens_per_s", tps}};
     if (std::isfinite(ps.val_loss)) rec["val_loss"] = ps.val_loss;
-    if (r.loss_scale > 0) {  // f16 only: bf16/fp32 lines keep exactly the fields above
-      rec["loss_scale"] = r.loss_scale;
-      if (r.skipped) rec["skipped"] = true;  // grad_norm is then null (inf/NaN)
-    }
-    metrics << rec.dump() << "\n" << std::flush;
+    if (r.loss_scale > 0) rec["loss_scale"] = r.loss_scale;  // f16 only
+    // Only when there is something to say, so a clean run's lines keep the fields above.
+    if (r.skipped) rec["skipped"] = true;  // loss or grad_norm is then null (inf/NaN)
+    if (skipped_total > 0) rec["skipped_steps"] = skipped_total;
+    if (std::isfinite(z)) rec["loss_z"] = z;
+    if (spike) rec["loss_spike"] = true;
+    write_metrics(rec);
+    if (r.skipped && !r.overflow)
+      std::fprintf(stderr,
+                   "warning: step %d skipped: %s not finite (loss %g, grad norm %g); %d bad "
+                   "step(s) in a row, max_bad_steps=%d\n",
+                   ps.step + 1, std::isfinite(loss) ? "the gradient norm is" : "the loss is", loss,
+                   norm, bad_run, cfg.max_bad_steps);
+    if (spike)
+      std::fprintf(stderr,
+                   "warning: step %d: loss spike, %.4f is %.1f standard deviations above "
+                   "the last %zu steps' mean\n",
+                   ps.step + 1, loss, z, LossOutlierDetector::kWindow);
     if (!quiet) {
       std::printf("step %*d/%d | loss %.4f | lr %.2e | norm %.3f | %.0f tok/s | ETA %s%s\n",
                   static_cast<int>(std::to_string(cfg.steps).size()), ps.step + 1, cfg.steps, loss,
                   ps.lr, norm, tps,
                   format_duration(step_time_avg * (cfg.steps - ps.step - 1)).c_str(),
                   std::isfinite(ps.val_loss) ? str(" | val ", ps.val_loss).c_str() : "");
-      if (r.skipped)
+      if (r.overflow)
         std::printf("  step %d skipped: f16 gradients overflowed at loss scale %g (now %g)\n",
                     ps.step + 1, r.loss_scale, r.loss_scale / 2);
       std::fflush(stdout);
     }
+    if (bad_run >= cfg.max_bad_steps)
+      throw Error(str(bad_run, " steps in a row (", ps.step + 2 - bad_run, " to ", ps.step + 1,
+                      ") had a non-finite loss or gradient norm and were skipped; stopped at "
+                      "max_bad_steps=",
+                      cfg.max_bad_steps, " without saving (", last_checkpoint(),
+                      "); try a lower lr or grad_clip"));
   };
   auto flush = [&] {
     while (!pending.empty()) report();
@@ -360,6 +426,7 @@ TrainResult run(Transformer<float>& model, const TrainConfig& cfg, const std::st
       loader.next_batch(B, x.data(), y.data());
       runner->micro_step(x.data(), y.data(), B, T_, 1.0 / cfg.grad_accum);
     }
+    if (const auto fault = opt.faults.at(step)) runner->inject_fault(*fault);
     const double lr = sched.at(step);
     AdamWParams ap;
     ap.lr = static_cast<float>(lr);
@@ -395,14 +462,17 @@ TrainResult run(Transformer<float>& model, const TrainConfig& cfg, const std::st
   const double final_val = run_eval(cfg.steps);
   result.last_val_loss = final_val;
   if (std::isfinite(final_val)) {
-    metrics << nlohmann::json{{"step", cfg.steps}, {"val_loss", final_val}}.dump() << "\n"
-            << std::flush;
+    write_metrics(nlohmann::json{{"step", cfg.steps}, {"val_loss", final_val}});
   } else {
     write_loss_svg(out + "/loss.svg", train_curve, val_curve,
                    "forge: " + mcfg.family_name() + " loss");
   }
   sync_host();
-  save_model_dir(out + "/model", model, final_save);
+  try {
+    save_model_dir(out + "/model", model, final_save);
+  } catch (const Error& e) {
+    throw Error(str("the final model was not saved (", last_checkpoint(), "): ", e.what()));
+  }
   result.seconds = total.seconds();
   std::printf("done in %s: train loss %.4f", format_duration(result.seconds).c_str(),
               result.last_train_loss);
@@ -488,6 +558,7 @@ TrainResult resume(const std::string& run_dir, int steps, const std::string& dat
   start.m = std::move(ck.m);
   start.v = std::move(ck.v);
   start.loss_scale = ck.state.loss_scale;
+  start.skipped_steps = ck.state.skipped_steps;
   start.resumed = true;
   if (rc.contains("init_from") && rc["init_from"].is_string())
     start.init_from = rc["init_from"].get<std::string>();

@@ -28,6 +28,25 @@
 //
 // Stopping: when *RunOptions::stop becomes non-zero (the CLI's SIGINT/SIGTERM handler sets
 // it), the loop finishes the current step, writes a checkpoint and returns.
+//
+// Numerical guards: a step whose loss or global gradient norm is not finite updates nothing
+// (ops/step_guard.h: weights and Adam state stay bit for bit, Adam's t counts only the updates
+// taken, the step's data and LR position are spent as usual). Its metrics.jsonl line has
+// "skipped": true and a null loss or grad_norm, every line from then on the running count
+// "skipped_steps" (f16 loss-scale overflows included), and a warning goes to stderr. After
+// max_bad_steps such steps in a row the run throws forge::Error (one line: which steps, and the
+// last checkpoint, which no bad step touched) without writing a checkpoint or a model. An f16
+// overflow skip is the loss scaler's business (the scale halves) and counts as bad only once
+// the scale it ran at was <= 1: at that point the gradients are not finite unscaled either.
+// The run of bad steps starts from zero when a run is resumed.
+// Loss spikes (train/loss_outliers.h): every line after the first 128 finite losses has
+// "loss_z", the loss's z-score against the previous 128; above loss_spike_z it is a spike:
+// "loss_spike": true and a warning on stderr.
+//
+// Faults while saving: a checkpoint or model that cannot be written (a full disk, a file-size
+// limit, an unwritable directory) throws forge::Error naming the file and the OS error; the
+// save's temporary directory is removed and every earlier checkpoint is left as it was
+// (checkpoint.h). A metrics.jsonl line that cannot be written stops the run the same way.
 #pragma once
 
 #include <csignal>
@@ -37,6 +56,7 @@
 
 #include "forge/data/loader.h"
 #include "forge/model/config.h"
+#include "forge/train/fault_inject.h"
 #include "forge/train/runner.h"
 #include "forge/train/train_config.h"
 
@@ -61,6 +81,7 @@ struct RunOptions {
   std::string device;     // "cpu" or "cuda"
   std::string precision;  // "fp32", "bf16" or "fp16" (f16 with dynamic loss scaling; cuda only)
   CudaSettings cuda;      // cuda: attention path, CUDA graphs, which GPU
+  FaultPlan faults;       // testing hook: faults injected into chosen steps (fault_inject.h)
 };
 
 // Trains from scratch (weights initialised from cfg.seed) on `data` (a --data argument),

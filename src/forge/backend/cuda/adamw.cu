@@ -35,6 +35,11 @@
 // after the f32 rounding that is at most 1 ulp of the step size, and only once a step was
 // skipped.) loss_scale_step() updates the state after the last AdamW launch of the step.
 //
+// The numerical guard (guard non-null, ops/step_guard.h): step_guard_check() has written
+// guard->skipped for this step before the launch; when it is set every thread returns before
+// touching anything, as for an f16 overflow. Adam's t subtracts guard->skipped_total as it
+// does loss_scale->skipped_total (the two count disjoint steps), through the same recomputation.
+//
 // Stochastic rounding (sr_seed = factors->sr_seed + sr_offset when factors->sr_seed != 0, bf16
 // work copy): element i takes the 32-bit word i of the counter-based stream
 // forge::Rng(sr_seed, /*stream=*/0) — word i % 4 of Philox4x32-10 block
@@ -115,15 +120,18 @@ struct AdamWArgs {
   const float* global_sq;            // (1) Σ g² over all gradients
   float max_norm;                    // <= 0: no clipping
   const LossScaleState* loss_scale;  // (1) device, f16 training; null: no loss scaling
+  const StepGuardState* guard;       // (1) device; null: no guard
 };
 
 // What one thread reads from AdamWArgs::factors: the step's scalars and its rounding key.
 struct AdamWStep : AdamWFactors {
   __device__ explicit AdamWStep(const AdamWArgs& a) : AdamWFactors(*a.factors) {
     sr_seed = sr_seed != 0 ? sr_seed + a.sr_offset : 0;
-    if (a.loss_scale != nullptr && a.loss_scale->skipped_total > 0) {
+    const int64_t skipped = (a.loss_scale != nullptr ? a.loss_scale->skipped_total : 0) +
+                            (a.guard != nullptr ? a.guard->skipped_total : 0);
+    if (skipped > 0) {
       // Adam's t counts only the steps taken (see the header).
-      const double t = static_cast<double>(step - a.loss_scale->skipped_total);
+      const double t = static_cast<double>(step - skipped);
       const double bc1 = 1.0 - pow(static_cast<double>(beta1), t);
       const double bc2 = 1.0 - pow(static_cast<double>(beta2), t);
       step_size = static_cast<float>(static_cast<double>(lr) / bc1);
@@ -201,6 +209,7 @@ __global__ void __launch_bounds__(256) adamw_kernel(const AdamWArgs a) {
   // The clip factor, from the device-side Σ g²: every thread computes the same value.
   double clip = 1.0;
   double unscale = 1.0;  // 1 / loss scale
+  if (a.guard != nullptr && a.guard->skipped) return;  // a non-finite step: nothing is written
   if (a.loss_scale != nullptr) {
     const float sq = *a.global_sq;
     if (!isfinite(sq)) return;  // overflow: the step is skipped, nothing is written
@@ -260,7 +269,13 @@ __global__ void loss_scale_dloss_kernel(float* scaled, const float* dloss,
   scaled[0] = dloss[0] * state->scale;  // a power of two: exact unless it overflows
 }
 
-__global__ void loss_scale_step_kernel(LossScaleState* state, const float* global_sq) {
+__global__ void loss_scale_step_kernel(LossScaleState* state, const float* global_sq,
+                                       const StepGuardState* guard) {
+  if (guard != nullptr && guard->skipped) {  // the guard's skip, not an overflow (ops.h)
+    state->step_scale = state->scale;
+    state->skipped = 0;
+    return;
+  }
   loss_scale_update(*state, *global_sq);
 }
 
@@ -309,7 +324,8 @@ void sum_squares(Context& ctx, float* out, const float* g, int64_t n) {
 
 void adamw_update(Context& ctx, float* param, float* m, float* v, const float* grad, void* work,
                   DType work_dt, int64_t n, const AdamWFactors* factors, uint64_t sr_offset,
-                  const float* global_sq, float max_norm, const LossScaleState* loss_scale) {
+                  const float* global_sq, float max_norm, const LossScaleState* loss_scale,
+                  const StepGuardState* guard) {
   FORGE_CHECK(n >= 0, "[adamw_update] negative size ", n);
   FORGE_CHECK(factors != nullptr, "[adamw_update] needs the step's factors in device memory");
   FORGE_CHECK(global_sq != nullptr || (max_norm <= 0.0f && loss_scale == nullptr),
@@ -322,6 +338,7 @@ void adamw_update(Context& ctx, float* param, float* m, float* v, const float* g
   a.global_sq = global_sq;
   a.max_norm = max_norm;
   a.loss_scale = loss_scale;
+  a.guard = guard;
   if (work == nullptr) {
     launch_adamw<float>(ctx, a);
     return;
@@ -334,8 +351,9 @@ void loss_scale_dloss(Context& ctx, float* scaled, const float* dloss, const Los
   FORGE_CUDA_CHECK_LAUNCH();
 }
 
-void loss_scale_step(Context& ctx, LossScaleState* state, const float* global_sq) {
-  loss_scale_step_kernel<<<1, 1, 0, ctx.stream()>>>(state, global_sq);
+void loss_scale_step(Context& ctx, LossScaleState* state, const float* global_sq,
+                     const StepGuardState* guard) {
+  loss_scale_step_kernel<<<1, 1, 0, ctx.stream()>>>(state, global_sq, guard);
   FORGE_CUDA_CHECK_LAUNCH();
 }
 

@@ -2,6 +2,7 @@
 
 #include "forge/backend/cuda/allocator.h"
 #include "forge/backend/cuda/check.h"
+#include "forge/backend/out_of_memory.h"
 #include "forge/core/error.h"
 
 namespace forge::cuda {
@@ -67,12 +68,7 @@ void* Allocator::alloc(size_t bytes) {
     }
     if (err == cudaErrorMemoryAllocation) {
       cudaGetLastError();
-      size_t free_b = 0, total_b = 0;
-      cudaMemGetInfo(&free_b, &total_b);
-      throw Error(str("CUDA out of memory on device ", device_, ": asked for ", gib(size), " with ",
-                      gib(stats_.in_use), " in use by forge (peak ", gib(stats_.peak_in_use), "), ",
-                      gib(free_b), " free of ", gib(total_b),
-                      "; lower batch_size or seq_len (grad_accum keeps the tokens per step)"));
+      throw Error(device_out_of_memory(device_, size, "", stats_.reserved));
     }
     FORGE_CUDA_CHECK(err);
     stats_.reserved += size;
@@ -152,6 +148,17 @@ Allocator::~Allocator() {
   for (auto& [size, blocks] : cache_)
     for (void* p : blocks) cudaFree(p);
   for (auto& [p, size] : live_) cudaFree(p);
+}
+
+std::string device_out_of_memory(int device, size_t requested, const char* where,
+                                 size_t forge_bytes) {
+  DeviceMemoryReport r;
+  r.device = device;
+  r.requested = requested;
+  r.where = where;
+  r.forge_bytes = forge_bytes;
+  if (cudaMemGetInfo(&r.free_bytes, &r.total_bytes) != cudaSuccess) cudaGetLastError();
+  return out_of_memory_message(r);
 }
 
 }  // namespace forge::cuda

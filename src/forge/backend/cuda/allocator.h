@@ -20,6 +20,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <map>
+#include <string>
 #include <unordered_map>
 #include <vector>
 
@@ -72,6 +73,11 @@ class Allocator {
   BlockPool capture_pool_;  // blocks freed during the current capture
   AllocatorStats stats_;
 };
+
+// out_of_memory_message (backend/out_of_memory.h) for `device`, with cudaMemGetInfo's figures;
+// requested = 0 names `where` (the failed call) instead.
+std::string device_out_of_memory(int device, size_t requested, const char* where,
+                                 size_t forge_bytes);
 
 // Page-locked host memory (cudaHostAlloc) for staging host↔device copies: a cudaMemcpyAsync
 // from or to it is a true DMA that returns at once and overlaps with the host, where pageable

@@ -33,6 +33,8 @@ CudaBackend::CudaBackend(const ModelConfig& cfg, const ParamTable& table, cuda::
   if (dt_ != DType::kF32) work_ = Buf<uint8_t>(a, P * es_);
   norm_sq_ = Buf<float>(a, 1);
   factors_ = Buf<AdamWFactors>(a, 2);
+  guard_ = Buf<StepGuardState>(a, 1);
+  set_step_guard(StepGuardState{});
   if (dt_ == DType::kF16) {
     const LossScaleOptions& ls = o.loss_scale;
     if (!(ls.init_scale > 0.0f) || ls.growth_interval < 1)
@@ -101,6 +103,19 @@ void CudaBackend::set_loss_scale(const LossScaleState& s) {
   ctx_.synchronize();  // `s` may go out of scope
 }
 
+StepGuardState CudaBackend::step_guard_host() const {
+  StepGuardState s;
+  ctx_.synchronize();
+  FORGE_CUDA_CHECK(cudaMemcpy(&s, guard_.data(), sizeof(s), cudaMemcpyDeviceToHost));
+  return s;
+}
+
+void CudaBackend::set_step_guard(const StepGuardState& s) {
+  FORGE_CUDA_CHECK(
+      cudaMemcpyAsync(guard_.data(), &s, sizeof(s), cudaMemcpyHostToDevice, ctx_.stream()));
+  ctx_.synchronize();  // `s` may go out of scope
+}
+
 void CudaBackend::zero_grad() { FORGE_CUDA_CHECK(cudaMemsetAsync(grads_.data(), 0, grads_.bytes(), ctx_.stream())); }
 
 void CudaBackend::zero(Act p, size_t n) { FORGE_CUDA_CHECK(cudaMemsetAsync(p, 0, n * es_, ctx_.stream())); }
@@ -119,15 +134,20 @@ std::array<AdamWFactors, 2> CudaBackend::optimizer_factors(const AdamWParams& p,
   return {adamw_factors(p, sr_seed), adamw_factors(no_decay, sr_seed)};
 }
 
-void CudaBackend::optimizer_step(const AdamWFactors* factors, float max_norm) {
+void CudaBackend::optimizer_step(const AdamWFactors* factors, float max_norm,
+                                 const double* loss_sums, int n_losses) {
   cuda::sum_squares(ctx_, norm_sq_.data(), grads_.data(), table_.total());
+  cuda::step_guard_check(ctx_, guard_.data(), loss_sums, n_losses, norm_sq_.data(),
+                         loss_scale() != nullptr);
   for (const auto& info : table_.params()) {
     void* work = dt_ == DType::kF32 ? nullptr : work_.data() + info.offset * es_;
-    cuda::adamw_update(ctx_, master_.data() + info.offset, m_.data() + info.offset, v_.data() + info.offset,
-                       grads_.data() + info.offset, work, dt_, info.numel(), factors + (info.decay ? 0 : 1),
-                       static_cast<uint64_t>(info.offset), norm_sq_.data(), max_norm, loss_scale());
+    cuda::adamw_update(
+        ctx_, master_.data() + info.offset, m_.data() + info.offset, v_.data() + info.offset,
+        grads_.data() + info.offset, work, dt_, info.numel(), factors + (info.decay ? 0 : 1),
+        static_cast<uint64_t>(info.offset), norm_sq_.data(), max_norm, loss_scale(), guard_.data());
   }
-  if (loss_scale_.size() > 0) cuda::loss_scale_step(ctx_, loss_scale_.data(), norm_sq_.data());
+  if (loss_scale_.size() > 0)
+    cuda::loss_scale_step(ctx_, loss_scale_.data(), norm_sq_.data(), guard_.data());
 }
 
 void CudaBackend::optimizer_step(const AdamWParams& p, float max_norm, uint64_t sr_seed) {

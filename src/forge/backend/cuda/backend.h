@@ -17,6 +17,10 @@
 // sits in device memory (loss_scale()), scale_dloss() multiplies dloss by its scale on the
 // device, optimizer_step() unscales before clipping, skips the update when Σ g² is not finite,
 // and then updates the state — all inside the step a CUDA graph captures.
+//
+// Every precision: the numerical guard (ops/step_guard.h) in device memory (step_guard()):
+// optimizer_step() checks the step's losses and Σ g² on the device and skips the update of a
+// step where either is not finite, without a host sync.
 #pragma once
 
 #include <array>
@@ -90,7 +94,10 @@ class CudaBackend {
   // norm is computed and applied on the device and stays there (grad_norm_sq()). The step's
   // scalars are read from device memory, factors (2): [0] for tensors with weight decay, [1] for
   // the others (optimizer_factors()), so a captured CUDA graph replays with each step's lr and t.
-  void optimizer_step(const AdamWFactors* factors, float max_norm);
+  // loss_sums (device, n_losses doubles; may be null): the step's per-micro-batch loss sums,
+  // which the guard checks along with Σ g².
+  void optimizer_step(const AdamWFactors* factors, float max_norm,
+                      const double* loss_sums = nullptr, int n_losses = 0);
   // The same from host parameters: uploads optimizer_factors(p, sr_seed) first (not capturable).
   void optimizer_step(const AdamWParams& p, float max_norm, uint64_t sr_seed);
   // p.weight_decay for decaying tensors; sr_seed != 0: stochastic rounding of the bf16 copy.
@@ -101,6 +108,10 @@ class CudaBackend {
   const LossScaleState* loss_scale() const { return loss_scale_.size() > 0 ? loss_scale_.data() : nullptr; }
   LossScaleState loss_scale_host() const;
   void set_loss_scale(const LossScaleState& s);
+  // The numerical guard's device state (ops/step_guard.h); the host copy waits for the stream.
+  const StepGuardState* step_guard() const { return guard_.data(); }
+  StepGuardState step_guard_host() const;
+  void set_step_guard(const StepGuardState& s);
 
   // ---- buffers --------------------------------------------------------------------------------
   ActBuf act_buf(size_t n) { return ActBuf(ctx_.allocator(), n * es_); }
@@ -211,6 +222,7 @@ class CudaBackend {
   Buf<float> norm_sq_;
   Buf<AdamWFactors> factors_;       // (2) for optimizer_step(const AdamWParams&, ...)
   Buf<LossScaleState> loss_scale_;  // (1) f16 mode only
+  Buf<StepGuardState> guard_;       // (1)
   Buf<float> scaled_dloss_;         // (1) f16 mode: dloss · scale, what the head reads
   Buf<float> delta_;                // flash backward scratch (B, NH, T)
   // Unfused attention on strided q/k/v (GPT-2's fused projection): dense copies and gradients.

@@ -1,7 +1,9 @@
 // FORGE_CUDA_CHECK / FORGE_CUBLAS_CHECK: a failed CUDA or cuBLAS call is a broken invariant
 // (STYLE.md): print the statement, file:line, the device and the error, then abort. The one
 // user-facing CUDA failure, running out of memory, is reported by the allocator as a
-// forge::Error instead, with what to lower.
+// forge::Error instead, with what to lower; an allocation failure inside any other checked call
+// (cudaErrorMemoryAllocation, CUBLAS_STATUS_ALLOC_FAILED) prints the same line
+// (backend/out_of_memory.h) and exits with code 1, without an abort.
 #pragma once
 
 #include <cublasLt.h>

@@ -17,7 +17,13 @@ Context::Context(int device) : device_(device), allocator_(device) {
   FORGE_CUBLAS_CHECK(cublasLtCreate(&lt_));
   // 32 MiB: what NVIDIA recommends for cuBLASLt on Hopper.
   workspace_bytes_ = 32u << 20;
-  FORGE_CUDA_CHECK(cudaMalloc(&workspace_, workspace_bytes_));
+  if (const cudaError_t err = cudaMalloc(&workspace_, workspace_bytes_);
+      err == cudaErrorMemoryAllocation) {
+    cudaGetLastError();
+    throw Error(device_out_of_memory(device, workspace_bytes_, "", 0));
+  } else {
+    FORGE_CUDA_CHECK(err);
+  }
   gemm_plans_.reset(new_gemm_plan_cache());
 }
 

@@ -21,6 +21,7 @@
 #include "forge/ops/loss_scale.h"
 #include "forge/ops/attention.h"
 #include "forge/ops/rope.h"
+#include "forge/ops/step_guard.h"
 
 namespace forge::cuda {
 
@@ -141,15 +142,29 @@ void sum_squares(Context& ctx, float* out, const float* g, int64_t n);
 // loss_scale (device, f16 training; null otherwise): the gradients carry loss_scale->scale; the
 // norm is unscaled before clipping, and a non-finite *global_sq leaves every array untouched
 // (the step is skipped; loss_scale_step() then halves the scale). ops/loss_scale.h.
+// guard (device; null: none): when guard->skipped every array is left untouched, and Adam's t
+// is factors->step minus guard->skipped_total (and loss_scale->skipped_total). ops/step_guard.h.
 void adamw_update(Context& ctx, float* param, float* m, float* v, const float* grad, void* work,
                   DType work_dt, int64_t n, const AdamWFactors* factors, uint64_t sr_offset,
                   const float* global_sq, float max_norm,
-                  const LossScaleState* loss_scale = nullptr);
+                  const LossScaleState* loss_scale = nullptr,
+                  const StepGuardState* guard = nullptr);
 // f16 loss scaling, one step's two small kernels (graph-capturable, no host sync):
 // scaled[0] = dloss[0] · state->scale, the loss gradient the model back-propagates; and
-// loss_scale_update(*state, *global_sq) on one thread, enqueued after the step's AdamW.
+// loss_scale_update(*state, *global_sq) on one thread, enqueued after the step's AdamW. A step
+// the guard skipped (guard non-null, guard->skipped: its loss was not finite) leaves the scale
+// and its counts as they were: the scale did not cause it, and the skip is the guard's.
 void loss_scale_dloss(Context& ctx, float* scaled, const float* dloss, const LossScaleState* state);
-void loss_scale_step(Context& ctx, LossScaleState* state, const float* global_sq);
+void loss_scale_step(Context& ctx, LossScaleState* state, const float* global_sq,
+                     const StepGuardState* guard = nullptr);
+// The numerical guard (ops/step_guard.h), one thread: step_guard_update(*state, losses (n),
+// *global_sq, loss_scaled), enqueued after Σ g² and before AdamW.
+void step_guard_check(Context& ctx, StepGuardState* state, const double* losses, int n,
+                      const float* global_sq, bool loss_scaled);
+// A testing hook (StepRunner::inject_fault), one thread: faults[0] != 0 sets grad[0] to NaN,
+// faults[1] != 0 sets loss[0] to NaN. `faults` is device memory, so a captured graph replays
+// with each step's choice.
+void inject_step_fault(Context& ctx, float* grad, double* loss, const int32_t* faults);
 
 // ---- reductions -----------------------------------------------------------------------------
 // out[0] = Σ x[i] in f64, in index order (cpu::sum_in_order's loop, bit for bit): one thread, so

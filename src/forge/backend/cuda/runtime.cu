@@ -1,15 +1,34 @@
 #include <cstdio>
 #include <cstdlib>
 
+#include "forge/backend/cuda/allocator.h"
 #include "forge/backend/cuda/check.h"
 #include "forge/backend/cuda/runtime.h"
 #include "forge/core/error.h"
 
 namespace forge::cuda {
 
+namespace {
+
+// An allocation that failed inside a CUDA or cuBLAS call is the user's problem, not a bug:
+// the out-of-memory line (backend/out_of_memory.h) and exit code 1, as the CLI ends on a
+// forge::Error. Exiting here rather than throwing: these checks sit in destructors and other
+// places that must not throw.
+[[noreturn]] void out_of_memory_exit(const char* expr, int dev) {
+  std::fprintf(stderr, "forge: error: %s\n", device_out_of_memory(dev, 0, expr, 0).c_str());
+  std::fflush(stderr);
+  std::exit(1);
+}
+
+}  // namespace
+
 void cuda_failed(const char* expr, const char* file, int line, cudaError_t err) {
   int dev = -1;
   cudaGetDevice(&dev);
+  if (err == cudaErrorMemoryAllocation) {
+    cudaGetLastError();
+    out_of_memory_exit(expr, dev);
+  }
   std::fprintf(stderr, "forge: CUDA error %s (%s) in %s at %s:%d on device %d\n",
                cudaGetErrorName(err), cudaGetErrorString(err), expr, file, line, dev);
   std::fflush(stderr);
@@ -19,6 +38,7 @@ void cuda_failed(const char* expr, const char* file, int line, cudaError_t err) 
 void cublas_failed(const char* expr, const char* file, int line, cublasStatus_t st) {
   int dev = -1;
   cudaGetDevice(&dev);
+  if (st == CUBLAS_STATUS_ALLOC_FAILED) out_of_memory_exit(expr, dev);
   std::fprintf(stderr, "forge: cuBLAS error %d in %s at %s:%d on device %d\n", static_cast<int>(st),
                expr, file, line, dev);
   std::fflush(stderr);
