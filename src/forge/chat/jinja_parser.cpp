@@ -106,7 +106,9 @@ class Parser {
 
   // Statements until one of `end_tags` opens a block ({% end_tag ...); that block's opening
   // "{%" is consumed and cur() is the tag name.
-  Body parse_statements(std::initializer_list<std::string_view> end_tags) {
+  // `opened_tag` / `opened_line`: the block being read, for the error when it never closes.
+  Body parse_statements(std::initializer_list<std::string_view> end_tags,
+                        const char* opened_tag = "", int opened_line = 0) {
     Body body;
     while (true) {
       const Token& t = cur();
@@ -115,7 +117,9 @@ class Parser {
         std::string want;
         for (std::string_view e : end_tags)
           want += (want.empty() ? "'" : " or '") + std::string(e) + "'";
-        fail(str("unexpected end of template: looking for ", want));
+        throw JinjaError(str("unexpected end of template: the '", opened_tag,
+                             "' here is never closed (looking for ", want, ")"),
+                         opened_line);
       }
       if (t.type == TokenType::kData) {
         Node n = node(Node::Kind::kText, t.line);
@@ -151,7 +155,7 @@ class Parser {
       next();
       expect(TokenType::kBlockEnd, "end of statement block");
       Node n = node(Node::Kind::kBlock, line);
-      n.body = parse_statements({"endgeneration"});
+      n.body = parse_statements({"endgeneration"}, "generation", line);
       next();
       expect(TokenType::kBlockEnd, "end of statement block");
       return n;
@@ -175,13 +179,13 @@ class Parser {
     while (true) {
       ExprPtr test = parse_tuple(false);
       expect(TokenType::kBlockEnd, "end of statement block");
-      Body body = parse_statements({"elif", "else", "endif"});
+      Body body = parse_statements({"elif", "else", "endif"}, "if", n.line);
       n.branches.emplace_back(std::move(test), std::move(body));
       const std::string tag = next().value;
       if (tag == "elif") continue;
       if (tag == "else") {
         expect(TokenType::kBlockEnd, "end of statement block");
-        n.else_body = parse_statements({"endif"});
+        n.else_body = parse_statements({"endif"}, "if", n.line);
         next();
       }
       break;
@@ -205,11 +209,11 @@ class Parser {
     if (is_name("recursive")) fail("recursive loops are not supported");
     expect(TokenType::kBlockEnd, "end of statement block");
     ++loop_depth_;
-    n.body = parse_statements({"endfor", "else"});
+    n.body = parse_statements({"endfor", "else"}, "for", n.line);
     --loop_depth_;
     if (next().value == "else") {
       expect(TokenType::kBlockEnd, "end of statement block");
-      n.else_body = parse_statements({"endfor"});
+      n.else_body = parse_statements({"endfor"}, "for", n.line);
       next();
     }
     expect(TokenType::kBlockEnd, "end of statement block");
@@ -229,7 +233,7 @@ class Parser {
     if (cur().type == TokenType::kBlockEnd && n.targets.size() == 1 && n.attr.empty()) {
       next();
       n.kind = Node::Kind::kSetBlock;
-      n.body = parse_statements({"endset"});
+      n.body = parse_statements({"endset"}, "set", n.line);
       next();
       expect(TokenType::kBlockEnd, "end of statement block");
       return n;
