@@ -6,6 +6,7 @@
 // more than one line) are each preceded by a "==> FILE:LINE <==" line. Token texts are printed
 // JSON-quoted (a token can end inside a UTF-8 character; such bytes show as U+FFFD).
 #include <cstdio>
+#include <optional>
 #include <nlohmann/json.hpp>
 
 #include "args.h"
