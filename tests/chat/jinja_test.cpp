@@ -50,6 +50,21 @@ TEST(JinjaTest, ErrorsNameTheLine) {
             "t line 1: too many values to unpack (expected 2)");
 }
 
+TEST(JinjaTest, RunawayNestingIsAnErrorNotACrash) {
+  EXPECT_EQ(error_of("{{ " + std::string(5000, '(') + "1" + std::string(5000, ')') + " }}"),
+            "t line 1: nested more than 200 levels deep");
+  EXPECT_EQ(error_of("{{ " + std::string(5000, '-') + "1 }}"),
+            "t line 1: nested more than 200 levels deep");
+  std::string ifs;
+  for (int i = 0; i < 3000; ++i) ifs += "{% if true %}";
+  EXPECT_EQ(error_of(ifs), "t line 1: nested more than 200 levels deep");
+  // A namespace that holds itself cannot be printed or serialised (Python would recurse too).
+  EXPECT_EQ(error_of("{% set ns = namespace() %}{% set ns.me = [ns] %}\n{{ ns }}"),
+            "t line 2: value nested more than 100 levels deep");
+  EXPECT_EQ(error_of("{% set ns = namespace() %}{% set ns.me = [ns] %}{{ ns.me | tojson }}"),
+            "t line 1: Object of type Namespace is not JSON serializable");
+}
+
 TEST(JinjaTest, UnsupportedTagsSaySo) {
   for (const char* tag : {"macro m()", "call foo()", "filter upper", "include 'x'", "raw"})
     EXPECT_NE(error_of(str("{% ", tag, " %}"))

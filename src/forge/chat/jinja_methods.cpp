@@ -523,6 +523,7 @@ void json_string(const TaintedString& s, int32_t quote_origin, bool ensure_ascii
 }
 
 void json_value(const Value& v, const JsonOptions& opt, int depth, TaintedString& out) {
+  if (depth > 100) throw JinjaError("value nested more than 100 levels deep");
   using K = Value::Kind;
   const int32_t o = v.origin();
   auto newline = [&](int level) {

@@ -60,6 +60,10 @@ std::string describe(const Token& t) {
   return "?";
 }
 
+// Nesting deeper than this (brackets, unary operators, blocks) is refused: templates come from
+// model directories, and unbounded recursion would overflow the stack instead of failing.
+constexpr int kMaxDepth = 200;
+
 class Parser {
  public:
   explicit Parser(const std::vector<Token>& tokens) : t_(tokens) {}
@@ -145,6 +149,7 @@ class Parser {
   }
 
   Node parse_statement() {
+    const Deeper guard(this);
     const int line = cur().line;
     if (cur().type != TokenType::kName) fail("tag name expected");
     const std::string tag = cur().value;
@@ -309,6 +314,7 @@ class Parser {
   }
 
   ExprPtr parse_not() {
+    const Deeper guard(this);
     if (is_name("not")) {
       ExprPtr e = make(Expr::Kind::kNot, next().line);
       e->args.push_back(parse_not());
@@ -383,6 +389,7 @@ class Parser {
   }
 
   ExprPtr parse_unary(bool with_filter) {
+    const Deeper guard(this);
     ExprPtr e;
     if (is_op("-") || is_op("+")) {
       const Token& op = next();
@@ -607,8 +614,17 @@ class Parser {
   }
 
   const std::vector<Token>& t_;
+  struct Deeper {
+    explicit Deeper(Parser* p) : p(p) {
+      if (++p->depth_ > kMaxDepth) p->fail(str("nested more than ", kMaxDepth, " levels deep"));
+    }
+    ~Deeper() { --p->depth_; }
+    Parser* p;
+  };
+
   size_t i_ = 0;
   int loop_depth_ = 0;
+  int depth_ = 0;
 };
 
 }  // namespace

@@ -165,7 +165,28 @@ bool truthy(const Value& v) {
   return false;
 }
 
+namespace {
+
+// Values can nest without end (a namespace holding itself); walking one is refused past this.
+constexpr int kMaxNesting = 100;
+
+void check_nesting(int depth) {
+  if (depth > kMaxNesting)
+    throw JinjaError(str("value nested more than ", kMaxNesting, " levels deep"));
+}
+
+bool equal_at(const Value& a, const Value& b, int depth);
+
+}  // namespace
+
 bool equal(const Value& a, const Value& b) {
+  return equal_at(a, b, 0);
+}
+
+namespace {
+
+bool equal_at(const Value& a, const Value& b, int depth) {
+  check_nesting(depth);
   using K = Value::Kind;
   if (a.is_number() && b.is_number()) {
     if (a.kind() == K::kFloat || b.kind() == K::kFloat) return a.as_double() == b.as_double();
@@ -183,7 +204,7 @@ bool equal(const Value& a, const Value& b) {
       const List &x = a.as_list(), &y = b.as_list();
       if (x.size() != y.size()) return false;
       for (size_t i = 0; i < x.size(); ++i)
-        if (!equal(x[i], y[i])) return false;
+        if (!equal_at(x[i], y[i], depth + 1)) return false;
       return true;
     }
     case K::kDict: {
@@ -191,7 +212,7 @@ bool equal(const Value& a, const Value& b) {
       if (x.items.size() != y.items.size()) return false;
       for (const auto& [k, v] : x.items) {
         const Value* w = y.find(k.text());
-        if (w == nullptr || !equal(v, *w)) return false;
+        if (w == nullptr || !equal_at(v, *w, depth + 1)) return false;
       }
       return true;
     }
@@ -203,6 +224,8 @@ bool equal(const Value& a, const Value& b) {
       return false;
   }
 }
+
+}  // namespace
 
 int compare(const Value& a, const Value& b, const char* op) {
   if (a.is_number() && b.is_number()) {
@@ -346,7 +369,8 @@ void repr_string(const TaintedString& s, int32_t quote_origin, TaintedString& ou
   out.append(std::string_view(&quote, 1), quote_origin);
 }
 
-void print_value(const Value& v, bool repr, TaintedString& out) {
+void print_value(const Value& v, bool repr, TaintedString& out, int depth = 0) {
+  check_nesting(depth);
   using K = Value::Kind;
   const int32_t o = v.origin();
   switch (v.kind()) {
@@ -378,7 +402,7 @@ void print_value(const Value& v, bool repr, TaintedString& out) {
       const List& items = v.as_list();
       for (size_t i = 0; i < items.size(); ++i) {
         if (i > 0) out.append(", ", o);
-        print_value(items[i], true, out);
+        print_value(items[i], true, out, depth + 1);
       }
       if (tuple && items.size() == 1) out.append(",", o);
       out.append(tuple ? ")" : "]", o);
@@ -394,7 +418,7 @@ void print_value(const Value& v, bool repr, TaintedString& out) {
         first = false;
         repr_string(k, o, out);
         out.append(": ", o);
-        print_value(item, true, out);
+        print_value(item, true, out, depth + 1);
       }
       out.append(ns ? "}>" : "}", o);
       return;
