@@ -65,6 +65,18 @@ TEST(JinjaTest, RunawayNestingIsAnErrorNotACrash) {
             "t line 1: Object of type Namespace is not JSON serializable");
 }
 
+TEST(JinjaTest, RunawayTemplatesStopWithAnError) {
+  EXPECT_EQ(error_of("{% set ns = namespace(s='ab') %}{% for i in range(40) %}"
+                     "{% set ns.s = ns.s ~ ns.s %}{% endfor %}"),
+            "t line 1: text longer than 64 MiB: a runaway template?");
+  EXPECT_EQ(error_of("{{ 'x' * 100000000000 }}"), "t line 1: repeated string too long");
+  EXPECT_EQ(error_of("\n{{ [0] * 100000000000 }}"), "t line 2: repeated list too long");
+  EXPECT_EQ(
+      error_of("{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}"),
+      "t line 1: more than 1000000 loop iterations: a runaway template?");
+  EXPECT_EQ(render("{{ 2 ** 62 }} {{ 3 ** 0 }} {{ (-2) ** 3 }}"), "4611686018427387904 1 -8");
+}
+
 TEST(JinjaTest, UnsupportedTagsSaySo) {
   for (const char* tag : {"macro m()", "call foo()", "filter upper", "include 'x'", "raw"})
     EXPECT_NE(error_of(str("{% ", tag, " %}"))
@@ -82,6 +94,10 @@ TEST(JinjaTest, LexerCorners) {
   EXPECT_EQ(render("{ x } {%- if true %} y{% endif %}"), "{ x } y");
   // Numbers: underscores, floats with exponents, a dot after an integer is attribute access.
   EXPECT_EQ(render("{{ 1_000 + 1 }} {{ 2.5e1 }} {{ 1E2 }} {{ [7, 8].1 }}"), "1001 25.0 100.0 8");
+  // Out-of-range literals are what Python makes of them (found by fuzz/fuzz_chat_template).
+  EXPECT_EQ(render("{{ 1e999 }} {{ -1e999 }} {{ 1e-999 }}"), "inf -inf 0.0");
+  EXPECT_EQ(error_of("{{ 99999999999999999999 }}"),
+            "t line 1: integer literal 99999999999999999999 is out of range");
   // Comments take their trailing newline (trim_blocks) and the indentation before them.
   EXPECT_EQ(render("a\n    {# c #}\nb"), "a\nb");
   // The generation block (transformers' assistant-mask marker) renders its body.

@@ -3,6 +3,7 @@
 // Scoping follows jinja2: a for loop's body runs in a fresh scope on every iteration (an
 // assignment inside the loop is gone at the next iteration and after the loop, which is why
 // templates use namespace()); if blocks share their enclosing scope.
+#include <algorithm>
 #include <cmath>
 #include <unordered_map>
 
@@ -47,7 +48,9 @@ double float_mod(double a, double b) {
 Value arithmetic(const std::string& op, const Value& a, const Value& b) {
   if (op == "~") {
     TaintedString s = to_str(a);
-    s.append(to_str(b));
+    const TaintedString t = to_str(b);
+    check_text_size(s.size() + t.size());
+    s.append(t);
     return Value::string(s);
   }
   const bool nums = a.is_number() && b.is_number();
@@ -56,11 +59,13 @@ Value arithmetic(const std::string& op, const Value& a, const Value& b) {
     if (ints) return Value::integer(a.as_int() + b.as_int());
     if (nums) return Value::number(a.as_double() + b.as_double());
     if (a.is_string() && b.is_string()) {
+      check_text_size(a.as_string().size() + b.as_string().size());
       TaintedString s = a.as_string();
       s.append(b.as_string());
       return Value::string(s, a.origin());
     }
     if (a.is_sequence() && a.kind() == b.kind()) {
+      if (a.as_list().size() + b.as_list().size() > kMaxItems) throw JinjaError("list too long");
       List items = a.as_list();
       items.insert(items.end(), b.as_list().begin(), b.as_list().end());
       return a.kind() == Value::Kind::kTuple ? Value::tuple(std::move(items))
@@ -74,6 +79,11 @@ Value arithmetic(const std::string& op, const Value& a, const Value& b) {
     const Value& seq = a.is_int() ? b : a;
     const Value& n = a.is_int() ? a : b;
     if (n.is_int() && (seq.is_string() || seq.is_sequence())) {
+      const int64_t times = std::max<int64_t>(0, n.as_int());
+      const size_t unit = seq.is_string() ? seq.as_string().size() : seq.as_list().size();
+      if (unit > 0 &&
+          static_cast<uint64_t>(times) > (seq.is_string() ? kMaxText : kMaxItems) / unit)
+        throw JinjaError(seq.is_string() ? "repeated string too long" : "repeated list too long");
       if (seq.is_string()) {
         TaintedString s;
         for (int64_t i = 0; i < n.as_int(); ++i) s.append(seq.as_string());
@@ -94,10 +104,11 @@ Value arithmetic(const std::string& op, const Value& a, const Value& b) {
     return ints ? Value::integer(a.as_int() - b.as_int())
                 : Value::number(a.as_double() - b.as_double());
   if (op == "**") {
-    if (ints && b.as_int() >= 0) {
-      int64_t r = 1;
-      for (int64_t i = 0; i < b.as_int(); ++i) r *= a.as_int();
-      return Value::integer(r);
+    if (ints && b.as_int() >= 0) {  // by squaring; wraps where Python would grow a big int
+      uint64_t r = 1, base = static_cast<uint64_t>(a.as_int());
+      for (uint64_t e = static_cast<uint64_t>(b.as_int()); e > 0; e >>= 1, base *= base)
+        if (e & 1) r *= base;
+      return Value::integer(static_cast<int64_t>(r));
     }
     return Value::number(std::pow(a.as_double(), b.as_double()));
   }
@@ -166,11 +177,15 @@ class Evaluator {
   Flow exec_node(const Node& n, TaintedString& out) {
     switch (n.kind) {
       case Node::Kind::kText:
+        check_text_size(out.size() + n.text.size());
         out.append(n.text, kTemplate);
         return Flow::kNormal;
-      case Node::Kind::kPrint:
-        out.append(to_str(eval(*n.expr)));
+      case Node::Kind::kPrint: {
+        const TaintedString s = to_str(eval(*n.expr));
+        check_text_size(out.size() + s.size());
+        out.append(s);
         return Flow::kNormal;
+      }
       case Node::Kind::kIf:
         for (const auto& [test, body] : n.branches)
           if (truthy(eval(*test))) return exec(body, out);
@@ -222,10 +237,14 @@ class Evaluator {
       items = std::move(kept);
     }
     const int64_t count = static_cast<int64_t>(items.size());
+    Loop loop(items);
     for (int64_t i = 0; i < count; ++i) {
+      if (++iterations_ > kMaxLoopIterations)
+        throw JinjaError(
+            str("more than ", kMaxLoopIterations, " loop iterations: a runaway template?"));
       frames_.emplace_back();
       bind(n.targets, items[static_cast<size_t>(i)], frames_.back());
-      frames_.back()["loop"] = loop_value(items, i);
+      frames_.back()["loop"] = loop.at(i);
       Flow f;
       try {
         f = exec(n.body, out);
@@ -240,27 +259,50 @@ class Evaluator {
     return Flow::kNormal;
   }
 
-  static Value loop_value(const List& items, int64_t i) {
-    const int64_t n = static_cast<int64_t>(items.size());
-    Dict d;
-    auto set = [&](const char* k, Value v) { d.set(TaintedString(k, kTemplate), std::move(v)); };
-    set("index", Value::integer(i + 1));
-    set("index0", Value::integer(i));
-    set("revindex", Value::integer(n - i));
-    set("revindex0", Value::integer(n - i - 1));
-    set("first", Value::boolean(i == 0));
-    set("last", Value::boolean(i == n - 1));
-    set("length", Value::integer(n));
-    set("depth", Value::integer(1));
-    set("depth0", Value::integer(0));
-    if (i > 0) set("previtem", items[static_cast<size_t>(i - 1)]);
-    if (i + 1 < n) set("nextitem", items[static_cast<size_t>(i + 1)]);
-    set("cycle", Value::callable("loop.cycle", [i](const Args& a) {
-          if (a.positional.empty()) throw JinjaError("no items for cycling given");
-          return a.positional[static_cast<size_t>(i) % a.positional.size()];
-        }));
-    return Value::ns(std::move(d));
-  }
+  // jinja2's `loop`: one object per loop whose fields advance with each iteration (as jinja2's
+  // LoopContext does), so an iteration costs a few assignments, not a new object.
+  class Loop {
+   public:
+    explicit Loop(const List& items) : items_(items), index_(std::make_shared<int64_t>(0)) {
+      Dict d;
+      for (const char* k : kFields) d.items.emplace_back(TaintedString(k, kTemplate), Value());
+      d.items.emplace_back(TaintedString("cycle", kTemplate),
+                           Value::callable("loop.cycle", [index = index_](const Args& a) {
+                             if (a.positional.empty())
+                               throw JinjaError("no items for cycling given");
+                             return a.positional[static_cast<size_t>(*index) % a.positional.size()];
+                           }));
+      value_ = Value::ns(std::move(d));
+    }
+    const Value& at(int64_t i) {
+      const int64_t n = static_cast<int64_t>(items_.size());
+      *index_ = i;
+      const Value fields[] = {Value::integer(i + 1),
+                              Value::integer(i),
+                              Value::integer(n - i),
+                              Value::integer(n - i - 1),
+                              Value::boolean(i == 0),
+                              Value::boolean(i == n - 1),
+                              Value::integer(n),
+                              Value::integer(1),
+                              Value::integer(0),
+                              i > 0 ? items_[static_cast<size_t>(i - 1)]
+                                    : Value::undefined("there is no previous item"),
+                              i + 1 < n ? items_[static_cast<size_t>(i + 1)]
+                                        : Value::undefined("there is no next item")};
+      auto& slots = value_.namespace_dict().items;
+      for (size_t k = 0; k < std::size(fields); ++k) slots[k].second = fields[k];
+      return value_;
+    }
+
+   private:
+    static constexpr const char* kFields[] = {"index",  "index0",   "revindex", "revindex0",
+                                              "first",  "last",     "length",   "depth",
+                                              "depth0", "previtem", "nextitem"};
+    const List& items_;
+    std::shared_ptr<int64_t> index_;
+    Value value_;
+  };
 
   Args eval_args(const Expr& e) {
     Args a;
@@ -387,6 +429,7 @@ class Evaluator {
   }
 
   std::vector<Frame> frames_;
+  int64_t iterations_ = 0;
 };
 
 std::string located(const std::string& name, const JinjaError& e) {

@@ -240,6 +240,7 @@ Value f_join(const Value& v, const Args& a) {
   for (const Value& item : iterate(v)) {
     if (!first) out.append(to_str(sep));
     first = false;
+    check_text_size(out.size());
     out.append(to_str(attr ? attribute_path(item, to_str(*attr).text()) : item));
   }
   return Value::string(out);

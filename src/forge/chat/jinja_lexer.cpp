@@ -2,6 +2,7 @@
 
 #include <cctype>
 #include <charconv>
+#include <cstdlib>
 
 #include "forge/chat/jinja_value.h"
 #include "forge/core/error.h"
@@ -296,7 +297,8 @@ class Lexer {
         advance(pos_ + ws);
       } else if (const size_t f = float_run(src_, pos_)) {
         const std::string text = without_underscores(rest.substr(0, f));
-        tokens_.push_back({TokenType::kFloat, text, line_, 0, std::stod(text)});
+        // strtod, not stod: "1e999" is inf in Python, not an error.
+        tokens_.push_back({TokenType::kFloat, text, line_, 0, std::strtod(text.c_str(), nullptr)});
         advance(pos_ + f);
       } else if (const size_t d = digits_run(src_, pos_)) {
         const std::string text = without_underscores(rest.substr(0, d));

@@ -172,6 +172,7 @@ Value str_method(const Value& self, const std::string& name) {
         if (!first) out.append(s);
         first = false;
         need_str(v, "join() item");
+        check_text_size(out.size() + v.as_string().size());
         out.append(v.as_string());
       }
       return Value::string(out);
@@ -302,6 +303,7 @@ TaintedString py_replace(const TaintedString& s, const TaintedString& old, const
     const std::vector<size_t> starts = char_starts(t);
     for (size_t c = 0; c + 1 < starts.size(); ++c) {
       if (count < 0 || done < count) {
+        check_text_size(out.size() + rep.size());
         out.append(rep);
         ++done;
       }
@@ -313,6 +315,7 @@ TaintedString py_replace(const TaintedString& s, const TaintedString& old, const
   size_t b = 0;
   for (size_t at = t.find(old.text()); at != std::string::npos && (count < 0 || done < count);
        at = t.find(old.text(), b)) {
+    check_text_size(out.size() + (at - b) + rep.size());
     out.append(s.substr(b, at - b));
     out.append(rep);
     b = at + old.size();

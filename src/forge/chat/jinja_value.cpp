@@ -136,6 +136,11 @@ std::string Value::type_name() const {
   return "?";
 }
 
+void check_text_size(size_t bytes) {
+  if (bytes > kMaxText)
+    throw JinjaError(str("text longer than ", kMaxText >> 20, " MiB: a runaway template?"));
+}
+
 void require_defined(const Value& v) {
   if (v.is_undefined()) throw JinjaError(v.undefined_hint());
 }
@@ -459,6 +464,7 @@ List iterate(const Value& v) {
     }
     case K::kString: {
       const TaintedString& s = v.as_string();
+      if (s.size() > kMaxItems) throw JinjaError("string too long to iterate over its characters");
       const std::vector<size_t> starts = char_starts(s.text());
       List chars;
       for (size_t c = 0; c + 1 < starts.size(); ++c)

@@ -125,6 +125,14 @@ class Value {
   std::shared_ptr<const Callable> fn_;
 };
 
+// Limits that turn a runaway template (templates come from model directories) into an error
+// instead of exhausting memory or time; real chat templates stay far below them.
+inline constexpr size_t kMaxText = size_t{64} << 20;      // bytes of one string or output
+inline constexpr size_t kMaxItems = size_t{1} << 20;      // elements of one list
+inline constexpr int64_t kMaxLoopIterations = 1'000'000;  // per render
+// Throws JinjaError when a string of `bytes` would pass kMaxText.
+void check_text_size(size_t bytes);
+
 // Python semantics.
 bool truthy(const Value& v);
 bool equal(const Value& a, const Value& b);  // ==, deep; 1 == 1.0 == True
