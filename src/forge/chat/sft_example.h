@@ -17,11 +17,11 @@
 // system message only inside the last user turn, so with a system message it fails this test).
 // The bytes [|P|, |Q|) of F are trained.
 //
-// Tokens: F is encoded once (chat_encode.h) and byte ranges are mapped to tokens with
-// token_boundary. BPE can merge across a range's edge (e.g. Mistral v0.1 renders "</s> [INST]":
-// the " " ending an assistant turn merges with "[" into "▁["); then the token straddling the edge
-// counts as trained. Edges next to a special token, which is where the templates above put them
-// apart from that one, are exact.
+// Tokens: F is encoded once (chat_encode.h), so the ids are those of the whole conversation, and
+// byte ranges are mapped to tokens with token_boundary: exactly wherever a token boundary falls on
+// the range's edge. Where BPE merged across the edge (Mistral v0.1 renders "</s> [INST]": the " "
+// that ends an assistant turn merges with the "[" after it into "▁[" in Mistral's vocabulary),
+// the straddling token counts as trained.
 #pragma once
 
 #include <cstdint>
