@@ -21,5 +21,6 @@ int cmd_data(const Argv& argv);
 int cmd_bench(const Argv& argv);
 int cmd_inspect(const Argv& argv);
 int cmd_validate(const Argv& argv);
+int cmd_chat_template(const Argv& argv);
 
 }  // namespace forge::cli

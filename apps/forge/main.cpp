@@ -30,6 +30,8 @@ const Entry kCommands[] = {
     {"sample", forge::cli::cmd_generate, "alias of generate"},
     {"tokenizer", forge::cli::cmd_tokenizer, "train a BPE tokenizer; encode and decode text"},
     {"data", forge::cli::cmd_data, "tokenize text documents into train/val token shards"},
+    {"chat-template", forge::cli::cmd_chat_template,
+     "render a model's chat template for a conversation (and its tokens)"},
     {"bench", forge::cli::cmd_bench, "benchmarks: tokenizer, gemm, attention, train, generate"},
     {"inspect", forge::cli::cmd_inspect,
      "show a model directory: config, parameter count, tensors"},

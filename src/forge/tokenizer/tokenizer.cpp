@@ -575,9 +575,13 @@ void Tokenizer::encode_ordinary_into(std::string_view text, bool starts_input,
 }
 
 std::vector<int32_t> Tokenizer::encode_ordinary(std::string_view text) const {
+  return encode_ordinary(text, true);
+}
+
+std::vector<int32_t> Tokenizer::encode_ordinary(std::string_view text, bool starts_input) const {
   std::vector<int32_t> out;
   out.reserve(text.size() / 3 + 1);
-  encode_ordinary_into(text, true, out);
+  encode_ordinary_into(text, starts_input, out);
   return out;
 }
 

@@ -76,6 +76,10 @@ class Tokenizer {
   // Text → ids. encode() recognises special tokens; encode_ordinary() treats them as text.
   std::vector<int32_t> encode(std::string_view text) const;
   std::vector<int32_t> encode_ordinary(std::string_view text) const;
+  // encode_ordinary() of text that may not begin the input: what encode() does with the text
+  // after a special token (starts_input false), where Metaspace's prepend_scheme "first" adds no
+  // "▁". For callers that find the special tokens themselves (chat/chat_encode.h).
+  std::vector<int32_t> encode_ordinary(std::string_view text, bool starts_input) const;
   // ids → text, as `tokenizers` decodes with skip_special_tokens=False. Byte-level: the bytes
   // (not necessarily valid UTF-8 when the ids split a character). Character-level: the decoder
   // chain's text (invalid byte-fallback runs become U+FFFD, Llama 2's Strip drops the space
