@@ -18,7 +18,6 @@ constexpr int kIntMin = std::numeric_limits<int>::min();
 constexpr int kIntMax = std::numeric_limits<int>::max();
 constexpr double kInf = std::numeric_limits<double>::infinity();
 constexpr const char* kSaveDtypes[] = {"f32", "bf16"};
-static_assert(TrainConfig{}.save_shard_size == kDefaultShardSize);
 
 // The ranges are those the loop can run with: run() and the optimizer need positive counts,
 // AdamW's bias correction divides by 1 - beta^t (beta < 1), and eps keeps never-updated rows
