@@ -6,6 +6,7 @@
 
 #include "forge/core/error.h"
 #include "forge/model/params.h"
+#include "fuzz_regression.h"
 #include "testing.h"
 
 namespace forge {
@@ -222,6 +223,26 @@ TEST(ModelConfig, RopeStyleRoundTripsThroughHfConfig) {
   ModelConfig t = preset_config("tiny");
   apply_model_override(t, "rope_style", "interleaved");
   EXPECT_THROW(t.validate(), Error);
+}
+
+// Found by fuzz/fuzz_settings: a key=value setting whose value holds carriage returns was echoed
+// raw in its error. Every line of the input is applied as `forge train` applies settings.
+TEST(ModelConfig, FuzzFindingSettingWithCarriageReturnsStaysOneLine) {
+  const std::string in = testing::fuzz_regression("settings-value_carriage_returns");
+  ModelConfig c = preset_config("tiny");
+  bool found = false;
+  for (size_t pos = 0; pos < in.size();) {
+    size_t eol = in.find('\n', pos);
+    if (eol == std::string::npos) eol = in.size();
+    const std::string line = in.substr(pos, eol - pos);
+    pos = eol + 1;
+    if (line.rfind("rope_scaling=", 0) != 0) continue;
+    found = true;
+    testing::expect_one_line_error(
+        [&] { apply_model_override(c, "rope_scaling", line.substr(13)); },
+        {"rope_scaling: expected none, linear, llama3 or dynamic, got 'lla\\x0d\\x0d\\x0dma3'"});
+  }
+  EXPECT_TRUE(found);
 }
 
 }  // namespace

@@ -140,7 +140,7 @@ PromptRequest parse_request(const json& j, int vocab_size) {
     } else if (key == "repetition_penalty") {
       r.sampling.repetition_penalty = number(v, key);
     } else {
-      throw Error(str("unknown key '", key, "' (known: ", kKnownKeys, ")"));
+      throw Error(str("unknown key ", quote(key), " (known: ", kKnownKeys, ")"));
     }
   }
   if (r.prompt.has_value() == !r.ids.empty())
@@ -193,7 +193,7 @@ std::vector<PromptRequest> parse_prompts(std::string_view text, const std::strin
       throw Error(str(at, "malformed JSON: ", parse_error_text(e)));
     }
     if (!j.is_object()) throw Error(str(at, "expected a JSON object, got ", type_name(j)));
-    if (!repeated.empty()) throw Error(str(at, "key '", repeated, "' appears twice"));
+    if (!repeated.empty()) throw Error(str(at, "key ", quote(repeated), " appears twice"));
     try {
       PromptRequest r = parse_request(j, vocab_size);
       r.line = line_no;

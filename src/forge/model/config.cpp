@@ -183,24 +183,24 @@ void apply_row(ModelConfig& c, const ModelRow& row, const std::string& v) {
         } else if constexpr (std::is_same_v<M, FloatRow>) {
           const double x = parse_double(what, v, m.range);
           if (std::fabs(x) > std::numeric_limits<float>::max())
-            throw Error(str(what, ": expected a value that fits a 32-bit float, got '", v, "'"));
+            throw Error(str(what, ": expected a value that fits a 32-bit float, got ", quote(v)));
           c.*m.ptr = static_cast<float>(x);
         } else if constexpr (std::is_same_v<M, BoolRow>) {
           c.*m.ptr = parse_bool(what, v);
         } else if constexpr (std::is_same_v<M, RopeStyleRow>) {
           const std::optional<RopeStyle> style = parse_rope_style(v);
           if (!style)
-            throw Error(str(what, ": expected rotate_half or interleaved, got '", v, "'"));
+            throw Error(str(what, ": expected rotate_half or interleaved, got ", quote(v)));
           c.rope_style = *style;
         } else if constexpr (std::is_same_v<M, VariantRow>) {
           const std::optional<LlamaVariant> variant = parse_llama_variant(v);
           if (!variant)
-            throw Error(str(what, ": expected llama, mistral, qwen2, qwen3 or smollm3, got '", v, "'"));
+            throw Error(str(what, ": expected llama, mistral, qwen2, qwen3 or smollm3, got ", quote(v)));
           set_variant(c, *variant);
         } else {
           const std::optional<RopeScaling> scaling = parse_rope_scaling(v);
           if (!scaling)
-            throw Error(str(what, ": expected none, linear, llama3 or dynamic, got '", v, "'"));
+            throw Error(str(what, ": expected none, linear, llama3 or dynamic, got ", quote(v)));
           c.rope_scaling = *scaling;
         }
       },
@@ -303,7 +303,7 @@ ModelConfig preset_config(const std::string& name) {
   if (it == presets().end()) {
     std::string names;
     for (const auto& n : preset_names()) names += (names.empty() ? "" : ", ") + n;
-    throw Error(str("unknown preset '", name, "' (known: ", names, ")"));
+    throw Error(str("unknown preset ", quote(name), " (known: ", names, ")"));
   }
   return it->second();
 }

@@ -65,7 +65,7 @@ TensorSet open_tensors(const std::string& dir) {
     s.file_names.push_back(name);
     for (const auto& t : s.files.back().tensors()) {
       if (s.where.count(t.name))
-        throw Error(str(dir, ": tensor '", t.name, "' appears in both ",
+        throw Error(str(dir, ": tensor ", quote(t.name), " appears in both ",
                         s.file_names[s.where[t.name]], " and ", name));
       s.where[t.name] = s.files.size() - 1;
     }
@@ -83,10 +83,10 @@ TensorSet open_tensors(const std::string& dir) {
   std::set<std::string> shard_names;
   for (const auto& [name, file] : index["weight_map"].items()) {
     if (!file.is_string())
-      throw Error(str(index_path, ": weight_map['", name, "'] is not a string"));
+      throw Error(str(index_path, ": weight_map[", quote(name), "] is not a string"));
     const std::string f = file.get<std::string>();
     if (f.empty() || f.find('/') != std::string::npos || f.starts_with("."))
-      throw Error(str(index_path, ": weight_map['", name, "'] names a file outside the directory"));
+      throw Error(str(index_path, ": weight_map[", quote(name), "] names a file outside the directory"));
     weight_map[name] = f;
     shard_names.insert(f);
   }
@@ -94,7 +94,7 @@ TensorSet open_tensors(const std::string& dir) {
   for (const auto& [name, file] : weight_map) {
     auto it = s.where.find(name);
     if (it == s.where.end() || s.file_names[it->second] != file)
-      throw Error(str(index_path, ": tensor '", name, "' is not in ", file));
+      throw Error(str(index_path, ": tensor ", quote(name), " is not in ", quote(file)));
   }
   return s;
 }
@@ -181,7 +181,7 @@ ModelConfig read_hf_config(const nlohmann::json& j) {
 io::StDType save_dtype_from_name(const std::string& name) {
   if (name == "f32") return io::StDType::kF32;
   if (name == "bf16") return io::StDType::kBF16;
-  throw Error(str("unknown save dtype '", name, "' (expected f32 or bf16)"));
+  throw Error(str("unknown save dtype ", quote(name), " (expected f32 or bf16)"));
 }
 
 std::vector<std::vector<size_t>> plan_weight_shards(const std::vector<uint64_t>& bytes,
