@@ -222,5 +222,13 @@ TEST(PromptsTest, FuzzFindingKeyWithANewlineStaysOneLine) {
                                  {"p.jsonl:1: unknown key 'max_new_to\\x0ans'"});
 }
 
+// Found by fuzz/fuzz_prompts: a number that overflows a double (1e999) made nlohmann throw
+// out_of_range, which escaped as a non-forge exception without the file and line.
+TEST(PromptsTest, FuzzFindingNumberOverflowIsMalformedJson) {
+  const std::string in = testing::fuzz_regression("prompts-number_overflow");
+  testing::expect_one_line_error([&] { parse_prompts(in, "p.jsonl", 1000); },
+                                 {"p.jsonl:1: malformed JSON: number overflow parsing '1e999'"});
+}
+
 }  // namespace
 }  // namespace forge

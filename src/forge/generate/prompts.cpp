@@ -151,7 +151,8 @@ PromptRequest parse_request(const json& j, int vocab_size) {
 }
 
 // nlohmann's parse error without its prefix and its "line 1" (the line is ours to name).
-std::string parse_error_text(const json::parse_error& e) {
+// out_of_range.406 (a number that overflows a double, 1e999) is a parse failure too.
+std::string parse_error_text(const json::exception& e) {
   std::string m = e.what();
   const size_t bracket = m.find("] ");
   if (bracket != std::string::npos) m = m.substr(bracket + 2);
@@ -189,7 +190,7 @@ std::vector<PromptRequest> parse_prompts(std::string_view text, const std::strin
           repeated = parsed.get<std::string>();
         return true;
       });
-    } catch (const json::parse_error& e) {
+    } catch (const json::exception& e) {
       throw Error(str(at, "malformed JSON: ", parse_error_text(e)));
     }
     if (!j.is_object()) throw Error(str(at, "expected a JSON object, got ", type_name(j)));
