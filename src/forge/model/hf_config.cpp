@@ -141,7 +141,7 @@ ModelConfig read_llama_family(const json& j, const std::string& type) {
   if (c.n_head <= 0) throw Error("config.json: num_attention_heads must be positive");
   if (j.contains("head_dim") && !j["head_dim"].is_null()) {
     const int hd = get_int(j, "head_dim");
-    if (c.n_head > 0 && hd * c.n_head != c.n_embd) c.head_size = hd;
+    if (int64_t{hd} * c.n_head != c.n_embd) c.head_size = hd;  // int64: both may be ~2^31
   } else if (c.variant == LlamaVariant::kQwen3) {
     c.head_size = 128;  // Qwen3Config's default
   }
@@ -209,8 +209,11 @@ ModelConfig read_gpt2(const json& j) {
   c.n_layer = get_int(j, "n_layer");
   c.n_embd = get_int(j, "n_embd");
   c.n_head = c.n_kv_head = get_int(j, "n_head");
-  c.ffn_hidden = j.contains("n_inner") && j["n_inner"].is_number_integer() ? get_int(j, "n_inner")
-                                                                           : 4 * c.n_embd;
+  // n_inner null or absent: 4C, as GPT2MLP; beyond int for a huge n_embd, which validate()
+  // refuses anyway (so the product is taken in int64 and clamped, never overflowed).
+  c.ffn_hidden = j.contains("n_inner") && j["n_inner"].is_number_integer()
+                     ? get_int(j, "n_inner")
+                     : static_cast<int>(std::min<int64_t>(4 * int64_t{c.n_embd}, INT32_MAX));
   if (j.contains("layer_norm_epsilon")) c.norm_eps = j["layer_norm_epsilon"].get<float>();
   c.tie_embeddings = true;
   return c;
