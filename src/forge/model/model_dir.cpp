@@ -294,27 +294,34 @@ Transformer<float> load_model_dir(const std::string& dir) {
   const nlohmann::json j = read_json_file(dir + "/config.json");
   const TensorSet ts = open_tensors(dir);
   const ModelConfig cfg = resolve_config(dir, j, ts);
-  Transformer<float> model(cfg);
-  std::set<std::string> used;
-  for (const auto& p : model.table().params()) {
+  // Every tensor is found and its shape checked against the parameter table before the model is
+  // allocated: a config.json that claims a far bigger model than its files hold fails here,
+  // naming the first tensor that disagrees, instead of first allocating what it claims.
+  const ParamTable table(cfg);
+  std::vector<std::string> names;  // each parameter's name in the files
+  for (const auto& p : table.params()) {
     std::string name = p.name;
     if (!ts.find(name) && name.starts_with("transformer.") && ts.find(name.substr(12)))
       name = name.substr(12);  // original OpenAI GPT-2 exports omit the "transformer." prefix
     const io::TensorInfo* t = ts.find(name);
     if (!t) throw Error(str(tensor_file_name(ts, dir, name), ": missing tensor '", p.name, "'"));
-    const Shape want = checkpoint_shape(model.table(), p, cfg);
+    const Shape want = checkpoint_shape(table, p, cfg);
     if (t->shape != want)
       throw Error(str(tensor_file_name(ts, dir, name), ": tensor '", name, "' has shape ",
                       shape_str(t->shape), " but config.json implies ", shape_str(want)));
-    const std::vector<float> data = ts.file_of(name).read_f32(name);
-    std::copy(data.begin(), data.end(), model.weights().begin() + p.offset);
-    used.insert(name);
+    names.push_back(std::move(name));
   }
+  const std::set<std::string> used(names.begin(), names.end());
   for (const auto& [name, file] : ts.where) {
     if (used.count(name) || is_known_buffer(name)) continue;
     if (name == "lm_head.weight" && cfg.tie_embeddings) continue;  // tied: the embedding wins
-    throw Error(str(dir, "/", ts.file_names[file], ": unexpected tensor '", name,
-                    "' for model_type ", cfg.family_name()));
+    throw Error(str(dir, "/", ts.file_names[file], ": unexpected tensor ", quote(name),
+                    " for model_type ", cfg.family_name()));
+  }
+  Transformer<float> model(cfg);
+  for (size_t i = 0; i < names.size(); ++i) {
+    const std::vector<float> data = ts.file_of(names[i]).read_f32(names[i]);
+    std::copy(data.begin(), data.end(), model.weights().begin() + table.params()[i].offset);
   }
   return model;
 }
