@@ -1,41 +1,32 @@
-// libFuzzer target: arbitrary bytes as a safetensors file. Opening must either succeed with
-// every tensor inside the mapping or throw forge::Error; reading any tensor as f32 must either
-// convert it or throw forge::Error. Anything else (a crash, an ASan report, another exception,
-// a FORGE_CHECK abort) is a bug.
-//
-// SafetensorsFile::open takes a path, so each input is written to a memfd and opened through
-// /proc/self/fd: no disk traffic, and the real mmap path is what gets exercised.
-#include <sys/mman.h>
-#include <unistd.h>
-
+// libFuzzer target: arbitrary bytes as a safetensors file (io/safetensors.h). Opening must either
+// succeed with every tensor inside the mapping, sized to its shape, or throw a one-line
+// forge::Error; reading any tensor as f32 must either convert it or throw one. The input is
+// opened through a memfd, so the real open/mmap path is what runs.
 #include <cstddef>
 #include <cstdint>
-#include <nlohmann/json.hpp>
-#include <string>
 
-#include "forge/core/error.h"
 #include "forge/io/safetensors.h"
+#include "fuzz_util.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  static const int fd = memfd_create("fuzz.safetensors", 0);
-  if (fd < 0) return 0;
-  if (ftruncate(fd, 0) != 0 || pwrite(fd, data, size, 0) != static_cast<ssize_t>(size)) return 0;
-  const std::string path = "/proc/self/fd/" + std::to_string(fd);
-  try {
+  static forge::fuzz::MemFile file("fuzz.safetensors");
+  const std::string& path = file.set(data, size);
+  forge::fuzz::expect_ok_or_error([&] {
     const auto f = forge::io::SafetensorsFile::open(path);
     uint64_t sum = 0;
     for (const auto& t : f.tensors()) {
+      forge::fuzz::require(f.find(t.name) == &t, "find() returns the listed tensor");
+      const uint64_t bytes = forge::io::st_dtype_size(t.dtype) * forge::shape_numel(t.shape);
+      forge::fuzz::require(t.end - t.begin == bytes, "tensor bytes match its shape");
       const uint8_t* p = f.data(t);
       for (uint64_t i = t.begin; i < t.end; ++i) sum += p[i - t.begin];  // in range, per ASan
-      try {
+      forge::fuzz::expect_ok_or_error([&] {
         const std::vector<float> v = f.read_f32(t.name);
-        sum += v.size();
-      } catch (const forge::Error&) {
-      }
+        forge::fuzz::require(v.size() == static_cast<size_t>(forge::shape_numel(t.shape)),
+                             "read_f32 gives one float per element");
+      });
     }
-    f.find("x");
     (void)sum;
-  } catch (const forge::Error&) {
-  }
+  });
   return 0;
 }

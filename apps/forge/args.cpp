@@ -92,7 +92,7 @@ Args parse_args(const Command& cmd, const std::vector<std::string>& argv) {
       a.positional_ = arg;
       continue;
     }
-    throw Error(str("unexpected argument '", arg, "' for 'forge ", cmd.name, "'", see));
+    throw Error(str("unexpected argument ", quote(arg), " for 'forge ", cmd.name, "'", see));
   }
   return a;
 }
@@ -118,7 +118,7 @@ std::vector<int> parse_id_list(const std::string& s) {
     int id = 0;
     const auto [ptr, ec] = std::from_chars(tok.data(), tok.data() + tok.size(), id);
     if (tok.empty() || ec != std::errc() || ptr != tok.data() + tok.size() || id < 0)
-      throw Error(str("bad token id '", tok, "' in '", s, "' (expected non-negative integers separated by commas)"));
+      throw Error(str("bad token id ", quote(tok), " in ", quote(s), " (expected non-negative integers separated by commas)"));
     ids.push_back(id);
     if (comma == std::string::npos) break;
     start = comma + 1;

@@ -43,7 +43,7 @@ int bench_generate(const Argv& argv) {
   bench::GenerateBenchOptions o;
   o.preset = a.get("preset", o.preset);
   o.device = a.get("device", o.device);
-  if (o.device != "cuda" && o.device != "cpu") throw Error(str("--device: expected cuda or cpu, got '", o.device, "'"));
+  if (o.device != "cuda" && o.device != "cpu") throw Error(str("--device: expected cuda or cpu, got ", quote(o.device)));
   o.precision = a.get("precision", o.precision);
   o.prompt_len = a.get_int("prompt-len", o.prompt_len, 1, 1 << 20);
   o.new_tokens = a.get_int("new-tokens", o.new_tokens, 1, 1 << 20);

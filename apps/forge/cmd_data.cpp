@@ -119,7 +119,7 @@ int cmd_data(const Argv& argv) {
     return argv.empty() ? 1 : 0;
   }
   if (argv[0] == "prepare") return prepare(Argv(argv.begin() + 1, argv.end()));
-  throw Error(str("unknown action '", argv[0], "' (expected prepare; see forge data --help)"));
+  throw Error(str("unknown action ", quote(argv[0]), " (expected prepare; see forge data --help)"));
 }
 
 }  // namespace forge::cli

@@ -113,7 +113,7 @@ void apply_option(const Args& a, const std::string& option, TrainConfig& t) {
 void apply(ModelConfig& m, TrainConfig& t, const std::string& key, const std::string& value) {
   if (apply_model_override(m, key, value)) return;
   if (t.apply_override(key, value)) return;
-  throw Error(str("unknown setting '", key, "' (see forge train --help)"));
+  throw Error(str("unknown setting ", quote(key), " (see forge train --help)"));
 }
 
 std::string default_out(const std::string& preset) {

@@ -8,6 +8,7 @@
 #include <fstream>
 
 #include "forge/core/error.h"
+#include "fuzz_regression.h"
 #include "testing.h"
 
 namespace forge {
@@ -212,6 +213,21 @@ TEST(SamplingSettingsTest, LayersAndApplies) {
   SamplingOverrides bad;
   bad.top_p = 0;
   EXPECT_THROW(apply_sampling(bad), Error);
+}
+
+// Found by fuzz/fuzz_prompts: an unknown key holding a newline was printed raw (two lines).
+TEST(PromptsTest, FuzzFindingKeyWithANewlineStaysOneLine) {
+  const std::string in = testing::fuzz_regression("prompts-key_newline");
+  testing::expect_one_line_error([&] { parse_prompts(in, "p.jsonl", 1000); },
+                                 {"p.jsonl:1: unknown key 'max_new_to\\x0ans'"});
+}
+
+// Found by fuzz/fuzz_prompts: a number that overflows a double (1e999) made nlohmann throw
+// out_of_range, which escaped as a non-forge exception without the file and line.
+TEST(PromptsTest, FuzzFindingNumberOverflowIsMalformedJson) {
+  const std::string in = testing::fuzz_regression("prompts-number_overflow");
+  testing::expect_one_line_error([&] { parse_prompts(in, "p.jsonl", 1000); },
+                                 {"p.jsonl:1: malformed JSON: number overflow parsing '1e999'"});
 }
 
 }  // namespace

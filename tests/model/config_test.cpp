@@ -6,6 +6,7 @@
 
 #include "forge/core/error.h"
 #include "forge/model/params.h"
+#include "fuzz_regression.h"
 #include "testing.h"
 
 namespace forge {
@@ -222,6 +223,78 @@ TEST(ModelConfig, RopeStyleRoundTripsThroughHfConfig) {
   ModelConfig t = preset_config("tiny");
   apply_model_override(t, "rope_style", "interleaved");
   EXPECT_THROW(t.validate(), Error);
+}
+
+// Found by fuzz/fuzz_settings: a key=value setting whose value holds carriage returns was echoed
+// raw in its error. Every line of the input is applied as `forge train` applies settings.
+TEST(ModelConfig, FuzzFindingSettingWithCarriageReturnsStaysOneLine) {
+  const std::string in = testing::fuzz_regression("settings-value_carriage_returns");
+  ModelConfig c = preset_config("tiny");
+  bool found = false;
+  for (size_t pos = 0; pos < in.size();) {
+    size_t eol = in.find('\n', pos);
+    if (eol == std::string::npos) eol = in.size();
+    const std::string line = in.substr(pos, eol - pos);
+    pos = eol + 1;
+    if (line.rfind("rope_scaling=", 0) != 0) continue;
+    found = true;
+    testing::expect_one_line_error(
+        [&] { apply_model_override(c, "rope_scaling", line.substr(13)); },
+        {"rope_scaling: expected none, linear, llama3 or dynamic, got 'lla\\x0d\\x0d\\x0dma3'"});
+  }
+  EXPECT_TRUE(found);
+}
+
+// Sizes beyond any real model are refused by validate(), before a table or a buffer is made: a
+// config.json or a key=value setting cannot ask for terabytes or a table of a billion layers.
+TEST(ModelConfig, AbsurdSizesAreRefusedByName) {
+  auto error_of = [](auto edit) -> std::string {
+    ModelConfig c = preset_config("llama-10m");
+    edit(c);
+    try {
+      c.validate();
+    } catch (const Error& e) {
+      return e.what();
+    }
+    return "";
+  };
+  EXPECT_NE(error_of([](ModelConfig& c) { c.n_layer = 2'000'000'000; }).find("n_layer 2000000000 is beyond"),
+            std::string::npos);
+  EXPECT_NE(error_of([](ModelConfig& c) { c.vocab_size = 2'147'483'647; }).find("vocab_size"),
+            std::string::npos);
+  EXPECT_NE(error_of([](ModelConfig& c) { c.head_size = 1 << 19; }).find("n_head x head_dim"),
+            std::string::npos);
+  EXPECT_NE(error_of([](ModelConfig& c) {
+              c.n_embd = 1 << 20;
+              c.ffn_hidden = 1 << 20;
+              c.n_head = 1 << 13;
+              c.n_kv_head = 1 << 13;
+            }).find("parameters is beyond Forge's limit"),
+            std::string::npos);
+  // The largest real shapes stay well inside: Llama 3.1 405B.
+  EXPECT_EQ(error_of([](ModelConfig& c) {
+              c.vocab_size = 128'256;
+              c.max_seq_len = 131'072;
+              c.n_layer = 126;
+              c.n_embd = 16'384;
+              c.n_head = 128;
+              c.n_kv_head = 8;
+              c.ffn_hidden = 53'248;
+            }),
+            "");
+}
+
+// Found by fuzz/fuzz_settings: head_size=1532530533 on the gpt2 preset overflowed int in
+// validate() (head_size * n_head, undefined behaviour) instead of being refused.
+TEST(ModelConfig, FuzzFindingHugeHeadSizeIsRefusedWithoutOverflow) {
+  const std::string in = testing::fuzz_regression("settings-head_size_overflow");
+  const size_t at = in.find("head_size=");
+  ASSERT_NE(at, std::string::npos);
+  ModelConfig c = preset_config("tiny");
+  apply_model_override(c, "head_size", in.substr(at + 10));
+  EXPECT_EQ(c.head_size, 1'532'530'533);
+  testing::expect_one_line_error([&] { c.validate(); },
+                                 {"model config: head_size 1532530533 is beyond Forge's limit"});
 }
 
 }  // namespace

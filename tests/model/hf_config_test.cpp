@@ -10,6 +10,7 @@
 #include "forge/core/error.h"
 #include "forge/model/config.h"
 #include "forge/model/params.h"
+#include "fuzz_regression.h"
 #include "model/small_configs.h"
 
 namespace forge {
@@ -226,6 +227,14 @@ TEST(HfConfig, FeaturesNameWhatIsInUse) {
   EXPECT_TRUE(has(model_features(v[2].second), "RoPE scaling llama3"));
   EXPECT_TRUE(has(model_features(v[2].second), "o_proj bias"));
   EXPECT_TRUE(model_features(preset_config("tiny")).empty());
+}
+
+// Found by fuzz/fuzz_config: a model_type holding a newline was printed raw, so the error was two
+// lines (a value from a file could forge a log line). Values are quoted with forge::quote.
+TEST(HfConfig, FuzzFindingModelTypeWithANewlineStaysOneLine) {
+  const std::string in = testing::fuzz_regression("config-model_type_newline");
+  testing::expect_one_line_error([&] { from_hf_config(json::parse(in)); },
+                                 {"config.json: unsupported model_type '\\x0agpt2'"});
 }
 
 }  // namespace

@@ -227,7 +227,8 @@ TEST_F(ModelDirTest, ReadsWhatOtherWritersProduce) {
   map["model.norm.weight"] = "model-00002-of-00002.safetensors";
   std::ofstream(dir_ / "sharded/model.safetensors.index.json")
       << nlohmann::json{{"weight_map", map}}.dump();
-  expect_error((dir_ / "sharded").string(), "'model.norm.weight' is not in model-00002-of-00002");
+  expect_error((dir_ / "sharded").string(),
+               "'model.norm.weight' is not in 'model-00002-of-00002.safetensors'");
 
   // Original OpenAI GPT-2 exports: no "transformer." prefix, attention-mask buffers.
   Transformer<float> g(gpt2());
@@ -292,6 +293,23 @@ TEST_F(ModelDirTest, WhatCannotBeLoadedFaithfullyIsANamedError) {
   std::ofstream(d + "/config.json") << "{\"model_type\": \"llama\",";
   expect_error(d, "config.json: malformed JSON");
   expect_error((dir_ / "nowhere").string(), "not a model directory");
+}
+
+// A config.json that claims a model of 20 billion parameters over the small files of a real one
+// must fail on the first tensor whose shape disagrees, before the model is allocated (80 GB:
+// the process would be killed for memory, or std::bad_alloc would hide which file is wrong).
+TEST_F(ModelDirTest, AHugeConfigOverSmallFilesFailsBeforeAllocating) {
+  Transformer<float> m(llama(false));
+  m.init_weights(3);
+  nlohmann::json huge = to_hf_config(m.config());
+  huge["vocab_size"] = 1'000'000;
+  huge["hidden_size"] = 20'480;
+  huge["intermediate_size"] = 65'536;
+  huge["num_hidden_layers"] = 4;
+  write_dir(dir_ / "huge", huge, tensors(m));
+  expect_error((dir_ / "huge").string(),
+               "'model.embed_tokens.weight' has shape [100, 32] but config.json implies "
+               "[1000000, 20480]");
 }
 
 }  // namespace

@@ -4,9 +4,11 @@
 //  - FORGE_CHECK: a broken invariant inside Forge. Prints the statement and file:line, aborts.
 #pragma once
 
+#include <cstddef>
 #include <sstream>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 
 namespace forge {
 
@@ -22,6 +24,12 @@ std::string str(const Args&... args) {
   (os << ... << args);
   return os.str();
 }
+
+// `text` quoted for an error message: 'text', with control characters (a newline among them)
+// written as \xNN and anything past `max` bytes cut to "...". For every name or value that comes
+// from a file, the command line or the environment, so that it can neither break the message's
+// one line nor flood it.
+std::string quote(std::string_view text, size_t max = 120);
 
 [[noreturn]] void check_failed(const char* expr, const char* file, int line, const std::string& msg);
 

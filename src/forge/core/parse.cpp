@@ -23,7 +23,7 @@ template <typename T>
 T parse_integer(const std::string& what, std::string_view text, T lo, T hi) {
   T x{};
   if (!parse_whole(text, x) || x < lo || x > hi)
-    throw Error(str(what, ": expected an integer in [", lo, ", ", hi, "], got '", text, "'"));
+    throw Error(str(what, ": expected an integer in [", lo, ", ", hi, "], got ", quote(text)));
   return x;
 }
 
@@ -69,14 +69,14 @@ uint64_t parse_uint64(const std::string& what, std::string_view text, uint64_t l
 double parse_double(const std::string& what, std::string_view text, const Interval& range) {
   double x = 0;
   if (!parse_whole(text, x) || !range.contains(x))
-    throw Error(str(what, ": expected ", range.describe(), ", got '", text, "'"));
+    throw Error(str(what, ": expected ", range.describe(), ", got ", quote(text)));
   return x;
 }
 
 bool parse_bool(const std::string& what, std::string_view text) {
   if (text == "true" || text == "1") return true;
   if (text == "false" || text == "0") return false;
-  throw Error(str(what, ": expected true or false, got '", text, "'"));
+  throw Error(str(what, ": expected true or false, got ", quote(text)));
 }
 
 }  // namespace forge

@@ -31,14 +31,14 @@ const char* device_name(Device d) { return d == Device::kCpu ? "cpu" : "cuda"; }
 Device parse_device(const std::string& s) {
   if (s == "cpu") return Device::kCpu;
   if (s == "cuda") return Device::kCuda;
-  throw Error(str("unknown device '", s, "' (expected cpu or cuda)"));
+  throw Error(str("unknown device ", quote(s), " (expected cpu or cuda)"));
 }
 
 DType parse_precision(const std::string& s) {
   if (s == "fp32") return DType::kF32;
   if (s == "bf16") return DType::kBF16;
   if (s == "fp16") return DType::kF16;
-  throw Error(str("unknown precision '", s, "' (expected fp32, bf16 or fp16)"));
+  throw Error(str("unknown precision ", quote(s), " (expected fp32, bf16 or fp16)"));
 }
 
 int64_t shape_numel(const Shape& s) {

@@ -140,7 +140,7 @@ PromptRequest parse_request(const json& j, int vocab_size) {
     } else if (key == "repetition_penalty") {
       r.sampling.repetition_penalty = number(v, key);
     } else {
-      throw Error(str("unknown key '", key, "' (known: ", kKnownKeys, ")"));
+      throw Error(str("unknown key ", quote(key), " (known: ", kKnownKeys, ")"));
     }
   }
   if (r.prompt.has_value() == !r.ids.empty())
@@ -151,7 +151,8 @@ PromptRequest parse_request(const json& j, int vocab_size) {
 }
 
 // nlohmann's parse error without its prefix and its "line 1" (the line is ours to name).
-std::string parse_error_text(const json::parse_error& e) {
+// out_of_range.406 (a number that overflows a double, 1e999) is a parse failure too.
+std::string parse_error_text(const json::exception& e) {
   std::string m = e.what();
   const size_t bracket = m.find("] ");
   if (bracket != std::string::npos) m = m.substr(bracket + 2);
@@ -189,11 +190,11 @@ std::vector<PromptRequest> parse_prompts(std::string_view text, const std::strin
           repeated = parsed.get<std::string>();
         return true;
       });
-    } catch (const json::parse_error& e) {
+    } catch (const json::exception& e) {
       throw Error(str(at, "malformed JSON: ", parse_error_text(e)));
     }
     if (!j.is_object()) throw Error(str(at, "expected a JSON object, got ", type_name(j)));
-    if (!repeated.empty()) throw Error(str(at, "key '", repeated, "' appears twice"));
+    if (!repeated.empty()) throw Error(str(at, "key ", quote(repeated), " appears twice"));
     try {
       PromptRequest r = parse_request(j, vocab_size);
       r.line = line_no;

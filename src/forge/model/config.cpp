@@ -183,24 +183,24 @@ void apply_row(ModelConfig& c, const ModelRow& row, const std::string& v) {
         } else if constexpr (std::is_same_v<M, FloatRow>) {
           const double x = parse_double(what, v, m.range);
           if (std::fabs(x) > std::numeric_limits<float>::max())
-            throw Error(str(what, ": expected a value that fits a 32-bit float, got '", v, "'"));
+            throw Error(str(what, ": expected a value that fits a 32-bit float, got ", quote(v)));
           c.*m.ptr = static_cast<float>(x);
         } else if constexpr (std::is_same_v<M, BoolRow>) {
           c.*m.ptr = parse_bool(what, v);
         } else if constexpr (std::is_same_v<M, RopeStyleRow>) {
           const std::optional<RopeStyle> style = parse_rope_style(v);
           if (!style)
-            throw Error(str(what, ": expected rotate_half or interleaved, got '", v, "'"));
+            throw Error(str(what, ": expected rotate_half or interleaved, got ", quote(v)));
           c.rope_style = *style;
         } else if constexpr (std::is_same_v<M, VariantRow>) {
           const std::optional<LlamaVariant> variant = parse_llama_variant(v);
           if (!variant)
-            throw Error(str(what, ": expected llama, mistral, qwen2, qwen3 or smollm3, got '", v, "'"));
+            throw Error(str(what, ": expected llama, mistral, qwen2, qwen3 or smollm3, got ", quote(v)));
           set_variant(c, *variant);
         } else {
           const std::optional<RopeScaling> scaling = parse_rope_scaling(v);
           if (!scaling)
-            throw Error(str(what, ": expected none, linear, llama3 or dynamic, got '", v, "'"));
+            throw Error(str(what, ": expected none, linear, llama3 or dynamic, got ", quote(v)));
           c.rope_scaling = *scaling;
         }
       },
@@ -224,26 +224,64 @@ std::string accepted(const ModelRow& row) {
       row.member);
 }
 
+// Sizes far beyond any published model (the largest have vocabularies of ~256K, widths of 16K
+// and MLPs of 53K, 126 layers, 128 heads, about 10^12 parameters), refused before anything is
+// allocated: a config.json from a stranger cannot make a load ask for terabytes or wait hours
+// for a table of millions of layers, and every size the model computes from these (widths times
+// heads, the padded vocabulary, byte counts) fits the integers it is computed in.
+constexpr int kMaxVocab = 1 << 24;        // 16.8M ids
+constexpr int kMaxPositions = 1 << 24;    // max_seq_len, sliding_window, RoPE's original context
+constexpr int kMaxWidth = 1 << 20;        // n_embd, ffn_hidden, head_size and NH·HS, NKV·HS
+constexpr int kMaxLayers = 1 << 12;
+constexpr int kMaxHeads = 1 << 14;
+constexpr double kMaxParams = 4e12;
+
 }  // namespace
 
 void ModelConfig::validate() const {
   auto need = [](bool ok, const std::string& what) {
     if (!ok) throw Error("model config: " + what);
   };
+  auto at_most = [&](int64_t v, int64_t max, const char* what) {
+    need(v <= max, str(what, " ", v, " is beyond Forge's limit of ", max));
+  };
   need(vocab_size > 0, str("vocab_size must be positive, got ", vocab_size));
   need(max_seq_len > 0, str("max_seq_len must be positive, got ", max_seq_len));
   need(n_layer > 0, str("n_layer must be positive, got ", n_layer));
   need(n_embd > 0 && n_head > 0, "n_embd and n_head must be positive");
   need(head_size >= 0, str("head_size must be >= 0, got ", head_size));
+  need(n_kv_head > 0, str("n_kv_head must be positive, got ", n_kv_head));
+  need(ffn_hidden > 0, str("ffn_hidden must be positive, got ", ffn_hidden));
+  need(sliding_window >= 0, "sliding_window must be >= 0");
+  at_most(vocab_size, kMaxVocab, "vocab_size");
+  at_most(max_seq_len, kMaxPositions, "max_seq_len");
+  at_most(sliding_window, kMaxPositions, "sliding_window");
+  at_most(rope_original_max_positions, kMaxPositions, "rope_original_max_positions");
+  at_most(n_layer, kMaxLayers, "n_layer");
+  at_most(n_head, kMaxHeads, "n_head");
+  at_most(n_kv_head, kMaxHeads, "n_kv_head");
+  at_most(n_embd, kMaxWidth, "n_embd");
+  at_most(ffn_hidden, kMaxWidth, "ffn_hidden");
+  at_most(head_size, kMaxWidth, "head_size");
+  // int64: head_size and n_head are each below 2^20, their product is not below 2^31.
+  const int64_t hs = head_dim();
+  at_most(int64_t{n_head} * hs, kMaxWidth, "n_head x head_dim");
   need(head_size > 0 || n_embd % n_head == 0,
        str("n_embd ", n_embd, " is not divisible by n_head ", n_head, " (set head_size)"));
-  need(n_kv_head > 0 && n_head % n_kv_head == 0,
+  need(n_head % n_kv_head == 0,
        str("n_head ", n_head, " is not a multiple of n_kv_head ", n_kv_head));
-  need(ffn_hidden > 0, str("ffn_hidden must be positive, got ", ffn_hidden));
   need(norm_eps > 0, "norm_eps must be positive");
-  need(sliding_window >= 0, "sliding_window must be >= 0");
+  // The parameter count, in double (no overflow), a little over: the embeddings (the token one
+  // twice when untied, GPT-2's positions), and per layer the attention projections and up to
+  // three MLP matrices; norms and biases are smaller than these.
+  const double C = n_embd;
+  const double per_layer = C * hs * (2.0 * n_head + 2.0 * n_kv_head) + 3.0 * C * ffn_hidden;
+  const double params = padded_vocab() * C * (tie_embeddings ? 1 : 2) +
+                        (family == Family::kGpt2 ? C * max_seq_len : 0.0) + n_layer * per_layer;
+  need(params <= kMaxParams,
+       str("about ", params, " parameters is beyond Forge's limit of ", kMaxParams));
   if (family == Family::kGpt2) {
-    need(head_size == 0 || head_size * n_head == n_embd,
+    need(head_size == 0 || int64_t{head_size} * n_head == n_embd,
          "gpt2's head size is n_embd / n_head (head_size applies to llama models)");
     need(!qkv_bias && !o_bias && !qk_norm && rope_scaling == RopeScaling::kNone &&
              variant == LlamaVariant::kLlama,
@@ -303,7 +341,7 @@ ModelConfig preset_config(const std::string& name) {
   if (it == presets().end()) {
     std::string names;
     for (const auto& n : preset_names()) names += (names.empty() ? "" : ", ") + n;
-    throw Error(str("unknown preset '", name, "' (known: ", names, ")"));
+    throw Error(str("unknown preset ", quote(name), " (known: ", names, ")"));
   }
   return it->second();
 }
@@ -319,7 +357,7 @@ std::vector<std::string> model_features(const ModelConfig& c) {
   if (c.family == Family::kGpt2) return f;
   if (c.n_kv_head < c.n_head)
     f.push_back(str("grouped-query attention (", c.n_head, " heads, ", c.n_kv_head, " kv)"));
-  if (c.head_size > 0 && c.head_size * c.n_head != c.n_embd)
+  if (c.head_size > 0 && int64_t{c.head_size} * c.n_head != c.n_embd)
     f.push_back(str("head_dim ", c.head_size, " (hidden/heads is ", c.n_embd / c.n_head, ")"));
   if (c.sliding_window > 0) f.push_back(str("sliding window ", c.sliding_window));
   if (c.qkv_bias) f.push_back("q/k/v biases");

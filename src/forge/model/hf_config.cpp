@@ -73,7 +73,7 @@ void read_rope(const json& j, ModelConfig& c) {
   const std::optional<RopeScaling> s = parse_rope_scaling(type == "default" ? "none" : type);
   if (!s)
     throw unsupported(
-        str("rope_type '", type, "' (Forge computes default, linear, llama3, dynamic)"));
+        str("rope_type ", quote(type), " (Forge computes default, linear, llama3, dynamic)"));
   c.rope_scaling = *s;
   if (*s == RopeScaling::kNone) return;
   c.rope_factor = get_float(r, "factor", str("rope_type ", type).c_str());
@@ -109,7 +109,7 @@ void read_layer_types(const json& j, ModelConfig& c, bool window_allowed) {
     else if (s == "sliding_attention")
       sliding = true;
     else
-      throw unsupported(str("layer type '", s, "'"));
+      throw unsupported(str("layer type ", quote(s)));
   }
   if (full && sliding) throw unsupported("layer_types mixing full and sliding attention");
   if (sliding && !window_allowed) throw unsupported("sliding_attention layers for this model_type");
@@ -136,12 +136,12 @@ ModelConfig read_llama_family(const json& j, const std::string& type) {
     if (pad >= 0 && pad < c.vocab_size) c.pad_token_id = static_cast<int>(pad);
   }
   const std::string act = j.value("hidden_act", std::string("silu"));
-  if (act != "silu") throw unsupported(str("hidden_act '", act, "'"));
+  if (act != "silu") throw unsupported(str("hidden_act ", quote(act)));
   if (j.value("mlp_bias", false)) throw unsupported("mlp_bias = true");
   if (c.n_head <= 0) throw Error("config.json: num_attention_heads must be positive");
   if (j.contains("head_dim") && !j["head_dim"].is_null()) {
     const int hd = get_int(j, "head_dim");
-    if (c.n_head > 0 && hd * c.n_head != c.n_embd) c.head_size = hd;
+    if (int64_t{hd} * c.n_head != c.n_embd) c.head_size = hd;  // int64: both may be ~2^31
   } else if (c.variant == LlamaVariant::kQwen3) {
     c.head_size = 128;  // Qwen3Config's default
   }
@@ -198,7 +198,7 @@ ModelConfig read_gpt2(const json& j) {
                     "' is a llama setting; gpt2 has no rotary embeddings"));
   const std::string act = j.value("activation_function", std::string("gelu_new"));
   if (act != "gelu_new" && act != "gelu_pytorch_tanh")
-    throw unsupported(str("activation_function '", act, "'"));
+    throw unsupported(str("activation_function ", quote(act)));
   if (!j.value("tie_word_embeddings", true)) throw unsupported("gpt2 with untied embeddings");
   if (j.value("scale_attn_by_inverse_layer_idx", false))
     throw unsupported("scale_attn_by_inverse_layer_idx = true");
@@ -209,8 +209,11 @@ ModelConfig read_gpt2(const json& j) {
   c.n_layer = get_int(j, "n_layer");
   c.n_embd = get_int(j, "n_embd");
   c.n_head = c.n_kv_head = get_int(j, "n_head");
-  c.ffn_hidden = j.contains("n_inner") && j["n_inner"].is_number_integer() ? get_int(j, "n_inner")
-                                                                           : 4 * c.n_embd;
+  // n_inner null or absent: 4C, as GPT2MLP; beyond int for a huge n_embd, which validate()
+  // refuses anyway (so the product is taken in int64 and clamped, never overflowed).
+  c.ffn_hidden = j.contains("n_inner") && j["n_inner"].is_number_integer()
+                     ? get_int(j, "n_inner")
+                     : static_cast<int>(std::min<int64_t>(4 * int64_t{c.n_embd}, INT32_MAX));
   if (j.contains("layer_norm_epsilon")) c.norm_eps = j["layer_norm_epsilon"].get<float>();
   c.tie_embeddings = true;
   return c;
@@ -316,8 +319,8 @@ ModelConfig from_hf_config(const nlohmann::json& j) {
   else if (parse_llama_variant(type))
     c = read_llama_family(j, type);
   else
-    throw Error(str("config.json: unsupported model_type '", type,
-                    "' (supported: gpt2, llama, mistral, qwen2, qwen3, smollm3)"));
+    throw Error(str("config.json: unsupported model_type ", quote(type),
+                    " (supported: gpt2, llama, mistral, qwen2, qwen3, smollm3)"));
   c.validate();
   return c;
 }

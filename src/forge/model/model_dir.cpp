@@ -65,7 +65,7 @@ TensorSet open_tensors(const std::string& dir) {
     s.file_names.push_back(name);
     for (const auto& t : s.files.back().tensors()) {
       if (s.where.count(t.name))
-        throw Error(str(dir, ": tensor '", t.name, "' appears in both ",
+        throw Error(str(dir, ": tensor ", quote(t.name), " appears in both ",
                         s.file_names[s.where[t.name]], " and ", name));
       s.where[t.name] = s.files.size() - 1;
     }
@@ -83,10 +83,10 @@ TensorSet open_tensors(const std::string& dir) {
   std::set<std::string> shard_names;
   for (const auto& [name, file] : index["weight_map"].items()) {
     if (!file.is_string())
-      throw Error(str(index_path, ": weight_map['", name, "'] is not a string"));
+      throw Error(str(index_path, ": weight_map[", quote(name), "] is not a string"));
     const std::string f = file.get<std::string>();
     if (f.empty() || f.find('/') != std::string::npos || f.starts_with("."))
-      throw Error(str(index_path, ": weight_map['", name, "'] names a file outside the directory"));
+      throw Error(str(index_path, ": weight_map[", quote(name), "] names a file outside the directory"));
     weight_map[name] = f;
     shard_names.insert(f);
   }
@@ -94,7 +94,7 @@ TensorSet open_tensors(const std::string& dir) {
   for (const auto& [name, file] : weight_map) {
     auto it = s.where.find(name);
     if (it == s.where.end() || s.file_names[it->second] != file)
-      throw Error(str(index_path, ": tensor '", name, "' is not in ", file));
+      throw Error(str(index_path, ": tensor ", quote(name), " is not in ", quote(file)));
   }
   return s;
 }
@@ -181,7 +181,7 @@ ModelConfig read_hf_config(const nlohmann::json& j) {
 io::StDType save_dtype_from_name(const std::string& name) {
   if (name == "f32") return io::StDType::kF32;
   if (name == "bf16") return io::StDType::kBF16;
-  throw Error(str("unknown save dtype '", name, "' (expected f32 or bf16)"));
+  throw Error(str("unknown save dtype ", quote(name), " (expected f32 or bf16)"));
 }
 
 std::vector<std::vector<size_t>> plan_weight_shards(const std::vector<uint64_t>& bytes,
@@ -294,27 +294,34 @@ Transformer<float> load_model_dir(const std::string& dir) {
   const nlohmann::json j = read_json_file(dir + "/config.json");
   const TensorSet ts = open_tensors(dir);
   const ModelConfig cfg = resolve_config(dir, j, ts);
-  Transformer<float> model(cfg);
-  std::set<std::string> used;
-  for (const auto& p : model.table().params()) {
+  // Every tensor is found and its shape checked against the parameter table before the model is
+  // allocated: a config.json that claims a far bigger model than its files hold fails here,
+  // naming the first tensor that disagrees, instead of first allocating what it claims.
+  const ParamTable table(cfg);
+  std::vector<std::string> names;  // each parameter's name in the files
+  for (const auto& p : table.params()) {
     std::string name = p.name;
     if (!ts.find(name) && name.starts_with("transformer.") && ts.find(name.substr(12)))
       name = name.substr(12);  // original OpenAI GPT-2 exports omit the "transformer." prefix
     const io::TensorInfo* t = ts.find(name);
     if (!t) throw Error(str(tensor_file_name(ts, dir, name), ": missing tensor '", p.name, "'"));
-    const Shape want = checkpoint_shape(model.table(), p, cfg);
+    const Shape want = checkpoint_shape(table, p, cfg);
     if (t->shape != want)
       throw Error(str(tensor_file_name(ts, dir, name), ": tensor '", name, "' has shape ",
                       shape_str(t->shape), " but config.json implies ", shape_str(want)));
-    const std::vector<float> data = ts.file_of(name).read_f32(name);
-    std::copy(data.begin(), data.end(), model.weights().begin() + p.offset);
-    used.insert(name);
+    names.push_back(std::move(name));
   }
+  const std::set<std::string> used(names.begin(), names.end());
   for (const auto& [name, file] : ts.where) {
     if (used.count(name) || is_known_buffer(name)) continue;
     if (name == "lm_head.weight" && cfg.tie_embeddings) continue;  // tied: the embedding wins
-    throw Error(str(dir, "/", ts.file_names[file], ": unexpected tensor '", name,
-                    "' for model_type ", cfg.family_name()));
+    throw Error(str(dir, "/", ts.file_names[file], ": unexpected tensor ", quote(name),
+                    " for model_type ", cfg.family_name()));
+  }
+  Transformer<float> model(cfg);
+  for (size_t i = 0; i < names.size(); ++i) {
+    const std::vector<float> data = ts.file_of(names[i]).read_f32(names[i]);
+    std::copy(data.begin(), data.end(), model.weights().begin() + table.params()[i].offset);
   }
   return model;
 }

@@ -95,7 +95,7 @@ Metaspace Metaspace::from_json(const json& j, const std::string& path, const std
   Metaspace m;
   m.replacement = string_field(j, "replacement", w);
   if (!is_one_character(m.replacement))
-    throw Error(str(w, ": replacement '", m.replacement, "' is not one character"));
+    throw Error(str(w, ": replacement ", quote(m.replacement), " is not one character"));
   const json scheme = j.value("prepend_scheme", json());
   if (scheme.is_null()) {
     m.prepend = Prepend::kAlways;  // tokenizers' default

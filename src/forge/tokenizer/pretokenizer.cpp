@@ -216,7 +216,7 @@ SplitPattern parse_split_pattern(const std::string& name) {
   if (name == "gpt4") return SplitPattern::kGpt4;
   if (name == "none") return SplitPattern::kNone;
   throw Error(
-      str("[pretokenizer] unknown split pattern '", name, "' (expected gpt2, gpt4 or none)"));
+      str("[pretokenizer] unknown split pattern ", quote(name), " (expected gpt2, gpt4 or none)"));
 }
 
 PreTokenizer::PreTokenizer(SplitPattern p) : PreTokenizer(std::string(split_regex(p))) {}

@@ -362,7 +362,7 @@ int merges_for(const BpeTrainOptions& o) {
     if (o.specials[i].empty()) throw Error("train_bpe: a special token is empty");
     for (size_t j = 0; j < i; ++j)
       if (o.specials[i] == o.specials[j])
-        throw Error(str("train_bpe: special token '", o.specials[i], "' given twice"));
+        throw Error(str("train_bpe: special token ", quote(o.specials[i]), " given twice"));
   }
   const int n = o.vocab_size - 256 - static_cast<int>(o.specials.size());
   if (n < 0)

@@ -18,7 +18,6 @@ constexpr int kIntMin = std::numeric_limits<int>::min();
 constexpr int kIntMax = std::numeric_limits<int>::max();
 constexpr double kInf = std::numeric_limits<double>::infinity();
 constexpr const char* kSaveDtypes[] = {"f32", "bf16"};
-static_assert(TrainConfig{}.save_shard_size == kDefaultShardSize);
 
 // The ranges are those the loop can run with: run() and the optimizer need positive counts,
 // AdamW's bias correction divides by 1 - beta^t (beta < 1), and eps keeps never-updated rows
@@ -71,7 +70,7 @@ int64_t parse_byte_size(const std::string& what, std::string_view text) {
   auto bad = [&] {
     return Error(str(what,
                      ": expected a size in bytes >= 1 (an integer, optionally followed by K, ",
-                     "M, G, T, KB, MB, GB, TB, KiB, MiB, GiB or TiB), got '", text, "'"));
+                     "M, G, T, KB, MB, GB, TB, KiB, MiB, GiB or TiB), got ", quote(text)));
   };
   size_t digits = 0;
   while (digits < text.size() && text[digits] >= '0' && text[digits] <= '9') ++digits;
@@ -129,7 +128,7 @@ void set_field(TrainConfig& cfg, const TrainField& f, const std::string& what,
         else if (std::find(m.choices.begin(), m.choices.end(), text) != m.choices.end())
           cfg.*m.ptr = std::string(text);
         else
-          throw Error(str(what, ": expected ", choices_text(m), ", got '", text, "'"));
+          throw Error(str(what, ": expected ", choices_text(m), ", got ", quote(text)));
       },
       f.member);
 }

@@ -63,7 +63,10 @@ double value_at(const Output& o, size_t i) {
 std::string first_mismatch(const Output& want, const Output& got) {
   if (want.bytes.size() != got.bytes.size())
     return "size " + std::to_string(got.bytes.size()) + " vs " + std::to_string(want.bytes.size());
-  if (std::memcmp(want.bytes.data(), got.bytes.data(), want.bytes.size()) == 0) return "";
+  // An empty buffer's data() may be null, which memcmp must not be given even for 0 bytes.
+  if (want.bytes.empty() ||
+      std::memcmp(want.bytes.data(), got.bytes.data(), want.bytes.size()) == 0)
+    return "";
   const size_t n = want.bytes.size() / want.elem_size;
   size_t bad = 0, first = n;
   for (size_t i = 0; i < n; ++i) {
