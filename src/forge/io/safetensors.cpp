@@ -66,24 +66,6 @@ const DTypeEntry& dtype_entry(StDType t) {
   FORGE_CHECK(false, "unknown StDType ", static_cast<int>(t));
 }
 
-// 'name' for messages: control characters escaped, cut after 120 bytes.
-std::string quote_name(const std::string& s) {
-  constexpr size_t kMax = 120;
-  std::string out = "'";
-  for (size_t i = 0; i < s.size() && i < kMax; ++i) {
-    const unsigned char c = static_cast<unsigned char>(s[i]);
-    if (c < 0x20 || c == 0x7f) {
-      char buf[8];
-      std::snprintf(buf, sizeof buf, "\\x%02x", c);
-      out += buf;
-    } else {
-      out += static_cast<char>(c);
-    }
-  }
-  if (s.size() > kMax) out += "...";
-  return out + "'";
-}
-
 std::string offsets_str(uint64_t begin, uint64_t end) {
   return str("[", begin, ", ", end, "]");
 }
@@ -119,7 +101,7 @@ bool json_deeper_than(const char* p, size_t n, int limit) {
 
 // Reads a header entry into `info` (name already set); throws with the problem, not the path.
 void parse_entry(const nlohmann::json& entry, uint64_t data_bytes, TensorInfo* info) {
-  const std::string who = str("tensor ", quote_name(info->name));
+  const std::string who = str("tensor ", quote(info->name));
   if (!entry.is_object())
     throw Error(str(who, " is a JSON ", entry.type_name(), ", expected an object"));
   for (const char* key : {"dtype", "shape", "data_offsets"})
@@ -134,7 +116,7 @@ void parse_entry(const nlohmann::json& entry, uint64_t data_bytes, TensorInfo* i
     if (dtype_name == e.name) dt = &e;
   if (!dt)
     throw Error(
-        str(who, " has unsupported dtype ", quote_name(dtype_name),
+        str(who, " has unsupported dtype ", quote(dtype_name),
             " (expected F64, F32, F16, BF16, I64, I32, I16, I8, U8, U16, U32, U64 or BOOL)"));
   info->dtype = dt->dtype;
 
@@ -189,7 +171,7 @@ void parse_metadata(const nlohmann::json& meta, std::map<std::string, std::strin
     throw Error(str("__metadata__ is a JSON ", meta.type_name(), ", expected an object"));
   for (const auto& [key, value] : meta.items()) {
     if (!value.is_string())
-      throw Error(str("__metadata__ value for key ", quote_name(key), " is a JSON ",
+      throw Error(str("__metadata__ value for key ", quote(key), " is a JSON ",
                       value.type_name(), ", expected a string"));
     (*out)[key] = value.get<std::string>();
   }
@@ -292,8 +274,8 @@ SafetensorsFile SafetensorsFile::open(const std::string& path) {
   for (const TensorInfo& t : f.tensors_) {
     if (t.begin == t.end) continue;
     if (prev && t.begin < prev->end)
-      throw fail(str("tensors ", quote_name(prev->name), " ", offsets_str(prev->begin, prev->end),
-                     " and ", quote_name(t.name), " ", offsets_str(t.begin, t.end), " overlap"));
+      throw fail(str("tensors ", quote(prev->name), " ", offsets_str(prev->begin, prev->end),
+                     " and ", quote(t.name), " ", offsets_str(t.begin, t.end), " overlap"));
     prev = &t;
   }
   for (size_t i = 0; i < f.tensors_.size(); ++i) f.index_.emplace(f.tensors_[i].name, i);
@@ -336,7 +318,7 @@ const TensorInfo* SafetensorsFile::find(const std::string& name) const {
 std::vector<float> SafetensorsFile::read_f32(const std::string& name) const {
   const TensorInfo* t = find(name);
   if (!t)
-    throw Error(str(path_, ": no tensor ", quote_name(name), " (the file has ", tensors_.size(),
+    throw Error(str(path_, ": no tensor ", quote(name), " (the file has ", tensors_.size(),
                     " tensors)"));
   const uint8_t* src = data(*t);
   const size_t n = (t->end - t->begin) / st_dtype_size(t->dtype);
@@ -362,7 +344,7 @@ std::vector<float> SafetensorsFile::read_f32(const std::string& name) const {
       }
       break;
     default:
-      throw Error(str(path_, ": tensor ", quote_name(name), " is ", st_dtype_name(t->dtype),
+      throw Error(str(path_, ": tensor ", quote(name), " is ", st_dtype_name(t->dtype),
                       "; only F32, F16, BF16 and F64 tensors can be read as f32"));
   }
   return out;
@@ -379,7 +361,7 @@ void write_safetensors(const std::string& path, const std::vector<TensorToWrite>
   std::vector<uint64_t> sizes;
   uint64_t offset = 0;
   for (const TensorToWrite& t : tensors) {
-    const std::string who = str(path, ": tensor ", quote_name(t.name));
+    const std::string who = str(path, ": tensor ", quote(t.name));
     if (t.name == "__metadata__") throw Error(str(who, " uses the reserved name"));
     if (header.contains(t.name)) throw Error(str(who, " appears twice"));
     uint64_t nbytes = st_dtype_size(t.dtype);
