@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "forge/core/error.h"
+#include "fuzz_regression.h"
 #include "testing.h"
 #include "tokenizer/random_text.h"
 
@@ -439,6 +440,29 @@ TEST_F(TokenizerFileTest, ReadsAndRejectsGpt2StyleFiles) {
 TEST_F(TokenizerFileTest, RejectsPathsWithoutATokenizer) {
   EXPECT_THROW(Tokenizer::load(path("missing")), Error);
   EXPECT_THROW(Tokenizer::load(dir_.string()), Error);  // empty directory
+}
+
+// Token ids index tables, so a few tokens with ids in the tens of millions are refused before
+// those tables exist: encoder.json {"a": 67108863} allocated 2 GB, over fuzz_gpt2_vocab's memory
+// limit (seen reading the code, confirmed with the target), and an added token of
+// tokenizer.json did the same through build().
+TEST_F(TokenizerFileTest, FuzzFindingSparseIdsAreRefusedBeforeAllocating) {
+  const std::string in = forge::testing::fuzz_regression("gpt2_vocab-sparse_ids");
+  const size_t nul = in.find('\0');
+  ASSERT_NE(nul, std::string::npos);
+  write("vocab.bpe", in.substr(nul + 1));
+  EXPECT_NE(load_error("encoder.json", in.substr(0, nul))
+                .find("token ids reach 67108863 but there are only 1 tokens"),
+            std::string::npos);
+
+  json j = tiny_json();
+  j["added_tokens"].push_back({{"id", 60'000'000}, {"content", "<big>"}, {"special", true}});
+  EXPECT_NE(load_error("tokenizer.json", j.dump()).find("token ids reach 60000000"),
+            std::string::npos);
+  // Gaps as real files have them load: the tiny vocabulary with a special 1,000 ids further on.
+  j = tiny_json();
+  j["added_tokens"].push_back({{"id", 1'263}, {"content", "<far>"}, {"special", true}});
+  EXPECT_EQ(Tokenizer::load(write("tokenizer.json", j.dump())).vocab_size(), 1'264);
 }
 
 }  // namespace

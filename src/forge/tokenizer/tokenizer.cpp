@@ -347,6 +347,12 @@ Tokenizer Tokenizer::from_bpe(std::vector<std::string> vocab,
   return build(std::move(vocab), merges, std::move(specials), std::move(regexes), false);
 }
 
+void check_ids_dense(int64_t id_end, size_t tokens) {
+  if (id_end > 2 * static_cast<int64_t>(tokens) + kIdSlack)
+    throw Error(str("[tokenizer] token ids reach ", id_end - 1, " but there are only ", tokens,
+                    " tokens (a vocabulary's ids are dense)"));
+}
+
 Tokenizer Tokenizer::build(std::vector<std::string> vocab,
                            const std::vector<std::pair<int32_t, int32_t>>& merges,
                            std::vector<SpecialToken> specials,
@@ -377,6 +383,9 @@ Tokenizer Tokenizer::build(std::vector<std::string> vocab,
     if (sp.text.empty()) throw Error(str("[tokenizer] special token ", sp.id, " is empty"));
     vocab_size = std::max(vocab_size, sp.id + 1);
   }
+  size_t tokens = specials.size();
+  for (const std::string& s : vocab) tokens += !s.empty();
+  check_ids_dense(vocab_size, tokens);  // before the tables indexed by id below
   st->vocab_size = vocab_size;
 
   // Decode table: specials win over a regular token with the same id (GPT-2's encoder.json

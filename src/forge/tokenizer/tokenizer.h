@@ -141,6 +141,13 @@ class Tokenizer {
   void encode_piece(std::string_view piece, std::vector<int32_t>& out) const;
 };
 
+// Tokenizers keep tables indexed by token id, so ids must be nearly dense: at most twice the
+// number of tokens plus kIdSlack (real vocabularies have a few unused ids, if any). Throws
+// forge::Error otherwise, before anything of that size is allocated: a file of three tokens with
+// ids in the tens of millions would otherwise take gigabytes (found by fuzz_gpt2_vocab).
+inline constexpr int64_t kIdSlack = 1024;
+void check_ids_dense(int64_t id_end, size_t tokens);
+
 // GPT-2's printable stand-in for every byte (bytes_to_unicode in openai/gpt-2's encoder.py),
 // as UTF-8: the alphabet vocab files and tokenizer.json spell tokens in.
 const std::array<std::string, 256>& byte_to_unicode();

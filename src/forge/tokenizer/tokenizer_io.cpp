@@ -159,6 +159,13 @@ SpelledVocab read_vocab(const json& obj, const std::string& path,
                       " (expected an integer in [0, ", kMaxTokenId, "))"));
     max_id = std::max(max_id, value.get<int64_t>());
   }
+  // The vocabulary is a table indexed by id; a real one's ids are dense, so a few tokens with
+  // ids in the millions are refused before that table is allocated (tokenizer.cpp: build()).
+  try {
+    check_ids_dense(max_id + 1, obj.size() + raw_text_of.size());
+  } catch (const Error& e) {
+    throw Error(str(path, ": ", e.what()));
+  }
   v.vocab.assign(static_cast<size_t>(max_id + 1), std::string());
   for (const auto& [key, value] : obj.items()) {
     const auto id = value.get<int32_t>();
