@@ -7,10 +7,10 @@
 #                      so a second run continues where the first stopped) and findings
 #                      (crash-*, leak-*, timeout-*, oom-*) with the log
 #
-# Seeds: the files of fuzz/corpus/<format>/ and the matching test files under tests/data. One
-# target at a time, in one process (libFuzzer's default; -jobs/-workers would fork children that
-# log elsewhere): the CI machine has 2 cores. Inputs up to a size that fits the format, 2 GB of
-# memory, 10 s per input. Prints one line per target:
+# Seeds: the files of fuzz/corpus/<format>/, the matching test files under tests/data and the
+# past findings in fuzz/regressions/<format>-*. One target at a time, in one process (libFuzzer's
+# default; -jobs/-workers would fork children that log elsewhere): the CI machine has 2 cores.
+# Inputs up to a size that fits the format, 2 GB of memory, 10 s per input. Prints one line per target:
 #   fuzz_config: 30 s clean, 123456 runs
 # and exits non-zero when any target found something (the reproducer's path is printed; replay
 # it with $BUILD/fuzz/<target> <file>).
@@ -72,9 +72,14 @@ for t in "${targets[@]}"; do
   dir=$work/$t
   mkdir -p "$dir/corpus"
   list=$(seeds "$t") || { status=1; continue; }
+  # Past findings (fuzz/regressions/<format>-*) stay in the corpus: fixed, and kept fixed.
+  list+=" $(ls fuzz/regressions/"${t#fuzz_}"-* 2>/dev/null)"
   # shellcheck disable=SC2086
   cp $list "$dir/corpus/" 2>/dev/null || true
   log=$dir/log.txt
+  # Findings of earlier runs move to old/: what is left after this run is this run's.
+  mkdir -p "$dir/old"
+  mv "$dir"/crash-* "$dir"/leak-* "$dir"/timeout-* "$dir"/oom-* "$dir/old/" 2>/dev/null
   # Scratch files of the targets (memfds need none) go under the work directory.
   TMPDIR=$dir "$bin" -max_total_time="$seconds" -rss_limit_mb=2048 \
     -timeout=10 -max_len="$(max_len "$t")" -dict="$root/fuzz/dict/forge.dict" \
@@ -86,7 +91,8 @@ for t in "${targets[@]}"; do
     echo "$t: $seconds s clean, ${runs:-?} runs"
   else
     echo "$t: FOUND a problem after ${runs:-?} runs (exit $rc): ${finding:-see $log}"
-    grep -m1 -E 'ERROR|fuzz:|runtime error' "$log" || tail -5 "$log"
+    grep -m2 -E '^fuzz:|runtime error|ERROR: (Address|Leak|libFuzzer: (out-of-memory|timeout))' "$log" ||
+      tail -5 "$log"
     status=1
   fi
 done
