@@ -13,6 +13,7 @@
 #include "forge/data/shard.h"
 #include "forge/io/safetensors.h"
 #include "forge/model/model_dir.h"
+#include "fuzz_regression.h"
 #include "testing.h"
 
 namespace forge {
@@ -204,6 +205,10 @@ TEST_F(CheckpointTest, CorruptCheckpointsAreNamedErrors) {
   expect_error("malformed JSON");
   std::ofstream(state) << "{\"format\": \"forge-trainer-state\", \"version\": 1, \"step\": \"x\"}";
   expect_error("\"step\"");
+  // A step of 2^31 read as int wrapped to -2147483648 (seen reading the code; the input breaks
+  // fuzz_trainer_state's step >= 0 invariant without the fix).
+  std::ofstream(state) << forge::testing::fuzz_regression("trainer_state-step_overflow");
+  expect_error("missing or bad \"step\" (an integer in [0, 2147483647])");
   std::ofstream(state) << good_state;
   // Optimizer state without v of the last parameter.
   const auto& params = model.table().params();

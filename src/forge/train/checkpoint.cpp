@@ -105,14 +105,16 @@ TrainerState state_from_json(const std::string& path, const nlohmann::json& j) {
   };
   need(j.is_object() && j.value("format", "") == "forge-trainer-state",
        "not a forge trainer state (no \"format\": \"forge-trainer-state\")");
-  const int version =
-      j.contains("version") && j["version"].is_number_integer() ? j["version"].get<int>() : 0;
+  const int64_t version =
+      j.contains("version") && j["version"].is_number_integer() ? j["version"].get<int64_t>() : 0;
   if (version != 1 && version != kStateVersion)
     throw Error(str(path, ": unsupported trainer state version ",
                     j.contains("version") ? j["version"].dump() : "(none)", " (expected 1 or ",
                     kStateVersion, ")"));
-  need(j.contains("step") && j["step"].is_number_integer() && j["step"].get<int64_t>() >= 0,
-       "missing or bad \"step\"");
+  // step is an int everywhere after this (get<int> of 2^31 would wrap to a negative step).
+  need(j.contains("step") && j["step"].is_number_unsigned() &&
+           j["step"].get<uint64_t>() <= uint64_t{INT32_MAX},
+       "missing or bad \"step\" (an integer in [0, 2147483647])");
   need(j.contains("seed") && j["seed"].is_number_unsigned(), "missing or bad \"seed\"");
   need(j.contains("data_loader") && j["data_loader"].is_object() &&
            j["data_loader"].contains("rng_offset") &&
