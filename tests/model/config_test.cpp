@@ -258,7 +258,9 @@ TEST(ModelConfig, AbsurdSizesAreRefusedByName) {
     }
     return "";
   };
-  EXPECT_NE(error_of([](ModelConfig& c) { c.n_layer = 2'000'000'000; }).find("n_layer 2000000000 is beyond"),
+  EXPECT_NE(error_of([](ModelConfig& c) {
+              c.n_layer = 2'000'000'000;
+            }).find("n_layer 2000000000 is beyond"),
             std::string::npos);
   EXPECT_NE(error_of([](ModelConfig& c) { c.vocab_size = 2'147'483'647; }).find("vocab_size"),
             std::string::npos);

@@ -195,7 +195,8 @@ void apply_row(ModelConfig& c, const ModelRow& row, const std::string& v) {
         } else if constexpr (std::is_same_v<M, VariantRow>) {
           const std::optional<LlamaVariant> variant = parse_llama_variant(v);
           if (!variant)
-            throw Error(str(what, ": expected llama, mistral, qwen2, qwen3 or smollm3, got ", quote(v)));
+            throw Error(
+                str(what, ": expected llama, mistral, qwen2, qwen3 or smollm3, got ", quote(v)));
           set_variant(c, *variant);
         } else {
           const std::optional<RopeScaling> scaling = parse_rope_scaling(v);
@@ -229,9 +230,9 @@ std::string accepted(const ModelRow& row) {
 // allocated: a config.json from a stranger cannot make a load ask for terabytes or wait hours
 // for a table of millions of layers, and every size the model computes from these (widths times
 // heads, the padded vocabulary, byte counts) fits the integers it is computed in.
-constexpr int kMaxVocab = 1 << 24;        // 16.8M ids
-constexpr int kMaxPositions = 1 << 24;    // max_seq_len, sliding_window, RoPE's original context
-constexpr int kMaxWidth = 1 << 20;        // n_embd, ffn_hidden, head_size and NH·HS, NKV·HS
+constexpr int kMaxVocab = 1 << 24;      // 16.8M ids
+constexpr int kMaxPositions = 1 << 24;  // max_seq_len, sliding_window, RoPE's original context
+constexpr int kMaxWidth = 1 << 20;      // n_embd, ffn_hidden, head_size and NH·HS, NKV·HS
 constexpr int kMaxLayers = 1 << 12;
 constexpr int kMaxHeads = 1 << 14;
 constexpr double kMaxParams = 4e12;

@@ -379,7 +379,8 @@ Tokenizer Tokenizer::build(std::vector<std::string> vocab,
 
   int32_t vocab_size = static_cast<int32_t>(vocab.size());
   for (const SpecialToken& sp : specials) {
-    if (sp.id < 0) throw Error(str("[tokenizer] special token ", quote(sp.text), " has id ", sp.id));
+    if (sp.id < 0)
+      throw Error(str("[tokenizer] special token ", quote(sp.text), " has id ", sp.id));
     if (sp.text.empty()) throw Error(str("[tokenizer] special token ", sp.id, " is empty"));
     vocab_size = std::max(vocab_size, sp.id + 1);
   }
@@ -453,8 +454,8 @@ Tokenizer Tokenizer::build(std::vector<std::string> vocab,
     if (!char_level->unk_token.empty()) {
       const auto it = st->token_id.find(char_level->unk_token);
       if (it == st->token_id.end())
-        throw Error(
-            str("[tokenizer] unk_token ", quote(char_level->unk_token), " is not in the vocabulary"));
+        throw Error(str("[tokenizer] unk_token ", quote(char_level->unk_token),
+                        " is not in the vocabulary"));
       o.unk_id = it->second;
     }
     st->symbols = CharSymbols(vocab, o);

@@ -278,7 +278,8 @@ bool read_pre_tokenizer_step(const json& step, const std::string& path,
     regexes.emplace_back(step.value("individual_digits", false) ? R"(\p{N})" : R"(\p{N}+)");
     return false;
   }
-  throw Error(str(path, ": pre_tokenizer ", quote(type), " is not supported (Forge reads ByteLevel, ",
+  throw Error(str(path, ": pre_tokenizer ", quote(type),
+                  " is not supported (Forge reads ByteLevel, ",
                   "or a Sequence of Split/Digits steps ending in ByteLevel)"));
 }
 
@@ -404,8 +405,8 @@ BpeParts read_hf_json(const std::string& path) {
   const json& model = root["model"];
   const std::string model_type = model.is_object() ? model.value("type", "BPE") : type_of(model);
   if (model_type != "BPE")
-    throw Error(
-        str(path, ": model type ", quote(model_type), " is not supported (Forge reads BPE tokenizers)"));
+    throw Error(str(path, ": model type ", quote(model_type),
+                    " is not supported (Forge reads BPE tokenizers)"));
   for (const char* key : {"continuing_subword_prefix", "end_of_word_suffix"})
     if (model.contains(key) && !model[key].is_null() && model[key] != "")
       throw Error(str(path, ": model.", key, " is not supported"));
