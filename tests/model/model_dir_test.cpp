@@ -12,6 +12,7 @@
 #include "forge/core/error.h"
 #include "forge/io/bf16.h"
 #include "forge/io/safetensors.h"
+#include "fuzz_regression.h"
 #include "testing.h"
 
 namespace forge {
@@ -310,6 +311,27 @@ TEST_F(ModelDirTest, AHugeConfigOverSmallFilesFailsBeforeAllocating) {
   expect_error((dir_ / "huge").string(),
                "'model.embed_tokens.weight' has shape [100, 32] but config.json implies "
                "[1000000, 20480]");
+}
+
+// Found by fuzz_safetensors_index: a weight_map naming a shard file with a newline in it made
+// "cannot open" a two-line error. The harness's directory: a tiny GPT-2 in 600-byte shards.
+TEST_F(ModelDirTest, FuzzFindingShardNameWithANewlineIsRefused) {
+  ModelConfig c = preset_config("tiny");
+  c.vocab_size = 16;
+  c.max_seq_len = 8;
+  c.n_layer = 1;
+  c.n_embd = 8;
+  c.n_head = c.n_kv_head = 2;
+  c.ffn_hidden = 32;
+  Transformer<float> m(c);
+  m.init_weights(1);
+  ModelSaveOptions opt;
+  opt.shard_size = 600;
+  const std::string d = (dir_ / "sharded").string();
+  save_model_dir(d, m, opt);
+  std::ofstream(d + "/model.safetensors.index.json", std::ios::binary)
+      << testing::fuzz_regression("safetensors_index-file_newline");
+  expect_error(d, "names '\\x0adel-00003-of-00006.safetensors', which has control characters");
 }
 
 }  // namespace

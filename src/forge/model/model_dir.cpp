@@ -3,6 +3,7 @@
 // way they are looked up by name through one TensorSet, so loading and inspecting don't care.
 #include "forge/model/model_dir.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -86,7 +87,14 @@ TensorSet open_tensors(const std::string& dir) {
       throw Error(str(index_path, ": weight_map[", quote(name), "] is not a string"));
     const std::string f = file.get<std::string>();
     if (f.empty() || f.find('/') != std::string::npos || f.starts_with("."))
-      throw Error(str(index_path, ": weight_map[", quote(name), "] names a file outside the directory"));
+      throw Error(
+          str(index_path, ": weight_map[", quote(name), "] names a file outside the directory"));
+    // The name goes into paths, and paths into messages: no control characters (a newline in
+    // one made "cannot open" a two-line error; found by fuzz_safetensors_index).
+    if (std::any_of(f.begin(), f.end(),
+                    [](char c) { return static_cast<unsigned char>(c) < 0x20 || c == 0x7f; }))
+      throw Error(str(index_path, ": weight_map[", quote(name), "] names ", quote(f),
+                      ", which has control characters"));
     weight_map[name] = f;
     shard_names.insert(f);
   }
