@@ -1,0 +1,167 @@
+#include "forge/data/sft_data.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <numeric>
+
+#include "forge/chat/sft_example.h"
+#include "forge/core/error.h"
+#include "forge/core/rng.h"
+
+namespace forge {
+
+namespace {
+
+// Words of the stream each shuffle may use: the split takes block 0, epoch e block e + 1. A
+// Fisher-Yates shuffle of n items draws 2 words per item (Rng::below), so 2^40 words cover
+// any file that fits in memory.
+constexpr uint64_t kShuffleBlock = uint64_t{1} << 40;
+
+// A uniformly random permutation of [0, n) from the stream's block `block`.
+std::vector<int64_t> permutation(int64_t n, uint64_t seed, uint64_t block) {
+  std::vector<int64_t> p(static_cast<size_t>(n));
+  std::iota(p.begin(), p.end(), int64_t{0});
+  Rng rng(seed, SftData::kSftStream);
+  rng.set_offset(block * kShuffleBlock);
+  for (int64_t i = n - 1; i > 0; --i)
+    std::swap(p[static_cast<size_t>(i)],
+              p[static_cast<size_t>(rng.below(static_cast<uint64_t>(i) + 1))]);
+  return p;
+}
+
+int64_t count_trained(const SftRow& r) {
+  return std::count(r.trained.begin(), r.trained.end(), uint8_t{1});
+}
+
+// Trained tokens that are targets: all but a trained first token, which nothing predicts.
+int64_t count_targets(const SftRow& r) {
+  return r.trained.empty() ? 0 : count_trained(r) - r.trained[0];
+}
+
+}  // namespace
+
+std::string SftSummary::describe() const {
+  std::string s = str(examples, " examples: ", train, " train, ", val, " validation");
+  if (truncated) s += str(", ", truncated, " truncated to the sequence length");
+  if (skipped_long) s += str(", ", skipped_long, " skipped as too long");
+  if (skipped_untrained) s += str(", ", skipped_untrained, " skipped with no assistant tokens");
+  char share[32];
+  std::snprintf(share, sizeof(share), "%.1f%%", tokens ? 100.0 * trained / tokens : 0.0);
+  return s + str(" | ", tokens, " tokens, ", trained, " trained (", share, ")");
+}
+
+SftData::SftData(std::vector<SftRow> rows, const SftSettings& s, SftSummary summary)
+    : summary_(summary), T_(s.seq_len), seed_(s.seed) {
+  if (s.seq_len < 1) throw Error(str("SFT sequence length must be >= 1, got ", s.seq_len));
+  if (!(s.val_frac >= 0 && s.val_frac <= 0.5))
+    throw Error(str("sft_val_frac must be in [0, 0.5], got ", s.val_frac));
+  const size_t cap = static_cast<size_t>(T_) + 1;
+  std::vector<SftRow> kept;
+  for (SftRow& r : rows) {
+    FORGE_CHECK(r.ids.size() == r.trained.size(), "SftRow: ids and trained differ in length");
+    if (count_targets(r) == 0) {
+      ++summary_.skipped_untrained;
+      continue;
+    }
+    if (r.ids.size() > cap) {
+      if (!s.truncate) {
+        ++summary_.skipped_long;
+        continue;
+      }
+      r.ids.resize(cap);
+      r.trained.resize(cap);
+      if (count_targets(r) == 0) {
+        ++summary_.skipped_long;
+        continue;
+      }
+      ++summary_.truncated;
+    }
+    kept.push_back(std::move(r));
+  }
+  if (kept.empty())
+    throw Error("no SFT example left to train on (" + summary_.describe() + ")");
+  const int64_t n = static_cast<int64_t>(kept.size());
+  int64_t n_val = static_cast<int64_t>(std::llround(s.val_frac * static_cast<double>(n)));
+  if (s.val_frac > 0 && n >= 2) n_val = std::max<int64_t>(n_val, 1);
+  n_val = std::min(n_val, n - 1);
+  const std::vector<int64_t> split = permutation(n, seed_, 0);
+  for (int64_t i = 0; i < n; ++i)
+    (i < n_val ? val_ : train_).push_back(std::move(kept[static_cast<size_t>(split[i])]));
+  summary_.train = train_count();
+  summary_.val = val_count();
+  summary_.tokens = summary_.trained = 0;
+  for (const auto* part : {&train_, &val_})
+    for (const SftRow& r : *part) {
+      summary_.tokens += static_cast<int64_t>(r.ids.size());
+      summary_.trained += count_targets(r);
+    }
+  if (summary_.examples == 0)
+    summary_.examples = static_cast<int64_t>(rows.size());
+}
+
+SftData SftData::load(const std::string& jsonl, const chat::ChatTemplate& tmpl,
+                      const tok::Tokenizer& tok, int64_t vocab_size, const SftSettings& s) {
+  std::ifstream f(jsonl, std::ios::binary);
+  if (!f) throw Error(str(jsonl, ": no such file or not readable"));
+  std::vector<SftRow> rows;
+  SftSummary summary;
+  std::string line;
+  for (int64_t n = 1; std::getline(f, line); ++n) {
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    if (line.find_first_not_of(" \t") == std::string::npos) continue;
+    const std::string where = str(jsonl, ":", n);
+    // Without an assistant turn an example trains nothing: counted and skipped, not an error.
+    const chat::SftExample ex = chat::parse_sft_line(line, where, /*require_assistant=*/false);
+    chat::EncodedChat enc = chat::encode_sft_example(tmpl, tok, ex);
+    for (int32_t id : enc.ids)
+      if (id < 0 || id >= vocab_size)
+        throw Error(str(where, ": token id ", id, " is outside the model's vocabulary of ",
+                        vocab_size, " (is the tokenizer the model's?)"));
+    rows.push_back({std::move(enc.ids), std::move(enc.trained)});
+    ++summary.examples;
+  }
+  if (f.bad()) throw Error(str(jsonl, ": read failed"));
+  if (summary.examples == 0) throw Error(str(jsonl, ": no examples (the file is empty)"));
+  return SftData(std::move(rows), s, summary);
+}
+
+int64_t SftData::write_row(const SftRow& r, int T_, int32_t* x, int32_t* y) {
+  const int n = static_cast<int>(r.ids.size());  // <= T + 1
+  int64_t count = 0;
+  for (int i = 0; i < T_; ++i) {
+    x[i] = i < n ? r.ids[static_cast<size_t>(i)] : 0;  // pad: any valid id
+    const bool trained = i + 1 < n && r.trained[static_cast<size_t>(i) + 1];
+    y[i] = trained ? r.ids[static_cast<size_t>(i) + 1] : -1;
+    count += trained;
+  }
+  return count;
+}
+
+int64_t SftData::train_index_at(uint64_t p) {
+  const uint64_t n = train_.size();
+  const int64_t epoch = static_cast<int64_t>(p / n);
+  if (epoch != cached_epoch_) {
+    order_ = permutation(static_cast<int64_t>(n), seed_, static_cast<uint64_t>(epoch) + 1);
+    cached_epoch_ = epoch;
+  }
+  return order_[static_cast<size_t>(p % n)];
+}
+
+int64_t SftData::next_batch(uint64_t& position, int B, int32_t* inputs, int32_t* targets) {
+  int64_t count = 0;
+  for (int b = 0; b < B; ++b) {
+    const SftRow& r = train_[static_cast<size_t>(train_index_at(position++))];
+    count += write_row(r, T_, inputs + static_cast<size_t>(b) * T_,
+                       targets + static_cast<size_t>(b) * T_);
+  }
+  return count;
+}
+
+int64_t SftData::val_row(int64_t i, int32_t* inputs, int32_t* targets) const {
+  FORGE_CHECK(i >= 0 && i < val_count(), "val_row ", i, " of ", val_count());
+  return write_row(val_[static_cast<size_t>(i)], T_, inputs, targets);
+}
+
+}  // namespace forge

@@ -1,0 +1,93 @@
+// Supervised fine-tuning data: the conversations of a JSONL file (chat/sft_example.h) rendered
+// with a model's chat template, encoded with its tokenizer, and cut into training rows.
+//
+// A row is one example, padded (this is the padding layout; packing several examples into a row
+// needs attention kept inside each example, which the kernels do not do yet): its first T tokens
+// are the inputs, and target i is token i + 1 where that token is trained (an assistant turn's,
+// chat/sft_example.h) and -1 (ignored by the loss) elsewhere. Positions after the example hold
+// the pad id with target -1; attention is causal, so they change nothing before them.
+//
+// What happens to every example is counted (SftSummary) and printed by the trainer, never
+// silent: longer than T + 1 tokens, it is cut to its first T + 1 (overlong = truncate; skipped
+// when no trained token is left in them) or skipped (overlong = skip); with no trained token
+// (no assistant turn) it is skipped. A line that is not a valid example stops the load with
+// "FILE:LINE: problem".
+//
+// Train / validation split: a seeded shuffle of the kept examples, the first
+// round(val_frac · kept) of it held out (at least one when val_frac > 0 and two or more are kept).
+// Training order: epoch e visits the train examples in a permutation drawn from (seed, stream
+// kSftStream, e), so a run's whole data state is the number of examples consumed (position()),
+// which a checkpoint records and a resumed run restores.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "forge/chat/chat_template.h"
+#include "forge/tokenizer/tokenizer.h"
+
+namespace forge {
+
+struct SftSettings {
+  int seq_len = 0;          // T (> 0): a row holds up to T + 1 tokens
+  double val_frac = 0.05;   // held-out fraction of the kept examples, in [0, 0.5]
+  bool truncate = true;     // overlong examples: cut (true) or skip
+  uint64_t seed = 0;        // split and epoch order
+};
+
+struct SftSummary {
+  int64_t examples = 0;       // non-blank lines of the file
+  int64_t train = 0, val = 0;
+  int64_t truncated = 0;      // cut to T + 1 tokens (and kept)
+  int64_t skipped_long = 0;   // overlong and skipped (overlong = skip, or nothing trained left)
+  int64_t skipped_untrained = 0;  // no assistant tokens at all
+  int64_t tokens = 0;         // tokens of the kept examples (after cutting)
+  int64_t trained = 0;        // of which trained
+  std::string describe() const;  // one line for the run's log
+};
+
+// One example's tokens and which of them are trained (both the same length, <= T + 1).
+struct SftRow {
+  std::vector<int32_t> ids;
+  std::vector<uint8_t> trained;
+};
+
+class SftData {
+ public:
+  static constexpr uint32_t kSftStream = 2;  // Philox stream of the split and epoch orders
+
+  // Reads and encodes `jsonl` with the tokenizer `tok` and chat template `tmpl`. Throws
+  // forge::Error for an unreadable file, a bad line (FILE:LINE), a template error, an id the
+  // model's vocabulary does not hold (vocab_size), or no example left to train on.
+  static SftData load(const std::string& jsonl, const chat::ChatTemplate& tmpl,
+                      const tok::Tokenizer& tok, int64_t vocab_size, const SftSettings& s);
+  // From encoded examples (rows longer than T + 1 are cut or skipped as above).
+  SftData(std::vector<SftRow> rows, const SftSettings& s, SftSummary summary = {});
+
+  const SftSummary& summary() const { return summary_; }
+  int seq_len() const { return T_; }
+  int64_t train_count() const { return static_cast<int64_t>(train_.size()); }
+  int64_t val_count() const { return static_cast<int64_t>(val_.size()); }
+
+  // The next B train rows in epoch order from `position` (examples consumed so far), written
+  // to inputs and targets (B, T); advances position by B. Returns the number of trained
+  // targets (not -1) in the batch.
+  int64_t next_batch(uint64_t& position, int B, int32_t* inputs, int32_t* targets);
+  // Validation row i (0 <= i < val_count()): inputs and targets (T); returns its trained count.
+  int64_t val_row(int64_t i, int32_t* inputs, int32_t* targets) const;
+  // Which train example position p visits (its index among the train rows).
+  int64_t train_index_at(uint64_t p);
+
+ private:
+  static int64_t write_row(const SftRow& r, int T_, int32_t* x, int32_t* y);
+
+  std::vector<SftRow> train_, val_;
+  SftSummary summary_;
+  int T_;
+  uint64_t seed_;
+  int64_t cached_epoch_ = -1;  // the permutation of epoch cached_epoch_
+  std::vector<int64_t> order_;
+};
+
+}  // namespace forge
