@@ -7,6 +7,7 @@
 #include <ctime>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <string_view>
 #include <utility>
@@ -48,6 +49,13 @@ const char* const kTrainNotes =
     "special_tokens_map.json, chat_template.jinja) unchanged: the --init-from model's when it has\n"
     "a tokenizer.json, else those of the --data directory (forge data prepare writes them).\n"
     "Trained from scratch, the model takes that tokenizer's vocabulary unless vocab_size is set.\n"
+    "--sft FILE.jsonl: one example a line, {\"prompt\": ..., \"response\": ...} or\n"
+    "{\"messages\": [{\"role\": \"system\"|\"user\"|\"assistant\", \"content\": ...}, ...]}, rendered\n"
+    "with the model's chat template (built-in ChatML without one) and encoded with its tokenizer;\n"
+    "only assistant tokens are trained, the loss is their mean over the whole step. Each example\n"
+    "is one row of seq_len tokens (padded); longer ones are cut or skipped (sft_overlong), those\n"
+    "without assistant tokens skipped, all counted in the summary line. A config file may hold\n"
+    "\"sft\": FILE or {\"data\": FILE, \"epochs\": N, \"val_frac\": X, \"overlong\": M}.\n"
     "SIGINT/SIGTERM: the current step finishes, a checkpoint is written, and forge exits 0.\n"
     "A step whose loss or gradient norm is inf/NaN updates nothing (\"skipped\": true in\n"
     "metrics.jsonl); max_bad_steps of them in a row stop the run (exit 1) and leave the last\n"
@@ -84,10 +92,12 @@ std::string settings_help() {
 const Command& train_command() {
   static const Command cmd = {
       "train",
-      "pretrain a model on token shards",
+      "pretrain a model on token shards, or fine-tune one on chat examples (--sft)",
       {{"config", "FILE", "JSON file of settings: {\"preset\": ..., \"key\": value, ...}"},
        {"preset", "NAME", "model shape (default tiny); see below"},
        {"data", "DIR|FILE", "token shards: a directory of train_*.bin/val_*.bin, or one .bin"},
+       {"sft", "FILE.jsonl",
+        "supervised fine-tuning on chat examples instead of --data (see below)"},
        {"out", "RUNDIR", "run directory (default runs/<preset>-<time>)"},
        {"steps", "N", field_help(option_field("steps"))},
        {"device", "cpu|cuda", "where to train (default cpu; --resume: the run's)"},
@@ -145,6 +155,30 @@ void take_tokenizer_vocab(ModelConfig& model, const std::string& out, const std:
   }
 }
 
+// A config file's "sft": the JSONL's path, or an object {"data": FILE, "epochs": N,
+// "val_frac": X, "overlong": M} whose other keys set epochs, sft_val_frac and sft_overlong
+// (through `setting`, as key=value would). Returns the path.
+std::string sft_section(const nlohmann::json& j, const std::string& file,
+                        const std::function<void(const std::string&, const std::string&)>& setting) {
+  if (j.is_string()) return j.get<std::string>();
+  if (!j.is_object())
+    throw Error(str(file, ": \"sft\" must be a file name or an object, got ", j.type_name()));
+  if (!j.contains("data") || !j["data"].is_string())
+    throw Error(str(file, ": \"sft\" needs \"data\": the JSONL file of examples"));
+  static const std::pair<const char*, const char*> keys[] = {
+      {"epochs", "epochs"}, {"val_frac", "sft_val_frac"}, {"overlong", "sft_overlong"}};
+  for (const auto& [k, v] : j.items()) {
+    if (k == "data") continue;
+    const auto* it = std::find_if(std::begin(keys), std::end(keys),
+                                  [&](const auto& p) { return k == p.first; });
+    if (it == std::end(keys))
+      throw Error(str(file, ": unknown key ", quote(k),
+                      " in \"sft\" (expected data, epochs, val_frac, overlong)"));
+    setting(it->second, v.is_string() ? v.get<std::string>() : v.dump());
+  }
+  return j["data"].get<std::string>();
+}
+
 // Set by SIGINT/SIGTERM; the trainer polls it after every step. SA_RESETHAND: a second signal
 // takes the default action (a user pressing Ctrl-C twice means it).
 volatile std::sig_atomic_t g_stop = 0;
@@ -180,8 +214,8 @@ int cmd_train(const Argv& argv) {
   opt.faults = fault_plan_from_env();
   opt.stop = &g_stop;
   if (a.has("resume")) {
-    for (const char* fixed :
-         {"preset", "config", "init-from", "out", "save-every", "keep-checkpoints", "save-dtype"})
+    for (const char* fixed : {"preset", "config", "init-from", "out", "save-every",
+                              "keep-checkpoints", "save-dtype", "sft"})
       if (a.has(fixed))
         throw Error(
             str("--resume takes the run's configuration from its checkpoint; drop --", fixed));
@@ -227,13 +261,19 @@ int cmd_train(const Argv& argv) {
     }
     apply(model, train, k, v);
   };
+  std::string sft_file;
+  if (file_cfg.contains("sft")) sft_file = sft_section(file_cfg["sft"], a.get("config"), setting);
   for (auto& [k, v] : file_cfg.items()) {
-    if (k == "preset") continue;
+    if (k == "preset" || k == "sft") continue;
     setting(k, v.is_string() ? v.get<std::string>() : v.dump());
   }
   for (const auto& [k, v] : a.overrides()) setting(k, v);
   for (const auto& [option, field] : kTrainOptions) apply_option(a, option, train);
-  const std::string data = a.require("data");
+  if (a.has("sft")) sft_file = a.get("sft");
+  opt.sft = !sft_file.empty();
+  if (opt.sft && a.has("data"))
+    throw Error("--sft FILE is the run's data; drop --data (or --sft for token shards)");
+  const std::string data = opt.sft ? sft_file : a.require("data");
   fs::path from = fs::path(init_from).lexically_normal();
   if (from.filename().empty()) from = from.parent_path();  // "models/x/" -> "models/x"
   const std::string name = init_from.empty() ? preset : from.filename().string();

@@ -18,6 +18,7 @@ constexpr int kIntMin = std::numeric_limits<int>::min();
 constexpr int kIntMax = std::numeric_limits<int>::max();
 constexpr double kInf = std::numeric_limits<double>::infinity();
 constexpr const char* kSaveDtypes[] = {"f32", "bf16"};
+constexpr const char* kSftOverlong[] = {"truncate", "skip"};
 
 // The ranges are those the loop can run with: run() and the optimizer need positive counts,
 // AdamW's bias correction divides by 1 - beta^t (beta < 1), and eps keeps never-updated rows
@@ -63,6 +64,13 @@ constexpr TrainField kTrainFields[] = {
     {"loss_spike_z", "X",
      "warn when a loss is X standard deviations above the last 128 steps' mean; 0: never",
      DoubleMember{&TrainConfig::loss_spike_z, {0, kInf}}},
+    {"epochs", "N",
+     "--sft: passes over the train examples, which sets steps; 0: steps decides",
+     IntMember{&TrainConfig::epochs, 0, kIntMax}},
+    {"sft_val_frac", "X", "--sft: fraction of the examples held out for validation",
+     DoubleMember{&TrainConfig::sft_val_frac, {0, 0.5}}},
+    {"sft_overlong", "M", "--sft: an example longer than seq_len + 1 tokens is cut or skipped",
+     ChoiceMember{&TrainConfig::sft_overlong, kSftOverlong}},
 };
 
 // "5GB" -> 5'000'000'000 (ByteSizeMember's syntax); throws naming `what` otherwise.

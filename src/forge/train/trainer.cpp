@@ -7,6 +7,7 @@
 #include <deque>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <system_error>
@@ -21,6 +22,7 @@
 #include "forge/model/transformer.h"
 #include "forge/ops/adamw.h"
 #include "forge/ops/grad_norm.h"
+#include "forge/train/batch_source.h"
 #include "forge/train/checkpoint.h"
 #include "forge/train/loss_outliers.h"
 #include "forge/train/plot.h"
@@ -45,21 +47,25 @@ std::string format_duration(double s) {
   return buf;
 }
 
-// Mean loss over the first `windows` validation windows (the same ones at every evaluation).
-double evaluate(StepRunner& model, const EvalWindows& val, int B, int T_, int windows) {
-  const int64_t n = std::min<int64_t>(windows, val.count());
+// Mean loss over the trained targets of the first `items` validation items (windows or SFT
+// examples: the same ones at every evaluation), in batches of up to B.
+double evaluate(StepRunner& model, const BatchSource& data, int B, int T_, int items) {
+  const int64_t n = std::min<int64_t>(items, data.val_count());
   std::vector<int32_t> x(static_cast<size_t>(B) * T_), y(static_cast<size_t>(B) * T_);
   double sum = 0;
-  int64_t done = 0;
+  int64_t done = 0, targets = 0;
   while (done < n) {
     const int b = static_cast<int>(std::min<int64_t>(B, n - done));
+    int64_t count = 0;
     for (int i = 0; i < b; ++i)
-      val.window(done + i, x.data() + static_cast<size_t>(i) * T_,
-                 y.data() + static_cast<size_t>(i) * T_);
-    sum += model.eval_loss(x.data(), y.data(), b, T_) * b;
+      count += data.val_item(done + i, x.data() + static_cast<size_t>(i) * T_,
+                             y.data() + static_cast<size_t>(i) * T_);
+    // eval_loss is the batch's mean over its trained targets: weighted by their number.
+    if (count > 0) sum += model.eval_loss(x.data(), y.data(), b, T_) * static_cast<double>(count);
+    targets += count;
     done += b;
   }
-  return sum / static_cast<double>(n);
+  return targets > 0 ? sum / static_cast<double>(targets) : NAN;
 }
 
 }  // namespace
@@ -177,10 +183,14 @@ io::FileSet run_model_files(const std::string& out, const std::string& data,
   return files;
 }
 
-TrainResult run(Transformer<float>& model, const TrainConfig& cfg, const std::string& data,
+TrainResult run(Transformer<float>& model, TrainConfig cfg, const std::string& data,
                 const std::string& out, RunStart start, const RunOptions& opt) {
   const ModelConfig& mcfg = model.config();
-  if (cfg.steps <= 0) throw Error(str("steps must be positive, got ", cfg.steps));
+  if (cfg.epochs > 0 && !opt.sft)
+    throw Error("epochs counts passes over SFT examples; a pretraining run (--data) sets steps");
+  // epochs > 0 sets steps once the data is read (below).
+  if (cfg.steps <= 0 && cfg.epochs <= 0)
+    throw Error(str("steps must be positive, got ", cfg.steps));
   if (cfg.batch_size <= 0) throw Error(str("batch_size must be positive, got ", cfg.batch_size));
   if (cfg.grad_accum <= 0) throw Error(str("grad_accum must be positive, got ", cfg.grad_accum));
   if (cfg.eval_every <= 0) throw Error(str("eval_every must be positive, got ", cfg.eval_every));
@@ -196,7 +206,26 @@ TrainResult run(Transformer<float>& model, const TrainConfig& cfg, const std::st
     throw Error(
         str(out, ": already holds a run (metrics.jsonl); choose another --out or --resume it"));
 
-  Dataset ds = Dataset::open(data, mcfg.vocab_size);
+  // SFT examples are encoded with the tokenizer the run carries (trainer.h): a resumed run's
+  // copies in its directory, else the --init-from model's (or the run directory's).
+  std::unique_ptr<BatchSource> source;
+  if (opt.sft) {
+    const std::string tokenizer_dir = start.resumed ? out : tokenizer_source(out, "", start.init_from);
+    source = open_sft_source(data, tokenizer_dir, mcfg.vocab_size,
+                             {T_, cfg.sft_val_frac, cfg.sft_overlong == "truncate", cfg.seed});
+  } else {
+    source = open_shard_source(data, mcfg.vocab_size, T_, cfg.seed);
+  }
+  if (cfg.epochs > 0 && !start.resumed) {
+    const int64_t per_step = static_cast<int64_t>(B) * cfg.grad_accum;
+    const int64_t steps = (cfg.epochs * source->epoch_size() + per_step - 1) / per_step;
+    if (steps > std::numeric_limits<int>::max())
+      throw Error(str("epochs=", cfg.epochs, " makes ", steps, " steps, more than a run can take"));
+    cfg.steps = static_cast<int>(steps);
+    std::printf("epochs %d: %d steps of %lld examples over %lld train examples\n", cfg.epochs,
+                cfg.steps, static_cast<long long>(per_step),
+                static_cast<long long>(source->epoch_size()));
+  }
   // The steps run on a StepRunner (CPU or GPU); `model` stays the host copy that checkpoints
   // and the final export read, refreshed from the runner when they need it. Made before anything
   // in the run directory changes, so an unavailable device leaves the run as it was.
@@ -213,9 +242,7 @@ TrainResult run(Transformer<float>& model, const TrainConfig& cfg, const std::st
                                     run_model_files(out, data, start)};
   const io::FileSet& model_files = final_save.files;
   if (start.resumed) cut_metrics(out + "/metrics.jsonl", start.step, start);
-  TrainLoader loader(&ds.shards, ds.train, T_, cfg.seed);
-  loader.set_rng_offset(start.loader_offset);
-  EvalWindows val(&ds.shards, ds.val, T_);
+  source->set_position(start.loader_offset);
 
   std::error_code ec;
   fs::create_directories(out, ec);
@@ -223,6 +250,7 @@ TrainResult run(Transformer<float>& model, const TrainConfig& cfg, const std::st
   nlohmann::json run_config = {{"model", to_hf_config(mcfg)},
                                {"train", train_config_json(cfg)},
                                {"data", data},
+                               {"sft", opt.sft},
                                {"device", device},
                                {"precision", precision}};
   if (!start.init_from.empty()) run_config["init_from"] = start.init_from;
@@ -260,16 +288,21 @@ TrainResult run(Transformer<float>& model, const TrainConfig& cfg, const std::st
   LrSchedule sched{cfg.lr, cfg.warmup_steps >= 0 ? cfg.warmup_steps : std::max(1, cfg.steps / 20),
                    cfg.steps, cfg.min_lr_frac};
   const bool quiet = cfg.quiet || opt.quiet;
-  std::printf(
-      "model %s: %.2fM parameters (L=%d C=%d NH=%d V=%d) | data %.2fM train / %.2fM val tokens\n",
-      mcfg.family_name().c_str(), P / 1e6, mcfg.n_layer, mcfg.n_embd, mcfg.n_head, mcfg.vocab_size,
-      ds.train_tokens() / 1e6, ds.val_tokens() / 1e6);
+  std::printf("model %s: %.2fM parameters (L=%d C=%d NH=%d V=%d) | %s\n",
+              mcfg.family_name().c_str(), P / 1e6, mcfg.n_layer, mcfg.n_embd, mcfg.n_head,
+              mcfg.vocab_size, source->describe().c_str());
   std::printf("batch %d x %d tokens x %d accum = %d tokens/step, %d steps, lr %.2e, run dir %s\n",
               B, T_, cfg.grad_accum, B * T_ * cfg.grad_accum, cfg.steps, cfg.lr, out.c_str());
   std::printf("device %s\n", runner->describe().c_str());
   std::fflush(stdout);
 
-  std::vector<int32_t> x(static_cast<size_t>(B) * T_), y(static_cast<size_t>(B) * T_);
+  // A step's micro-batches are read before any runs: each one's share of the step's loss is
+  // its trained targets over the step's, so that the loss is the mean over every trained token
+  // of the step, whatever the micro-batch it fell in (SFT rows have different numbers; token
+  // windows all have T, and the shares are then exactly 1 / grad_accum).
+  const size_t batch_elems = static_cast<size_t>(B) * T_;
+  std::vector<int32_t> x(batch_elems * cfg.grad_accum), y(batch_elems * cfg.grad_accum);
+  std::vector<int64_t> micro_targets(cfg.grad_accum);
   Curve train_curve = std::move(start.train_curve), val_curve = std::move(start.val_curve);
   TrainResult result;
   result.first_val_loss = start.first_val_loss;
@@ -277,8 +310,8 @@ TrainResult run(Transformer<float>& model, const TrainConfig& cfg, const std::st
   Timer total;
   double step_time_avg = 0;
   auto run_eval = [&](int step) -> double {
-    if (val.count() == 0) return NAN;
-    const double l = evaluate(*runner, val, B, T_, cfg.eval_windows);
+    if (source->val_count() == 0) return NAN;
+    const double l = evaluate(*runner, *source, B, T_, cfg.eval_windows);
     val_curve.push_back({static_cast<double>(step), l});
     write_loss_svg(out + "/loss.svg", train_curve, val_curve,
                    "forge: " + mcfg.family_name() + " loss");
@@ -301,7 +334,7 @@ TrainResult run(Transformer<float>& model, const TrainConfig& cfg, const std::st
   };
   int last_saved = -1;
   auto checkpoint = [&](int done) {
-    TrainerState st{done, cfg.seed, loader.rng_offset(), run_config};
+    TrainerState st{done, cfg.seed, source->position(), run_config};
     st.loss_scale = runner->loss_scale_state();  // after flush(): the state after step `done`
     st.skipped_steps = guard_skips;
     sync_host();
@@ -333,7 +366,9 @@ TrainResult run(Transformer<float>& model, const TrainConfig& cfg, const std::st
   struct Pending {
     int step;
     double lr, val_loss;
-    double begin;  // total.seconds() when the step started
+    double begin;                 // total.seconds() when the step started
+    std::vector<double> weights;  // each micro-batch's share of the step's loss
+    int64_t targets;              // trained targets of the step
   };
   std::deque<Pending> pending;
   double last_reported = 0;  // total.seconds() when the previous step's report arrived
@@ -343,7 +378,7 @@ TrainResult run(Transformer<float>& model, const TrainConfig& cfg, const std::st
     const StepReport r = runner->take_report();
     const double now = total.seconds();
     double loss = 0;
-    for (double l : r.micro_losses) loss += l / cfg.grad_accum;
+    for (size_t i = 0; i < r.micro_losses.size(); ++i) loss += r.micro_losses[i] * ps.weights[i];
     const double norm = r.grad_norm;
     // The guards (trainer.h). The runner already left the step's update out.
     const bool bad = r.skipped && !(r.overflow && r.loss_scale > 1);
@@ -373,6 +408,7 @@ TrainResult run(Transformer<float>& model, const TrainConfig& cfg, const std::st
                           {"grad_norm", norm},
                           {"tokens_per_s", tps}};
     if (std::isfinite(ps.val_loss)) rec["val_loss"] = ps.val_loss;
+    if (opt.sft) rec["trained_tokens"] = ps.targets;  // of tokens_per_s's B · T · grad_accum
     if (r.loss_scale > 0) rec["loss_scale"] = r.loss_scale;  // f16 only
     // Only when there is something to say, so a clean run's lines keep the fields above.
     if (r.skipped) rec["skipped"] = true;  // loss or grad_norm is then null (inf/NaN)
@@ -422,9 +458,18 @@ TrainResult run(Transformer<float>& model, const TrainConfig& cfg, const std::st
     }
     const double begin = total.seconds();
     runner->zero_grad();
+    int64_t step_targets = 0;
     for (int micro = 0; micro < cfg.grad_accum; ++micro) {
-      loader.next_batch(B, x.data(), y.data());
-      runner->micro_step(x.data(), y.data(), B, T_, 1.0 / cfg.grad_accum);
+      micro_targets[micro] = source->next_batch(B, x.data() + micro * batch_elems,
+                                                y.data() + micro * batch_elems);
+      step_targets += micro_targets[micro];
+    }
+    std::vector<double> weights(cfg.grad_accum, 0.0);
+    for (int micro = 0; micro < cfg.grad_accum; ++micro) {
+      if (step_targets > 0)
+        weights[micro] = static_cast<double>(micro_targets[micro]) / static_cast<double>(step_targets);
+      runner->micro_step(x.data() + micro * batch_elems, y.data() + micro * batch_elems, B, T_,
+                         weights[micro]);
     }
     if (const auto fault = opt.faults.at(step)) runner->inject_fault(*fault);
     const double lr = sched.at(step);
@@ -436,7 +481,7 @@ TrainResult run(Transformer<float>& model, const TrainConfig& cfg, const std::st
     ap.weight_decay = static_cast<float>(cfg.weight_decay);  // >= 2-D tensors only
     ap.step = step + 1;
     runner->optimizer_step(ap, cfg.grad_clip);
-    pending.push_back({step, lr, val_loss, begin});
+    pending.push_back({step, lr, val_loss, begin, std::move(weights), step_targets});
     while (static_cast<int>(pending.size()) > runner->report_lag()) report();
 
     const int done = step + 1;
@@ -560,6 +605,8 @@ TrainResult resume(const std::string& run_dir, int steps, const std::string& dat
   start.loss_scale = ck.state.loss_scale;
   start.skipped_steps = ck.state.skipped_steps;
   start.resumed = true;
+  RunOptions o = opt;
+  o.sft = rc.contains("sft") && rc["sft"].is_boolean() && rc["sft"].get<bool>();
   if (rc.contains("init_from") && rc["init_from"].is_string())
     start.init_from = rc["init_from"].get<std::string>();
   if (rc.contains("tokenizer_files") && rc["tokenizer_files"].is_array()) {
@@ -576,7 +623,6 @@ TrainResult resume(const std::string& run_dir, int steps, const std::string& dat
   const std::string run_device = recorded("device"), run_precision = recorded("precision");
   const std::string run_on =
       run_device + (run_precision.empty() || run_device.empty() ? "" : " " + run_precision);
-  RunOptions o = opt;
   o.device = !opt.device.empty() ? opt.device : run_device;
   if (o.device.empty())
     throw Error(str(all.back().second,

@@ -22,6 +22,13 @@
 //                   one naming the end-of-text token of the run's tokenizer (generate/
 //                   generation_config.h); none when the run has no tokenizer
 //
+// Supervised fine-tuning (RunOptions::sft): the data is a JSONL file of chat examples, encoded
+// with the run's tokenizer and chat template (data/sft_data.h), one example per row, targets -1
+// outside assistant turns. Every step reads its grad_accum micro-batches first and weights each
+// by its share of the step's trained targets, so the loss and its gradient are the mean over all
+// trained tokens of the step (with token windows every share is exactly 1 / grad_accum).
+// Validation is the held-out examples' mean over trained tokens; epochs > 0 sets steps.
+//
 // Three ways in: train() from fresh weights, train_from() from a Hugging Face model directory,
 // resume() from a run's newest checkpoint. All three run the same loop, so a resumed run logs
 // bit-identical losses: metrics.jsonl is cut back to the checkpoint's step and continued.
@@ -82,6 +89,10 @@ struct RunOptions {
   std::string precision;  // "fp32", "bf16" or "fp16" (f16 with dynamic loss scaling; cuda only)
   CudaSettings cuda;      // cuda: attention path, CUDA graphs, which GPU
   FaultPlan faults;       // testing hook: faults injected into chosen steps (fault_inject.h)
+  // The data argument is a JSONL file of SFT examples (data/sft_data.h), encoded with the run's
+  // tokenizer and chat template, not token shards; recorded in config.json ("sft": true), so
+  // resume() takes it from the run.
+  bool sft = false;
 };
 
 // Trains from scratch (weights initialised from cfg.seed) on `data` (a --data argument),

@@ -1,0 +1,168 @@
+// forge train --sft and forge generate --chat as a user meets them: a run from JSONL with its
+// summary line, an "sft" section in a config file, one-line errors that leave nothing behind,
+// and a chat prompt that is the template's rendering, generated from as if given as ids.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "forge/chat/chat_template.h"
+#include "forge/chat/sft_example.h"
+#include "forge/io/model_files.h"
+#include "forge/model/config.h"
+#include "forge/model/model_dir.h"
+#include "forge/tokenizer/tokenizer.h"
+
+namespace forge {
+namespace {
+
+namespace fs = std::filesystem;
+const std::string kTokenizer =
+    std::string(FORGE_SOURCE_DIR) + "/tests/data/chat/tokenizers/bytelevel.json";
+
+class SftCliTest : public ::testing::Test {
+ protected:
+  struct Result {
+    int code;
+    std::string out, err;
+  };
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() /
+           ("forge_sft_cli_" + std::to_string(::getpid()) + "_" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+    // A tiny GPT-2 over the byte-level chat test tokenizer (it has ChatML's special tokens).
+    ModelConfig cfg = preset_config("tiny");
+    cfg.vocab_size = tok::Tokenizer::load(kTokenizer).vocab_size();
+    cfg.max_seq_len = 48;
+    cfg.n_layer = 1;
+    cfg.n_embd = 32;
+    cfg.n_head = cfg.n_kv_head = 2;
+    cfg.ffn_hidden = 64;
+    Transformer<float> model(cfg);
+    model.init_weights(3);
+    save_model_dir(p("model"), model, {.files = {{"tokenizer.json", io::read_file(kTokenizer)}}});
+    std::ofstream(p("ok.jsonl"))
+        << R"({"prompt": "Say hi", "response": "hi"})" << "\n"
+        << R"({"messages": [{"role": "user", "content": "nothing to answer"}]})" << "\n"
+        << R"({"prompt": "long", "response": ")" << std::string(200, 'x') << "\"}\n"
+        << R"({"messages": [{"role": "system", "content": "Be brief."}, )"
+        << R"({"role": "user", "content": "1+1?"}, {"role": "assistant", "content": "2"}]})"
+        << "\n";
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+  std::string p(const std::string& name) const { return (dir_ / name).string(); }
+  Result forge(const std::string& args) {
+    const std::string out = p("stdout"), err = p("stderr");
+    const int status =
+        std::system((std::string(FORGE_BIN) + " " + args + " >" + out + " 2>" + err).c_str());
+    auto slurp = [](const std::string& f) {
+      std::ifstream s(f);
+      std::stringstream b;
+      b << s.rdbuf();
+      return b.str();
+    };
+    return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, slurp(out), slurp(err)};
+  }
+  void expect_user_error(const Result& r, const std::string& needle) {
+    EXPECT_EQ(r.code, 1) << r.err;
+    EXPECT_NE(r.err.find(needle), std::string::npos) << r.err;
+    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+  }
+  std::string sft_args(const std::string& jsonl, const std::string& run) {
+    return "train --init-from " + p("model") + " --sft " + p(jsonl) + " --out " + p(run) +
+           " seq_len=32 batch_size=2 eval_every=1 eval_windows=4";
+  }
+
+  fs::path dir_;
+};
+
+TEST_F(SftCliTest, TrainsFromJsonlAndCountsWhatItCutAndSkipped) {
+  const Result r = forge(sft_args("ok.jsonl", "run") + " --steps 3 sft_val_frac=0");
+  ASSERT_EQ(r.code, 0) << r.err;
+  // Four lines: one untrained (skipped), one of 200+ tokens (cut to 33), two kept whole.
+  EXPECT_NE(r.out.find("4 examples: 3 train, 0 validation, 1 truncated to the sequence length, "
+                       "1 skipped with no assistant tokens"),
+            std::string::npos)
+      << r.out;
+  std::ifstream m(p("run/metrics.jsonl"));
+  std::string line;
+  int steps = 0;
+  while (std::getline(m, line)) {
+    const auto j = nlohmann::json::parse(line);
+    if (!j.contains("loss")) continue;
+    EXPECT_GT(j["trained_tokens"].get<int>(), 0) << line;
+    ++steps;
+  }
+  EXPECT_EQ(steps, 3);
+  const auto cfg = nlohmann::json::parse(std::ifstream(p("run/config.json")));
+  EXPECT_TRUE(cfg["sft"].get<bool>());
+  EXPECT_TRUE(fs::exists(p("run/model/tokenizer.json")));
+}
+
+TEST_F(SftCliTest, ConfigFileSftSectionSetsDataAndSettings) {
+  std::ofstream(p("cfg.json")) << nlohmann::json{
+      {"sft", {{"data", p("ok.jsonl")}, {"epochs", 2}, {"val_frac", 0}, {"overlong", "skip"}}}};
+  const Result r = forge("train --init-from " + p("model") + " --config " + p("cfg.json") +
+                         " --out " + p("run") + " seq_len=32 batch_size=2");
+  ASSERT_EQ(r.code, 0) << r.err;
+  // overlong=skip: 2 examples left; 2 epochs of 2 in steps of 2.
+  EXPECT_NE(r.out.find("2 train, 0 validation, 1 skipped as too long"), std::string::npos) << r.out;
+  const auto cfg = nlohmann::json::parse(std::ifstream(p("run/config.json")));
+  EXPECT_EQ(cfg["train"]["steps"].get<int>(), 2);
+  EXPECT_EQ(cfg["train"]["epochs"].get<int>(), 2);
+  EXPECT_EQ(cfg["train"]["sft_overlong"].get<std::string>(), "skip");
+
+  std::ofstream(p("bad_cfg.json")) << R"({"sft": {"data": "x.jsonl", "shuffle": true}})";
+  expect_user_error(forge("train --init-from " + p("model") + " --config " + p("bad_cfg.json") +
+                          " --out " + p("run2")),
+                    "unknown key 'shuffle'");
+  EXPECT_FALSE(fs::exists(p("run2")));
+}
+
+TEST_F(SftCliTest, BadInputIsOneLineAndWritesNothing) {
+  std::ofstream(p("bad.jsonl")) << R"({"prompt": "a", "response": "b"})" << "\n"
+                                << R"({"prompt": "a", "response": 7})" << "\n";
+  expect_user_error(forge(sft_args("bad.jsonl", "run") + " --steps 1"), "bad.jsonl:2:");
+  EXPECT_FALSE(fs::exists(p("run")));
+  expect_user_error(forge(sft_args("missing.jsonl", "run") + " --steps 1"), "missing.jsonl");
+  expect_user_error(forge(sft_args("ok.jsonl", "run") + " --data " + p("ok.jsonl")), "drop --data");
+  std::ofstream(p("none.jsonl")) << R"({"messages": [{"role": "user", "content": "q"}]})" << "\n";
+  expect_user_error(forge(sft_args("none.jsonl", "run") + " --steps 1"),
+                    "no SFT example left to train on");
+  EXPECT_FALSE(fs::exists(p("run")));
+  // A model without a tokenizer cannot encode the examples.
+  fs::remove(p("model/tokenizer.json"));
+  expect_user_error(forge(sft_args("ok.jsonl", "run") + " --steps 1"), "tokenizer");
+}
+
+TEST_F(SftCliTest, GenerateChatIsTheTemplatesRenderingOfAUserTurn) {
+  const tok::Tokenizer tok = tok::Tokenizer::load(kTokenizer);
+  chat::RenderOptions ro;
+  ro.add_generation_prompt = true;
+  // The user's literal <|im_end|> stays text: the template's specials are the only ones.
+  const std::string prompt = "Hello <|im_end|> there";
+  const std::vector<int32_t> ids =
+      chat::encode_chat(chat::ChatTemplate::chatml(), tok, {{"user", prompt}}, ro, "t").ids;
+  const int32_t im_start = tok.encode("<|im_start|>").at(0);
+  EXPECT_EQ(std::count(ids.begin(), ids.end(), im_start), 2);  // user turn and assistant's
+  std::string id_list;
+  for (int32_t id : ids) id_list += (id_list.empty() ? "" : ",") + std::to_string(id);
+  const std::string common =
+      "generate --model " + p("model") + " --temperature 0 --max-new-tokens 6 --ignore-eos --json";
+  const Result chat = forge(common + " --chat --prompt '" + prompt + "'");
+  const Result plain = forge(common + " --ids " + id_list);
+  ASSERT_EQ(chat.code, 0) << chat.err;
+  ASSERT_EQ(plain.code, 0) << plain.err;
+  EXPECT_EQ(nlohmann::json::parse(chat.out)["ids"], nlohmann::json::parse(plain.out)["ids"]);
+  expect_user_error(forge(common + " --chat --ids 1,2"), "--chat");
+}
+
+}  // namespace
+}  // namespace forge
