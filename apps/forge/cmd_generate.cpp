@@ -17,6 +17,9 @@
 #include "forge/data/corpus.h"
 #include "forge/generate/engine.h"
 #include "forge/generate/generation_config.h"
+#include "forge/chat/chat_encode.h"
+#include "forge/chat/chat_template.h"
+#include "forge/chat/sft_example.h"
 #include "forge/generate/prompts.h"
 #include "forge/generate/sampling_settings.h"
 #include "forge/generate/text_stream.h"
@@ -42,8 +45,9 @@ const Command kGenerate = {
      {"repetition-penalty", "R", "divide seen tokens' positive logits by R, multiply negative ones (default 1)"},
      {"seed", "S", "sampling seed, 0 to 2^64-1 (default 0)"},
      {"stop", "STR", "stop before this text (several allowed)", true},
-     {"ignore-eos", "", "do not stop at the end-of-sequence ids of generation_config.json"},
+     {"ignore-eos", "", "do not stop at generation_config.json's end-of-sequence ids (nor, --chat, the turn's end)"},
      {"parse-special", "", "read special-token strings in prompt text (<|endoftext|>) as their ids"},
+     {"chat", "", "send prompt text as a user turn through the model's chat template"},
      {"device", "D", "cpu (default) or cuda"},
      {"precision", "P", "CUDA compute dtype: bf16 (default), fp16 or fp32"},
      {"max-batch", "N", "requests decoded together with --input (default 32)"},
@@ -59,7 +63,10 @@ const Command kGenerate = {
     "fills the model's context (max_seq_len; a note says so). A prompt longer than the context\n"
     "is refused. Prompt text is encoded as `forge data prepare` encodes documents (a literal\n"
     "<|endoftext|> is text; --parse-special reads it as the special id), then gets the special\n"
-    "tokens the tokenizer's post-processor adds (BOS)."};
+    "tokens the tokenizer's post-processor adds (BOS). With --chat, each prompt text is a user\n"
+    "message rendered by the model's chat template (built-in ChatML without one) with the\n"
+    "assistant's turn opened; special tokens come only from the template (the prompt's are\n"
+    "text), and generation also stops at the end of the assistant's turn (<|im_end|>, ...)."};
 
 // The flags' sampling settings (only those given).
 SamplingOverrides flag_overrides(const Args& a) {
@@ -103,8 +110,24 @@ int cmd_generate(const Argv& argv) {
   const GenerationConfig gen_cfg = load_generation_config(dir);
   std::optional<tok::Tokenizer> tokenizer;
   if (std::filesystem::exists(dir + "/tokenizer.json")) tokenizer = tok::Tokenizer::load(dir + "/tokenizer.json");
+  std::optional<chat::ChatTemplate> chat_template;
+  std::string turn_end;  // --chat: where the assistant's turn ends (a stop string or special id)
+  if (a.has("chat")) {
+    if (!tokenizer) throw Error(str(dir, ": no tokenizer.json, so --chat cannot encode a conversation"));
+    if (a.has("parse-special")) throw Error("--chat takes special tokens from the chat template only; drop --parse-special");
+    if (a.has("ids")) throw Error("--chat applies the chat template to prompt text; give --prompt or --input");
+    chat_template = chat::ChatTemplate::load(dir);
+    turn_end = chat::assistant_turn_end(*chat_template);
+  }
   auto encode_prompt = [&](const std::string& text, const std::string& where) {
     if (!tokenizer) throw Error(str(where, dir, ": no tokenizer.json, so a text prompt cannot be encoded; give ids"));
+    if (chat_template) {
+      chat::RenderOptions ro;
+      ro.add_generation_prompt = true;
+      return chat::encode_chat(*chat_template, *tokenizer, {{"user", text}}, ro,
+                               where.empty() ? "--prompt" : where.substr(0, where.size() - 2))
+          .ids;
+    }
     // As `forge data prepare` encodes documents: a literal special-token string is text, unless
     // --parse-special asks for its id.
     std::vector<int32_t> ids = tokenizer->with_special_tokens(
@@ -126,6 +149,14 @@ int cmd_generate(const Argv& argv) {
     r.max_new_tokens = static_cast<int>(*eff.max_new_tokens);
     r.sampling = apply_sampling(eff);
     if (!a.has("ignore-eos")) r.stop_ids = gen_cfg.eos_token_ids;
+    if (!turn_end.empty() && !a.has("ignore-eos")) {
+      // The turn's end as one special token stops by id (and is not printed), else as text.
+      const std::vector<int32_t> end_ids = tokenizer->encode(turn_end);
+      if (end_ids.size() == 1 && tokenizer->is_special(end_ids[0]))
+        r.stop_ids.push_back(end_ids[0]);
+      else
+        stop.push_back(turn_end);
+    }
     const std::string where = line ? str(a.get("input"), ":", line, ": ") : std::string();
     for (int32_t id : r.prompt)
       if (id < 0 || id >= cfg.vocab_size)

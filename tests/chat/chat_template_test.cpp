@@ -191,6 +191,22 @@ TEST_F(ChatTemplateDirTest, BuiltInsForModelsWithoutATemplate) {
   EXPECT_EQ(ChatTemplate::load(dir()).render(kHello).text(), "<|im_start|>user\nHi<|im_end|>\n");
 }
 
+// What each model's template closes an assistant turn with, from the templates' own text (and
+// the models' eos_token): forge generate --chat stops there.
+TEST(ChatTemplateTest, AssistantTurnEndIsTheTemplatesEndOfTurnText) {
+  const std::pair<const char*, const char*> cases[] = {
+      {"smollm2-135m-instruct", "<|im_end|>"}, {"qwen2.5-7b-instruct", "<|im_end|>"},
+      {"llama-3.1-8b-instruct", "<|eot_id|>"}, {"llama-3.2-1b-instruct", "<|eot_id|>"},
+      {"llama-2-7b-chat", "</s>"},            {"mistral-7b-instruct-v0.1", "</s>"},
+      {"mistral-7b-instruct-v0.3", "</s>"}};
+  for (const auto& [model, end] : cases)
+    EXPECT_EQ(assistant_turn_end(ChatTemplate::load(kData + "/chat/models/" + model)), end)
+        << model;
+  EXPECT_EQ(assistant_turn_end(ChatTemplate::chatml()), "<|im_end|>");
+  EXPECT_EQ(assistant_turn_end(ChatTemplate::from_source("{{ messages[0].content }}", {})), "");
+  EXPECT_EQ(assistant_turn_end(ChatTemplate::from_source("{{ raise_exception('no') }}", {})), "");
+}
+
 TEST(ChatTemplateTest, BuiltInLlama2IsLlama2ChatsTemplate) {
   const ojson golden = load_json(kData + "/chat/golden_renders.json");
   const ChatTemplate builtin = ChatTemplate::llama2({"<s>", "</s>", {}, {}});

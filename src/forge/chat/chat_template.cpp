@@ -188,4 +188,23 @@ TaintedString ChatTemplate::render(const std::vector<Message>& messages,
   return template_.render(in);
 }
 
+std::string assistant_turn_end(const ChatTemplate& tmpl) {
+  // A content no template writes by itself, so that its last occurrence is the message's;
+  // letters only, since templates trim contents (and Python's strip() takes \x1c-\x1f too).
+  const std::string marker = "forgeTurnEndMarker7f3a";
+  std::string text;
+  try {
+    text = tmpl.render({{"user", "Hi"}, {"assistant", marker}}).text();
+  } catch (const Error&) {
+    return "";
+  }
+  const size_t at = text.rfind(marker);
+  if (at == std::string::npos) return "";
+  std::string end = text.substr(at + marker.size());
+  const char* space = " \t\r\n";
+  const size_t first = end.find_first_not_of(space);
+  if (first == std::string::npos) return "";
+  return end.substr(first, end.find_last_not_of(space) + 1 - first);
+}
+
 }  // namespace forge::chat

@@ -72,6 +72,13 @@ class ChatTemplate {
   jinja::Template template_;
 };
 
+// What the template writes after an assistant message's content to end the turn, without the
+// whitespace around it: "<|im_end|>" (ChatML), "<|eot_id|>" (Llama 3), "</s>" (Llama 2,
+// Mistral). Found by rendering a user turn and an assistant turn and taking the text after the
+// assistant's content. "" when the template writes nothing there or cannot render that
+// conversation. Generation for a chat (forge generate --chat) stops at it.
+std::string assistant_turn_end(const ChatTemplate& tmpl);
+
 // transformers' ChatML default and Llama 2 chat's template, as the built-ins use them.
 extern const char* const kChatMLTemplate;
 extern const char* const kLlama2Template;
