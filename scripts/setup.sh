@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # Sets up a fresh Debian 12 machine for Forge and builds it (Release) into build/.
 # Installs from Debian's packages only: the compiler and build tools, GoogleTest, nlohmann-json,
-# OpenBLAS, PCRE2, and the `fortunes` corpus that `forge quickstart` trains on. CUDA is optional:
-# when nvcc is found (e.g. /usr/local/cuda/bin) the CUDA backend is built too.
+# OpenBLAS, PCRE2, OpenMPI (data-parallel CPU ranks and their tests), and the `fortunes` corpus
+# that `forge quickstart` trains on. CUDA is optional: when nvcc is found (e.g.
+# /usr/local/cuda/bin) the CUDA backend is built too.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 packages=(build-essential cmake ninja-build pkg-config libgtest-dev nlohmann-json3-dev
-          libopenblas-dev libpcre2-dev fortunes)
+          libopenblas-dev libpcre2-dev fortunes libopenmpi-dev openmpi-bin)
 
 missing=()
 for p in "${packages[@]}"; do

@@ -5,7 +5,12 @@
 
 namespace forge::cpu {
 
-// sqrt(Σ g²) over a flat buffer, accumulated in double in a fixed order (deterministic).
+// Σ g² over a flat buffer, accumulated in double in a fixed order (deterministic). Data-parallel
+// runners add the shards' sums over ranks before the square root.
+template <typename T>
+double sum_squares(const T* g, int64_t n);
+
+// sqrt(sum_squares(g, n)).
 template <typename T>
 double global_norm(const T* g, int64_t n);
 

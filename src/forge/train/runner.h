@@ -97,7 +97,19 @@ class StepRunner {
   virtual size_t peak_device_bytes() const { return 0; }
 };
 
-std::unique_ptr<StepRunner> make_cpu_runner(const ModelConfig& cfg);
+class Communicator;  // dist/communicator.h
+
+// The CPU runner. With a communicator of 2 or more ranks it trains data-parallel with ZeRO-1
+// (train/runner_cpu.cpp): each rank runs micro_step() on its own micro-batches; optimizer_step()
+// averages the gradients over ranks (reduce-scatter, then ÷ ranks: the scale given to
+// micro_step() stays 1 / grad_accum, as on one rank), keeps Adam's m and v for its shard of the
+// flat buffer only, and all-gathers the updated weights; the report's losses and gradient norm
+// are over all ranks, and a non-finite loss or norm on any rank skips the step on every rank.
+// Then optimizer_step(), adam_m() and adam_v() are collective: every rank calls them, in the
+// same order; set_weights() and set_adam_state() take the full buffers on every rank;
+// eval_loss() is this rank's alone. comm must outlive the runner. nullptr or a world of one:
+// the single-process runner, bit for bit.
+std::unique_ptr<StepRunner> make_cpu_runner(const ModelConfig& cfg, Communicator* comm = nullptr);
 
 // Settings of a CUDA run. Nothing in the library reads the environment: the CLI fills these from
 // its flags and from FORGE_ATTENTION / FORGE_CUDA_GRAPH (apps/forge/run_env.h).

@@ -1,11 +1,24 @@
 // The CPU StepRunner: Transformer<float> (the one model on the CPU backend), f32 AdamW state in
 // host vectors; and parse_attention_path, which every build has.
+//
+// Data parallel (ZeRO-1, with a communicator of W >= 2 ranks): every rank holds the whole model
+// and its gradients; the flat gradient buffer is copied into a zero-padded one
+// (dist/communicator.h's layout), reduce-scattered and divided by W (exact for W a power of
+// two), so rank r holds the mean gradient of its shard [r·s, (r+1)·s). Σ g² of the shards and
+// the micro-batch losses are summed over ranks in rank order (allgather_sum_in_rank_order), so
+// every rank computes the same norm, clipping factor and guard decision bit for bit. AdamW
+// updates this rank's shard of the weights with m and v of that shard only (the optimizer state
+// is 1/W of a single rank's), and an all-gather brings every rank the whole updated weights.
+// The copies into padded buffers cost one more flat buffer of host memory and a memcpy per step;
+// no bucketing, no overlap with the backward (the GPU runner is where that pays).
+#include <algorithm>
 #include <climits>
 #include <cmath>
 #include <deque>
 #include <memory>
 
 #include "forge/core/error.h"
+#include "forge/dist/communicator.h"
 #include "forge/model/transformer.h"
 #include "forge/ops/grad_norm.h"
 #include "forge/train/runner.h"
@@ -16,11 +29,25 @@ namespace {
 
 class CpuRunner final : public StepRunner {
  public:
-  explicit CpuRunner(const ModelConfig& cfg)
-      : model_(cfg), m_(model_.num_params(), 0.0f), v_(model_.num_params(), 0.0f) {}
+  CpuRunner(const ModelConfig& cfg, Communicator* comm)
+      : model_(cfg), comm_(comm != nullptr && comm->size() > 1 ? comm : nullptr) {
+    const size_t n = model_.num_params();
+    end_ = n;
+    if (comm_) {
+      shard_ = shard_size(n, comm_->size());
+      begin_ = std::min(n, comm_->rank() * shard_);
+      end_ = std::min(n, begin_ + shard_);
+      padded_.resize(padded_size(n, comm_->size()));
+      shard_buf_.resize(shard_);
+    }
+    m_.assign(end_ - begin_, 0.0f);
+    v_.assign(end_ - begin_, 0.0f);
+  }
 
   const ParamTable& table() const override { return model_.table(); }
-  std::string describe() const override { return "cpu fp32"; }
+  std::string describe() const override {
+    return comm_ ? "cpu fp32, zero-1 over " + comm_->describe() : "cpu fp32";
+  }
   void zero_grad() override { model_.zero_grad(); }
 
   // Every call finishes its work before it returns: the report is ready at once.
@@ -35,7 +62,18 @@ class CpuRunner final : public StepRunner {
   // The guard (ops/step_guard.h) sees Σ g² rounded to f32, as the GPU's is: a norm above
   // ~1.8e19 counts as not finite on both.
   void optimizer_step(const AdamWParams& p, double max_norm) override {
-    const double norm = cpu::global_norm(model_.grads().data(), model_.num_params());
+    const float* grad = model_.grads().data();  // indexed by flat offset − grad_base
+    size_t grad_base = 0;
+    double sum_sq = 0;
+    if (comm_) {
+      reduce_gradients();
+      grad = shard_buf_.data();
+      grad_base = begin_;
+      sum_sq = reduce_metrics(cpu::sum_squares(shard_buf_.data(), end_ - begin_));
+    } else {
+      sum_sq = cpu::sum_squares(grad, model_.num_params());
+    }
+    const double norm = std::sqrt(sum_sq);
     step_guard_update(guard_, report_.micro_losses.data(),
                       static_cast<int>(report_.micro_losses.size()),
                       static_cast<float>(norm * norm),
@@ -45,11 +83,16 @@ class CpuRunner final : public StepRunner {
       q.step = p.step - guard_.skipped_total;  // Adam's t counts the updates taken
       q.grad_scale = static_cast<float>(p.grad_scale * clip_scale(norm, max_norm));
       for (const auto& info : model_.table().params()) {
+        // This rank's part of the tensor: all of it without a communicator.
+        const size_t lo = std::max<size_t>(info.offset, begin_);
+        const size_t hi = std::min<size_t>(info.offset + info.numel(), end_);
+        if (lo >= hi) continue;
         q.weight_decay = info.decay ? p.weight_decay : 0.0f;
-        cpu::adamw_update(model_.weights().data() + info.offset, m_.data() + info.offset,
-                          v_.data() + info.offset, model_.grads().data() + info.offset,
-                          info.numel(), q);
+        cpu::adamw_update(model_.weights().data() + lo, m_.data() + (lo - begin_),
+                          v_.data() + (lo - begin_), grad + (lo - grad_base),
+                          static_cast<int64_t>(hi - lo), q);
       }
+      if (comm_) gather_weights();
     }
     report_.skipped = guard_.skipped != 0;
     report_.grad_norm = norm;
@@ -76,16 +119,74 @@ class CpuRunner final : public StepRunner {
 
   std::vector<float> weights() override { return model_.weights(); }
   void set_weights(const std::vector<float>& w) override { model_.weights() = w; }
-  std::vector<float> adam_m() override { return m_; }
-  std::vector<float> adam_v() override { return v_; }
+  std::vector<float> adam_m() override { return comm_ ? gather_shards(m_) : m_; }
+  std::vector<float> adam_v() override { return comm_ ? gather_shards(v_) : v_; }
   void set_adam_state(const std::vector<float>& m, const std::vector<float>& v) override {
-    m_ = m;
-    v_ = v;
+    if (!comm_) {
+      m_ = m;
+      v_ = v;
+      return;
+    }
+    FORGE_CHECK(m.size() == static_cast<size_t>(model_.num_params()) && v.size() == m.size(),
+                "set_adam_state: ", m.size(), " and ", v.size(), " values for ",
+                model_.num_params(), " parameters");
+    m_.assign(m.begin() + begin_, m.begin() + end_);
+    v_.assign(v.begin() + begin_, v.begin() + end_);
   }
 
  private:
+  // Sum of every rank's gradients, ÷ W, for this rank's shard → shard_buf_ (its first
+  // end_ − begin_ elements; the rest is padding).
+  void reduce_gradients() {
+    const auto& g = model_.grads();
+    std::copy(g.begin(), g.end(), padded_.begin());
+    std::fill(padded_.begin() + g.size(), padded_.end(), 0.0f);
+    comm_->reduce_scatter_sum(padded_.data(), shard_buf_.data(), shard_);
+    const float inv_world = 1.0f / static_cast<float>(comm_->size());
+    for (float& x : shard_buf_) x *= inv_world;
+  }
+
+  // Σ g² and the micro-batch losses over ranks: returns the global Σ g² and replaces
+  // report_.micro_losses by their means over ranks. Every rank must have run as many
+  // micro-batches; one that did not stops the run (the next collectives would mismatch).
+  double reduce_metrics(double local_sum_sq) {
+    const double k = static_cast<double>(report_.micro_losses.size());
+    const auto head = allgather_sum_in_rank_order(*comm_, {k, local_sum_sq});
+    if (head[0] != k * comm_->size())
+      comm_->abort(str("rank ", comm_->rank(), " ran ", report_.micro_losses.size(),
+                       " micro-batches in this step, the ranks ", head[0], " in all"));
+    auto losses = allgather_sum_in_rank_order(*comm_, report_.micro_losses);
+    for (double& l : losses) l /= comm_->size();
+    report_.micro_losses = std::move(losses);
+    return head[1];
+  }
+
+  // Every rank's updated shard of the weights → the whole weights on every rank.
+  void gather_weights() {
+    auto& w = model_.weights();
+    std::fill(shard_buf_.begin(), shard_buf_.end(), 0.0f);
+    std::copy(w.begin() + begin_, w.begin() + end_, shard_buf_.begin());
+    comm_->allgather(shard_buf_.data(), padded_.data(), shard_);
+    std::copy(padded_.begin(), padded_.begin() + w.size(), w.begin());
+  }
+
+  // A per-shard buffer (m or v) of every rank → the full buffer.
+  std::vector<float> gather_shards(const std::vector<float>& mine) {
+    std::vector<float> send(shard_, 0.0f), all(padded_.size());
+    std::copy(mine.begin(), mine.end(), send.begin());
+    comm_->allgather(send.data(), all.data(), shard_);
+    all.resize(model_.num_params());
+    return all;
+  }
+
   Transformer<float> model_;
-  std::vector<float> m_, v_;
+  Communicator* comm_;  // nullptr: one process
+  // This rank's shard of the flat buffer: [begin_, end_) of the parameters (the whole buffer
+  // without a communicator); shard_ elements per rank including padding.
+  size_t begin_ = 0, end_ = 0, shard_ = 0;
+  std::vector<float> padded_;     // (W · shard_) staging for reduce-scatter and all-gather
+  std::vector<float> shard_buf_;  // (shard_) this rank's mean gradients, then its weights
+  std::vector<float> m_, v_;      // (end_ − begin_) Adam state of this rank's shard
   StepGuardState guard_;
   StepReport report_;             // of the step in progress
   std::deque<StepReport> ended_;  // ended steps not yet reported
@@ -93,7 +194,9 @@ class CpuRunner final : public StepRunner {
 
 }  // namespace
 
-std::unique_ptr<StepRunner> make_cpu_runner(const ModelConfig& cfg) { return std::make_unique<CpuRunner>(cfg); }
+std::unique_ptr<StepRunner> make_cpu_runner(const ModelConfig& cfg, Communicator* comm) {
+  return std::make_unique<CpuRunner>(cfg, comm);
+}
 
 AttentionPath parse_attention_path(const std::string& name) {
   if (name == "auto" || name == "flash") return AttentionPath::kAuto;

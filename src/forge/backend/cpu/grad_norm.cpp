@@ -13,8 +13,8 @@
 namespace forge::cpu {
 
 template <typename T>
-double global_norm(const T* g, int64_t n) {
-  FORGE_CHECK(n >= 0, "[global_norm] negative size ", n);
+double sum_squares(const T* g, int64_t n) {
+  FORGE_CHECK(n >= 0, "[sum_squares] negative size ", n);
   constexpr int64_t kBlock = 1 << 16;
   const int64_t num_blocks = (n + kBlock - 1) / kBlock;
   std::vector<double> partial(num_blocks);  // (num_blocks)
@@ -27,9 +27,16 @@ double global_norm(const T* g, int64_t n) {
   }
   double total = 0;
   for (double s : partial) total += s;
-  return std::sqrt(total);
+  return total;
 }
 
+template <typename T>
+double global_norm(const T* g, int64_t n) {
+  return std::sqrt(sum_squares(g, n));
+}
+
+template double sum_squares<float>(const float*, int64_t);
+template double sum_squares<double>(const double*, int64_t);
 template double global_norm<float>(const float*, int64_t);
 template double global_norm<double>(const double*, int64_t);
 

@@ -1,0 +1,28 @@
+// The Communicator of GPU ranks: NCCL on device buffers, enqueued on one CUDA stream. Built when
+// the CUDA backend is and CMake finds nccl.h and libnccl (FORGE_HAVE_NCCL); otherwise
+// make_nccl_comm() throws. NCCL headers stay inside nccl_comm.cpp.
+#pragma once
+
+#include <memory>
+
+#include "forge/dist/communicator.h"
+
+namespace forge {
+
+// Whether this Forge was built with NCCL.
+bool nccl_compiled();
+
+// A communicator over the same ranks as `bootstrap` (a host communicator, MpiComm for ranks that
+// mpirun started), using GPU `device` and the CUDA stream `stream` (a cudaStream_t; nullptr is
+// the legacy default stream). Rank 0 makes the NCCL unique id and `bootstrap` broadcasts it;
+// bootstrap must outlive the result (barrier() and abort() go through it).
+//
+// Sets NCCL_NVLS_ENABLE=0 in the environment before ncclCommInitRank unless the user set it: our
+// H200 machines fail NVLink SHARP (NVLS) setup, and NCCL reads the variable at init.
+//
+// Collectives are asynchronous: they return once enqueued on the stream, and buffers are device
+// memory. broadcast() and barrier() are the exceptions: broadcast waits for the stream (callers
+// pass host-visible sizes), barrier waits for this rank's queued work and then for every rank.
+std::unique_ptr<Communicator> make_nccl_comm(Communicator& bootstrap, int device, void* stream);
+
+}  // namespace forge
