@@ -49,6 +49,9 @@ const std::map<std::string, std::function<std::string(const TrainConfig&)>>& rea
       {"save_shard_size", [](const TrainConfig& c) { return std::to_string(c.save_shard_size); }},
       {"max_bad_steps", i(&TrainConfig::max_bad_steps)},
       {"loss_spike_z", d(&TrainConfig::loss_spike_z)},
+      {"epochs", i(&TrainConfig::epochs)},
+      {"sft_val_frac", d(&TrainConfig::sft_val_frac)},
+      {"sft_overlong", [](const TrainConfig& c) { return c.sft_overlong; }},
   };
   return m;
 }
@@ -87,15 +90,16 @@ TEST(TrainConfig, TableListsEveryFieldOnce) {
 
 // config.json exactly as the hand-written train_config_json wrote it before the table: same
 // keys, same JSON types, same text (plus the keys added since: save_dtype, save_shard_size,
-// max_bad_steps, loss_spike_z).
+// max_bad_steps, loss_spike_z, epochs, sft_val_frac, sft_overlong).
 // Old run directories are read with these keys.
 TEST(TrainConfig, JsonIsTheFormatOldRunsHave) {
   EXPECT_EQ(train_config_json(TrainConfig{}).dump(),
-            R"({"batch_size":8,"beta1":0.9,"beta2":0.95,"eps":1e-08,"eval_every":100,)"
+            R"({"batch_size":8,"beta1":0.9,"beta2":0.95,"epochs":0,"eps":1e-08,"eval_every":100,)"
             R"("eval_windows":64,"grad_accum":1,"grad_clip":1.0,"keep_checkpoints":3,)"
             R"("loss_spike_z":5.0,"lr":0.0006,"max_bad_steps":5,)"
             R"("min_lr_frac":0.1,"save_dtype":"f32","save_every":0,"save_shard_size":5000000000,)"
-            R"("seed":1337,"seq_len":0,"steps":1000,"warmup_steps":-1,"weight_decay":0.1})");
+            R"("seed":1337,"seq_len":0,"sft_overlong":"truncate","sft_val_frac":0.05,)"
+            R"("steps":1000,"warmup_steps":-1,"weight_decay":0.1})");
   EXPECT_TRUE(train_config_json(TrainConfig{})["seed"].is_number_unsigned());
 }
 
@@ -131,11 +135,17 @@ TEST(TrainConfig, OldRunConfigReadsBackExactly) {
   EXPECT_EQ(c.save_shard_size, 5'000'000'000);
   EXPECT_EQ(c.max_bad_steps, 5);
   EXPECT_EQ(c.loss_spike_z, 5.0);
+  EXPECT_EQ(c.epochs, 0);
+  EXPECT_EQ(c.sft_val_frac, 0.05);
+  EXPECT_EQ(c.sft_overlong, "truncate");
   nlohmann::json back = j;  // and writes back the same object, with those keys added
   back["save_dtype"] = "f32";
   back["save_shard_size"] = 5'000'000'000;
   back["max_bad_steps"] = 5;
   back["loss_spike_z"] = 5.0;
+  back["epochs"] = 0;
+  back["sft_val_frac"] = 0.05;
+  back["sft_overlong"] = "truncate";
   EXPECT_EQ(train_config_json(c), back);
 }
 
