@@ -296,6 +296,7 @@ __global__ void __launch_bounds__(kAttnThreads)
         sum += p;
       }
       sum = warp_sum(sum);
+      __syncwarp();  // every lane has read m_s[g] before lane 0 writes it (racecheck's hazard)
       if (lane == 0) {
         const float alpha = exp2f(m_old - m_new);  // 0 on the first tile (m_old = −inf)
         alpha_s[g] = alpha;

@@ -64,9 +64,12 @@ __global__ void __launch_bounds__(kThreads)
 void decode_attention_generic(Context& ctx, DType dt, void* out, const void* q, const void* cache_k,
                               const void* cache_v, const int32_t* pos, const DecodeShape& s, int64_t q_stride) {
   FORGE_CHECK(s.NKV > 0 && s.NH % s.NKV == 0, "[decode_attention] ", s.NH, " heads over ", s.NKV, " kv heads");
-  const size_t smem = static_cast<size_t>(s.cap) * sizeof(float);
+  // 16 bytes past the cap rows: the compiled P·V loop loads score[] in vectors and may read up to
+  // three floats past n (values it then ignores); compute-sanitizer's memcheck reported such a
+  // 12-byte read past a cap-row allocation (f32, cap 70) as out of bounds.
+  const size_t smem = (static_cast<size_t>(s.cap) + 4) * sizeof(float);
   constexpr size_t kMaxSmem = 200 * 1024;
-  if (smem > kMaxSmem)
+  if (smem > kMaxSmem + 16)
     throw Error(str("[decode_attention] head size ", s.HS, " with a cache of ", s.cap,
                     " rows: the generic kernel holds at most ", kMaxSmem / 4, " rows"));
   if (s.S == 0) return;
