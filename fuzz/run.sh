@@ -26,7 +26,7 @@ targets=("$@")
 if ((${#targets[@]} == 0)); then
   targets=(fuzz_safetensors fuzz_safetensors_index fuzz_config fuzz_model_load
            fuzz_generation_config fuzz_tokenizer_json fuzz_tokenizer_config fuzz_gpt2_vocab
-           fuzz_shard fuzz_prompts fuzz_trainer_state fuzz_settings)
+           fuzz_shard fuzz_prompts fuzz_sft fuzz_trainer_state fuzz_settings fuzz_chat_template)
 fi
 
 # seeds TARGET: the seed files of a target, one path a line.
@@ -44,6 +44,8 @@ seeds() {
     fuzz_gpt2_vocab) ls fuzz/corpus/gpt2_vocab/* ;;
     fuzz_shard) ls fuzz/corpus/shard/* ;;
     fuzz_prompts) ls fuzz/corpus/prompts/* ;;
+    fuzz_sft) ls fuzz/corpus/sft/* ;;
+    fuzz_chat_template) ls fuzz/corpus/chat_template/* ;;
     fuzz_trainer_state) ls fuzz/corpus/trainer_state/* ;;
     fuzz_settings) ls fuzz/corpus/settings/* ;;
     *) echo "fuzz/run.sh: unknown target $1" >&2; return 1 ;;
