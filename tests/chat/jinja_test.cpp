@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include "forge/core/error.h"
+#include "fuzz_regression.h"
 
 namespace forge::chat::jinja {
 namespace {
@@ -84,6 +85,15 @@ TEST(JinjaTest, UnsupportedTagsSaySo) {
               std::string::npos)
         << tag;
   EXPECT_EQ(error_of("{% break %}"), "t line 1: 'break' outside a for loop");
+}
+
+// Found by fuzz/fuzz_chat_template: the lexer, which reads the whole template before the parser
+// starts, threw std::out_of_range on the literal 1e23456.75 of this input. Lexed as inf now, the
+// input gets as far as the parser, which refuses it with a one-line error.
+TEST(JinjaTest, FuzzFindingFloatOverflowReachesTheParser) {
+  const std::string in = testing::fuzz_regression("chat_template-float_overflow");
+  ASSERT_NE(in.find("1e23456.75"), std::string::npos);
+  EXPECT_EQ(error_of(in), "t line 1: unexpected end of template: missing '}}'");
 }
 
 TEST(JinjaTest, LexerCorners) {
