@@ -134,6 +134,16 @@ class Evaluator {
     for (const auto& [k, v] : in.variables) frames_[0][k] = v;
     frames_.emplace_back();  // the template's own assignments
   }
+  // Namespaces are the only values a template can change, so `{% set ns.me = [ns] %}` makes one
+  // hold itself: a cycle of shared_ptrs that outlived the render (LeakSanitizer, on the test of
+  // runaway nesting). Every cycle passes through an attribute set (any other reference points
+  // to an older value), and nothing of a render outlives it but text: emptying the namespaces
+  // assigned into when the render ends, thrown or not, frees them all.
+  ~Evaluator() {
+    for (auto& [dict, ns] : assigned_namespaces_) ns.namespace_dict().items.clear();
+  }
+  Evaluator(const Evaluator&) = delete;
+  Evaluator& operator=(const Evaluator&) = delete;
 
   Flow exec(const Body& body, TaintedString& out) {
     for (const Node& n : body) {
@@ -200,6 +210,7 @@ class Evaluator {
             throw JinjaError(
                 str("cannot assign attribute on non-namespace object '", n.targets[0], "'"));
           ns.namespace_dict().set(TaintedString(n.attr, kTemplate), v);
+          assigned_namespaces_.emplace(&ns.namespace_dict(), ns);
         } else {
           bind(n.targets, v, frames_.back());
         }
@@ -429,6 +440,7 @@ class Evaluator {
   }
 
   std::vector<Frame> frames_;
+  std::unordered_map<const Dict*, Value> assigned_namespaces_;  // held until the render ends
   int64_t iterations_ = 0;
 };
 
