@@ -6,6 +6,7 @@
 // decode back to the rendering, carry one mask flag per id and train at least one token.
 #include <cstddef>
 #include <cstdint>
+#include <ctime>
 #include <string>
 #include <vector>
 
