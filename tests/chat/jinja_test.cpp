@@ -102,7 +102,7 @@ TEST(JinjaTest, FuzzFindingFloatOverflowReachesTheParser) {
 TEST(JinjaTest, IntegerOverflowIsAnError) {
   const std::string kMin = "(-9223372036854775807 - 1)";
   const std::string overflow = "t line 1: integer overflow (template integers are 64-bit)";
-  for (const std::string expr :
+  for (const std::string& expr :
        {std::string("9223372036854775807 + 1"), std::string("-9223372036854775807 - 2"),
         std::string("34 * 9223372036814775808"), kMin + " // -1", "-" + kMin, kMin + " | abs",
         std::string("[9223372036854775807, 1] | sum"), std::string("1e300 | int"),
