@@ -26,7 +26,7 @@ targets=("$@")
 if ((${#targets[@]} == 0)); then
   targets=(fuzz_safetensors fuzz_safetensors_index fuzz_config fuzz_model_load
            fuzz_generation_config fuzz_tokenizer_json fuzz_tokenizer_config fuzz_gpt2_vocab
-           fuzz_shard fuzz_prompts fuzz_trainer_state fuzz_settings)
+           fuzz_shard fuzz_prompts fuzz_sft fuzz_trainer_state fuzz_settings fuzz_chat_template)
 fi
 
 # seeds TARGET: the seed files of a target, one path a line.
@@ -44,6 +44,8 @@ seeds() {
     fuzz_gpt2_vocab) ls fuzz/corpus/gpt2_vocab/* ;;
     fuzz_shard) ls fuzz/corpus/shard/* ;;
     fuzz_prompts) ls fuzz/corpus/prompts/* ;;
+    fuzz_sft) ls fuzz/corpus/sft/* ;;
+    fuzz_chat_template) ls fuzz/corpus/chat_template/* ;;
     fuzz_trainer_state) ls fuzz/corpus/trainer_state/* ;;
     fuzz_settings) ls fuzz/corpus/settings/* ;;
     *) echo "fuzz/run.sh: unknown target $1" >&2; return 1 ;;
@@ -80,8 +82,11 @@ for t in "${targets[@]}"; do
   # Findings of earlier runs move to old/: what is left after this run is this run's.
   mkdir -p "$dir/old"
   mv "$dir"/crash-* "$dir"/leak-* "$dir"/timeout-* "$dir"/oom-* "$dir/old/" 2>/dev/null
-  # Scratch files of the targets (memfds need none) go under the work directory.
-  TMPDIR=$dir "$bin" -max_total_time="$seconds" -rss_limit_mb=2048 \
+  # Scratch files of the targets (memfds need none) go under the work directory. One OpenMP
+  # thread: libFuzzer runs one input at a time, and on a loaded 2-core machine the CPU ops'
+  # threads waiting at barriers made one forward pass of a 2-layer model take over 10 s
+  # (fuzz_model_load's first seed timed out; 0.2 s with one thread).
+  OMP_NUM_THREADS=1 TMPDIR=$dir "$bin" -max_total_time="$seconds" -rss_limit_mb=2048 \
     -timeout=10 -max_len="$(max_len "$t")" -dict="$root/fuzz/dict/forge.dict" \
     -artifact_prefix="$dir/" -print_final_stats=1 "$dir/corpus" >"$log" 2>&1
   rc=$?

@@ -1,6 +1,7 @@
-// forge train --resume, end to end through the binary: a run killed with SIGKILL mid-way and a
-// run stopped with SIGTERM both continue from their newest checkpoint, and every loss they log
-// equals, exactly, the loss an uninterrupted run logs at that step.
+// forge train --resume, end to end through the binary: a run killed with SIGKILL mid-way, one
+// killed a dozen times at random moments (inside checkpoint writes too) and a run stopped with
+// SIGTERM all continue from their newest checkpoint, and every loss they log equals, exactly,
+// the loss an uninterrupted run logs at that step.
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -10,6 +11,7 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <random>
 #include <sstream>
 #include <thread>
 
@@ -167,6 +169,90 @@ TEST_F(ResumeTest, SigkillMidRunThenResumeLogsIdenticalLosses) {
   EXPECT_TRUE(fs::exists(dir_ / "run/checkpoints/step_000060"));
   EXPECT_TRUE(fs::exists(dir_ / "run/checkpoints/step_000057"));
   EXPECT_FALSE(fs::exists(dir_ / "run/checkpoints/step_000054"));
+}
+
+// Kill anywhere: forge train is killed with SIGKILL again and again (12 times), each time
+// resumed, then let finish; every resume must succeed, and the finished run must log exactly the
+// losses of an uninterrupted run and save the same weights. Half of the kills fire at a random
+// moment within a quarter of an uninterrupted run's time (startup, a step, an evaluation, a metrics
+// line, loading a checkpoint), so that the run needs many resumes to finish; the other half
+// as soon as a checkpoint's temporary directory (checkpoints/.tmp-step_N) appears, plus a random
+// 0-300 µs, so that they land inside a checkpoint write: the directory still there after the kill
+// is the proof, and at least one kill must have landed so. A kill before the first checkpoint
+// exists leaves nothing to resume from: that run starts over, as a user would start it.
+TEST_F(ResumeTest, SigkillAnywhereManyTimesEveryResumeContinuesExactly) {
+  constexpr int kSteps = 60, kKills = 12;
+  const auto t0 = std::chrono::steady_clock::now();
+  ASSERT_EQ(run(train_args("ref", kSteps), "ref"), 0) << read("ref.err");
+  const double ref_us =
+      std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
+
+  const fs::path run_dir = dir_ / "run", ckpts = run_dir / "checkpoints";
+  // Entries of checkpoints/ whose name starts with `prefix` (and written since `since`).
+  auto entries_starting = [&](const char* prefix,
+                              fs::file_time_type since = fs::file_time_type::min()) {
+    int n = 0;
+    std::error_code ec;
+    for (fs::directory_iterator it(ckpts, ec), end; !ec && it != end; it.increment(ec)) {
+      std::error_code t;
+      n += it->path().filename().string().rfind(prefix, 0) == 0 &&
+           fs::last_write_time(it->path(), t) >= since;
+    }
+    return n;
+  };
+  std::mt19937 rng(20261202);  // the moments are random; the sequence of choices is fixed
+  int kills = 0, inside_a_write = 0, resumes = 0, status = -SIGKILL;
+  for (int round = 0; round < kKills && status != 0; ++round) {
+    const bool resume = entries_starting("step_") > 0;
+    if (!resume) fs::remove_all(run_dir);
+    resumes += resume;
+    const std::string log = "round" + std::to_string(round);
+    // A leftover of an earlier round's kill stays until the next save removes it: only a
+    // temporary directory written during this round counts as this kill's.
+    const fs::file_time_type started = fs::file_time_type::clock::now();
+    const pid_t pid = spawn(resume ? std::vector<std::string>{"train", "--resume", run_dir.string()}
+                                   : train_args("run", kSteps),
+                            log);
+    int wstatus = 0;
+    auto exited = [&] { return waitpid(pid, &wstatus, WNOHANG) == pid; };
+    bool done = false;
+    if (round % 2 == 1) {
+      // Busy-wait for a checkpoint write to begin (polling every few ms would miss most).
+      const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+      while (!(done = exited()) && entries_starting(".tmp-") == 0 &&
+             std::chrono::steady_clock::now() < end) {
+      }
+      std::this_thread::sleep_for(
+          std::chrono::microseconds(std::uniform_int_distribution<int>(0, 300)(rng)));
+    } else {
+      std::this_thread::sleep_for(std::chrono::microseconds(
+          std::uniform_int_distribution<int64_t>(0, static_cast<int64_t>(ref_us / 4))(rng)));
+    }
+    if (!done) {
+      kill(pid, SIGKILL);
+      waitpid(pid, &wstatus, 0);
+    }
+    status = WIFEXITED(wstatus) ? WEXITSTATUS(wstatus) : -WTERMSIG(wstatus);
+    ASSERT_TRUE(status == 0 || status == -SIGKILL)
+        << log << " exited with " << status << ": " << read(log + ".err");
+    if (status == -SIGKILL) {
+      ++kills;
+      inside_a_write += entries_starting(".tmp-", started) > 0;
+    }
+  }
+  if (status != 0) {
+    ASSERT_GT(entries_starting("step_"), 0);
+    ASSERT_EQ(run({"train", "--resume", run_dir.string()}, "last"), 0) << read("last.err");
+    ++resumes;
+  }
+  std::printf("%d kills, %d inside a checkpoint write, %d resumes\n", kills, inside_a_write,
+              resumes);
+  EXPECT_GE(kills, kKills / 2);
+  EXPECT_GE(resumes, kKills / 4);
+  EXPECT_GE(inside_a_write, 1);
+  EXPECT_EQ(entries_starting(".tmp-"), 0) << "a resume leaves no temporary directory behind";
+  expect_same_metrics("run", "ref");
+  EXPECT_EQ(read("run/model/model.safetensors"), read("ref/model/model.safetensors"));
 }
 
 TEST_F(ResumeTest, SigtermCheckpointsAndExitsZeroThenResumes) {

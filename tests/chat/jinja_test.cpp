@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include "forge/core/error.h"
+#include "fuzz_regression.h"
 
 namespace forge::chat::jinja {
 namespace {
@@ -84,6 +85,41 @@ TEST(JinjaTest, UnsupportedTagsSaySo) {
               std::string::npos)
         << tag;
   EXPECT_EQ(error_of("{% break %}"), "t line 1: 'break' outside a for loop");
+}
+
+// Found by fuzz/fuzz_chat_template: the lexer, which reads the whole template before the parser
+// starts, threw std::out_of_range on the literal 1e23456.75 of this input. Lexed as inf now, the
+// input gets as far as the parser, which refuses it with a one-line error.
+TEST(JinjaTest, FuzzFindingFloatOverflowReachesTheParser) {
+  const std::string in = testing::fuzz_regression("chat_template-float_overflow");
+  ASSERT_NE(in.find("1e23456.75"), std::string::npos);
+  EXPECT_EQ(error_of(in), "t line 1: unexpected end of template: missing '}}'");
+}
+
+// Template integers are 64-bit (Python's grow): every result outside int64 is an error, not a
+// wrapped number or undefined behaviour. Found by fuzz/fuzz_chat_template (`34 *
+// 9223372036814775808`); the other operations of the same kind were checked with it.
+TEST(JinjaTest, IntegerOverflowIsAnError) {
+  const std::string kMin = "(-9223372036854775807 - 1)";
+  const std::string overflow = "t line 1: integer overflow (template integers are 64-bit)";
+  for (const std::string& expr :
+       {std::string("9223372036854775807 + 1"), std::string("-9223372036854775807 - 2"),
+        std::string("34 * 9223372036814775808"), kMin + " // -1", "-" + kMin, kMin + " | abs",
+        std::string("[9223372036854775807, 1] | sum"), std::string("1e300 | int"),
+        std::string("'1e300' | int"), std::string("'99999999999999999999' | int")})
+    EXPECT_EQ(error_of("{{ " + expr + " }}"), overflow) << expr;
+  // At the edges, without overflowing.
+  EXPECT_EQ(render("{{ 9223372036854775806 + 1 }} {{ " + kMin + " % -1 }} {{ " + kMin +
+                   " // 1 }} {{ -9223372036854775807 | abs }} {{ 9.2e18 | int }}"),
+            "9223372036854775807 0 -9223372036854775808 9223372036854775807 "
+            "9200000000000000000");
+  EXPECT_EQ(render("{{ range(9223372036854775806, 9223372036854775807, 10) | list }} "
+                   "{{ range(" +
+                   kMin + " + 1, " + kMin + ", -10) | list }}"),
+            "[9223372036854775806] [-9223372036854775807]");
+  const std::string in = testing::fuzz_regression("chat_template-int_overflow");
+  ASSERT_NE(in.find("34*9223372036814775808"), std::string::npos);
+  EXPECT_EQ(error_of(in), overflow);
 }
 
 TEST(JinjaTest, LexerCorners) {

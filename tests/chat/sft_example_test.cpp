@@ -11,6 +11,7 @@
 #include <map>
 
 #include "forge/core/error.h"
+#include "fuzz_regression.h"
 
 namespace forge::chat {
 namespace {
@@ -179,6 +180,14 @@ TEST(SftExampleTest, BadLinesNameTheLineAndTheProblem) {
   EXPECT_EQ(parse_sft_line(R"({"messages": [{"role": "user", "content": "x"}]})", "f", false)
                 .messages.size(),
             1u);
+}
+
+// Found by fuzz/fuzz_sft: a role holding a newline ("syst\nem") was printed raw, so the
+// unknown-role error took two lines.
+TEST(SftExampleTest, FuzzFindingRoleWithANewlineStaysOneLine) {
+  const std::string path = std::string(FORGE_SOURCE_DIR) + "/fuzz/regressions/sft-role_newline";
+  testing::expect_one_line_error([&] { read_sft_jsonl(path); },
+                                 {path + ":1: messages[0]: unknown role 'syst\\x0aem'"});
 }
 
 TEST(SftExampleTest, ReadsAFileSkippingBlankLinesAndNamesTheBadLine) {

@@ -17,6 +17,7 @@
 
 #include "forge/core/error.h"
 #include "forge/core/rng.h"
+#include "fuzz_regression.h"
 #include "testing.h"
 
 namespace forge::io {
@@ -570,12 +571,17 @@ TEST_F(Safetensors, WriteErrorRemovesTempAndKeepsOldFile) {
   EXPECT_FALSE(fs::is_symlink(p + ".tmp"));
 }
 
-// Found by fuzz/fuzz_safetensors (fuzz/regressions/safetensors_number_overflow): a number that
-// overflows a double made nlohmann throw out_of_range instead of a named forge::Error.
+// Found by fuzz/fuzz_safetensors (fuzz/regressions/safetensors-number_overflow, replayed as it
+// is): a number that overflows a double made nlohmann throw out_of_range instead of a named
+// forge::Error.
 TEST_F(Safetensors, RejectsNumbersThatOverflow) {
   expect_rejected(path("overflow.safetensors"),
                   R"({"a":{"dtype":"F32","shape":[1e999],"data_offsets":[0,4]}})", "abcd",
                   {"overflow.safetensors", "not valid JSON"});
+  const std::string finding =
+      std::string(FORGE_SOURCE_DIR) + "/fuzz/regressions/safetensors-number_overflow";
+  testing::expect_one_line_error([&] { SafetensorsFile::open(finding); },
+                                 {finding + ": ", "not valid JSON", "number overflow"});
 }
 
 TEST(SafetensorsDType, NamesAndSizes) {

@@ -313,6 +313,34 @@ TEST_F(ModelDirTest, AHugeConfigOverSmallFilesFailsBeforeAllocating) {
                "[1000000, 20480]");
 }
 
+// Sizes beyond Forge's limits, and zero heads (which once killed `forge eval` with SIGFPE, a
+// division by n_head), are refused by config.json's validation, before a tensor is read: the
+// error names the key and the limit, not a tensor, so nothing was sized from them. Real small
+// weights sit beside each config, as a downloaded directory with an edited config.json would.
+TEST_F(ModelDirTest, ConfigsBeyondTheLimitsFailBeforeAnyTensorIsRead) {
+  Transformer<float> m(llama(false));
+  m.init_weights(3);
+  const nlohmann::json good = to_hf_config(m.config());
+  const std::pair<const char*, int64_t> edits[] = {
+      {"num_hidden_layers", 2'000'000'000},       {"vocab_size", 2'147'483'647},
+      {"hidden_size", int64_t{1} << 30},          {"intermediate_size", (1 << 20) + 1},
+      {"max_position_embeddings", (1 << 24) + 1}, {"num_attention_heads", 0}};
+  const char* errors[] = {"config.json: model config: n_layer 2000000000 is beyond Forge's limit",
+                          "config.json: model config: vocab_size 2147483647 is beyond",
+                          "config.json: model config: n_embd 1073741824 is beyond",
+                          "config.json: model config: ffn_hidden 1048577 is beyond",
+                          "config.json: model config: max_seq_len 16777217 is beyond",
+                          "config.json: num_attention_heads must be positive"};
+  for (size_t i = 0; i < std::size(edits); ++i) {
+    nlohmann::json bad = good;
+    bad[edits[i].first] = edits[i].second;
+    const fs::path d = dir_ / edits[i].first;
+    write_dir(d, bad, tensors(m));
+    SCOPED_TRACE(edits[i].first);
+    expect_error(d.string(), errors[i]);
+  }
+}
+
 // Found by fuzz_safetensors_index: a weight_map naming a shard file with a newline in it made
 // "cannot open" a two-line error. The harness's directory: a tiny GPT-2 in 600-byte shards.
 TEST_F(ModelDirTest, FuzzFindingShardNameWithANewlineIsRefused) {

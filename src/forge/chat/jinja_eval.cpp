@@ -19,12 +19,14 @@ namespace {
 enum class Flow { kNormal, kBreak, kContinue };
 
 int64_t floor_div(int64_t a, int64_t b) {
+  if (b == -1) return int_sub(0, a);  // INT64_MIN / -1 overflows
   int64_t q = a / b;
   if (a % b != 0 && ((a < 0) != (b < 0))) --q;
   return q;
 }
 
 int64_t floor_mod(int64_t a, int64_t b) {
+  if (b == -1) return 0;  // INT64_MIN % -1 is undefined in C++
   int64_t r = a % b;
   if (r != 0 && ((r < 0) != (b < 0))) r += b;
   return r;
@@ -56,7 +58,7 @@ Value arithmetic(const std::string& op, const Value& a, const Value& b) {
   const bool nums = a.is_number() && b.is_number();
   const bool ints = a.is_int() && b.is_int();
   if (op == "+") {
-    if (ints) return Value::integer(a.as_int() + b.as_int());
+    if (ints) return Value::integer(int_add(a.as_int(), b.as_int()));
     if (nums) return Value::number(a.as_double() + b.as_double());
     if (a.is_string() && b.is_string()) {
       check_text_size(a.as_string().size() + b.as_string().size());
@@ -74,7 +76,7 @@ Value arithmetic(const std::string& op, const Value& a, const Value& b) {
     bad_operands(op, a, b);
   }
   if (op == "*") {
-    if (ints) return Value::integer(a.as_int() * b.as_int());
+    if (ints) return Value::integer(int_mul(a.as_int(), b.as_int()));
     if (nums) return Value::number(a.as_double() * b.as_double());
     const Value& seq = a.is_int() ? b : a;
     const Value& n = a.is_int() ? a : b;
@@ -101,7 +103,7 @@ Value arithmetic(const std::string& op, const Value& a, const Value& b) {
     bad_operands(op, a, b);
   }
   if (op == "-")
-    return ints ? Value::integer(a.as_int() - b.as_int())
+    return ints ? Value::integer(int_sub(a.as_int(), b.as_int()))
                 : Value::number(a.as_double() - b.as_double());
   if (op == "**") {
     if (ints && b.as_int() >= 0) {  // by squaring; wraps where Python would grow a big int
@@ -134,6 +136,16 @@ class Evaluator {
     for (const auto& [k, v] : in.variables) frames_[0][k] = v;
     frames_.emplace_back();  // the template's own assignments
   }
+  // Namespaces are the only values a template can change, so `{% set ns.me = [ns] %}` makes one
+  // hold itself: a cycle of shared_ptrs that outlived the render (LeakSanitizer, on the test of
+  // runaway nesting). Every cycle passes through an attribute set (any other reference points
+  // to an older value), and nothing of a render outlives it but text: emptying the namespaces
+  // assigned into when the render ends, thrown or not, frees them all.
+  ~Evaluator() {
+    for (auto& [dict, ns] : assigned_namespaces_) ns.namespace_dict().items.clear();
+  }
+  Evaluator(const Evaluator&) = delete;
+  Evaluator& operator=(const Evaluator&) = delete;
 
   Flow exec(const Body& body, TaintedString& out) {
     for (const Node& n : body) {
@@ -200,6 +212,7 @@ class Evaluator {
             throw JinjaError(
                 str("cannot assign attribute on non-namespace object '", n.targets[0], "'"));
           ns.namespace_dict().set(TaintedString(n.attr, kTemplate), v);
+          assigned_namespaces_.emplace(&ns.namespace_dict(), ns);
         } else {
           bind(n.targets, v, frames_.back());
         }
@@ -366,7 +379,7 @@ class Evaluator {
         if (e.kind == K::kPos)
           return v.kind() == Value::Kind::kBool ? Value::integer(v.as_int()) : v;
         return v.kind() == Value::Kind::kFloat ? Value::number(-v.as_double())
-                                               : Value::integer(-v.as_int());
+                                               : Value::integer(int_sub(0, v.as_int()));
       }
       case K::kNot:
         return Value::boolean(!truthy(eval(*e.args[0])));
@@ -429,6 +442,7 @@ class Evaluator {
   }
 
   std::vector<Frame> frames_;
+  std::unordered_map<const Dict*, Value> assigned_namespaces_;  // held until the render ends
   int64_t iterations_ = 0;
 };
 

@@ -157,7 +157,7 @@ Value f_int(const Value& v, const Args& a) {
   const int base = base_arg && base_arg->is_int() ? static_cast<int>(base_arg->as_int()) : 10;
   if (v.is_int()) return Value::integer(v.as_int(), v.origin());
   if (v.kind() == Value::Kind::kFloat && std::isfinite(v.as_double()))
-    return Value::integer(static_cast<int64_t>(std::trunc(v.as_double())), v.origin());
+    return Value::integer(int_from_double(v.as_double()), v.origin());
   if (!v.is_string()) return def;
   std::string t = py_strip(v.as_string(), nullptr, true, true).text();
   if (base == 16 && (t.starts_with("0x") || t.starts_with("0X"))) t = t.substr(2);
@@ -168,12 +168,14 @@ Value f_int(const Value& v, const Args& a) {
       return Value::integer(x, v.origin());
   } catch (...) {
   }
+  double d = 0;
   try {  // "42.23"|int is 42 (jinja2 falls back to int(float(value)))
-    const double d = std::stod(t, &used);
-    if (used == t.size() && std::isfinite(d))
-      return Value::integer(static_cast<int64_t>(std::trunc(d)), v.origin());
+    d = std::stod(t, &used);
   } catch (...) {
+    return def;
   }
+  // Outside the try: a number beyond int64 is an overflow error, not the default.
+  if (used == t.size() && std::isfinite(d)) return Value::integer(int_from_double(d), v.origin());
   return def;
 }
 
@@ -299,7 +301,7 @@ const std::map<std::string, FilterFn>& filters() {
          if (v.kind() == Value::Kind::kFloat) return Value::number(std::fabs(v.as_double()));
          if (!v.is_int())
            throw JinjaError(str("bad operand type for abs(): '", v.type_name(), "'"));
-         return Value::integer(std::abs(v.as_int()));
+         return Value::integer(v.as_int() < 0 ? int_sub(0, v.as_int()) : v.as_int());
        }},
       {"capitalize",
        [](const Value& v, const Args&) {
@@ -367,7 +369,7 @@ const std::map<std::string, FilterFn>& filters() {
            if (!x.is_number() || !total.is_number()) throw JinjaError("sum needs numbers");
            total = x.kind() == Value::Kind::kFloat || total.kind() == Value::Kind::kFloat
                        ? Value::number(total.as_double() + x.as_double())
-                       : Value::integer(total.as_int() + x.as_int());
+                       : Value::integer(int_add(total.as_int(), x.as_int()));
          }
          return total;
        }},

@@ -463,10 +463,12 @@ std::vector<std::pair<std::string, Value>> make_globals(const std::optional<std:
                    }
                    if (step == 0) throw JinjaError("range() arg 3 must not be zero");
                    List out;
-                   for (int64_t i = start; step > 0 ? i < stop : i > stop; i += step) {
+                   // i + step past int64 is past stop too: the range ends there.
+                   for (int64_t i = start; step > 0 ? i < stop : i > stop;) {
                      if (out.size() >= 100000)
                        throw JinjaError("range too big (more than 100000 items)");
                      out.push_back(Value::integer(i));
+                     if (__builtin_add_overflow(i, step, &i)) break;
                    }
                    return Value::list(std::move(out));
                  }));

@@ -38,6 +38,33 @@ class JinjaError {
   int line_;
 };
 
+// Integer arithmetic of templates. Python's integers grow without bound, Forge's are 64-bit: a
+// result outside int64 is an error, never a wrapped number (signed overflow is undefined
+// behaviour; `34 * 9223372036814775808` was one, found by fuzz_chat_template).
+[[noreturn]] inline void integer_overflow() {
+  throw JinjaError("integer overflow (template integers are 64-bit)");
+}
+inline int64_t int_add(int64_t a, int64_t b) {
+  int64_t r;
+  if (__builtin_add_overflow(a, b, &r)) integer_overflow();
+  return r;
+}
+inline int64_t int_sub(int64_t a, int64_t b) {
+  int64_t r;
+  if (__builtin_sub_overflow(a, b, &r)) integer_overflow();
+  return r;
+}
+inline int64_t int_mul(int64_t a, int64_t b) {
+  int64_t r;
+  if (__builtin_mul_overflow(a, b, &r)) integer_overflow();
+  return r;
+}
+// A double truncated to an integer (int(x)): one outside int64 is an overflow too.
+inline int64_t int_from_double(double x) {
+  if (!(x >= -9223372036854775808.0 && x < 9223372036854775808.0)) integer_overflow();
+  return static_cast<int64_t>(x);
+}
+
 class Value;
 using List = std::vector<Value>;
 

@@ -56,8 +56,8 @@ SftExample parse_sft_line(std::string_view line, const std::string& where, bool 
     Message m{need_string(msgs[i], "role", where, what),
               need_string(msgs[i], "content", where, what)};
     if (m.role != "system" && m.role != "user" && m.role != "assistant")
-      throw Error(str(where, ": ", what, ": unknown role '", m.role,
-                      "' (expected system, user or assistant)"));
+      throw Error(str(where, ": ", what, ": unknown role ", quote(m.role),
+                      " (expected system, user or assistant)"));
     assistant |= m.role == "assistant";
     ex.messages.push_back(std::move(m));
   }
