@@ -167,7 +167,10 @@ std::string sft_section(const nlohmann::json& j, const std::string& file,
     throw Error(str(file, ": \"sft\" needs \"data\": the JSONL file of examples"));
   static const std::pair<const char*, const char*> keys[] = {
       {"epochs", "epochs"}, {"val_frac", "sft_val_frac"}, {"overlong", "sft_overlong"}};
-  for (const auto& [k, v] : j.items()) {
+  for (const auto& item : j.items()) {
+    // Not a structured binding: clang 14 (the sanitizer build's) cannot capture one.
+    const std::string k = item.key();
+    const nlohmann::json& v = item.value();
     if (k == "data") continue;
     const auto* it = std::find_if(std::begin(keys), std::end(keys),
                                   [&](const auto& p) { return k == p.first; });
