@@ -275,6 +275,11 @@ __global__ void __launch_bounds__(32 * kMaxWarps) out_in_mma_kernel(SmallParams 
   const T* x0;
   const T* x1;
   if constexpr (kNorm) {
+    // gs was copied by every thread of the block, and a row's warp reads all of it: the barrier
+    // orders the two. (Without it a warp could read a chunk of the norm's weight before its
+    // copy landed: under compute-sanitizer's timing, 16 outputs of one block came out wrong —
+    // SmallLinearFusedTest, and Qwen3's decode test beside a loaded GPU.)
+    __syncthreads();
     T* xs = reinterpret_cast<T*>(smem + sm.xs);
     stage_rmsnorm_rows<T>(xs, gs, p, n0);
     __syncthreads();
