@@ -71,6 +71,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <type_traits>
 
 #include "forge/backend/cuda/context.h"
 #include "forge/backend/cuda/decode.h"
@@ -411,13 +412,16 @@ constexpr int kRowsMaxHeads = 4;  // query heads per block: keeps a lane's regis
 // (batch 128: 2,141 µs a step with this kernel, 1,657 with the split kernel).
 constexpr int kRowsMaxBlocks = 132;
 
-struct RowsSmem {  // dynamic shared memory of decode_attention_rows_kernel, in bytes
-  static constexpr int kV = 0;                                             // (16, 32, HS) T
-  static constexpr int kQ = kV + kRowsWarps * 32 * kRowsHS * 2;            // (4, HS) f32
-  static constexpr int kNew = kQ + kRowsMaxHeads * kRowsHS * 4;            // (2, HS) T
-  static constexpr int kAcc = kNew + 2 * kRowsHS * 2;                      // (16, 4, HS) f32
-  static constexpr int kStat = kAcc + kRowsWarps * kRowsMaxHeads * kRowsHS * 4;  // (2, 16, 4)
-  static constexpr int kBytes = kStat + 2 * kRowsWarps * kRowsMaxHeads * 4;
+// Dynamic shared memory of decode_attention_rows_kernel<T, kH> (kH query heads per block), bytes.
+template <int kH>
+struct RowsSmem {
+  static constexpr int kV = 0;                                        // (16, 32, HS) T
+  static constexpr int kQ = kV + kRowsWarps * 32 * kRowsHS * 2;       // (kH, HS) f32
+  static constexpr int kNew = kQ + kH * kRowsHS * 4;                  // (2, HS) T
+  static constexpr int kAcc = kNew + 2 * kRowsHS * 2;                 // (16, kH, HS) f32
+  static constexpr int kStat = kAcc + kRowsWarps * kH * kRowsHS * 4;  // (2, 16, kH) f32
+  static constexpr int kWt = kStat + 2 * kRowsWarps * kH * 4;         // (kH, 16) f32
+  static constexpr int kBytes = kWt + kH * kRowsWarps * 4;
 };
 
 template <typename T>
@@ -426,7 +430,7 @@ __device__ __noinline__ T rope_channel_call(const T* x, int d, bool rotate_half,
   return rope_channel<T, kRowsHS>(x, d, rotate_half, f, at);
 }
 
-template <typename T>
+template <typename T, int kH>
 __global__ void __launch_bounds__(32 * kRowsWarps)
     decode_attention_rows_kernel(const AttnArgs<T> a, const __grid_constant__ RopeFreqs f) {
   pdl_launch_dependents();
@@ -438,13 +442,15 @@ __global__ void __launch_bounds__(32 * kRowsWarps)
   const int h0 = kvh * a.group + chunk * a.chunk_heads;               // first query head
   const int G = min(a.chunk_heads, a.group - chunk * a.chunk_heads);  // its query heads
   extern __shared__ __align__(16) unsigned char smem[];
-  T* v_s = reinterpret_cast<T*>(smem + RowsSmem::kV) + warp * 32 * HS;  // (32, HS) this warp's
-  float* q_s = reinterpret_cast<float*>(smem + RowsSmem::kQ);           // (G, HS) scaled
-  T* knew_s = reinterpret_cast<T*>(smem + RowsSmem::kNew);              // (HS) new key, rotated
+  using L = RowsSmem<kH>;
+  T* v_s = reinterpret_cast<T*>(smem + L::kV) + warp * 32 * HS;  // (32, HS) this warp's
+  float* q_s = reinterpret_cast<float*>(smem + L::kQ);           // (G, HS) scaled
+  T* knew_s = reinterpret_cast<T*>(smem + L::kNew);              // (HS) new key, rotated
   T* vnew_s = knew_s + HS;                                              // (HS) new value
-  float* acc_w = reinterpret_cast<float*>(smem + RowsSmem::kAcc);       // (16, 4, HS)
-  float* m_w = reinterpret_cast<float*>(smem + RowsSmem::kStat);        // (16, 4)
-  float* l_w = m_w + kRowsWarps * kRowsMaxHeads;                        // (16, 4)
+  float* acc_w = reinterpret_cast<float*>(smem + L::kAcc);  // (16, kH, HS)
+  float* m_w = reinterpret_cast<float*>(smem + L::kStat);   // (16, kH)
+  float* l_w = m_w + kRowsWarps * kH;                       // (16, kH)
+  float* wt_s = reinterpret_cast<float*>(smem + L::kWt);    // (kH, 16) the combine's weights
 
   const int64_t row_elems = static_cast<int64_t>(a.NKV) * HS;  // between cache rows
   const int64_t base = (static_cast<int64_t>(slot) * a.cap * a.NKV + kvh) * HS;
@@ -486,9 +492,9 @@ __global__ void __launch_bounds__(32 * kRowsWarps)
   }
   __syncthreads();
 
-  float m_run[kRowsMaxHeads], l_run[kRowsMaxHeads], acc[kRowsMaxHeads][2];
+  float m_run[kH], l_run[kH], acc[kH][2];
 #pragma unroll
-  for (int g = 0; g < kRowsMaxHeads; ++g)
+  for (int g = 0; g < kH; ++g)
     m_run[g] = -INFINITY, l_run[g] = 0.0f, acc[g][0] = acc[g][1] = 0.0f;
   for (int c = warp; c * 32 < n; c += kRowsWarps) {
     const int j = c * 32 + lane;
@@ -498,13 +504,13 @@ __global__ void __launch_bounds__(32 * kRowsWarps)
     for (int e = 0; e < kKV; ++e)
       reinterpret_cast<int4*>(v_s + lane * HS)[e] =
           is_new ? reinterpret_cast<const int4*>(vnew_s)[e] : vrow[e];
-    float p[kRowsMaxHeads] = {};  // scores, then probabilities
+    float p[kH] = {};  // scores, then probabilities
 #pragma unroll
     for (int e = 0; e < kKV; ++e) {  // 8 channels at a time
       float kf[8];
       unpack16(is_new ? reinterpret_cast<const int4*>(knew_s)[e] : kr[e], kf, T{});
 #pragma unroll
-      for (int g = 0; g < kRowsMaxHeads; ++g) {
+      for (int g = 0; g < kH; ++g) {
         const float4 qa = *reinterpret_cast<const float4*>(q_s + g * HS + 8 * e);
         const float4 qb = *reinterpret_cast<const float4*>(q_s + g * HS + 8 * e + 4);
         p[g] += kf[0] * qa.x + kf[1] * qa.y + kf[2] * qa.z + kf[3] * qa.w + kf[4] * qb.x +
@@ -513,7 +519,7 @@ __global__ void __launch_bounds__(32 * kRowsWarps)
     }
     if (c + kRowsWarps < (n + 31) / 32) load_row(c + kRowsWarps);  // the next chunk in flight
 #pragma unroll
-    for (int g = 0; g < kRowsMaxHeads; ++g) {
+    for (int g = 0; g < kH; ++g) {
       const float s = j < n && g < G ? p[g] : -INFINITY;
       const float m_new = fmaxf(m_run[g], warp_max(s));  // −inf only for heads g ≥ G
       p[g] = m_new == -INFINITY ? 0.0f : exp2f(s - m_new);
@@ -530,7 +536,7 @@ __global__ void __launch_bounds__(32 * kRowsWarps)
       float v[2];
       unpack_pair(*reinterpret_cast<const uint32_t*>(v_s + r * HS + 2 * lane), v, T{});
 #pragma unroll
-      for (int g = 0; g < kRowsMaxHeads; ++g) {
+      for (int g = 0; g < kH; ++g) {
         const float pr = __shfl_sync(0xffffffffu, p[g], r);
         acc[g][0] += pr * v[0];
         acc[g][1] += pr * v[1];
@@ -539,29 +545,33 @@ __global__ void __launch_bounds__(32 * kRowsWarps)
     __syncwarp();  // the tile is rewritten by the next chunk
   }
 #pragma unroll
-  for (int g = 0; g < kRowsMaxHeads; ++g) {
-    if (lane == 0) m_w[warp * kRowsMaxHeads + g] = m_run[g], l_w[warp * kRowsMaxHeads + g] = l_run[g];
-    acc_w[(warp * kRowsMaxHeads + g) * HS + 2 * lane] = acc[g][0];
-    acc_w[(warp * kRowsMaxHeads + g) * HS + 2 * lane + 1] = acc[g][1];
+  for (int g = 0; g < kH; ++g) {
+    if (lane == 0) m_w[warp * kH + g] = m_run[g], l_w[warp * kH + g] = l_run[g];
+    acc_w[(warp * kH + g) * HS + 2 * lane] = acc[g][0];
+    acc_w[(warp * kH + g) * HS + 2 * lane + 1] = acc[g][1];
   }
   __syncthreads();
-  // out = Σ_w 2^(m_w − M)·acc_w / Σ_w 2^(m_w − M)·l_w over the warps that saw rows, in warp order.
+  // out = Σ_w 2^(m_w − M)·acc_w / Σ_w 2^(m_w − M)·l_w over the warps that saw rows: warp g turns
+  // head g's 16 (max, sum) pairs into the weights 2^(m_w − M) / Σ, then every output channel is
+  // 16 independent products (a serial walk over the warps here was ~2k cycles of shared-memory
+  // latency per thread, measured with ncu).
+  if (warp < G) {
+    const int g = warp;
+    const float lw = lane < kRowsWarps ? l_w[lane * kH + g] : 0.0f;
+    const float mw = lw > 0.0f ? m_w[lane * kH + g] : -INFINITY;
+    const float M = warp_max(mw);
+    const float wt = lw > 0.0f ? exp2f(mw - M) : 0.0f;
+    const float l = warp_sum(wt * lw);
+    if (lane < kRowsWarps) wt_s[g * kRowsWarps + lane] = l > 0.0f ? wt / l : 0.0f;
+  }
+  __syncthreads();
   T* orow = a.out + (static_cast<int64_t>(slot) * a.NH + h0) * HS;
   for (int i = threadIdx.x; i < G * HS; i += blockDim.x) {
     const int g = i / HS, d = i % HS;
-    float M = -INFINITY;
-    for (int w = 0; w < kRowsWarps; ++w)
-      if (l_w[w * kRowsMaxHeads + g] > 0.0f) M = fmaxf(M, m_w[w * kRowsMaxHeads + g]);
-    float l = 0.0f, o = 0.0f;
-    for (int w = 0; w < kRowsWarps; ++w) {
-      const float lw = l_w[w * kRowsMaxHeads + g];
-      if (lw > 0.0f) {
-        const float wt = exp2f(m_w[w * kRowsMaxHeads + g] - M);
-        l += wt * lw;
-        o += wt * acc_w[(w * kRowsMaxHeads + g) * HS + d];
-      }
-    }
-    orow[i] = from_f32<T>(l > 0.0f ? o / l : 0.0f);
+    float o = 0.0f;
+#pragma unroll
+    for (int w = 0; w < kRowsWarps; ++w) o += wt_s[g * kRowsWarps + w] * acc_w[(w * kH + g) * HS + d];
+    orow[i] = from_f32<T>(o);
   }
 }
 
@@ -654,14 +664,24 @@ void run_decode_attention(Context& ctx, DType dt, void* out, const void* q, cons
     a.scale_log2 = static_cast<float>(M_LOG2E / std::sqrt(static_cast<double>(s.HS)));
     if (rows_kernel_takes(dt, s)) {
       if constexpr (sizeof(T) == 2) {
-        const HeadChunks rc = head_chunks(a.group, kRowsMaxHeads);
-        a.chunk_heads = rc.heads;
-        a.chunks = rc.chunks;
-        auto kernel = decode_attention_rows_kernel<T>;
-        FORGE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                              RowsSmem::kBytes));
-        launch_pdl(ctx, kernel, dim3(s.NKV * rc.chunks, s.S), dim3(32 * kRowsWarps),
-                   RowsSmem::kBytes, a, f);
+        // One query head per block while that fits in one wave (batch 1: 9 blocks for SmolLM2
+        // rather than 3): a warp's chunk then costs one head's dot products and P·V, not four
+        // (the four-head kernel is a chain of ~770 instructions per warp at ~19 cycles each, ncu).
+        auto go = [&](auto heads) {
+          constexpr int kH = decltype(heads)::value;
+          const HeadChunks rc = head_chunks(a.group, kH);
+          a.chunk_heads = rc.heads;
+          a.chunks = rc.chunks;
+          auto kernel = decode_attention_rows_kernel<T, kH>;
+          FORGE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                RowsSmem<kH>::kBytes));
+          launch_pdl(ctx, kernel, dim3(s.NKV * rc.chunks, s.S), dim3(32 * kRowsWarps),
+                     RowsSmem<kH>::kBytes, a, f);
+        };
+        if (static_cast<int64_t>(s.S) * s.NH <= kRowsMaxBlocks)
+          go(std::integral_constant<int, 1>{});
+        else
+          go(std::integral_constant<int, kRowsMaxHeads>{});
         return;
       }
     }
