@@ -400,7 +400,7 @@ __global__ void __launch_bounds__(kAttnThreads)
 // shuffles, and the 16 warps' (max, sum, accumulator) are combined in shared memory once. No
 // scratch, no second pass. Rows at or past n are loaded (inside the cache) but masked: their
 // score is −inf and their value row is skipped, so stale or NaN contents cannot leak in.
-// The code is kept small on purpose (rolled P·V loop, RoPE not inlined): a kernel that runs for
+// The code is kept small on purpose (rolled P·V loop): a kernel that runs for
 // a few µs once per layer pays for every instruction-cache miss, and the first, fully unrolled
 // version of this kernel (~4k instructions) took as long as the split kernel.
 constexpr int kRowsWarps = 16;
@@ -423,12 +423,6 @@ struct RowsSmem {
   static constexpr int kWt = kStat + 2 * kRowsWarps * kH * 4;         // (kH, 16) f32
   static constexpr int kBytes = kWt + kH * kRowsWarps * 4;
 };
-
-template <typename T>
-__device__ __noinline__ T rope_channel_call(const T* x, int d, bool rotate_half,
-                                            const RopeFreqs& f, double at) {
-  return rope_channel<T, kRowsHS>(x, d, rotate_half, f, at);
-}
 
 template <typename T, int kH>
 __global__ void __launch_bounds__(32 * kRowsWarps)
@@ -465,22 +459,26 @@ __global__ void __launch_bounds__(32 * kRowsWarps)
       vrow[e] = j < a.cap ? __ldg(vp + e) : make_int4(0, 0, 0, 0);
     }
   };
-  load_row(warp);
-
+  // The position first, then the block's first cache rows: both loads in flight together. (The
+  // RoPE below is inlined: as a called function it made the compiler save the loaded rows to
+  // the stack around the call, so every lane waited for its rows before rotating q, and the
+  // position's load went out only after them — two HBM round trips in a row; ncu's stall
+  // samples put most of the kernel's time there.)
   const int pos = a.pos[slot];
+  load_row(warp);
   const int n = max(0, min(pos + 1, a.cap)), rnew = pos % a.cap;
   const double at = static_cast<double>(pos);
   const T* qrow = a.q + slot * a.q_stride + static_cast<int64_t>(h0) * HS;
   for (int i = threadIdx.x; i < G * HS; i += blockDim.x) {
     const T* head = qrow + i / HS * HS;
-    const T qv = a.rope ? rope_channel_call<T>(head, i % HS, a.rotate_half, f, at) : head[i % HS];
+    const T qv = a.rope ? rope_channel<T, HS>(head, i % HS, a.rotate_half, f, at) : head[i % HS];
     q_s[i] = to_f32(qv) * a.scale_log2;
   }
   const bool fresh = a.k_new != nullptr;  // rope_decode_attention: row rnew comes from qkv
   if (fresh && threadIdx.x < HS) {
     const int d = threadIdx.x;
     const int64_t off = slot * a.q_stride + static_cast<int64_t>(kvh) * HS;
-    const T kv = a.rope ? rope_channel_call<T>(a.k_new + off, d, a.rotate_half, f, at) : a.k_new[off + d];
+    const T kv = a.rope ? rope_channel<T, HS>(a.k_new + off, d, a.rotate_half, f, at) : a.k_new[off + d];
     const T vv = a.v_new[off + d];
     knew_s[d] = kv;
     vnew_s[d] = vv;
