@@ -63,7 +63,16 @@ const char* const kTrainNotes =
     "metrics.jsonl); max_bad_steps of them in a row stop the run (exit 1) and leave the last\n"
     "checkpoint as it was. A loss loss_spike_z standard deviations above the last 128 steps' mean\n"
     "is logged as a spike (\"loss_z\" in metrics.jsonl). Testing hook: FORGE_FAULT_INJECT=\n"
-    "nan_grad@STEP or nan_loss@FIRST-LAST (comma-separated, 0-based steps) poisons those steps.";
+    "nan_grad@STEP or nan_loss@FIRST-LAST (comma-separated, 0-based steps) poisons those steps;\n"
+    "kill@STEP makes the process SIGKILL itself as that step begins.\n"
+    "Data parallel (CPU): `mpirun -np N forge train --device cpu ...` (or srun with an MPI it\n"
+    "can start, e.g. srun --mpi=pmix) trains on N ranks: batch_size x grad_accum stays the global\n"
+    "batch, the same on any N; each rank trains batch_size/N rows of every micro-batch\n"
+    "(batch_size must divide by N). Rank 0 alone writes RUNDIR, validates and prints; the others\n"
+    "print only errors, as \"forge: rank R: ...\". An error or death of any rank ends the run,\n"
+    "non-zero. --resume works on any N (bit-exact on the N the run was saved with). Give each\n"
+    "rank its share of the cores (mpirun -x OMP_NUM_THREADS=K). torchrun-style RANK/WORLD_SIZE\n"
+    "is refused for CPU ranks (they talk over MPI).";
 
 // What --help says about a training setting: "optimizer steps (default 1000; >= 1)".
 std::string field_help(const TrainField& f) {

@@ -5,9 +5,11 @@
 // each rank on half of every micro-batch's rows, so its losses equal the one-process run's up to
 // float rounding; a resumed run continues bit for bit on the same rank count.
 #include <gtest/gtest.h>
+#include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
@@ -15,6 +17,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "forge/data/shard.h"
@@ -74,10 +77,10 @@ class MpiTrainCli : public ::testing::Test {
   }
   static std::string mpirun() { return std::string(FORGE_MPIEXEC) + " --oversubscribe"; }
   // A tiny model on the shards; every run of a test uses the same settings.
-  std::string shard_args(const std::string& run, int steps) const {
+  std::string shard_args(const std::string& run, int steps, int save_every = 3) const {
     return "train --device cpu --data " + p("data") + " --out " + p(run) + " --steps " +
-           std::to_string(steps) +
-           " --save-every 3 vocab_size=50 max_seq_len=16 seq_len=16 batch_size=4 grad_accum=2"
+           std::to_string(steps) + " --save-every " + std::to_string(save_every) +
+           " vocab_size=50 max_seq_len=16 seq_len=16 batch_size=4 grad_accum=2"
            " n_layer=2 n_embd=32 n_head=4 ffn_hidden=64 eval_every=5 eval_windows=4 lr=3e-3";
   }
   std::vector<nlohmann::json> metrics(const std::string& run) const {
@@ -86,6 +89,13 @@ class MpiTrainCli : public ::testing::Test {
     std::string line;
     while (std::getline(f, line)) out.push_back(nlohmann::json::parse(line));
     return out;
+  }
+  // Complete lines of RUN/metrics.jsonl (a line being written is not counted).
+  size_t lines(const std::string& run) const {
+    std::ifstream f(dir_ / run / "metrics.jsonl");
+    std::stringstream s;
+    s << f.rdbuf();
+    return count(s.str(), "\n");
   }
   // Same steps; loss, grad_norm and val_loss within `rtol` relative (0: bit-identical).
   void expect_same_metrics(const std::string& run, const std::string& ref, double rtol) const {
@@ -178,6 +188,67 @@ TEST_F(MpiTrainCli, KilledRankStopsTheRunAndLeavesTheCheckpoint) {
   const Result resumed = forge("train --resume " + p("killed"), 2);
   ASSERT_EQ(resumed.code, 0) << resumed.out;
   expect_same_metrics("killed", "ref", 0);
+}
+
+// The process of `parent`'s children whose environment says OMPI_COMM_WORLD_RANK=`rank`, or -1.
+pid_t child_rank(pid_t parent, int rank) {
+  const std::string want = "OMPI_COMM_WORLD_RANK=" + std::to_string(rank);
+  for (const auto& e : fs::directory_iterator("/proc")) {
+    const std::string name = e.path().filename().string();
+    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::ifstream stat(e.path() / "stat");
+    std::string pid, comm, state;
+    long ppid = 0;
+    if (!(stat >> pid >> comm >> state >> ppid) || ppid != parent) continue;
+    std::ifstream env(e.path() / "environ");
+    for (std::string var; std::getline(env, var, '\0');)
+      if (var == want) return static_cast<pid_t>(std::stol(name));
+  }
+  return -1;
+}
+
+TEST_F(MpiTrainCli, StopSignalOnOneRankStopsEveryRankAtTheSameStep) {
+  // SIGTERM to rank 1 alone (as a scheduler might deliver it): the ranks agree after every step
+  // whether any was asked to stop, so both stop after the same step and rank 0 checkpoints it.
+  // A checkpoint every step: the stop then always follows a saved step, which no rank saves
+  // again (a rank that did would wait in a collective the others never make).
+  const std::string cmd = "exec " + mpirun() + " -np 2 " + FORGE_BIN + " " +
+                          shard_args("run", 3000, 1) + " >" + p("log") + " 2>&1";
+  const pid_t mpi = fork();
+  if (mpi == 0) {
+    execl("/bin/sh", "sh", "-c", cmd.c_str(), static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  ASSERT_GT(mpi, 0);
+  pid_t rank1 = -1;
+  for (int i = 0; i < 3000 && (rank1 < 0 || lines("run") < 5); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    if (rank1 < 0) rank1 = child_rank(mpi, 1);
+  }
+  ASSERT_GT(rank1, 0);
+  kill(rank1, SIGTERM);
+  int status = 0;
+  for (int i = 0; i < 6000 && waitpid(mpi, &status, WNOHANG) == 0; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  if (waitpid(mpi, &status, WNOHANG) == 0) {  // hung: a rank left the others' collectives
+    for (int r = 0; r < 2; ++r)
+      if (const pid_t rank = child_rank(mpi, r); rank > 0) kill(rank, SIGKILL);
+    kill(mpi, SIGKILL);
+    waitpid(mpi, &status, 0);
+    FAIL() << "the run did not stop within 60 s of SIGTERM to rank 1";
+  }
+  std::ifstream f(p("log"));
+  std::stringstream out;
+  out << f.rdbuf();
+  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status << "\n" << out.str();
+  const int steps = static_cast<int>(metrics("run").size());
+  EXPECT_LT(steps, 3000);
+  char name[32];
+  std::snprintf(name, sizeof(name), "run/checkpoints/step_%06d", steps);
+  EXPECT_TRUE(fs::is_directory(dir_ / name)) << name << "\n" << out.str();
+  EXPECT_NE(out.str().find("stopped after step " + std::to_string(steps) + " of 3000"),
+            std::string::npos)
+      << out.str();
 }
 
 TEST_F(MpiTrainCli, ErrorsNameTheRankAndLeaveNothing) {

@@ -260,10 +260,6 @@ TrainResult run(Transformer<float>& model, TrainConfig cfg, const std::string& d
   // free) before rank 0 changes anything in it.
   if (comm) comm->barrier();
   if (start.resumed && primary) cut_metrics(out + "/metrics.jsonl", start.step, start);
-  if (start.resumed && comm) {  // the other ranks need the curves for nothing but the count
-    start.train_curve.clear();
-    start.val_curve.clear();
-  }
   source->set_position(start.loader_offset);
 
   std::error_code ec;
@@ -368,7 +364,10 @@ TrainResult run(Transformer<float>& model, TrainConfig cfg, const std::string& d
     st.loss_scale = runner->loss_scale_state();  // after flush(): the state after step `done`
     st.skipped_steps = guard_skips;
     sync_host();  // collective: every rank's shard of m and v
-    if (!primary) return;
+    if (!primary) {
+      last_saved = done;  // as on rank 0: a stop after this step saves nothing more
+      return;
+    }
     std::string path;
     try {
       path = save_checkpoint(out, model, m, v, st, cfg.keep_checkpoints, model_files,
