@@ -117,8 +117,9 @@ struct RunOptions {
 //    checkpoints, model/, tokenizer files) and prints progress and warnings; the other ranks
 //    only read (data, --init-from model, the checkpoint to resume). Validation runs on rank 0
 //    alone (the same windows and numbers as one process; the others wait).
-//  - Checkpoints hold the full (gathered) Adam state, so a run resumes bit-exactly on the same
-//    rank count and on any other (each rank takes its shard of the full buffers).
+//  - Checkpoints hold the full (gathered) Adam state, so a run resumes on any rank count (each
+//    rank takes its shard of the full buffers): bit for bit on the count it was saved with, and
+//    on another as that count would have continued (float rounding of the sums differs).
 //  - A stop request (RunOptions::stop) on any rank stops every rank after the same step.
 
 // Trains from scratch (weights initialised from cfg.seed) on `data` (a --data argument),
