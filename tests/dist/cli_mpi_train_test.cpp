@@ -176,8 +176,8 @@ TEST_F(MpiTrainCli, KilledRankStopsTheRunAndLeavesTheCheckpoint) {
   const std::string args = shard_args("killed", 6);
   // MPMD: rank 0 plain, rank 1 with the fault.
   const std::string forge_args = std::string(FORGE_BIN) + " " + args;
-  const Result r = sh(mpirun() + " -np 1 " + forge_args + " : -np 1 env FORGE_FAULT_INJECT=kill@4 " +
-                      forge_args);
+  const Result r = sh(mpirun() + " -np 1 " + forge_args +
+                      " : -np 1 env FORGE_FAULT_INJECT=kill@4 " + forge_args);
   EXPECT_NE(r.code, 0) << r.out;
   EXPECT_NE(r.out.find("rank 1"), std::string::npos) << r.out;
   EXPECT_EQ(r.out.find("step 6/6"), std::string::npos) << r.out;

@@ -25,7 +25,8 @@ FaultPlan parse_fault_plan(const std::string& spec) {
     const std::string what = str("fault '", item, "'");
     const size_t at = item.find('@');
     if (at == std::string::npos)
-      throw Error(str(what, ": expected KIND@STEP or KIND@FIRST-LAST (KIND nan_grad, nan_loss or kill)"));
+      throw Error(
+          str(what, ": expected KIND@STEP or KIND@FIRST-LAST (KIND nan_grad, nan_loss or kill)"));
     const std::string kind = item.substr(0, at), steps = item.substr(at + 1);
     if (kind == "kill") {
       plan.kill_at = parse_int(what + " step", steps, 0, INT32_MAX);

@@ -317,8 +317,9 @@ TrainResult run(Transformer<float>& model, TrainConfig cfg, const std::string& d
                 B, T_, cfg.grad_accum, B * T_ * cfg.grad_accum, cfg.steps, cfg.lr, out.c_str());
     std::printf("device %s\n", runner->describe().c_str());
     if (comm)
-      std::printf("data parallel over %d ranks: each trains %d of the %d rows of every micro-batch\n",
-                  world, rows, B);
+      std::printf(
+          "data parallel over %d ranks: each trains %d of the %d rows of every micro-batch\n",
+          world, rows, B);
     std::fflush(stdout);
   }
 
