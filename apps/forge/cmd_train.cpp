@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <chrono>
 #include <csignal>
+#include <cstdio>
 #include <ctime>
 #include <filesystem>
 #include <fstream>
@@ -20,6 +21,7 @@
 #include "forge/tokenizer/tokenizer.h"
 #include "forge/train/trainer.h"
 #include "run_env.h"
+#include "world.h"
 
 namespace forge::cli {
 
@@ -61,7 +63,16 @@ const char* const kTrainNotes =
     "metrics.jsonl); max_bad_steps of them in a row stop the run (exit 1) and leave the last\n"
     "checkpoint as it was. A loss loss_spike_z standard deviations above the last 128 steps' mean\n"
     "is logged as a spike (\"loss_z\" in metrics.jsonl). Testing hook: FORGE_FAULT_INJECT=\n"
-    "nan_grad@STEP or nan_loss@FIRST-LAST (comma-separated, 0-based steps) poisons those steps.";
+    "nan_grad@STEP or nan_loss@FIRST-LAST (comma-separated, 0-based steps) poisons those steps;\n"
+    "kill@STEP makes the process SIGKILL itself as that step begins.\n"
+    "Data parallel (CPU): `mpirun -np N forge train --device cpu ...` (or srun with an MPI it\n"
+    "can start, e.g. srun --mpi=pmix) trains on N ranks: batch_size x grad_accum stays the global\n"
+    "batch, the same on any N; each rank trains batch_size/N rows of every micro-batch\n"
+    "(batch_size must divide by N). Rank 0 alone writes RUNDIR, validates and prints; the others\n"
+    "print only errors, as \"forge: rank R: ...\". An error or death of any rank ends the run,\n"
+    "non-zero. --resume works on any N (bit-exact on the N the run was saved with). Give each\n"
+    "rank its share of the cores (mpirun -x OMP_NUM_THREADS=K). torchrun-style RANK/WORLD_SIZE\n"
+    "is refused for CPU ranks (they talk over MPI).";
 
 // What --help says about a training setting: "optimizer steps (default 1000; >= 1)".
 std::string field_help(const TrainField& f) {
@@ -199,15 +210,9 @@ void install_stop_handlers() {
   sigaction(SIGTERM, &sa, nullptr);
 }
 
-}  // namespace
-
-int cmd_train(const Argv& argv) {
-  const Command& cmd = train_command();
-  const Args a = parse_args(cmd, argv);
-  if (a.help()) {
-    print_help(cmd);
-    return 0;
-  }
+// The command after --help, on every rank of a data-parallel run (world: nullptr for one
+// process).
+void run_train(const Args& a, Communicator* world) {
   // Unset, the library chooses: a new run trains on the CPU (bf16 is the GPU's default
   // precision), a resumed one where it trained. It also checks the combination.
   RunOptions opt;
@@ -216,6 +221,7 @@ int cmd_train(const Argv& argv) {
   opt.cuda = cuda_settings_from_env();
   opt.faults = fault_plan_from_env();
   opt.stop = &g_stop;
+  opt.comm = world;
   if (a.has("resume")) {
     for (const char* fixed : {"preset", "config", "init-from", "out", "save-every",
                               "keep-checkpoints", "save-dtype", "sft"})
@@ -230,7 +236,7 @@ int cmd_train(const Argv& argv) {
     apply_option(a, "steps", given);
     install_stop_handlers();
     forge::resume(a.get("resume"), given.steps, a.get("data", ""), opt);
-    return 0;
+    return;
   }
   const std::string init_from = a.get("init-from", "");
   if (!init_from.empty() && a.has("preset"))
@@ -289,6 +295,29 @@ int cmd_train(const Argv& argv) {
     forge::train(model, train, data, out, opt);
   else
     forge::train_from(init_from, train, data, out, opt);
+}
+
+}  // namespace
+
+int cmd_train(const Argv& argv) {
+  const Command& cmd = train_command();
+  const Args a = parse_args(cmd, argv);
+  if (a.help()) {
+    print_help(cmd);
+    return 0;
+  }
+  // Under mpirun or srun with 2 or more ranks: data parallel (world.h). Rank 0 prints; the
+  // others print only errors, each prefixed "forge: rank R:", and an error on any rank ends
+  // every rank (MPI_Abort: the launcher stops the others and exits non-zero).
+  const std::unique_ptr<Communicator> world = open_world();
+  if (world && world->rank() != 0 && !std::freopen("/dev/null", "w", stdout))
+    throw Error("cannot redirect the standard output of a rank other than 0 to /dev/null");
+  try {
+    run_train(a, world.get());
+  } catch (const std::exception& e) {
+    if (world) world->abort(str("forge train: error: ", e.what()));
+    throw;
+  }
   return 0;
 }
 

@@ -89,8 +89,15 @@ TEST(FaultPlan, ParsesStepsAndRanges) {
   for (int s = 10; s <= 12; ++s) EXPECT_EQ(p.at(s), StepFault::kNanLoss) << s;
   EXPECT_FALSE(p.at(13));
   EXPECT_TRUE(parse_fault_plan("").empty());
+  // kill@STEP: one step, no range; it is no StepFault.
+  const FaultPlan k = parse_fault_plan("kill@7,nan_grad@2");
+  EXPECT_EQ(k.kill_at, 7);
+  EXPECT_FALSE(k.at(7));
+  EXPECT_EQ(k.at(2), StepFault::kNanGrad);
+  EXPECT_FALSE(parse_fault_plan("kill@0").empty());
+  EXPECT_EQ(parse_fault_plan("nan_grad@1").kill_at, -1);
   for (const char* bad : {"nan_grad", "nan@3", "nan_grad@", "nan_grad@x", "nan_grad@5-3",
-                          "nan_grad@-1", "nan_loss@3-"}) {
+                          "nan_grad@-1", "nan_loss@3-", "kill@", "kill@3-4", "kill@-1"}) {
     try {
       parse_fault_plan(bad);
       ADD_FAILURE() << "accepted '" << bad << "'";

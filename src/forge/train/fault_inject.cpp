@@ -25,15 +25,20 @@ FaultPlan parse_fault_plan(const std::string& spec) {
     const std::string what = str("fault '", item, "'");
     const size_t at = item.find('@');
     if (at == std::string::npos)
-      throw Error(str(what, ": expected KIND@STEP or KIND@FIRST-LAST (KIND nan_grad or nan_loss)"));
+      throw Error(
+          str(what, ": expected KIND@STEP or KIND@FIRST-LAST (KIND nan_grad, nan_loss or kill)"));
     const std::string kind = item.substr(0, at), steps = item.substr(at + 1);
+    if (kind == "kill") {
+      plan.kill_at = parse_int(what + " step", steps, 0, INT32_MAX);
+      continue;
+    }
     FaultPlan::Entry e{};
     if (kind == "nan_grad")
       e.fault = StepFault::kNanGrad;
     else if (kind == "nan_loss")
       e.fault = StepFault::kNanLoss;
     else
-      throw Error(str(what, ": unknown kind '", kind, "' (expected nan_grad or nan_loss)"));
+      throw Error(str(what, ": unknown kind '", kind, "' (expected nan_grad, nan_loss or kill)"));
     const size_t dash = steps.find('-');
     e.first = parse_int(what + " first step", steps.substr(0, dash), 0, INT32_MAX);
     e.last = dash == std::string::npos

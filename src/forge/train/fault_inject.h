@@ -6,7 +6,9 @@
 // Syntax: comma-separated KIND@STEP or KIND@FIRST-LAST (inclusive), steps 0-based as in
 // metrics.jsonl's "step"; KIND is nan_grad (a gradient element becomes NaN, so the global norm
 // is NaN) or nan_loss (the step's loss becomes NaN, its gradients stay finite). Example:
-// FORGE_FAULT_INJECT=nan_grad@3,nan_loss@10-14.
+// FORGE_FAULT_INJECT=nan_grad@3,nan_loss@10-14. kill@STEP (one step, no range): the process
+// sends itself SIGKILL as that step begins, as a crash or the kernel's OOM killer would end it;
+// for tests of what the other ranks of a data-parallel run do when one dies.
 #pragma once
 
 #include <optional>
@@ -23,10 +25,11 @@ struct FaultPlan {
     int first, last;  // steps, inclusive
   };
   std::vector<Entry> entries;
+  int kill_at = -1;  // kill@STEP's step; -1: none
 
   // The fault to inject into `step`, if any (the first entry that covers it).
   std::optional<StepFault> at(int step) const;
-  bool empty() const { return entries.empty(); }
+  bool empty() const { return entries.empty() && kill_at < 0; }
 };
 
 // Parses the syntax above; throws forge::Error naming the bad part.

@@ -24,6 +24,10 @@ namespace forge {
 // What one optimizer step measured: the trainer's metrics line.
 struct StepReport {
   std::vector<double> micro_losses;  // mean loss of each micro-batch, in order
+  // Data-parallel CPU runner (2 or more ranks): this rank's own micro_losses, before they were
+  // averaged over ranks into micro_losses (the trainer weights them by this rank's share of the
+  // step's trained tokens). Empty otherwise.
+  std::vector<double> rank_micro_losses;
   double grad_norm = 0;              // global gradient norm before clipping (unscaled)
   // f16 loss scaling (CUDA --precision fp16; ops/loss_scale.h): the scale this step's gradients
   // carried, 0 when the precision uses none.

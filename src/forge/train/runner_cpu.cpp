@@ -157,6 +157,7 @@ class CpuRunner final : public StepRunner {
                        " micro-batches in this step, the ranks ", head[0], " in all"));
     auto losses = allgather_sum_in_rank_order(*comm_, report_.micro_losses);
     for (double& l : losses) l /= comm_->size();
+    report_.rank_micro_losses = report_.micro_losses;
     report_.micro_losses = std::move(losses);
     return head[1];
   }

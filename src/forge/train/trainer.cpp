@@ -202,6 +202,20 @@ TrainResult run(Transformer<float>& model, TrainConfig cfg, const std::string& d
   const std::string device = opt.device.empty() ? "cpu" : opt.device;
   const std::string precision = opt.precision.empty() ? default_precision(device) : opt.precision;
   check_device(device, precision);
+  // Data parallel (trainer.h): this rank trains rows [rank·rows, (rank+1)·rows) of every
+  // micro-batch; rank 0 alone writes the run directory and prints.
+  Communicator* comm = opt.comm != nullptr && opt.comm->size() > 1 ? opt.comm : nullptr;
+  const int world = comm ? comm->size() : 1, rank = comm ? comm->rank() : 0;
+  const bool primary = rank == 0;
+  if (B % world != 0)
+    throw Error(str("batch_size ", B, " does not split over ", world,
+                    " ranks: each rank trains batch_size / ranks rows of every micro-batch; "
+                    "choose a multiple of ",
+                    world));
+  if (comm && device != "cpu")
+    throw Error(str("--device ", device, " with ", world,
+                    " ranks: data-parallel training runs on CPU ranks only so far (--device cpu)"));
+  const int rows = B / world;
   if (!start.resumed && fs::exists(out + "/metrics.jsonl"))
     throw Error(
         str(out, ": already holds a run (metrics.jsonl); choose another --out or --resume it"));
@@ -231,7 +245,8 @@ TrainResult run(Transformer<float>& model, TrainConfig cfg, const std::string& d
   // in the run directory changes, so an unavailable device leaves the run as it was.
   std::unique_ptr<StepRunner> runner;
   try {
-    runner = device == "cuda" ? make_cuda_runner(mcfg, precision, opt.cuda) : make_cpu_runner(mcfg);
+    runner = device == "cuda" ? make_cuda_runner(mcfg, precision, opt.cuda)
+                              : make_cpu_runner(mcfg, comm);
   } catch (const Error& e) {
     if (start.device_hint.empty()) throw;
     throw Error(str(e.what(), "; ", start.device_hint));
@@ -241,11 +256,14 @@ TrainResult run(Transformer<float>& model, TrainConfig cfg, const std::string& d
   const ModelSaveOptions final_save{save_dtype_from_name(cfg.save_dtype), cfg.save_shard_size,
                                     run_model_files(out, data, start)};
   const io::FileSet& model_files = final_save.files;
-  if (start.resumed) cut_metrics(out + "/metrics.jsonl", start.step, start);
+  // Every rank has read what it needs from the run directory (and checked that a new run's is
+  // free) before rank 0 changes anything in it.
+  if (comm) comm->barrier();
+  if (start.resumed && primary) cut_metrics(out + "/metrics.jsonl", start.step, start);
   source->set_position(start.loader_offset);
 
   std::error_code ec;
-  fs::create_directories(out, ec);
+  if (primary) fs::create_directories(out, ec);
   if (ec) throw Error(str(out, ": cannot create run directory: ", ec.message()));
   nlohmann::json run_config = {{"model", to_hf_config(mcfg)},
                                {"train", train_config_json(cfg)},
@@ -258,11 +276,14 @@ TrainResult run(Transformer<float>& model, TrainConfig cfg, const std::string& d
   for (const auto& [name, bytes] : model_files)
     if (name != io::kGenerationConfigFile) tokenizer_files.push_back(name);
   run_config["tokenizer_files"] = tokenizer_files;
-  io::write_file_atomic(out + "/config.json", run_config.dump(2) + "\n");
-  // The run directory's copies: what a resumed run reads, whatever became of the sources.
-  io::write_files(out, model_files);
-  std::ofstream metrics(out + "/metrics.jsonl", start.resumed ? std::ios::app : std::ios::trunc);
-  if (!metrics) throw Error(str(out, "/metrics.jsonl: cannot write"));
+  std::ofstream metrics;
+  if (primary) {
+    io::write_file_atomic(out + "/config.json", run_config.dump(2) + "\n");
+    // The run directory's copies: what a resumed run reads, whatever became of the sources.
+    io::write_files(out, model_files);
+    metrics.open(out + "/metrics.jsonl", start.resumed ? std::ios::app : std::ios::trunc);
+    if (!metrics) throw Error(str(out, "/metrics.jsonl: cannot write"));
+  }
 
   const int64_t P = model.num_params();
   std::vector<float> m = std::move(start.m), v = std::move(start.v);
@@ -287,14 +308,20 @@ TrainResult run(Transformer<float>& model, TrainConfig cfg, const std::string& d
   };
   LrSchedule sched{cfg.lr, cfg.warmup_steps >= 0 ? cfg.warmup_steps : std::max(1, cfg.steps / 20),
                    cfg.steps, cfg.min_lr_frac};
-  const bool quiet = cfg.quiet || opt.quiet;
-  std::printf("model %s: %.2fM parameters (L=%d C=%d NH=%d V=%d) | %s\n",
-              mcfg.family_name().c_str(), P / 1e6, mcfg.n_layer, mcfg.n_embd, mcfg.n_head,
-              mcfg.vocab_size, source->describe().c_str());
-  std::printf("batch %d x %d tokens x %d accum = %d tokens/step, %d steps, lr %.2e, run dir %s\n",
-              B, T_, cfg.grad_accum, B * T_ * cfg.grad_accum, cfg.steps, cfg.lr, out.c_str());
-  std::printf("device %s\n", runner->describe().c_str());
-  std::fflush(stdout);
+  const bool quiet = cfg.quiet || opt.quiet || !primary;
+  if (primary) {
+    std::printf("model %s: %.2fM parameters (L=%d C=%d NH=%d V=%d) | %s\n",
+                mcfg.family_name().c_str(), P / 1e6, mcfg.n_layer, mcfg.n_embd, mcfg.n_head,
+                mcfg.vocab_size, source->describe().c_str());
+    std::printf("batch %d x %d tokens x %d accum = %d tokens/step, %d steps, lr %.2e, run dir %s\n",
+                B, T_, cfg.grad_accum, B * T_ * cfg.grad_accum, cfg.steps, cfg.lr, out.c_str());
+    std::printf("device %s\n", runner->describe().c_str());
+    if (comm)
+      std::printf(
+          "data parallel over %d ranks: each trains %d of the %d rows of every micro-batch\n",
+          world, rows, B);
+    std::fflush(stdout);
+  }
 
   // A step's micro-batches are read before any runs: each one's share of the step's loss is
   // its trained targets over the step's, so that the loss is the mean over every trained token
@@ -310,7 +337,7 @@ TrainResult run(Transformer<float>& model, TrainConfig cfg, const std::string& d
   Timer total;
   double step_time_avg = 0;
   auto run_eval = [&](int step) -> double {
-    if (source->val_count() == 0) return NAN;
+    if (source->val_count() == 0 || !primary) return NAN;  // rank 0 validates (trainer.h)
     const double l = evaluate(*runner, *source, B, T_, cfg.eval_windows);
     val_curve.push_back({static_cast<double>(step), l});
     write_loss_svg(out + "/loss.svg", train_curve, val_curve,
@@ -337,7 +364,11 @@ TrainResult run(Transformer<float>& model, TrainConfig cfg, const std::string& d
     TrainerState st{done, cfg.seed, source->position(), run_config};
     st.loss_scale = runner->loss_scale_state();  // after flush(): the state after step `done`
     st.skipped_steps = guard_skips;
-    sync_host();
+    sync_host();  // collective: every rank's shard of m and v
+    if (!primary) {
+      last_saved = done;  // as on rank 0: a stop after this step saves nothing more
+      return;
+    }
     std::string path;
     try {
       path = save_checkpoint(out, model, m, v, st, cfg.keep_checkpoints, model_files,
@@ -353,6 +384,7 @@ TrainResult run(Transformer<float>& model, TrainConfig cfg, const std::string& d
   // be written (a full disk) stops the run, naming the file and the OS's reason.
   const std::string metrics_path = out + "/metrics.jsonl";
   auto write_metrics = [&](const nlohmann::json& rec) {
+    if (!primary) return;
     errno = 0;
     metrics << rec.dump() << "\n" << std::flush;
     if (!metrics)
@@ -378,7 +410,14 @@ TrainResult run(Transformer<float>& model, TrainConfig cfg, const std::string& d
     const StepReport r = runner->take_report();
     const double now = total.seconds();
     double loss = 0;
-    for (size_t i = 0; i < r.micro_losses.size(); ++i) loss += r.micro_losses[i] * ps.weights[i];
+    if (comm) {  // this rank's slices, weighted by their share of the global step; summed
+      double mine = 0;
+      for (size_t i = 0; i < r.rank_micro_losses.size(); ++i)
+        mine += r.rank_micro_losses[i] * ps.weights[i];
+      loss = allgather_sum_in_rank_order(*comm, {mine})[0];
+    } else {
+      for (size_t i = 0; i < r.micro_losses.size(); ++i) loss += r.micro_losses[i] * ps.weights[i];
+    }
     const double norm = r.grad_norm;
     // The guards (trainer.h). The runner already left the step's update out.
     const bool bad = r.skipped && !(r.overflow && r.loss_scale > 1);
@@ -416,13 +455,13 @@ TrainResult run(Transformer<float>& model, TrainConfig cfg, const std::string& d
     if (std::isfinite(z)) rec["loss_z"] = z;
     if (spike) rec["loss_spike"] = true;
     write_metrics(rec);
-    if (r.skipped && !r.overflow)
+    if (r.skipped && !r.overflow && primary)
       std::fprintf(stderr,
                    "warning: step %d skipped: %s not finite (loss %g, grad norm %g); %d bad "
                    "step(s) in a row, max_bad_steps=%d\n",
                    ps.step + 1, std::isfinite(loss) ? "the gradient norm is" : "the loss is", loss,
                    norm, bad_run, cfg.max_bad_steps);
-    if (spike)
+    if (spike && primary)
       std::fprintf(stderr,
                    "warning: step %d: loss spike, %.4f is %.1f standard deviations above "
                    "the last %zu steps' mean\n",
@@ -450,6 +489,7 @@ TrainResult run(Transformer<float>& model, TrainConfig cfg, const std::string& d
   };
 
   for (int step = start.step; step < cfg.steps; ++step) {
+    if (step == opt.faults.kill_at) std::raise(SIGKILL);  // testing hook (fault_inject.h)
     double val_loss = NAN;
     if (step % cfg.eval_every == 0) {
       flush();
@@ -464,12 +504,22 @@ TrainResult run(Transformer<float>& model, TrainConfig cfg, const std::string& d
                                                 y.data() + micro * batch_elems);
       step_targets += micro_targets[micro];
     }
+    // weights: this rank's slice's share of the step's trained targets (the whole micro-batch
+    // on one process). The runner averages gradients over ranks, so the slice's gradient
+    // carries world · share.
     std::vector<double> weights(cfg.grad_accum, 0.0);
+    const size_t slice = static_cast<size_t>(rows) * T_, slice_at = rank * slice;
     for (int micro = 0; micro < cfg.grad_accum; ++micro) {
-      if (step_targets > 0)
-        weights[micro] = static_cast<double>(micro_targets[micro]) / static_cast<double>(step_targets);
-      runner->micro_step(x.data() + micro * batch_elems, y.data() + micro * batch_elems, B, T_,
-                         weights[micro]);
+      const int32_t* xs = x.data() + micro * batch_elems + slice_at;
+      const int32_t* ys = y.data() + micro * batch_elems + slice_at;
+      const int64_t mine = comm ? std::count_if(ys, ys + slice, [](int32_t t) { return t != -1; })
+                                : micro_targets[micro];
+      double scale = 0;
+      if (step_targets > 0) {
+        weights[micro] = static_cast<double>(mine) / static_cast<double>(step_targets);
+        scale = static_cast<double>(mine * world) / static_cast<double>(step_targets);
+      }
+      runner->micro_step(xs, ys, rows, T_, scale);
     }
     if (const auto fault = opt.faults.at(step)) runner->inject_fault(*fault);
     const double lr = sched.at(step);
@@ -489,15 +539,23 @@ TrainResult run(Transformer<float>& model, TrainConfig cfg, const std::string& d
       flush();
       checkpoint(done);
     }
-    if (opt.stop && *opt.stop && done < cfg.steps) {
+    bool stop = opt.stop && *opt.stop;
+    if (comm) {  // a request on any rank stops every rank after this step
+      double any = stop ? 1 : 0;
+      comm->allreduce_sum(&any, 1);
+      stop = any > 0;
+    }
+    if (stop && done < cfg.steps) {
       flush();
       if (last_saved != done) checkpoint(done);
+      if (comm) comm->barrier();  // no rank ends before rank 0 has saved
       result.interrupted = true;
       result.seconds = total.seconds();
-      std::printf(
-          "stopped after step %d of %d; checkpoint written. Continue with: forge train --resume "
-          "%s\n",
-          done, cfg.steps, out.c_str());
+      if (primary)
+        std::printf(
+            "stopped after step %d of %d; checkpoint written. Continue with: forge train "
+            "--resume %s\n",
+            done, cfg.steps, out.c_str());
       std::fflush(stdout);
       return result;
     }
@@ -508,17 +566,19 @@ TrainResult run(Transformer<float>& model, TrainConfig cfg, const std::string& d
   result.last_val_loss = final_val;
   if (std::isfinite(final_val)) {
     write_metrics(nlohmann::json{{"step", cfg.steps}, {"val_loss", final_val}});
-  } else {
+  } else if (primary) {
     write_loss_svg(out + "/loss.svg", train_curve, val_curve,
                    "forge: " + mcfg.family_name() + " loss");
   }
   sync_host();
   try {
-    save_model_dir(out + "/model", model, final_save);
+    if (primary) save_model_dir(out + "/model", model, final_save);
   } catch (const Error& e) {
     throw Error(str("the final model was not saved (", last_checkpoint(), "): ", e.what()));
   }
+  if (comm) comm->barrier();  // no rank ends before rank 0 has saved
   result.seconds = total.seconds();
+  if (!primary) return result;
   std::printf("done in %s: train loss %.4f", format_duration(result.seconds).c_str(),
               result.last_train_loss);
   if (std::isfinite(final_val))

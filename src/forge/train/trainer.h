@@ -62,6 +62,7 @@
 #include <string>
 
 #include "forge/data/loader.h"
+#include "forge/dist/communicator.h"
 #include "forge/model/config.h"
 #include "forge/train/fault_inject.h"
 #include "forge/train/runner.h"
@@ -93,7 +94,33 @@ struct RunOptions {
   // tokenizer and chat template, not token shards; recorded in config.json ("sft": true), so
   // resume() takes it from the run.
   bool sft = false;
+  // Data-parallel training over the ranks of this communicator (dist/communicator.h; the CLI
+  // makes an MpiComm when mpirun or srun started 2 or more ranks); nullptr or a world of one: one
+  // process. Every rank calls train() / train_from() / resume() with the same arguments and runs
+  // the same loop. The split (below) is over micro-batch rows: batch_size must divide by the
+  // rank count.
+  Communicator* comm = nullptr;
 };
+
+// Data parallel (RunOptions::comm with W >= 2 ranks; the CPU runner's ZeRO-1, train/runner.h):
+//  - Data: every rank draws the ids of the whole global step from the same source in the same
+//    order (batch_size rows x grad_accum micro-batches, exactly what one process draws: token
+//    windows or SFT examples), and trains on its disjoint slice of each micro-batch, rows
+//    [r·B/W, (r+1)·B/W). The global batch sequence is therefore the same on 1, 2 or N ranks and
+//    the data position a checkpoint records does not depend on W. Drawing costs ids only (no
+//    compute); each rank runs forward and backward on its rows alone.
+//  - Loss: each rank's micro-batch slice is weighted by its trained targets over the global
+//    step's (every rank knows the global counts, having drawn the whole step), so the gradient
+//    and the logged loss are the mean over every trained token of the global step, as on one
+//    process, up to float rounding of the sums (tested: within 1e-6 relative).
+//  - Files: rank 0 alone writes the run directory (config.json, metrics.jsonl, loss.svg,
+//    checkpoints, model/, tokenizer files) and prints progress and warnings; the other ranks
+//    only read (data, --init-from model, the checkpoint to resume). Validation runs on rank 0
+//    alone (the same windows and numbers as one process; the others wait).
+//  - Checkpoints hold the full (gathered) Adam state, so a run resumes on any rank count (each
+//    rank takes its shard of the full buffers): bit for bit on the count it was saved with, and
+//    on another as that count would have continued (float rounding of the sums differs).
+//  - A stop request (RunOptions::stop) on any rank stops every rank after the same step.
 
 // Trains from scratch (weights initialised from cfg.seed) on `data` (a --data argument),
 // writing the run directory `out`. Throws forge::Error on bad input.
