@@ -147,6 +147,7 @@ AdapterTable::AdapterTable(const ModelConfig& model, const LoraConfig& lora) : l
         p.name = lora_key(l, t, which == 0 ? "lora_A" : "lora_B");
         p.shape = which == 0 ? Shape{lora.r, s.in} : Shape{s.out, lora.r};
         p.offset = total_;
+        p.decay = true;
         (which == 0 ? s.a : s.b) = total_;
         total_ += p.numel();
         params_.push_back(std::move(p));

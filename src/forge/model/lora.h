@@ -57,8 +57,8 @@ class AdapterTable {
   AdapterTable(const ModelConfig& model, const LoraConfig& lora);
 
   const LoraConfig& lora() const { return lora_; }
-  // The adapter tensors with PEFT's key names; offsets into the adapter buffer. decay is false:
-  // AdamW's weight decay applies to adapters only when the run asks for it (TrainConfig).
+  // The adapter tensors with PEFT's key names; offsets into the adapter buffer. decay is true
+  // (matrices, as the base's rule has it): a run's weight_decay applies to them.
   const std::vector<ParamInfo>& params() const { return params_; }
   int64_t total() const { return total_; }
   const LoraSlot& slot(int layer, LoraTarget t) const {

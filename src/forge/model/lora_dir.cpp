@@ -4,6 +4,7 @@
 #include <nlohmann/json.hpp>
 
 #include "forge/core/error.h"
+#include "forge/core/sha256.h"
 #include "forge/io/atomic_file.h"
 #include "forge/io/safetensors.h"
 
@@ -75,14 +76,30 @@ void save_adapter_dir(const std::string& dir, const AdapterTable& table, const s
     if (ec) throw Error(str(path.parent_path().string(), ": cannot create directory: ", ec.message()));
   }
   io::AtomicDir out(path.string());
+  write_adapter_files(out.tmp_path(), table, adapter, base_model, files);
+  out.commit();
+}
+
+void write_adapter_files(const std::string& dir, const AdapterTable& table, const std::vector<float>& adapter,
+                         const std::string& base_model, const io::FileSet& files) {
+  FORGE_CHECK(static_cast<int64_t>(adapter.size()) == table.total(), "write_adapter_files: sizes");
   std::vector<io::TensorToWrite> tensors;
   for (const ParamInfo& p : table.params())
     tensors.push_back({p.name, io::StDType::kF32, p.shape, adapter.data() + p.offset});
-  io::write_safetensors(out.tmp_path() + "/" + kAdapterWeightsFile, tensors, {{"format", "pt"}});
-  io::write_file_atomic(out.tmp_path() + "/" + kAdapterConfigFile,
-                        adapter_config(table.lora(), base_model).dump(2) + "\n");
-  io::write_files(out.tmp_path(), files);
-  out.commit();
+  io::write_safetensors(dir + "/" + kAdapterWeightsFile, tensors, {{"format", "pt"}});
+  io::write_file_atomic(dir + "/" + kAdapterConfigFile, adapter_config(table.lora(), base_model).dump(2) + "\n");
+  io::write_files(dir, files);
+}
+
+std::string weights_sha256(const std::vector<float>& weights) {
+  Sha256 h;
+  h.update(weights.data(), weights.size() * sizeof(float));
+  return h.hex_digest();
+}
+
+bool is_adapter_dir(const std::string& dir) {
+  std::error_code ec;
+  return fs::is_regular_file(dir + "/" + kAdapterConfigFile, ec);
 }
 
 LoadedAdapter load_adapter_dir(const std::string& dir, const ModelConfig& base) {

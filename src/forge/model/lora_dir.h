@@ -25,6 +25,18 @@ inline constexpr const char* kAdapterWeightsFile = "adapter_model.safetensors";
 void save_adapter_dir(const std::string& dir, const AdapterTable& table, const std::vector<float>& adapter,
                       const std::string& base_model, const io::FileSet& files = {});
 
+// The same files written into `dir`, an existing directory that holds none of them (a
+// checkpoint's temporary directory); each file atomically.
+void write_adapter_files(const std::string& dir, const AdapterTable& table, const std::vector<float>& adapter,
+                         const std::string& base_model, const io::FileSet& files = {});
+
+// Whether `dir` holds an adapter (its adapter_config.json).
+bool is_adapter_dir(const std::string& dir);
+
+// SHA-256 (hex) of a base model's f32 weight buffer: what a LoRA run records of its base, so
+// that a resume refuses a base that changed.
+std::string weights_sha256(const std::vector<float>& weights);
+
 struct LoadedAdapter {
   LoraConfig lora;
   std::string base_model;        // base_model_name_or_path ("" when absent or null)

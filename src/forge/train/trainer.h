@@ -59,10 +59,12 @@
 #include <csignal>
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 
 #include "forge/data/loader.h"
 #include "forge/model/config.h"
+#include "forge/model/lora.h"
 #include "forge/train/fault_inject.h"
 #include "forge/train/runner.h"
 #include "forge/train/train_config.h"
@@ -93,6 +95,12 @@ struct RunOptions {
   // tokenizer and chat template, not token shards; recorded in config.json ("sft": true), so
   // resume() takes it from the run.
   bool sft = false;
+  // LoRA (model/lora.h; train_from() only, CPU): adapters on the frozen --init-from model train
+  // instead of its weights. The run's model/ and checkpoints are PEFT adapter directories
+  // (model/lora_dir.h); the run configuration records "lora": {"r", "alpha", "targets",
+  // "base_sha256"} (the SHA-256 of the base's f32 weights), so resume() re-reads the base from
+  // init_from and refuses one that changed.
+  std::optional<LoraConfig> lora;
 };
 
 // Trains from scratch (weights initialised from cfg.seed) on `data` (a --data argument),
