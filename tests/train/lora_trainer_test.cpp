@@ -1,7 +1,8 @@
 // LoRA through the trainer (forge train --init-from --sft --lora): the acceptance run of issue
-// 14's LoRA point (a briefly pretrained tiny Llama, which cannot reverse a word, taught to with
-// adapters alone until its greedy answers to held-out words are >= 95% right), what the run
-// saves, a bit-identical resume that refuses a changed base, and the one-line refusals.
+// 14's LoRA point (a tiny Llama chat model, briefly pretrained and then fully fine-tuned to echo
+// words, which cannot reverse one, taught to with adapters alone until its greedy answers to
+// held-out words are >= 95% right), what the run saves, a bit-identical resume that refuses a
+// changed base, and the one-line refusals.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -54,8 +55,9 @@ class LoraTrainerTest : public ::testing::Test {
   void TearDown() override { fs::remove_all(dir_); }
 
   // As sft_trainer_test's: a one-token-per-byte tokenizer with ChatML's specials, shards of
-  // random words, and a tiny Llama pretrained on them for `steps` steps. Returns RUN/model.
-  std::string pretrained_model(int steps) {
+  // random words, and a tiny model (here a Llama) pretrained on them for `steps` steps. Returns
+  // RUN/model. Width `C` (C / 16 heads over half as many kv heads, MLP 2C).
+  std::string pretrained_model(int steps, int C = 64) {
     Rng rng(99, 0);
     std::string text;
     for (int i = 0; i < 6000; ++i) text += word(rng) + (i % 8 == 7 ? "\n" : " ");
@@ -79,10 +81,10 @@ class LoraTrainerTest : public ::testing::Test {
     m.vocab_size = 259;
     m.max_seq_len = 32;
     m.n_layer = 2;
-    m.n_embd = 64;
-    m.n_head = 4;
-    m.n_kv_head = 2;
-    m.ffn_hidden = 128;
+    m.n_embd = C;
+    m.n_head = m.n_embd / 16;
+    m.n_kv_head = m.n_head / 2;
+    m.ffn_hidden = 2 * m.n_embd;
     m.tie_embeddings = true;
     TrainConfig t;
     t.steps = steps;
@@ -97,12 +99,37 @@ class LoraTrainerTest : public ::testing::Test {
     return (dir_ / "pre" / "model").string();
   }
 
+  // The pretrained model fully fine-tuned (no LoRA) to echo a word: a chat model that knows
+  // ChatML's special tokens (the shards hold none: data prepare encodes them as text, and the
+  // frozen embedding of a token a base never saw cannot be learned by adapters) and can copy,
+  // but not reverse. Returns RUN/model.
+  std::string chat_model(int pretrain_steps, int C) {
+    const std::string pre = pretrained_model(pretrain_steps, C);
+    Rng rng(4321, 0);
+    {
+      std::ofstream f(dir_ / "echo.jsonl");
+      for (int i = 0; i < 3000; ++i) {
+        const std::string w = word(rng);
+        f << pair_line(w, w);
+      }
+    }
+    TrainConfig t = sft_config(1);
+    t.epochs = 3;
+    t.lr = 3e-3;
+    t.sft_val_frac = 0.01;
+    RunOptions o;
+    o.sft = true;
+    o.quiet = true;
+    train_from(pre, t, (dir_ / "echo.jsonl").string(), (dir_ / "echo").string(), o);
+    return (dir_ / "echo" / "model").string();
+  }
+
   TrainConfig sft_config(int steps) const {
     TrainConfig t;
     t.steps = steps;
     t.batch_size = 16;
     t.seq_len = 32;
-    t.lr = 1e-2;
+    t.lr = 5e-3;
     t.warmup_steps = 10;
     t.weight_decay = 0;
     t.eval_every = 1000;
@@ -164,7 +191,7 @@ double reversal_accuracy(const Transformer<float>& model, const std::string& tok
 }
 
 TEST_F(LoraTrainerTest, AdaptersAloneTeachAHeldOutTask) {
-  const std::string base = pretrained_model(60);
+  const std::string base = chat_model(60, 128);
   Rng rng(1234, 0);
   std::set<std::string> seen;
   {
@@ -182,12 +209,15 @@ TEST_F(LoraTrainerTest, AdaptersAloneTeachAHeldOutTask) {
   EXPECT_LT(reversal_accuracy(load_model_dir(base), base, held_out), 0.1) << "the base already knew the task";
   const std::vector<float> base_before = load_model_dir(base).weights();
 
+  // Settings from a handful of trials (2026-12-02): at width 64, or with fewer epochs, adapters
+  // reached 0-57%; these reached 100% (LoRA part ~26 s on the loaded 2-core machine).
   TrainConfig t = sft_config(1);
-  t.epochs = 4;
-  t.eval_every = 200;
+  t.epochs = 6;
+  t.lr = 4e-3;
+  t.eval_every = 400;
   const TrainResult r = train_from(base, t, (dir_ / "reverse.jsonl").string(), (dir_ / "lora").string(),
                                    lora_sft("r=16,alpha=32,targets=q,k,v,o,gate,up,down"));
-  EXPECT_LT(r.last_val_loss, r.first_val_loss / 4);
+  EXPECT_LT(r.last_val_loss, r.first_val_loss / 3);
   const fs::path model_dir = dir_ / "lora" / "model";
   EXPECT_TRUE(fs::exists(model_dir / "adapter_config.json"));
   EXPECT_TRUE(fs::exists(model_dir / "adapter_model.safetensors"));

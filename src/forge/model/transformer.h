@@ -30,6 +30,7 @@
 #include <vector>
 
 #include "forge/backend/cpu/backend.h"
+#include "forge/core/error.h"
 #include "forge/model/config.h"
 #include "forge/model/lora.h"
 #include "forge/model/params.h"
@@ -104,8 +105,17 @@ class Model {
   static constexpr bool kLora = requires(Backend& b) { b.aw(int64_t{0}); };
   // Adds adapters (A from `seed` as AdapterTable::init draws it, B = 0) and freezes the base:
   // from now on gradients are the adapters' only (adapter_grads(); grads() is empty). Once.
+  // (Defined here: clang 14 does not match an out-of-line definition with this constraint.)
   void attach_lora(const LoraConfig& lora, uint64_t seed)
-    requires kLora;
+    requires kLora
+  {
+    FORGE_CHECK(!adapter_, "attach_lora: the model has adapters already");
+    adapter_.emplace(cfg_, lora);  // throws for GPT-2 or a bad configuration
+    std::vector<float> a(adapter_->total());
+    adapter_->init(a.data(), seed);
+    be_.set_adapter(a);
+    B_ = T_ = 0;  // plan() again: the adapters need activation buffers
+  }
   // nullptr without adapters.
   const AdapterTable* adapter_table() const { return adapter_ ? &*adapter_ : nullptr; }
   auto& adapter_weights() requires kLora { return be_.adapter_weights(); }

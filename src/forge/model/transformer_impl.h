@@ -31,18 +31,6 @@ void Model<B>::init_weights(uint64_t seed) {
 }
 
 template <class B>
-void Model<B>::attach_lora(const LoraConfig& lora, uint64_t seed)
-  requires kLora
-{
-  FORGE_CHECK(!adapter_, "attach_lora: the model has adapters already");
-  adapter_.emplace(cfg_, lora);  // throws for GPT-2 or a bad configuration
-  std::vector<float> a(adapter_->total());
-  adapter_->init(a.data(), seed);
-  be_.set_adapter(a);
-  B_ = T_ = 0;  // plan() again: the adapters need activation buffers
-}
-
-template <class B>
 void Model<B>::lora_fwd(int l, LoraTarget t, Act out, Act inp) {
   if constexpr (kLora) {
     if (!adapter_) return;
