@@ -110,6 +110,11 @@ TEST_F(LoraCli, BadLoraFlagsAreOneLineErrors) {
   expect_user_error(
       forge(str("train --init-from ", p("base"), " --sft ", p("ex.jsonl"), " --lora targets=q,x --out ", p("r"))),
       "unknown target");
+  // A config file's "lora" entry, as an object, goes through the same checks.
+  std::ofstream(p("cfg.json")) << "{\"lora\": {\"r\": 4, \"targets\": [\"q\", \"w\"]}}";
+  expect_user_error(
+      forge(str("train --config ", p("cfg.json"), " --init-from ", p("base"), " --sft ", p("ex.jsonl"), " --out ", p("r"))),
+      "unknown target 'w'");
   EXPECT_FALSE(fs::exists(dir_ / "r"));
   const CmdResult help = forge("merge --help");
   EXPECT_EQ(help.code, 0);
