@@ -188,6 +188,7 @@ TEST_F(LoraDir, SavedAdapterIsPeftsFormatAndLoadsBack) {
   EXPECT_EQ(j["peft_type"], "LORA");
   EXPECT_EQ(j["task_type"], "CAUSAL_LM");
   EXPECT_EQ(j["r"], 4);
+  EXPECT_TRUE(j["lora_alpha"].is_number_integer());
   EXPECT_EQ(j["lora_alpha"], 16);
   EXPECT_EQ(j["lora_dropout"], 0.0);
   EXPECT_EQ(j["bias"], "none");

@@ -1,5 +1,6 @@
 #include "forge/model/lora_dir.h"
 
+#include <cmath>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
@@ -32,7 +33,10 @@ nlohmann::json adapter_config(const LoraConfig& lora, const std::string& base_mo
           {"task_type", "CAUSAL_LM"},
           {"base_model_name_or_path", base_model},
           {"r", lora.r},
-          {"lora_alpha", lora.alpha},
+          // An integer when it is one, as PEFT's configs usually hold it.
+          {"lora_alpha", lora.alpha == std::floor(lora.alpha) && std::fabs(lora.alpha) < 1e15
+                             ? nlohmann::json(static_cast<int64_t>(lora.alpha))
+                             : nlohmann::json(lora.alpha)},
           {"target_modules", targets},
           {"lora_dropout", 0.0},
           {"bias", "none"},
