@@ -87,6 +87,16 @@ TEST_F(LoraCli, MergeFoldsTheAdapterIntoTheBase) {
   EXPECT_EQ(load_model_dir(p("merged")).weights(), want);
   EXPECT_NE(want, base.weights());
   EXPECT_EQ(slurp(dir_ / "merged" / "tokenizer.json"), "{\"marker\": 1}");
+  // forge generate --adapter merges in memory: the same greedy ids as the merged directory
+  // (whose stand-in tokenizer.json goes: generate would read it).
+  fs::remove(dir_ / "merged" / "tokenizer.json");
+  const std::string gen = " --ids 1,2,3 --max-new-tokens 8 --temperature 0 --ignore-eos --json";
+  const CmdResult g1 = forge(str("generate --model ", p("base"), " --adapter ", p("adapter"), gen));
+  const CmdResult g2 = forge(str("generate --model ", p("merged"), gen));
+  ASSERT_EQ(g1.code, 0) << g1.err;
+  ASSERT_EQ(g2.code, 0) << g2.err;
+  EXPECT_EQ(g1.out, g2.out);
+  EXPECT_NE(g1.out.find("\"ids\""), std::string::npos) << g1.out;
 
   // An adapter for another base: one line naming the tensor.
   ModelConfig other = small_llama();
