@@ -17,6 +17,7 @@
 #include "forge/data/corpus.h"
 #include "forge/generate/engine.h"
 #include "forge/generate/generation_config.h"
+#include "forge/model/lora_dir.h"
 #include "forge/chat/chat_encode.h"
 #include "forge/chat/chat_template.h"
 #include "forge/chat/sft_example.h"
@@ -34,6 +35,7 @@ const Command kGenerate = {
     "generate",
     "generate text (or ids) from a model, one prompt or a batch",
     {{"model", "DIR", "model directory"},
+     {"adapter", "DIR", "a LoRA adapter (forge train --lora's RUNDIR/model) merged into the weights in memory"},
      {"prompt", "TEXT", "prompt text (encoded with the model directory's tokenizer.json)"},
      {"ids", "1,2,3", "prompt token ids"},
      {"input", "FILE", "prompts.jsonl: one request per line, generated as one batch"},
@@ -106,6 +108,10 @@ int cmd_generate(const Argv& argv) {
   const SamplingOverrides flags = flag_overrides(a);
   const std::string dir = a.require("model");
   Transformer<float> loaded = load_model_dir(dir);
+  if (a.has("adapter")) {  // as forge merge folds it; tokenizer and settings stay --model's
+    const LoadedAdapter adapter = load_adapter_dir(a.get("adapter"), loaded.config());
+    merge_lora(loaded.table(), loaded.weights(), AdapterTable(loaded.config(), adapter.lora), adapter.weights);
+  }
   const ModelConfig cfg = loaded.config();
   const GenerationConfig gen_cfg = load_generation_config(dir);
   std::optional<tok::Tokenizer> tokenizer;

@@ -18,6 +18,7 @@
 #include "forge/core/dtype.h"
 #include "forge/core/error.h"
 #include "forge/model/config.h"
+#include "forge/model/lora.h"
 #include "forge/tokenizer/tokenizer.h"
 #include "forge/train/trainer.h"
 #include "run_env.h"
@@ -58,6 +59,14 @@ const char* const kTrainNotes =
     "is one row of seq_len tokens (padded); longer ones are cut or skipped (sft_overlong), those\n"
     "without assistant tokens skipped, all counted in the summary line. A config file may hold\n"
     "\"sft\": FILE or {\"data\": FILE, \"epochs\": N, \"val_frac\": X, \"overlong\": M}.\n"
+    "--lora r=R,alpha=A,targets=q,k,v,o,gate,up,down (with --init-from, Llama-layout models,\n"
+    "CPU): low-rank adapters train on the frozen model, y = x·Wᵀ + (alpha/r)·(x·Aᵀ)·Bᵀ (PEFT's\n"
+    "init: A kaiming-uniform from seed, B = 0). Defaults r=8, alpha=8, targets=q,v; dropout=0\n"
+    "only. RUNDIR/model and the checkpoints are PEFT adapter directories (adapter_config.json,\n"
+    "adapter_model.safetensors + the tokenizer files); forge merge makes a full model of one.\n"
+    "A config file may hold \"lora\": the same text, or {\"r\": R, \"alpha\": A, \"targets\":\n"
+    "[...]}. --resume re-reads the base from the run's init_from and refuses one whose weights\n"
+    "changed (their SHA-256 is recorded in RUNDIR/config.json).\n"
     "SIGINT/SIGTERM: the current step finishes, a checkpoint is written, and forge exits 0.\n"
     "A step whose loss or gradient norm is inf/NaN updates nothing (\"skipped\": true in\n"
     "metrics.jsonl); max_bad_steps of them in a row stop the run (exit 1) and leave the last\n"
@@ -119,6 +128,7 @@ const Command& train_command() {
        {"keep-checkpoints", "N", field_help(option_field("keep-checkpoints"))},
        {"save-dtype", "f32|bf16", field_help(option_field("save-dtype"))},
        {"init-from", "MODELDIR", "start from a Hugging Face model directory (fresh optimizer)"},
+       {"lora", "SPEC", "train LoRA adapters on the frozen --init-from model: r=16,alpha=32,targets=q,v,..."},
        {"resume", "RUNDIR", "continue a run from its newest checkpoint up to --steps"}},
       true,
       "",
@@ -193,6 +203,27 @@ std::string sft_section(const nlohmann::json& j, const std::string& file,
   return j["data"].get<std::string>();
 }
 
+// A config file's "lora": the --lora text, or {"r": R, "alpha": A, "targets": [names],
+// "dropout": 0} turned into it.
+std::string lora_section(const nlohmann::json& j, const std::string& file) {
+  if (j.is_string()) return j.get<std::string>();
+  if (!j.is_object())
+    throw Error(str(file, ": \"lora\" must be a string or an object, got ", j.type_name()));
+  std::string spec;
+  for (const auto& item : j.items()) {
+    const std::string k = item.key();
+    const nlohmann::json& v = item.value();
+    if (!spec.empty()) spec += ",";
+    if (k == "targets" && v.is_array()) {
+      spec += "targets=";
+      for (size_t i = 0; i < v.size(); ++i) spec += (i ? "," : "") + (v[i].is_string() ? v[i].get<std::string>() : v[i].dump());
+    } else {
+      spec += k + "=" + (v.is_string() ? v.get<std::string>() : v.dump());
+    }
+  }
+  return spec;
+}
+
 // Set by SIGINT/SIGTERM; the trainer polls it after every step. SA_RESETHAND: a second signal
 // takes the default action (a user pressing Ctrl-C twice means it).
 volatile std::sig_atomic_t g_stop = 0;
@@ -224,7 +255,7 @@ void run_train(const Args& a, Communicator* world) {
   opt.comm = world;
   if (a.has("resume")) {
     for (const char* fixed : {"preset", "config", "init-from", "out", "save-every",
-                              "keep-checkpoints", "save-dtype", "sft"})
+                              "keep-checkpoints", "save-dtype", "sft", "lora"})
       if (a.has(fixed))
         throw Error(
             str("--resume takes the run's configuration from its checkpoint; drop --", fixed));
@@ -272,13 +303,20 @@ void run_train(const Args& a, Communicator* world) {
   };
   std::string sft_file;
   if (file_cfg.contains("sft")) sft_file = sft_section(file_cfg["sft"], a.get("config"), setting);
+  std::string lora_spec;
+  if (file_cfg.contains("lora")) lora_spec = lora_section(file_cfg["lora"], a.get("config"));
   for (auto& [k, v] : file_cfg.items()) {
-    if (k == "preset" || k == "sft") continue;
+    if (k == "preset" || k == "sft" || k == "lora") continue;
     setting(k, v.is_string() ? v.get<std::string>() : v.dump());
   }
   for (const auto& [k, v] : a.overrides()) setting(k, v);
   for (const auto& [option, field] : kTrainOptions) apply_option(a, option, train);
   if (a.has("sft")) sft_file = a.get("sft");
+  if (a.has("lora")) lora_spec = a.get("lora");
+  if (!lora_spec.empty()) {
+    opt.lora = parse_lora_spec(lora_spec);
+    if (init_from.empty()) throw Error("--lora needs --init-from MODELDIR (the base model the adapters train on)");
+  }
   opt.sft = !sft_file.empty();
   if (opt.sft && a.has("data"))
     throw Error("--sft FILE is the run's data; drop --data (or --sft for token shards)");

@@ -22,5 +22,6 @@ int cmd_bench(const Argv& argv);
 int cmd_inspect(const Argv& argv);
 int cmd_validate(const Argv& argv);
 int cmd_chat_template(const Argv& argv);
+int cmd_merge(const Argv& argv);
 
 }  // namespace forge::cli

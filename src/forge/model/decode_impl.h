@@ -28,6 +28,8 @@ namespace forge {
 
 template <class B>
 void Model<B>::plan_decode(int slots, int capacity) {
+  // The decode step runs q, k, v (and gate, up) as fused products of the base weights alone.
+  if (adapter_) throw Error("decode: a model with LoRA adapters does not decode; merge them first (forge merge)");
   if (slots < 1) throw Error(str("decode: ", slots, " slots (expected >= 1)"));
   if (capacity < 1 || capacity > cfg_.max_seq_len)
     throw Error(str("decode: cache capacity ", capacity, " outside [1, max_seq_len = ", cfg_.max_seq_len, "]"));

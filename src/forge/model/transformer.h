@@ -13,17 +13,26 @@
 //     weights), so gradient accumulation is several micro-batches between zero_grad()s.
 //   - Activations kept for the backward are planned once per (B, T) (plan_generation() changes
 //     when they are allocated anew, which makes a captured CUDA graph stale).
+//   - LoRA (model/lora.h, CPU backend): attach_lora() adds low-rank adapters in a second flat
+//     buffer and freezes the base. Every targeted projection's output gains
+//     (alpha / r)·(x·Aᵀ)·Bᵀ in the same orchestration (lora_fwd / lora_bwd after the base
+//     product); the base's gradients are not computed at all (its ops get null gradient
+//     pointers: no dW products, no embedding backward) and the backend holds none.
 //
 // Host conveniences (CPU backend): loss(), loss_and_grad() and logits_of() validate host ids
 // and return host values; the CPU runner, the CLI and the tests use them.
 #pragma once
 
+#include <array>
 #include <cstdint>
+#include <optional>
 #include <utility>
 #include <vector>
 
 #include "forge/backend/cpu/backend.h"
+#include "forge/core/error.h"
 #include "forge/model/config.h"
+#include "forge/model/lora.h"
 #include "forge/model/params.h"
 
 namespace forge {
@@ -92,6 +101,27 @@ class Model {
   int32_t* decode_positions() { return dec_pos_.data(); }
   Act decode_logits() { return dec_logits_.data(); }
 
+  // ---- LoRA (model/lora.h; backends with adapter storage: the CPU's) ---------------------------
+  static constexpr bool kLora = requires(Backend& b) { b.aw(int64_t{0}); };
+  // Adds adapters (A from `seed` as AdapterTable::init draws it, B = 0) and freezes the base:
+  // from now on gradients are the adapters' only (adapter_grads(); grads() is empty). Once.
+  // (Defined here: clang 14 does not match an out-of-line definition with this constraint.)
+  void attach_lora(const LoraConfig& lora, uint64_t seed)
+    requires kLora
+  {
+    FORGE_CHECK(!adapter_, "attach_lora: the model has adapters already");
+    adapter_.emplace(cfg_, lora);  // throws for GPT-2 or a bad configuration
+    std::vector<float> a(adapter_->total());
+    adapter_->init(a.data(), seed);
+    be_.set_adapter(a);
+    B_ = T_ = 0;  // plan() again: the adapters need activation buffers
+  }
+  // nullptr without adapters.
+  const AdapterTable* adapter_table() const { return adapter_ ? &*adapter_ : nullptr; }
+  auto& adapter_weights() requires kLora { return be_.adapter_weights(); }
+  const auto& adapter_weights() const requires kLora { return be_.adapter_weights(); }
+  auto& adapter_grads() requires kLora { return be_.adapter_grads(); }
+
   // ---- host conveniences (backends whose memory the host reads) -------------------------------
   // Mean loss over non-ignored targets (0 when all are ignored), no gradients.
   double loss(const int32_t* tokens, const int32_t* targets, int B, int T_)
@@ -126,6 +156,7 @@ class Model {
     ActBuf fc;       // gpt2: (B, T, FF) pre-GELU; llama: gate (B, T, FF)
     ActBuf up;       // llama: (B, T, FF)
     ActBuf hidden;   // (B, T, FF) activation output (GELU or SwiGLU)
+    std::array<ActBuf, kNumLoraTargets> lora_h;  // LoRA: x·Aᵀ (B, T, r) per targeted projection
   };
   struct QkvView {
     Act q, k, v;
@@ -150,13 +181,21 @@ class Model {
   void decode_block_gpt2(int l);
   void decode_block_llama(int l);
   void norm_bwd(Act dinp, Act dout, Act inp, Stat mean, Stat rstd, int64_t w_off, int64_t b_off);
+  // out += (alpha / r)·(inp·Aᵀ)·Bᵀ for layer l's projection t when it has an adapter; the
+  // backward accumulates dA, dB and dinp (after the base product's backward wrote dinp).
+  void lora_fwd(int l, LoraTarget t, Act out, Act inp);
+  void lora_bwd(int l, LoraTarget t, Act dinp, Act dout, Act inp);
+  bool frozen() const { return adapter_.has_value(); }
   WeightLayout layout() const { return gpt2() ? WeightLayout::kInOut : WeightLayout::kOutIn; }
   Act w(int64_t off) { return off >= 0 ? be_.w(off) : nullptr; }
-  typename Backend::Grad g(int64_t off) { return off >= 0 ? be_.g(off) : nullptr; }
+  // A frozen base (LoRA) has no gradients: null tells each op to skip its weight gradient.
+  typename Backend::Grad g(int64_t off) { return off >= 0 && !frozen() ? be_.g(off) : nullptr; }
 
   ModelConfig cfg_;
   ParamTable table_;
   Backend be_;
+  std::optional<AdapterTable> adapter_;  // LoRA: the adapters; the base is frozen
+  ActBuf lora_dh_;                       // LoRA backward scratch (B, T, r)
 
   int B_ = 0, T_ = 0;
   int64_t plan_generation_ = 0;

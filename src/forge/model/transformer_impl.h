@@ -9,6 +9,9 @@
 //   RoPE) → attention → output projection → residual + ln2 (one fused op) → MLP (GPT-2: product
 //   with the GELU fused, down projection; Llama: gate, up, SwiGLU, down) → residual + the next
 //   block's ln1 (or the final norm). Then the LM head fused with the loss.
+// LoRA: after each targeted projection's base product, lora_fwd adds the adapter's update; in
+// the backward lora_bwd follows the base product's backward (which wrote or accumulated dinp)
+// and accumulates into dinp. A frozen base passes null gradients (g()) to every op.
 // Backward: gradient buffers are overwritten by the first product into them (no memset) and
 // accumulated after; every norm backward accumulates into d_res_, the residual stream's gradient.
 #pragma once
@@ -25,6 +28,29 @@ void Model<B>::init_weights(uint64_t seed) {
   std::vector<float> w(table_.total());
   table_.init(w.data(), seed);
   be_.set_weights(w);
+}
+
+template <class B>
+void Model<B>::lora_fwd(int l, LoraTarget t, Act out, Act inp) {
+  if constexpr (kLora) {
+    if (!adapter_) return;
+    const LoraSlot& s = adapter_->slot(l, t);
+    if (s.a < 0) return;
+    be_.lora_fwd(out, acts_[l].lora_h[static_cast<int>(t)].data(), inp, be_.aw(s.a), be_.aw(s.b), B_ * T_, s.in,
+                 s.out, adapter_->lora().r, adapter_->lora().scale());
+  }
+}
+
+template <class B>
+void Model<B>::lora_bwd(int l, LoraTarget t, Act dinp, Act dout, Act inp) {
+  if constexpr (kLora) {
+    if (!adapter_) return;
+    const LoraSlot& s = adapter_->slot(l, t);
+    if (s.a < 0) return;
+    be_.lora_bwd(dinp, be_.ag(s.a), be_.ag(s.b), lora_dh_.data(), dout, inp,
+                 acts_[l].lora_h[static_cast<int>(t)].data(), be_.aw(s.a), be_.aw(s.b), B_ * T_, s.in, s.out,
+                 adapter_->lora().r, adapter_->lora().scale());
+  }
 }
 
 template <class B>
@@ -73,7 +99,12 @@ void Model<B>::plan(int Bn, int Tn) {
     a.fc = be_.act_buf(N * FF);
     if (!gpt2()) a.up = be_.act_buf(N * FF);
     a.hidden = be_.act_buf(N * FF);
+    if (adapter_)
+      for (int t = 0; t < kNumLoraTargets; ++t)
+        if (adapter_->lora().targets_has(static_cast<LoraTarget>(t)))
+          a.lora_h[t] = be_.act_buf(N * adapter_->lora().r);
   }
+  if (adapter_) lora_dh_ = be_.act_buf(N * adapter_->lora().r);
   x_out_ = be_.act_buf(N * C);
   lnf_ = be_.act_buf(N * C);
   if (gpt2()) lnf_mean_ = be_.stat_buf(N);
@@ -177,9 +208,13 @@ void Model<B>::blocks_forward() {
       // qk_norm (Qwen3): the projections land in q_raw / k_raw and an RMSNorm over each head
       // (N·NH rows of HS) writes q / k, which RoPE then rotates in place.
       const bool qkn = cfg_.qk_norm;
-      be_.linear_fwd(qkn ? a.q_raw.data() : a.q.data(), a.ln1.data(), w(o.q_w), w(o.q_b), N, C, NH * HS, lay);
-      be_.linear_fwd(qkn ? a.k_raw.data() : a.k.data(), a.ln1.data(), w(o.k_w), w(o.k_b), N, C, NKV * HS, lay);
+      Act q = qkn ? a.q_raw.data() : a.q.data(), k = qkn ? a.k_raw.data() : a.k.data();
+      be_.linear_fwd(q, a.ln1.data(), w(o.q_w), w(o.q_b), N, C, NH * HS, lay);
+      lora_fwd(l, LoraTarget::kQ, q, a.ln1.data());
+      be_.linear_fwd(k, a.ln1.data(), w(o.k_w), w(o.k_b), N, C, NKV * HS, lay);
+      lora_fwd(l, LoraTarget::kK, k, a.ln1.data());
       be_.linear_fwd(a.v.data(), a.ln1.data(), w(o.v_w), w(o.v_b), N, C, NKV * HS, lay);
+      lora_fwd(l, LoraTarget::kV, a.v.data(), a.ln1.data());
       if (qkn) {
         be_.rmsnorm_fwd(a.q.data(), a.q_rstd.data(), a.q_raw.data(), w(o.q_norm_w), N * NH, HS, cfg_.norm_eps);
         be_.rmsnorm_fwd(a.k.data(), a.k_rstd.data(), a.k_raw.data(), w(o.k_norm_w), N * NKV, HS, cfg_.norm_eps);
@@ -193,6 +228,7 @@ void Model<B>::blocks_forward() {
     if (prefill_slot_ >= 0) store_prefill_kv(l, in);
     be_.attention_fwd(a.atty.data(), a.att, in.q, in.k, in.v, attention_shape(), in.st);
     be_.linear_fwd(tmp_.data(), a.atty.data(), w(o.attn_out_w), w(o.attn_out_b), N, NH * HS, C, lay);
+    lora_fwd(l, LoraTarget::kO, tmp_.data(), a.atty.data());
     residual_norm_fwd(a.x_mid.data(), a.ln2.data(), a.ln2_mean.data(), a.ln2_rstd.data(), a.x_in.data(),
                       tmp_.data(), o.ln2_w, o.ln2_b, N);
     // MLP.
@@ -200,10 +236,13 @@ void Model<B>::blocks_forward() {
       be_.linear_gelu_fwd(a.hidden.data(), a.fc.data(), a.ln2.data(), w(o.fc_w), w(o.fc_b), N, C, FF, lay);
     } else {
       be_.linear_fwd(a.fc.data(), a.ln2.data(), w(o.gate_w), nullptr, N, C, FF, lay);
+      lora_fwd(l, LoraTarget::kGate, a.fc.data(), a.ln2.data());
       be_.linear_fwd(a.up.data(), a.ln2.data(), w(o.up_w), nullptr, N, C, FF, lay);
+      lora_fwd(l, LoraTarget::kUp, a.up.data(), a.ln2.data());
       be_.swiglu_fwd(a.hidden.data(), a.fc.data(), a.up.data(), static_cast<int64_t>(N) * FF);
     }
     be_.linear_fwd(tmp_.data(), a.hidden.data(), w(o.down_w), w(o.down_b), N, FF, C, lay);
+    lora_fwd(l, LoraTarget::kDown, tmp_.data(), a.hidden.data());
     if (l + 1 < cfg_.n_layer) {  // the block's output and the next layer's ln1
       LayerActs& nx = acts_[l + 1];
       const LayerOffsets& no = table_.layer(l + 1);
@@ -263,17 +302,21 @@ void Model<B>::block_backward(int l) {
     const int64_t nff = static_cast<int64_t>(N) * FF;
     be_.linear_bwd(d_hidden_.data(), g(o.down_w), nullptr, d_res_.data(), a.hidden.data(), w(o.down_w), N, FF, C,
                    lay, false);
+    lora_bwd(l, LoraTarget::kDown, d_hidden_.data(), d_res_.data(), a.hidden.data());
     be_.zero(d_fc_.data(), nff);
     be_.zero(d_up_.data(), nff);
     be_.swiglu_bwd(d_fc_.data(), d_up_.data(), d_hidden_.data(), a.fc.data(), a.up.data(), nff);
     be_.linear_bwd(d_ln_.data(), g(o.gate_w), nullptr, d_fc_.data(), a.ln2.data(), w(o.gate_w), N, C, FF, lay,
                    false);
+    lora_bwd(l, LoraTarget::kGate, d_ln_.data(), d_fc_.data(), a.ln2.data());
     be_.linear_bwd(d_ln_.data(), g(o.up_w), nullptr, d_up_.data(), a.ln2.data(), w(o.up_w), N, C, FF, lay, true);
+    lora_bwd(l, LoraTarget::kUp, d_ln_.data(), d_up_.data(), a.ln2.data());
   }
   norm_bwd(d_res_.data(), d_ln_.data(), a.x_mid.data(), a.ln2_mean.data(), a.ln2_rstd.data(), o.ln2_w, o.ln2_b);
   // Attention: d_res_ is now d(x_mid).
   be_.linear_bwd(d_atty_.data(), g(o.attn_out_w), g(o.attn_out_b), d_res_.data(), a.atty.data(),
                  w(o.attn_out_w), N, NH * HS, C, lay, false);
+  lora_bwd(l, LoraTarget::kO, d_atty_.data(), d_res_.data(), a.atty.data());
   const QkvView in = qkv_view(a), d = dqkv_view();
   be_.attention_bwd(d.q, d.k, d.v, d_atty_.data(), in.q, in.k, in.v, a.atty.data(), a.att, attention_shape(),
                     in.st);
@@ -295,8 +338,11 @@ void Model<B>::block_backward(int l) {
       be_.rmsnorm_bwd(dk, g(o.k_norm_w), d.k, a.k_raw.data(), w(o.k_norm_w), a.k_rstd.data(), N * NKV, HS);
     }
     be_.linear_bwd(d_ln_.data(), g(o.q_w), g(o.q_b), dq, a.ln1.data(), w(o.q_w), N, C, NH * HS, lay, false);
+    lora_bwd(l, LoraTarget::kQ, d_ln_.data(), dq, a.ln1.data());
     be_.linear_bwd(d_ln_.data(), g(o.k_w), g(o.k_b), dk, a.ln1.data(), w(o.k_w), N, C, NKV * HS, lay, true);
+    lora_bwd(l, LoraTarget::kK, d_ln_.data(), dk, a.ln1.data());
     be_.linear_bwd(d_ln_.data(), g(o.v_w), g(o.v_b), d.v, a.ln1.data(), w(o.v_w), N, C, NKV * HS, lay, true);
+    lora_bwd(l, LoraTarget::kV, d_ln_.data(), d.v, a.ln1.data());
   }
   norm_bwd(d_res_.data(), d_ln_.data(), a.x_in.data(), a.ln1_mean.data(), a.ln1_rstd.data(), o.ln1_w, o.ln1_b);
 }
@@ -309,6 +355,7 @@ void Model<B>::backward() {
   norm_bwd(d_res_.data(), d_ln_.data(), x_out_.data(), lnf_mean_.data(), lnf_rstd_.data(), table_.lnf_w(),
            table_.lnf_b());
   for (int l = cfg_.n_layer - 1; l >= 0; --l) block_backward(l);
+  if (frozen()) return;  // the embedding's gradient is the base's
   be_.embedding_bwd(g(table_.wte()), g(table_.wpe()), d_res_.data(), tokens_, B_, T_, C);
 }
 

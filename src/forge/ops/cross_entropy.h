@@ -22,7 +22,8 @@ void cross_entropy_bwd(T* dlogits, const T* logits, const int32_t* targets, T dl
 // hidden states, w (Vp, C) head weight (its padded rows finite), targets (N), −1 = ignore.
 // losses (N) = −log softmax(x·wᵀ)[target] over the first V columns (0 where ignored). With dx
 // and dw non-null, also the backward of Σ losses · dloss: dx (N, C) += dloss·(softmax −
-// onehot)·w and dw (Vp, C) += its transpose product. The logits exist one fixed chunk of rows
+// onehot)·w and dw (Vp, C) += its transpose product (dw may be null with dx not: a frozen
+// head, LoRA's base, whose product is skipped). The logits exist one fixed chunk of rows
 // at a time (the chunk size, not the thread count, sets the order dw is summed in).
 template <typename T>
 void lm_head_cross_entropy(T* losses, T* dx, T* dw, const T* x, const T* w, const int32_t* targets,

@@ -17,8 +17,8 @@ template <typename T>
 void linear_fwd(T* out, const T* inp, const T* weight, const T* bias, int N, int C, int OC,
                 WeightLayout layout);
 
-// Accumulates (+=): dinp (N, C), dweight (same layout as weight), dbias (OC). dinp and dbias
-// may be null (skipped).
+// Accumulates (+=): dinp (N, C), dweight (same layout as weight), dbias (OC). Each may be null
+// (skipped; a null dweight is a frozen weight, LoRA's base: its product is not computed).
 template <typename T>
 void linear_bwd(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp, const T* weight,
                 int N, int C, int OC, WeightLayout layout);

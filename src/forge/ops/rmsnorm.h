@@ -20,7 +20,7 @@ void residual_rmsnorm_fwd(T* res, T* out, T* rstd, const T* a, const T* b, const
 template <typename T>
 void head_rmsnorm(T* x, const T* weight, int N, int H, int HS, int64_t stride, float eps);
 
-// Accumulates (+=) into dinp (N, C), dweight (C).
+// Accumulates (+=) into dinp (N, C), dweight (C); dweight nullptr: not computed (a frozen gain).
 template <typename T>
 void rmsnorm_bwd(T* dinp, T* dweight, const T* dout, const T* inp, const T* weight,
                  const T* rstd, int N, int C);

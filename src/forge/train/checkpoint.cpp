@@ -13,6 +13,7 @@
 #include "forge/data/loader.h"
 #include "forge/io/atomic_file.h"
 #include "forge/io/safetensors.h"
+#include "forge/model/lora_dir.h"
 #include "forge/model/model_dir.h"
 
 namespace forge {
@@ -156,6 +157,27 @@ TrainerState state_from_json(const std::string& path, const nlohmann::json& j) {
   return s;
 }
 
+// A LoRA checkpoint holds the adapters; the base is the run's init_from, which must still be
+// the model the run began on (the SHA-256 of its weights, recorded in the run configuration's
+// "lora" entry).
+Transformer<float> load_lora_model(const std::string& dir, const TrainerState& state) {
+  const std::string where = dir + "/trainer_state.json";
+  const nlohmann::json& rc = state.config;
+  if (!rc.contains("init_from") || !rc["init_from"].is_string() || !rc.contains("lora") ||
+      !rc["lora"].is_object() || !rc["lora"].contains("base_sha256") || !rc["lora"]["base_sha256"].is_string())
+    throw Error(str(where, ": a LoRA checkpoint needs \"init_from\" and \"lora\": {\"base_sha256\"} in its config"));
+  const std::string base_dir = rc["init_from"].get<std::string>();
+  Transformer<float> model = load_model_dir(base_dir);
+  if (weights_sha256(model.weights()) != rc["lora"]["base_sha256"].get<std::string>())
+    throw Error(str("the LoRA run's base model ", base_dir,
+                    " changed since the run began (the SHA-256 of its weights differs from ", where,
+                    "); resume needs the base it trained on"));
+  LoadedAdapter a = load_adapter_dir(dir, model.config());
+  model.attach_lora(a.lora, 0);
+  model.adapter_weights() = std::move(a.weights);
+  return model;
+}
+
 }  // namespace
 
 std::string checkpoint_name(int step) {
@@ -183,9 +205,10 @@ std::string save_checkpoint(const std::string& run_dir, const Transformer<float>
                             int64_t shard_size) {
   const ParamTable& table = model.table();
   const ModelConfig& cfg = model.config();
-  FORGE_CHECK(static_cast<int64_t>(m.size()) == table.total() &&
-                  static_cast<int64_t>(v.size()) == table.total(),
-              "optimizer state has ", m.size(), "/", v.size(), " elements, model ", table.total());
+  const AdapterTable* lora = model.adapter_table();  // LoRA: the adapters are what trains
+  const int64_t trained = lora ? lora->total() : table.total();
+  FORGE_CHECK(static_cast<int64_t>(m.size()) == trained && static_cast<int64_t>(v.size()) == trained,
+              "optimizer state has ", m.size(), "/", v.size(), " elements, model ", trained);
   const fs::path dir = fs::path(run_dir) / "checkpoints";
   std::error_code ec;
   fs::create_directories(dir, ec);
@@ -201,10 +224,16 @@ std::string save_checkpoint(const std::string& run_dir, const Transformer<float>
   const fs::path final_path = dir / checkpoint_name(state.step);
   io::AtomicDir out(final_path.string());
   const fs::path tmp = out.tmp_path();
-  write_model_files(tmp.string(), model, {io::StDType::kF32, shard_size, files});
+  if (lora) {  // the adapter directory; the base is re-read from the run's init_from on resume
+    const std::string base = state.config.value("init_from", "");
+    write_adapter_files(tmp.string(), *lora, model.adapter_weights(), base, files);
+  } else {
+    write_model_files(tmp.string(), model, {io::StDType::kF32, shard_size, files});
+  }
   // The embedding's padding rows are not saved; they must be zero in m and v as in the weights,
   // or a resumed run would differ. They are (the padded logits get no gradient).
   for (const auto* buf : {&m, &v}) {
+    if (lora) break;
     for (const int64_t off : {table.wte(), table.lm_head()}) {
       const int64_t first = off + int64_t{cfg.vocab_size} * cfg.n_embd;
       const int64_t last = off + int64_t{cfg.padded_vocab()} * cfg.n_embd;
@@ -214,13 +243,14 @@ std::string save_checkpoint(const std::string& run_dir, const Transformer<float>
   }
   std::vector<io::TensorToWrite> tensors;
   std::vector<std::string> names;
-  names.reserve(2 * table.params().size());
+  const std::vector<ParamInfo>& params = lora ? lora->params() : table.params();
+  names.reserve(2 * params.size());
   for (const char* which : {"m.", "v."}) {
     const std::vector<float>& buf = which[0] == 'm' ? m : v;
-    for (const auto& p : table.params()) {
+    for (const auto& p : params) {
       names.push_back(which + p.name);
-      tensors.push_back(
-          {names.back(), io::StDType::kF32, saved_shape(table, p, cfg), buf.data() + p.offset});
+      tensors.push_back({names.back(), io::StDType::kF32, lora ? p.shape : saved_shape(table, p, cfg),
+                         buf.data() + p.offset});
     }
   }
   io::write_safetensors((tmp / "optimizer.safetensors").string(), tensors,
@@ -254,31 +284,34 @@ Checkpoint load_checkpoint(const std::string& dir) {
   } catch (const nlohmann::json::exception& e) {
     throw Error(str(state_path, ": a field has the wrong type: ", e.what()));
   }
-  Checkpoint c{load_model_dir(dir), {}, {}, std::move(state)};
+  Checkpoint c{is_adapter_dir(dir) ? load_lora_model(dir, state) : load_model_dir(dir), {}, {}, std::move(state)};
   const ParamTable& table = c.model.table();
   const ModelConfig& cfg = c.model.config();
-  c.m.assign(table.total(), 0.0f);
-  c.v.assign(table.total(), 0.0f);
+  const AdapterTable* lora = c.model.adapter_table();
+  const std::vector<ParamInfo>& params = lora ? lora->params() : table.params();
+  const auto saved = [&](const ParamInfo& p) { return lora ? p.shape : saved_shape(table, p, cfg); };
+  c.m.assign(lora ? lora->total() : table.total(), 0.0f);
+  c.v.assign(c.m.size(), 0.0f);
   const auto opt = io::SafetensorsFile::open(dir + "/optimizer.safetensors");
   for (const char* which : {"m.", "v."}) {
     std::vector<float>& buf = which[0] == 'm' ? c.m : c.v;
-    for (const auto& p : table.params()) {
+    for (const auto& p : params) {
       const std::string name = which + p.name;
       const io::TensorInfo* t = opt.find(name);
       if (!t) throw Error(str(opt.path(), ": missing tensor '", name, "'"));
       if (t->dtype != io::StDType::kF32)
         throw Error(str(opt.path(), ": tensor '", name, "' is ", io::st_dtype_name(t->dtype),
                         ", expected F32 (optimizer state is stored exactly)"));
-      if (t->shape != saved_shape(table, p, cfg))
+      if (t->shape != saved(p))
         throw Error(str(opt.path(), ": tensor '", name, "' has shape ", shape_str(t->shape),
-                        ", expected ", shape_str(saved_shape(table, p, cfg))));
+                        ", expected ", shape_str(saved(p))));
       const std::vector<float> data = opt.read_f32(name);
       std::copy(data.begin(), data.end(), buf.begin() + p.offset);
     }
   }
-  if (opt.tensors().size() != 2 * table.params().size())
+  if (opt.tensors().size() != 2 * params.size())
     throw Error(str(opt.path(), ": holds ", opt.tensors().size(), " tensors, expected ",
-                    2 * table.params().size(), " (m and v of every parameter)"));
+                    2 * params.size(), " (m and v of every parameter)"));
   return c;
 }
 

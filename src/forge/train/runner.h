@@ -101,6 +101,17 @@ class StepRunner {
   virtual size_t peak_device_bytes() const { return 0; }
 };
 
+template <class Backend>
+class Model;  // model/transformer.h
+template <typename T>
+class CpuBackend;
+
+// The LoRA runner (train/runner_lora.cpp): `model` (which has adapters, model/lora.h) copied,
+// its base frozen; weights(), set_weights(), adam_m() and adam_v() are the adapter buffer's
+// (AdapterTable layout), and so are the gradient norm, clipping and the AdamW update. CPU, one
+// process.
+std::unique_ptr<StepRunner> make_lora_cpu_runner(const Model<CpuBackend<float>>& model);
+
 class Communicator;  // dist/communicator.h
 
 // The CPU runner. With a communicator of 2 or more ranks it trains data-parallel with ZeRO-1

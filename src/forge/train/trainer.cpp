@@ -18,6 +18,7 @@
 #include "forge/generate/generation_config.h"
 #include "forge/io/atomic_file.h"
 #include "forge/io/model_files.h"
+#include "forge/model/lora_dir.h"
 #include "forge/model/model_dir.h"
 #include "forge/model/transformer.h"
 #include "forge/ops/adamw.h"
@@ -240,13 +241,24 @@ TrainResult run(Transformer<float>& model, TrainConfig cfg, const std::string& d
                 cfg.steps, static_cast<long long>(per_step),
                 static_cast<long long>(source->epoch_size()));
   }
+  // LoRA: adapters on the frozen base (a resumed run's checkpoint has them already).
+  if (opt.lora && !model.adapter_table()) {
+    if (start.init_from.empty()) throw Error("--lora needs --init-from MODEL_DIR (the base model the adapters train on)");
+    model.attach_lora(*opt.lora, cfg.seed);
+  }
+  const AdapterTable* lora = model.adapter_table();
+  if (lora && device != "cpu")
+    throw Error(str("--lora trains on the CPU only (--device cpu); --device ", device, " does not train adapters yet"));
   // The steps run on a StepRunner (CPU or GPU); `model` stays the host copy that checkpoints
   // and the final export read, refreshed from the runner when they need it. Made before anything
   // in the run directory changes, so an unavailable device leaves the run as it was.
   std::unique_ptr<StepRunner> runner;
   try {
-    runner = device == "cuda" ? make_cuda_runner(mcfg, precision, opt.cuda)
-                              : make_cpu_runner(mcfg, comm);
+    if (lora && comm)
+      throw Error("--lora trains in one process; data-parallel LoRA (mpirun) is not implemented yet");
+    runner = lora                ? make_lora_cpu_runner(model)
+             : device == "cuda" ? make_cuda_runner(mcfg, precision, opt.cuda)
+                                : make_cpu_runner(mcfg, comm);
   } catch (const Error& e) {
     if (start.device_hint.empty()) throw;
     throw Error(str(e.what(), "; ", start.device_hint));
@@ -272,6 +284,14 @@ TrainResult run(Transformer<float>& model, TrainConfig cfg, const std::string& d
                                {"device", device},
                                {"precision", precision}};
   if (!start.init_from.empty()) run_config["init_from"] = start.init_from;
+  if (lora) {
+    nlohmann::json targets = nlohmann::json::array();
+    for (LoraTarget t : lora->lora().targets) targets.push_back(lora_target_short_name(t));
+    run_config["lora"] = {{"r", lora->lora().r},
+                          {"alpha", lora->lora().alpha},
+                          {"targets", targets},
+                          {"base_sha256", weights_sha256(model.weights())}};
+  }
   nlohmann::json tokenizer_files = nlohmann::json::array();
   for (const auto& [name, bytes] : model_files)
     if (name != io::kGenerationConfigFile) tokenizer_files.push_back(name);
@@ -285,13 +305,13 @@ TrainResult run(Transformer<float>& model, TrainConfig cfg, const std::string& d
     if (!metrics) throw Error(str(out, "/metrics.jsonl: cannot write"));
   }
 
-  const int64_t P = model.num_params();
+  const int64_t P = lora ? lora->total() : model.num_params();  // what the optimizer updates
   std::vector<float> m = std::move(start.m), v = std::move(start.v);
   if (m.empty()) m.assign(P, 0.0f);
   if (v.empty()) v.assign(P, 0.0f);
   FORGE_CHECK(static_cast<int64_t>(m.size()) == P && static_cast<int64_t>(v.size()) == P,
               "optimizer state size mismatch");
-  runner->set_weights(model.weights());
+  runner->set_weights(lora ? model.adapter_weights() : model.weights());
   runner->set_adam_state(m, v);
   runner->set_skipped_updates(start.skipped_steps);
   if (start.loss_scale) {
@@ -302,7 +322,7 @@ TrainResult run(Transformer<float>& model, TrainConfig cfg, const std::string& d
                   precision.c_str());
   }
   auto sync_host = [&] {
-    model.weights() = runner->weights();
+    (lora ? model.adapter_weights() : model.weights()) = runner->weights();
     m = runner->adam_m();
     v = runner->adam_v();
   };
@@ -311,8 +331,8 @@ TrainResult run(Transformer<float>& model, TrainConfig cfg, const std::string& d
   const bool quiet = cfg.quiet || opt.quiet || !primary;
   if (primary) {
     std::printf("model %s: %.2fM parameters (L=%d C=%d NH=%d V=%d) | %s\n",
-                mcfg.family_name().c_str(), P / 1e6, mcfg.n_layer, mcfg.n_embd, mcfg.n_head,
-                mcfg.vocab_size, source->describe().c_str());
+                mcfg.family_name().c_str(), model.num_params() / 1e6, mcfg.n_layer, mcfg.n_embd,
+                mcfg.n_head, mcfg.vocab_size, source->describe().c_str());
     std::printf("batch %d x %d tokens x %d accum = %d tokens/step, %d steps, lr %.2e, run dir %s\n",
                 B, T_, cfg.grad_accum, B * T_ * cfg.grad_accum, cfg.steps, cfg.lr, out.c_str());
     std::printf("device %s\n", runner->describe().c_str());
@@ -572,7 +592,12 @@ TrainResult run(Transformer<float>& model, TrainConfig cfg, const std::string& d
   }
   sync_host();
   try {
-    if (primary) save_model_dir(out + "/model", model, final_save);
+    if (primary) {
+      if (lora)
+        save_adapter_dir(out + "/model", *lora, model.adapter_weights(), start.init_from, model_files);
+      else
+        save_model_dir(out + "/model", model, final_save);
+    }
   } catch (const Error& e) {
     throw Error(str("the final model was not saved (", last_checkpoint(), "): ", e.what()));
   }

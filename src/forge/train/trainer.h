@@ -59,11 +59,13 @@
 #include <csignal>
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 
 #include "forge/data/loader.h"
 #include "forge/dist/communicator.h"
 #include "forge/model/config.h"
+#include "forge/model/lora.h"
 #include "forge/train/fault_inject.h"
 #include "forge/train/runner.h"
 #include "forge/train/train_config.h"
@@ -100,6 +102,12 @@ struct RunOptions {
   // the same loop. The split (below) is over micro-batch rows: batch_size must divide by the
   // rank count.
   Communicator* comm = nullptr;
+  // LoRA (model/lora.h; train_from() only, CPU): adapters on the frozen --init-from model train
+  // instead of its weights. The run's model/ and checkpoints are PEFT adapter directories
+  // (model/lora_dir.h); the run configuration records "lora": {"r", "alpha", "targets",
+  // "base_sha256"} (the SHA-256 of the base's f32 weights), so resume() re-reads the base from
+  // init_from and refuses one that changed.
+  std::optional<LoraConfig> lora;
 };
 
 // Data parallel (RunOptions::comm with W >= 2 ranks; the CPU runner's ZeRO-1, train/runner.h):

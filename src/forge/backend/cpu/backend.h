@@ -23,6 +23,7 @@
 #include "forge/ops/embedding.h"
 #include "forge/ops/layernorm.h"
 #include "forge/ops/linear.h"
+#include "forge/ops/matmul.h"
 #include "forge/ops/rmsnorm.h"
 #include "forge/ops/rope.h"
 #include "forge/ops/sample.h"
@@ -57,9 +58,25 @@ class CpuBackend {
   void set_weights(const std::vector<float>& w) { weights_.assign(w.begin(), w.end()); }
   std::vector<float> weights_host() const { return {weights_.begin(), weights_.end()}; }
   std::vector<float> grads_host() const { return {grads_.begin(), grads_.end()}; }
-  void zero_grad() { std::fill(grads_.begin(), grads_.end(), T(0)); }
+  void zero_grad() {
+    std::fill(grads_.begin(), grads_.end(), T(0));
+    std::fill(adapter_g_.begin(), adapter_g_.end(), T(0));
+  }
   Act w(int64_t off) { return weights_.data() + off; }
   Grad g(int64_t off) { return grads_.data() + off; }
+
+  // ---- LoRA adapters (model/lora.h): their own flat buffer and gradients; the base's gradient
+  // buffer is released (a frozen base has none).
+  void set_adapter(const std::vector<float>& a) {
+    adapter_w_.assign(a.begin(), a.end());
+    adapter_g_.assign(a.size(), T(0));
+    std::vector<T>().swap(grads_);
+  }
+  std::vector<T>& adapter_weights() { return adapter_w_; }
+  const std::vector<T>& adapter_weights() const { return adapter_w_; }
+  std::vector<T>& adapter_grads() { return adapter_g_; }
+  Act aw(int64_t off) { return adapter_w_.data() + off; }
+  Grad ag(int64_t off) { return adapter_g_.data() + off; }
 
   // ---- buffers --------------------------------------------------------------------------------
   ActBuf act_buf(size_t n) { return ActBuf(n); }
@@ -128,6 +145,21 @@ class CpuBackend {
     linear_bwd(scratch, dw, db, dout, inp, w, N, C, OC, layout, false);
     zero(dfc, static_cast<size_t>(N) * C);
     cpu::gelu_bwd<T>(dfc, fc, scratch, static_cast<int64_t>(N) * C);
+  }
+  // LoRA, A (r, C), B (OC, r): h (N, r) = inp · Aᵀ; out (N, OC) += scale · h · Bᵀ.
+  void lora_fwd(Act out, Act h, Act inp, Act a, Act b, int N, int C, int OC, int r, double scale) {
+    cpu::matmul<T>(h, inp, a, N, r, C, false, true);
+    cpu::matmul<T>(out, h, b, N, OC, r, false, true, static_cast<T>(scale), T(1));
+  }
+  // Its backward: dB += scale · doutᵀ·h; dh (N, r) = scale · dout·B (scratch); dA += dhᵀ·inp;
+  // dinp (N, C) += dh·A.
+  void lora_bwd(Act dinp, Grad da, Grad db, Act dh, Act dout, Act inp, Act h, Act a, Act b, int N, int C, int OC,
+                int r, double scale) {
+    const T s = static_cast<T>(scale);
+    cpu::matmul<T>(db, dout, h, OC, r, N, true, false, s, T(1));
+    cpu::matmul<T>(dh, dout, b, N, r, OC, false, false, s, T(0));
+    cpu::matmul<T>(da, dh, inp, r, C, N, true, false, T(1), T(1));
+    cpu::matmul<T>(dinp, dh, a, N, C, r, false, false, T(1), T(1));
   }
   void swiglu_fwd(Act out, Act gate, Act up, int64_t n) { cpu::swiglu_fwd<T>(out, gate, up, n); }
   void swiglu_bwd(Act dgate, Act dup, Act dout, Act gate, Act up, int64_t n) {
@@ -248,6 +280,7 @@ class CpuBackend {
 
  private:
   std::vector<T> weights_, grads_;
+  std::vector<T> adapter_w_, adapter_g_;  // LoRA
 };
 
 }  // namespace forge

@@ -32,13 +32,14 @@ template <typename T>
 void linear_bwd(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp, const T* weight, int N,
                 int C, int OC, WeightLayout layout) {
   FORGE_CHECK(N >= 0 && C >= 0 && OC >= 0, "[linear_bwd] negative dims ", N, " ", C, " ", OC);
-  FORGE_CHECK(dweight != nullptr, "[linear_bwd] dweight is required");
   const bool out_in = layout == WeightLayout::kOutIn;
   if (dinp != nullptr) {
     // dinp (N, C) += dout (N, OC) · op(W)ᵀ: W (OC, C) as stored for kOutIn, Wᵀ for kInOut.
     matmul<T>(dinp, dout, weight, N, C, OC, false, !out_in, T(1), T(1));
   }
-  if (out_in) {
+  if (dweight == nullptr) {
+    // A frozen weight (LoRA's base): its gradient is not computed at all.
+  } else if (out_in) {
     // dweight (OC, C) += doutᵀ (OC, N) · inp (N, C)
     matmul<T>(dweight, dout, inp, OC, C, N, true, false, T(1), T(1));
   } else {

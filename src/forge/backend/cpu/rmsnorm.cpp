@@ -72,7 +72,8 @@ void rmsnorm_bwd(T* dinp, T* dweight, const T* dout, const T* inp, const T* weig
     for (int c = 0; c < C; ++c) dx[c] += (dy[c] * weight[c] - x[c] * s * dnorm_norm_mean) * s;
   }
 
-  // dweight (C) += Σ_n dout · norm. Fixed row order per channel.
+  // dweight (C) += Σ_n dout · norm. Fixed row order per channel. None for a frozen gain.
+  if (dweight == nullptr) return;
   constexpr int kBlock = 64;
 #pragma omp parallel for
   for (int c0 = 0; c0 < C; c0 += kBlock) {

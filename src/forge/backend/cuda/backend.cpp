@@ -224,7 +224,9 @@ void CudaBackend::linear_gelu_fwd(Act hidden, Act fc, Act inp, Act w, Act bias, 
 void CudaBackend::weight_grads(Grad dw, Grad db, Act dout, Act inp, int N, int C, int OC, WeightLayout layout) {
   GemmArgs g;
   g.trans_a = true, g.beta = 1.0f, g.ab_type = dt_, g.c_type = DType::kF32, g.K = N;
-  if (layout == WeightLayout::kInOut) {  // dW (C, OC) += inpᵀ · dout
+  if (dw == nullptr) {
+    // A frozen weight (LoRA's base, model/lora.h): its gradient is not computed.
+  } else if (layout == WeightLayout::kInOut) {  // dW (C, OC) += inpᵀ · dout
     g.M = C, g.N = OC;
     cuda::gemm(ctx_, g, inp, dout, dw);
   } else {  // dW (OC, C) += doutᵀ · inp

@@ -137,6 +137,7 @@ class CudaBackend {
   void head_rmsnorm(Act x, Act w, int N, int H, int HS, int64_t stride, float eps);
   void linear_fwd(Act out, Act inp, Act w, Act bias, int N, int C, int OC, WeightLayout layout);
   void linear_gelu_fwd(Act hidden, Act fc, Act inp, Act w, Act bias, int N, int C, int OC, WeightLayout layout);
+  // dw (and rmsnorm_bwd's dw) may be null: a frozen weight (LoRA's base), its product skipped.
   void linear_bwd(Act dinp, Grad dw, Grad db, Act dout, Act inp, Act w, int N, int C, int OC, WeightLayout layout,
                   bool accumulate);
   void linear_dgelu_bwd(Act dfc, Grad dw, Grad db, Act dout, Act inp, Act w, Act fc, Act scratch, int N, int C,

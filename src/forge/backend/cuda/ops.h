@@ -72,6 +72,7 @@ void residual_rmsnorm_fwd(Context& ctx, DType dt, void* res, void* out, float* r
 // In place over H heads of HS per row, rows `stride` elements apart (cpu::head_rmsnorm).
 void head_rmsnorm(Context& ctx, DType dt, void* x, const void* weight, int N, int H, int HS,
                   int64_t stride, float eps);
+// dweight nullptr: not computed (a frozen gain, LoRA's base).
 void rmsnorm_bwd(Context& ctx, DType dt, void* dinp, float* dweight, const void* dout,
                  const void* inp, const void* weight, const float* rstd, int N, int C);
 

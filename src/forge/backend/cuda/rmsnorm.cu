@@ -276,6 +276,7 @@ void rmsnorm_bwd(Context& ctx, DType dt, void* dinp, float* dweight, const void*
       args(rmsnorm_bwd_kernel<T, 1>);
     }
     FORGE_CUDA_CHECK_LAUNCH();
+    if (dweight == nullptr) return;  // a frozen gain (LoRA's base): no dweight
     channel_grad<T, ChannelGrad::kRmsNorm>(ctx, dweight, nullptr, static_cast<const T*>(dout),
                                            static_cast<const T*>(inp), nullptr, rstd, N, C,
                                            C % kVec<T> == 0 && aligned16(dout) && aligned16(inp));
