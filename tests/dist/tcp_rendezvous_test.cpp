@@ -242,7 +242,8 @@ TEST(TcpRendezvous, NobodyListeningTimesOutWithinTheTimeout) {
     err = e.what();
   }
   const auto took = std::chrono::steady_clock::now() - t0;
-  EXPECT_NE(err.find(str("at 127.0.0.1:", port, " timed out after 300 ms: rank 1 of 2 never reached rank 0")),
+  EXPECT_NE(err.find(str("at 127.0.0.1:", port,
+                         " timed out after 300 ms: rank 1 of 2 never reached rank 0")),
             std::string::npos)
       << err;
   EXPECT_GE(took, milliseconds(300));

@@ -207,8 +207,8 @@ Socket listen_any(int port, int backlog, const Where& w) {
     last_err = errno;
     if (last_err == EADDRINUSE) break;  // the other family would find the same port taken
   }
-  throw Error(str("tcp rendezvous: rank 0 cannot listen on port ", w.endpoint, ": ",
-                  sys_error(last_err)));
+  throw Error(
+      str("tcp rendezvous: rank 0 cannot listen on port ", w.endpoint, ": ", sys_error(last_err)));
 }
 
 // Sends the refusal to every peer (best effort, briefly) and throws it.
@@ -229,7 +229,9 @@ std::vector<uint8_t> serve(const Where& w, int port, const std::vector<uint8_t>&
   Socket listener = listen_any(port, w.size, w);
   std::vector<Socket> peers;
   std::vector<bool> seen(static_cast<size_t>(w.size), false);
-  const auto arrived = [&] { return str("rank 0 heard from ", peers.size(), " of ", w.size - 1, " peers"); };
+  const auto arrived = [&] {
+    return str("rank 0 heard from ", peers.size(), " of ", w.size - 1, " peers");
+  };
   while (static_cast<int>(peers.size()) < w.size - 1) {
     if (!wait_for(listener.fd(), POLLIN, deadline)) refuse(peers, timed_out(w) + arrived());
     Socket conn(::accept4(listener.fd(), nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC));
@@ -302,8 +304,8 @@ std::vector<uint8_t> join(const Where& w, const std::string& addr, int port,
   do gai = ::getaddrinfo(addr.c_str(), service.c_str(), &hints, &list.head);
   while (gai == EAI_AGAIN && Clock::now() < deadline);
   if (gai != 0)
-    throw Error(str("tcp rendezvous: cannot resolve MASTER_ADDR ", quote(addr), ": ",
-                    ::gai_strerror(gai)));
+    throw Error(
+        str("tcp rendezvous: cannot resolve MASTER_ADDR ", quote(addr), ": ", ::gai_strerror(gai)));
 
   const std::string at = str("tcp rendezvous at ", w.endpoint, ": rank ", w.rank, ": ");
   for (;;) {
@@ -338,7 +340,8 @@ std::vector<uint8_t> join(const Where& w, const std::string& addr, int port,
       throw Error(at + "rank 0's reply was cut short (" +
                   (io == Io::kTimedOut ? "timed out)" : "connection closed)"));
     if (status == kRefused)
-      throw Error(str("rank 0 refused the rendezvous: ", std::string(payload.begin(), payload.end())));
+      throw Error(
+          str("rank 0 refused the rendezvous: ", std::string(payload.begin(), payload.end())));
     return payload;
   }
 }
@@ -350,7 +353,8 @@ std::vector<uint8_t> tcp_broadcast(const std::string& addr, int port, int rank, 
                                    std::chrono::milliseconds timeout) {
   if (size < 1 || rank < 0 || rank >= size)
     throw Error(str("tcp rendezvous: rank ", rank, " is not in a world of ", size));
-  if (port < 1 || port > 65535) throw Error(str("tcp rendezvous: port ", port, " is not 1 .. 65535"));
+  if (port < 1 || port > 65535)
+    throw Error(str("tcp rendezvous: port ", port, " is not 1 .. 65535"));
   if (timeout.count() <= 0) throw Error("tcp rendezvous: the timeout must be positive");
   if (rank == 0 && blob.size() > kTcpRendezvousMaxBlob)
     throw Error(str("tcp rendezvous: a blob of ", blob.size(), " bytes is over the limit of ",
