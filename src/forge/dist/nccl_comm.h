@@ -17,6 +17,11 @@ bool nccl_compiled();
 // the legacy default stream). Rank 0 makes the NCCL unique id and `bootstrap` broadcasts it;
 // bootstrap must outlive the result (barrier() and abort() go through it).
 //
+// Ranks that torchrun started have no MPI to broadcast the id: the hook for them is
+// tcp_broadcast(LaunchInfo, ...) (dist/tcp_rendezvous.h), which carries rank 0's id to every
+// rank over TCP at MASTER_ADDR:MASTER_PORT. Not wired here yet: that path also needs barrier()
+// and abort() without a host communicator, and nothing builds an NcclComm yet (issue 15).
+//
 // Sets NCCL_NVLS_ENABLE=0 in the environment before ncclCommInitRank unless the user set it: our
 // H200 machines fail NVLink SHARP (NVLS) setup, and NCCL reads the variable at init.
 //
