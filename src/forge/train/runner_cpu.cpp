@@ -12,22 +12,20 @@
 // The copies into padded buffers cost one more flat buffer of host memory and a memcpy per step;
 // no bucketing, no overlap with the backward (the GPU runner is where that pays).
 #include <algorithm>
-#include <climits>
 #include <cmath>
-#include <deque>
 #include <memory>
 
 #include "forge/core/error.h"
 #include "forge/dist/communicator.h"
 #include "forge/model/transformer.h"
 #include "forge/ops/grad_norm.h"
-#include "forge/train/runner.h"
+#include "forge/train/host_runner.h"
 
 namespace forge {
 
 namespace {
 
-class CpuRunner final : public StepRunner {
+class CpuRunner final : public HostStepRunner {
  public:
   CpuRunner(const ModelConfig& cfg, Communicator* comm)
       : model_(cfg), comm_(comm != nullptr && comm->size() > 1 ? comm : nullptr) {
@@ -59,8 +57,6 @@ class CpuRunner final : public StepRunner {
     return model_.loss(x, y, B, T_);
   }
 
-  // The guard (ops/step_guard.h) sees Σ g² rounded to f32, as the GPU's is: a norm above
-  // ~1.8e19 counts as not finite on both.
   void optimizer_step(const AdamWParams& p, double max_norm) override {
     const float* grad = model_.grads().data();  // indexed by flat offset − grad_base
     size_t grad_base = 0;
@@ -74,14 +70,8 @@ class CpuRunner final : public StepRunner {
       sum_sq = cpu::sum_squares(grad, model_.num_params());
     }
     const double norm = std::sqrt(sum_sq);
-    step_guard_update(guard_, report_.micro_losses.data(),
-                      static_cast<int>(report_.micro_losses.size()),
-                      static_cast<float>(norm * norm),
-                      /*loss_scaled=*/false);
-    if (!guard_.skipped) {
-      AdamWParams q = p;
-      q.step = p.step - guard_.skipped_total;  // Adam's t counts the updates taken
-      q.grad_scale = static_cast<float>(p.grad_scale * clip_scale(norm, max_norm));
+    if (guard_allows_update(norm)) {
+      AdamWParams q = update_params(p, norm, max_norm);
       for (const auto& info : model_.table().params()) {
         // This rank's part of the tensor: all of it without a communicator.
         const size_t lo = std::max<size_t>(info.offset, begin_);
@@ -94,27 +84,12 @@ class CpuRunner final : public StepRunner {
       }
       if (comm_) gather_weights();
     }
-    report_.skipped = guard_.skipped != 0;
-    report_.grad_norm = norm;
-    ended_.push_back(std::move(report_));
-    report_ = {};
+    end_step(norm);
   }
 
-  void set_skipped_updates(int64_t n) override {
-    FORGE_CHECK(n >= 0 && n <= INT32_MAX, "set_skipped_updates(", n, ")");
-    guard_.skipped_total = static_cast<int32_t>(n);
-  }
   void inject_fault(StepFault f) override {
     if (f == StepFault::kNanGrad) model_.grads()[0] = NAN;
-    if (f == StepFault::kNanLoss && !report_.micro_losses.empty()) report_.micro_losses[0] = NAN;
-  }
-
-  int report_lag() const override { return 0; }
-  StepReport take_report() override {
-    FORGE_CHECK(!ended_.empty(), "take_report: no ended step to report");
-    StepReport r = std::move(ended_.front());
-    ended_.pop_front();
-    return r;
+    if (f == StepFault::kNanLoss) poison_first_loss();
   }
 
   std::vector<float> weights() override { return model_.weights(); }
@@ -188,9 +163,6 @@ class CpuRunner final : public StepRunner {
   std::vector<float> padded_;     // (W · shard_) staging for reduce-scatter and all-gather
   std::vector<float> shard_buf_;  // (shard_) this rank's mean gradients, then its weights
   std::vector<float> m_, v_;      // (end_ − begin_) Adam state of this rank's shard
-  StepGuardState guard_;
-  StepReport report_;             // of the step in progress
-  std::deque<StepReport> ended_;  // ended steps not yet reported
 };
 
 }  // namespace

@@ -2,21 +2,19 @@
 // (model/lora.h). Gradients, the global norm, clipping, Adam's m and v and the update cover the
 // adapter buffer alone; weights() and set_weights() are the adapters (the base never changes).
 // One process, CPU: the GPU runner and data parallelism do not train adapters (yet).
-#include <climits>
 #include <cmath>
-#include <deque>
 #include <memory>
 
 #include "forge/core/error.h"
 #include "forge/model/transformer.h"
 #include "forge/ops/grad_norm.h"
-#include "forge/train/runner.h"
+#include "forge/train/host_runner.h"
 
 namespace forge {
 
 namespace {
 
-class LoraCpuRunner final : public StepRunner {
+class LoraCpuRunner final : public HostStepRunner {
  public:
   explicit LoraCpuRunner(const Transformer<float>& model) : model_(model.config()) {
     const AdapterTable* at = model.adapter_table();
@@ -43,38 +41,20 @@ class LoraCpuRunner final : public StepRunner {
   void optimizer_step(const AdamWParams& p, double max_norm) override {
     const std::vector<float>& g = model_.adapter_grads();
     const double norm = std::sqrt(cpu::sum_squares(g.data(), static_cast<int64_t>(g.size())));
-    step_guard_update(guard_, report_.micro_losses.data(), static_cast<int>(report_.micro_losses.size()),
-                      static_cast<float>(norm * norm), /*loss_scaled=*/false);
-    if (!guard_.skipped) {
-      AdamWParams q = p;
-      q.step = p.step - guard_.skipped_total;
-      q.grad_scale = static_cast<float>(p.grad_scale * clip_scale(norm, max_norm));
+    if (guard_allows_update(norm)) {
+      AdamWParams q = update_params(p, norm, max_norm);
       for (const auto& info : model_.adapter_table()->params()) {
         q.weight_decay = info.decay ? p.weight_decay : 0.0f;
         cpu::adamw_update(model_.adapter_weights().data() + info.offset, m_.data() + info.offset,
                           v_.data() + info.offset, g.data() + info.offset, info.numel(), q);
       }
     }
-    report_.skipped = guard_.skipped != 0;
-    report_.grad_norm = norm;
-    ended_.push_back(std::move(report_));
-    report_ = {};
+    end_step(norm);
   }
 
-  void set_skipped_updates(int64_t n) override {
-    FORGE_CHECK(n >= 0 && n <= INT32_MAX, "set_skipped_updates(", n, ")");
-    guard_.skipped_total = static_cast<int32_t>(n);
-  }
   void inject_fault(StepFault f) override {
     if (f == StepFault::kNanGrad) model_.adapter_grads()[0] = NAN;
-    if (f == StepFault::kNanLoss && !report_.micro_losses.empty()) report_.micro_losses[0] = NAN;
-  }
-  int report_lag() const override { return 0; }
-  StepReport take_report() override {
-    FORGE_CHECK(!ended_.empty(), "take_report: no ended step to report");
-    StepReport r = std::move(ended_.front());
-    ended_.pop_front();
-    return r;
+    if (f == StepFault::kNanLoss) poison_first_loss();
   }
 
   std::vector<float> weights() override { return model_.adapter_weights(); }
@@ -95,9 +75,6 @@ class LoraCpuRunner final : public StepRunner {
  private:
   Transformer<float> model_;
   std::vector<float> m_, v_;  // Adam state of the adapters only
-  StepGuardState guard_;
-  StepReport report_;
-  std::deque<StepReport> ended_;
 };
 
 }  // namespace
