@@ -1,66 +1,32 @@
 // forge chat-template as a user meets it: the rendered text on stdout (as jinja2 renders it),
 // the token table with the trained column, one-line errors naming the file and line, --help.
-#include <unistd.h>
-
 #include <algorithm>
-#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "cli_runner.h"
 #include "testing.h"
 
 namespace forge {
 namespace {
 
 namespace fs = std::filesystem;
+using testing::CmdResult;
 const std::string kData = std::string(FORGE_SOURCE_DIR) + "/tests/data";
 
-struct CmdResult {
-  int code;
-  std::string out, err;
-};
-
-std::string slurp(const std::string& p) {
-  std::ifstream f(p, std::ios::binary);
-  std::stringstream s;
-  s << f.rdbuf();
-  return s.str();
-}
-
-class ChatTemplateCli : public ::testing::Test {
+class ChatTemplateCli : public testing::CliTest {
  protected:
   void SetUp() override {
-    dir_ = fs::temp_directory_path() /
-           ("forge_chatcli_" + std::to_string(::getpid()) + "_" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(dir_);
+    CliTest::SetUp();
     fs::create_directories(dir_ / "model");
     // Qwen2.5's template with the test byte-level tokenizer.
     fs::copy_file(kData + "/chat/models/qwen2.5-7b-instruct/tokenizer_config.json",
                   dir_ / "model" / "tokenizer_config.json");
     fs::copy_file(kData + "/chat/tokenizers/bytelevel.json", dir_ / "model" / "tokenizer.json");
   }
-  void TearDown() override { fs::remove_all(dir_); }
 
-  CmdResult forge(const std::string& args) {
-    const std::string out = p("stdout"), err = p("stderr");
-    const std::string cmd =
-        std::string(FORGE_BIN) + " " + args + " >" + out + " 2>" + err + " </dev/null";
-    const int status = std::system(cmd.c_str());
-    return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, slurp(out), slurp(err)};
-  }
-  std::string p(const std::string& name) const { return (dir_ / name).string(); }
-  std::string write(const std::string& name, const std::string& content) {
-    std::ofstream(p(name), std::ios::binary) << content;
-    return p(name);
-  }
-  void expect_user_error(const CmdResult& r, const std::string& needle) {
-    EXPECT_EQ(r.code, 1) << r.err;
-    EXPECT_NE(r.err.find(needle), std::string::npos) << r.err;
-    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
-  }
   std::string golden_text(const std::string& model, const std::string& conv, bool agp) {
     std::ifstream f(kData + "/chat/golden_renders.json");
     const nlohmann::json g = nlohmann::json::parse(f);
@@ -70,7 +36,6 @@ class ChatTemplateCli : public ::testing::Test {
     ADD_FAILURE() << "no golden case " << model << " " << conv;
     return "";
   }
-  fs::path dir_;
 };
 
 TEST_F(ChatTemplateCli, PrintsTheRenderAsJinja2Does) {

@@ -1,13 +1,11 @@
 // The forge binary as a user meets it: exit codes, one-line errors, --help, JSON output.
 #include <cmath>
 #include <cstdint>
-#include <cstdlib>
 #include <filesystem>
 #include <fstream>
-#include <sstream>
-
 #include <nlohmann/json.hpp>
 
+#include "cli_runner.h"
 #include "forge/data/shard.h"
 #include "forge/generate/sampler.h"
 #include "forge/model/config.h"
@@ -19,50 +17,15 @@ namespace forge {
 namespace {
 
 namespace fs = std::filesystem;
+using testing::CmdResult;
 
-struct CmdResult {
-  int code;
-  std::string out, err;
-};
-
-class CliTest : public ::testing::Test {
+class CliTest : public testing::CliTest {
  protected:
-  void SetUp() override {
-    dir_ = fs::temp_directory_path() / ("forge_cli_" + std::to_string(::getpid()) + "_" +
-                                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-
-  CmdResult forge(const std::string& args) {
-    const std::string out = (dir_ / "stdout").string(), err = (dir_ / "stderr").string();
-    const std::string cmd = std::string(FORGE_BIN) + " " + args + " >" + out + " 2>" + err + " </dev/null";
-    const int status = std::system(cmd.c_str());
-    auto slurp = [](const std::string& p) {
-      std::ifstream f(p);
-      std::stringstream s;
-      s << f.rdbuf();
-      return s.str();
-    };
-    return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, slurp(out), slurp(err)};
-  }
-  std::string p(const std::string& name) const { return (dir_ / name).string(); }
-
-  // A one-line error on stderr, a non-zero exit, no crash.
-  void expect_user_error(const CmdResult& r, const std::string& needle) {
-    EXPECT_EQ(r.code, 1) << r.err;
-    EXPECT_NE(r.err.find(needle), std::string::npos) << r.err;
-    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
-  }
-
   void write_counting_shard(const std::string& path, int n, int mod) {
     std::vector<uint32_t> t(n);
     for (int i = 0; i < n; ++i) t[i] = static_cast<uint32_t>(i % mod);
     write_shard(path, t);
   }
-
-  fs::path dir_;
 };
 
 TEST_F(CliTest, HelpForEveryCommand) {

@@ -4,13 +4,12 @@
 #include <gtest/gtest.h>
 
 #include <cctype>
-#include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <sstream>
 
-#include <nlohmann/json.hpp>
-
+#include "cli_runner.h"
 #include "forge/generate/sampler.h"
 #include "forge/io/model_files.h"
 #include "forge/model/config.h"
@@ -21,18 +20,12 @@ namespace forge {
 namespace {
 
 namespace fs = std::filesystem;
+using testing::CmdResult;
 
-class GenerateCliTest : public ::testing::Test {
+class GenerateCliTest : public testing::CliTest {
  protected:
-  struct Result {
-    int code;
-    std::string out, err;
-  };
   void SetUp() override {
-    dir_ = fs::temp_directory_path() / ("forge_gen_cli_" + std::to_string(::getpid()) + "_" +
-                                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
+    CliTest::SetUp();
     // A tiny GPT-2 over the 300-token byte-level test tokenizer, max_seq_len 32.
     ModelConfig cfg = preset_config("tiny");
     cfg.vocab_size = 300;
@@ -46,31 +39,12 @@ class GenerateCliTest : public ::testing::Test {
     const std::string tok = std::string(FORGE_SOURCE_DIR) + "/tests/data/tokenizer/post_processor/byte_level.json";
     save_model_dir(p("model"), *model_, {.files = {{"tokenizer.json", io::read_file(tok)}}});
   }
-  void TearDown() override { fs::remove_all(dir_); }
-  std::string p(const std::string& name) const { return (dir_ / name).string(); }
-  Result forge(const std::string& args) {
-    const std::string out = p("stdout"), err = p("stderr");
-    const int status = std::system((std::string(FORGE_BIN) + " " + args + " >" + out + " 2>" + err).c_str());
-    auto slurp = [](const std::string& f) {
-      std::ifstream s(f);
-      std::stringstream b;
-      b << s.rdbuf();
-      return b.str();
-    };
-    return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, slurp(out), slurp(err)};
-  }
   nlohmann::json generate_json(const std::string& args) {
-    const Result r = forge("generate --model " + p("model") + " " + args + " --json");
+    const CmdResult r = forge("generate --model " + p("model") + " " + args + " --json");
     EXPECT_EQ(r.code, 0) << r.err;
     return nlohmann::json::parse(r.out);
   }
-  void expect_user_error(const Result& r, const std::string& needle) {
-    EXPECT_EQ(r.code, 1) << r.err;
-    EXPECT_NE(r.err.find(needle), std::string::npos) << r.err;
-    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
-  }
 
-  fs::path dir_;
   std::unique_ptr<Transformer<float>> model_;
 };
 
@@ -90,8 +64,8 @@ TEST_F(GenerateCliTest, BatchLinesEqualSinglePromptRuns) {
   std::ofstream(p("prompts.jsonl")) << "{\"ids\": [5, 6, 7], \"max_new_tokens\": 4}\n\n"
                                     << "{\"ids\": [9], \"temperature\": 0.7, \"seed\": 3, \"max_new_tokens\": 9}\n"
                                     << "{\"prompt\": \"hello world\", \"max_new_tokens\": 6, \"top_p\": 0.5}\n";
-  const Result r = forge("generate --model " + p("model") + " --input " + p("prompts.jsonl") +
-                         " --ignore-eos --max-batch 2 --temperature 0");
+  const CmdResult r = forge("generate --model " + p("model") + " --input " + p("prompts.jsonl") +
+                            " --ignore-eos --max-batch 2 --temperature 0");
   ASSERT_EQ(r.code, 0) << r.err;
   std::vector<nlohmann::json> lines;
   std::istringstream in(r.out);
@@ -144,7 +118,8 @@ TEST_F(GenerateCliTest, SpecialTokenStringsArePlainTextUnlessAsked) {
 TEST_F(GenerateCliTest, ContextLimitAndBadInputs) {
   std::string ids30 = "1";
   for (int i = 1; i < 30; ++i) ids30 += ",1";
-  const Result r = forge("generate --model " + p("model") + " --ids " + ids30 + " --max-new-tokens 10 --json --ignore-eos");
+  const CmdResult r = forge("generate --model " + p("model") + " --ids " + ids30 +
+                            " --max-new-tokens 10 --json --ignore-eos");
   ASSERT_EQ(r.code, 0) << r.err;
   const auto j = nlohmann::json::parse(r.out);
   EXPECT_EQ(j["ids"].size(), 2u);  // 30 + 2 = max_seq_len

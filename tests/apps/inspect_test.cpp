@@ -2,16 +2,12 @@
 // that reads a model directory gives for broken files: truncated data, a header length past
 // the end, overlapping offsets, a wrong dtype, a shape that disagrees with config.json, a
 // missing tensor, malformed JSON. Also forge train --init-from on the command line.
-#include <sys/wait.h>
-#include <unistd.h>
-
 #include <cstdio>
-#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
-#include <sstream>
 
+#include "cli_runner.h"
 #include "forge/data/shard.h"
 #include "forge/io/safetensors.h"
 #include "forge/model/model_dir.h"
@@ -21,20 +17,13 @@ namespace forge {
 namespace {
 
 namespace fs = std::filesystem;
+using testing::CmdResult;
+using testing::slurp;
 
-struct CmdResult {
-  int code;
-  std::string out, err;
-};
-
-class InspectTest : public ::testing::Test {
+class InspectTest : public testing::CliTest {
  protected:
   void SetUp() override {
-    dir_ = fs::temp_directory_path() /
-           ("forge_inspect_" + std::to_string(::getpid()) + "_" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
+    CliTest::SetUp();
     // An untied llama with GQA and V = 70 (a padded vocabulary).
     ModelConfig c = preset_config("llama-10m");
     c.vocab_size = 70;
@@ -49,25 +38,10 @@ class InspectTest : public ::testing::Test {
     m.init_weights(5);
     save_model_dir(p("model"), m);
   }
-  void TearDown() override { fs::remove_all(dir_); }
 
-  std::string p(const std::string& name) const { return (dir_ / name).string(); }
-  static std::string slurp(const std::string& path) {
-    std::ifstream f(path, std::ios::binary);
-    std::stringstream s;
-    s << f.rdbuf();
-    return s.str();
-  }
-  CmdResult forge(const std::string& args) {
-    const std::string cmd = "OMP_WAIT_POLICY=passive " + std::string(FORGE_BIN) + " " + args +
-                            " >" + p("stdout") + " 2>" + p("stderr") + " </dev/null";
-    const int status = std::system(cmd.c_str());
-    return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, slurp(p("stdout")), slurp(p("stderr"))};
-  }
-  void expect_user_error(const CmdResult& r, const std::string& needle) {
-    EXPECT_EQ(r.code, 1) << r.err;
-    EXPECT_NE(r.err.find(needle), std::string::npos) << needle << " in: " << r.err;
-    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+  // forge with OpenMP threads that sleep when idle (else they spin on this loaded machine).
+  CmdResult forge(const std::string& args) const {
+    return forge_env("OMP_WAIT_POLICY=passive", args);
   }
   // A copy of the good model directory to break.
   std::string copy_model(const std::string& name) {
@@ -82,8 +56,6 @@ class InspectTest : public ::testing::Test {
     f.write(reinterpret_cast<const char*>(&n), 8);
     f << header << std::string(data_bytes, '\0');
   }
-
-  fs::path dir_;
 };
 
 TEST_F(InspectTest, InspectShowsConfigTensorsAndParameterCount) {

@@ -2,14 +2,10 @@
 // the adapter folded in (merge_lora) and loads as a model directory with the adapter's tokenizer
 // files; a mismatched adapter, --lora without --init-from and a bad --lora spec are one-line
 // errors.
-#include <sys/wait.h>
-#include <unistd.h>
-
-#include <cstdlib>
 #include <filesystem>
 #include <fstream>
-#include <sstream>
 
+#include "cli_runner.h"
 #include "forge/model/lora_dir.h"
 #include "forge/model/model_dir.h"
 #include "testing.h"
@@ -18,43 +14,10 @@ namespace forge {
 namespace {
 
 namespace fs = std::filesystem;
+using testing::CmdResult;
+using testing::slurp;
 
-struct CmdResult {
-  int code;
-  std::string out, err;
-};
-
-std::string slurp(const fs::path& p) {
-  std::ifstream f(p, std::ios::binary);
-  std::stringstream s;
-  s << f.rdbuf();
-  return s.str();
-}
-
-class LoraCli : public ::testing::Test {
- protected:
-  void SetUp() override {
-    dir_ = fs::temp_directory_path() / ("forge_loracli_" + std::to_string(::getpid()) + "_" +
-                                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-
-  CmdResult forge(const std::string& args) {
-    const std::string out = p("stdout"), err = p("stderr");
-    const std::string cmd = std::string(FORGE_BIN) + " " + args + " >" + out + " 2>" + err + " </dev/null";
-    const int status = std::system(cmd.c_str());
-    return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, slurp(out), slurp(err)};
-  }
-  std::string p(const std::string& name) const { return (dir_ / name).string(); }
-  void expect_user_error(const CmdResult& r, const std::string& needle) {
-    EXPECT_EQ(r.code, 1) << r.err;
-    EXPECT_NE(r.err.find(needle), std::string::npos) << r.err;
-    EXPECT_EQ(r.err.find('\n'), r.err.size() - 1) << "one line: " << r.err;
-  }
-  fs::path dir_;
-};
+class LoraCli : public testing::CliTest {};
 
 ModelConfig small_llama() {
   ModelConfig c;

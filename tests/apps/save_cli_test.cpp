@@ -2,13 +2,12 @@
 // tokenizer train` through `forge data prepare` and `forge train` into the model, so `forge
 // generate --prompt` works on it; --save-dtype bf16 and save_shard_size give a BF16, sharded
 // model that eval, generate and --init-from read; bad values are one-line errors naming the key.
-#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <set>
-#include <sstream>
 
+#include "cli_runner.h"
 #include "forge/data/shard.h"
 #include "forge/io/safetensors.h"
 #include "forge/tokenizer/tokenizer.h"
@@ -18,57 +17,18 @@ namespace forge {
 namespace {
 
 namespace fs = std::filesystem;
+using testing::CmdResult;
+using testing::slurp;
 using json = nlohmann::json;
 
-struct CmdResult {
-  int code;
-  std::string out, err;
-};
-
-std::string slurp(const fs::path& p) {
-  std::ifstream f(p, std::ios::binary);
-  std::stringstream s;
-  s << f.rdbuf();
-  return s.str();
-}
-
-class SaveCli : public ::testing::Test {
+class SaveCli : public testing::CliTest {
  protected:
-  void SetUp() override {
-    dir_ = fs::temp_directory_path() /
-           ("forge_savecli_" + std::to_string(::getpid()) + "_" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-
-  CmdResult forge(const std::string& args) {
-    const std::string out = p("stdout"), err = p("stderr");
-    const std::string cmd =
-        std::string(FORGE_BIN) + " " + args + " >" + out + " 2>" + err + " </dev/null";
-    const int status = std::system(cmd.c_str());
-    return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, slurp(out), slurp(err)};
-  }
-  std::string p(const std::string& name) const { return (dir_ / name).string(); }
-  std::string write(const std::string& name, const std::string& content) {
-    fs::create_directories((dir_ / name).parent_path());
-    std::ofstream(p(name), std::ios::binary) << content;
-    return p(name);
-  }
-  void expect_user_error(const CmdResult& r, const std::string& needle) {
-    EXPECT_EQ(r.code, 1) << r.err;
-    EXPECT_NE(r.err.find(needle), std::string::npos) << r.err;
-    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
-  }
   void write_counting_shard(const std::string& path, int n, int mod) {
     fs::create_directories(fs::path(path).parent_path());
     std::vector<uint32_t> t(n);
     for (int i = 0; i < n; ++i) t[i] = static_cast<uint32_t>(i % mod);
     write_shard(path, t);
   }
-
-  fs::path dir_;
 };
 
 // The tiny preset made smaller (a step takes milliseconds); vocab 0: the preset's, or the

@@ -5,12 +5,11 @@
 // the generated tokens' text.
 #include <gtest/gtest.h>
 
-#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
-#include <sstream>
 
+#include "cli_runner.h"
 #include "forge/data/shard.h"
 #include "forge/generate/text_stream.h"
 #include "forge/io/model_files.h"
@@ -22,43 +21,15 @@ namespace forge {
 namespace {
 
 namespace fs = std::filesystem;
+using testing::CmdResult;
+using testing::slurp;
 using json = nlohmann::json;
 using Ids = std::vector<int32_t>;
 
 const std::string kTokenizer = FORGE_SOURCE_DIR "/tests/data/tokenizer/sentencepiece/llama2.json";
 
-std::string slurp(const std::string& p) {
-  std::ifstream f(p, std::ios::binary);
-  std::stringstream s;
-  s << f.rdbuf();
-  return s.str();
-}
-
-class SentencePieceCli : public ::testing::Test {
+class SentencePieceCli : public testing::CliTest {
  protected:
-  struct Result {
-    int code;
-    std::string out, err;
-  };
-  void SetUp() override {
-    dir_ = fs::temp_directory_path() /
-           ("forge_spcli_" + std::to_string(::getpid()) + "_" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-  std::string p(const std::string& name) const { return (dir_ / name).string(); }
-  std::string write(const std::string& name, const std::string& content) {
-    std::ofstream(p(name), std::ios::binary) << content;
-    return p(name);
-  }
-  Result forge(const std::string& args) {
-    const std::string out = p("stdout"), err = p("stderr");
-    const int status =
-        std::system((std::string(FORGE_BIN) + " " + args + " >" + out + " 2>" + err).c_str());
-    return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, slurp(out), slurp(err)};
-  }
   // The golden case of variant "llama2" for `text`.
   static json golden(const std::string& text) {
     const json e =
@@ -68,8 +39,6 @@ class SentencePieceCli : public ::testing::Test {
     ADD_FAILURE() << "no golden case for '" << text << "'";
     return json();
   }
-
-  fs::path dir_;
 };
 
 TEST_F(SentencePieceCli, EncodeAndDecodeMatchTokenizers) {
@@ -77,13 +46,13 @@ TEST_F(SentencePieceCli, EncodeAndDecodeMatchTokenizers) {
                                  "emoji 😀🎉👍🏽 and 👨‍👩‍👧 family",
                                  "Hello <s> world", "line one\nline two\n\nline four\n"}) {
     const json c = golden(text);
-    const Result enc = forge("tokenizer encode --json --tokenizer " + kTokenizer + " --input " +
-                             write("in.txt", text));
+    const CmdResult enc = forge("tokenizer encode --json --tokenizer " + kTokenizer + " --input " +
+                                write("in.txt", text));
     ASSERT_EQ(enc.code, 0) << enc.err;
     EXPECT_EQ(json::parse(enc.out)["ids"], c["ids"]) << text;
     std::string ids;
     for (const json& id : c["ids"]) ids += (ids.empty() ? "" : ",") + std::to_string(id.get<int>());
-    const Result dec = forge("tokenizer decode --tokenizer " + kTokenizer + " --ids " + ids);
+    const CmdResult dec = forge("tokenizer decode --tokenizer " + kTokenizer + " --ids " + ids);
     ASSERT_EQ(dec.code, 0) << dec.err;
     EXPECT_EQ(dec.out, c["decode"].get<std::string>()) << text;
   }
@@ -94,7 +63,7 @@ TEST_F(SentencePieceCli, DataPrepareWritesEachDocumentsIds) {
                                          "  two leading spaces", "a literal <s> stays"};
   std::string lines;
   for (const std::string& d : docs) lines += d + "\n";
-  const Result r =
+  const CmdResult r =
       forge("data prepare --tokenizer " + kTokenizer + " --input " + write("docs.txt", lines) +
             " --format lines --val-fraction 0 --eot '</s>'" + " --out " + p("data"));
   ASSERT_EQ(r.code, 0) << r.err;
@@ -131,9 +100,9 @@ TEST_F(SentencePieceCli, GenerateEncodesThePromptWithBosAndPrintsText) {
   for (const json& id : c["with_special"])
     ids += (ids.empty() ? "" : ",") + std::to_string(id.get<int>());
   ASSERT_EQ(c["with_special"][0], 1);  // <s> from the TemplateProcessing post-processor
-  const Result from_text = forge("generate --model " + p("model") +
-                                 " --prompt 'Café naïve façade résumé — déjà vu'" + g);
-  const Result from_ids = forge("generate --model " + p("model") + " --ids " + ids + g);
+  const CmdResult from_text = forge("generate --model " + p("model") +
+                                    " --prompt 'Café naïve façade résumé — déjà vu'" + g);
+  const CmdResult from_ids = forge("generate --model " + p("model") + " --ids " + ids + g);
   ASSERT_EQ(from_text.code, 0) << from_text.err;
   ASSERT_EQ(from_ids.code, 0) << from_ids.err;
   const json a = json::parse(from_text.out), b = json::parse(from_ids.out);

@@ -2,15 +2,13 @@
 // summary line, an "sft" section in a config file, one-line errors that leave nothing behind,
 // and a chat prompt that is the template's rendering, generated from as if given as ids.
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <algorithm>
-#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
-#include <sstream>
 
+#include "cli_runner.h"
 #include "forge/chat/chat_template.h"
 #include "forge/chat/sft_example.h"
 #include "forge/io/model_files.h"
@@ -22,21 +20,14 @@ namespace forge {
 namespace {
 
 namespace fs = std::filesystem;
+using testing::CmdResult;
 const std::string kTokenizer =
     std::string(FORGE_SOURCE_DIR) + "/tests/data/chat/tokenizers/bytelevel.json";
 
-class SftCliTest : public ::testing::Test {
+class SftCliTest : public testing::CliTest {
  protected:
-  struct Result {
-    int code;
-    std::string out, err;
-  };
   void SetUp() override {
-    dir_ = fs::temp_directory_path() /
-           ("forge_sft_cli_" + std::to_string(::getpid()) + "_" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
+    CliTest::SetUp();
     // A tiny GPT-2 over the byte-level chat test tokenizer (it has ChatML's special tokens).
     ModelConfig cfg = preset_config("tiny");
     cfg.vocab_size = tok::Tokenizer::load(kTokenizer).vocab_size();
@@ -56,35 +47,14 @@ class SftCliTest : public ::testing::Test {
         << R"({"role": "user", "content": "1+1?"}, {"role": "assistant", "content": "2"}]})"
         << "\n";
   }
-  void TearDown() override { fs::remove_all(dir_); }
-  std::string p(const std::string& name) const { return (dir_ / name).string(); }
-  Result forge(const std::string& args) {
-    const std::string out = p("stdout"), err = p("stderr");
-    const int status =
-        std::system((std::string(FORGE_BIN) + " " + args + " >" + out + " 2>" + err).c_str());
-    auto slurp = [](const std::string& f) {
-      std::ifstream s(f);
-      std::stringstream b;
-      b << s.rdbuf();
-      return b.str();
-    };
-    return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, slurp(out), slurp(err)};
-  }
-  void expect_user_error(const Result& r, const std::string& needle) {
-    EXPECT_EQ(r.code, 1) << r.err;
-    EXPECT_NE(r.err.find(needle), std::string::npos) << r.err;
-    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
-  }
   std::string sft_args(const std::string& jsonl, const std::string& run) {
     return "train --init-from " + p("model") + " --sft " + p(jsonl) + " --out " + p(run) +
            " seq_len=32 batch_size=2 eval_every=1 eval_windows=4";
   }
-
-  fs::path dir_;
 };
 
 TEST_F(SftCliTest, TrainsFromJsonlAndCountsWhatItCutAndSkipped) {
-  const Result r = forge(sft_args("ok.jsonl", "run") + " --steps 3 sft_val_frac=0");
+  const CmdResult r = forge(sft_args("ok.jsonl", "run") + " --steps 3 sft_val_frac=0");
   ASSERT_EQ(r.code, 0) << r.err;
   // Four lines: one untrained (skipped), one of 200+ tokens (cut to 33), two kept whole.
   EXPECT_NE(r.out.find("4 examples: 3 train, 0 validation, 1 truncated to the sequence length, "
@@ -109,8 +79,8 @@ TEST_F(SftCliTest, TrainsFromJsonlAndCountsWhatItCutAndSkipped) {
 TEST_F(SftCliTest, ConfigFileSftSectionSetsDataAndSettings) {
   std::ofstream(p("cfg.json")) << nlohmann::json{
       {"sft", {{"data", p("ok.jsonl")}, {"epochs", 2}, {"val_frac", 0}, {"overlong", "skip"}}}};
-  const Result r = forge("train --init-from " + p("model") + " --config " + p("cfg.json") +
-                         " --out " + p("run") + " seq_len=32 batch_size=2");
+  const CmdResult r = forge("train --init-from " + p("model") + " --config " + p("cfg.json") +
+                            " --out " + p("run") + " seq_len=32 batch_size=2");
   ASSERT_EQ(r.code, 0) << r.err;
   // overlong=skip: 2 examples left; 2 epochs of 2 in steps of 2.
   EXPECT_NE(r.out.find("2 train, 0 validation, 1 skipped as too long"), std::string::npos) << r.out;
@@ -156,8 +126,8 @@ TEST_F(SftCliTest, GenerateChatIsTheTemplatesRenderingOfAUserTurn) {
   for (int32_t id : ids) id_list += (id_list.empty() ? "" : ",") + std::to_string(id);
   const std::string common =
       "generate --model " + p("model") + " --temperature 0 --max-new-tokens 6 --ignore-eos --json";
-  const Result chat = forge(common + " --chat --prompt '" + prompt + "'");
-  const Result plain = forge(common + " --ids " + id_list);
+  const CmdResult chat = forge(common + " --chat --prompt '" + prompt + "'");
+  const CmdResult plain = forge(common + " --ids " + id_list);
   ASSERT_EQ(chat.code, 0) << chat.err;
   ASSERT_EQ(plain.code, 0) << plain.err;
   EXPECT_EQ(nlohmann::json::parse(chat.out)["ids"], nlohmann::json::parse(plain.out)["ids"]);

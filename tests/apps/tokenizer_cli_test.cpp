@@ -1,11 +1,11 @@
 // forge tokenizer / data / bench as a user meets them: train → encode → decode round trips,
 // shards that decode back to the documents, one-line errors, --help, JSON output.
-#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "cli_runner.h"
 #include "forge/data/shard.h"
 #include "forge/tokenizer/tokenizer.h"
 #include "testing.h"
@@ -14,47 +14,11 @@ namespace forge {
 namespace {
 
 namespace fs = std::filesystem;
+using testing::CmdResult;
+using testing::slurp;
 
-struct CmdResult {
-  int code;
-  std::string out, err;
-};
-
-std::string slurp(const std::string& p) {
-  std::ifstream f(p, std::ios::binary);
-  std::stringstream s;
-  s << f.rdbuf();
-  return s.str();
-}
-
-class TokenizerCli : public ::testing::Test {
+class TokenizerCli : public testing::CliTest {
  protected:
-  void SetUp() override {
-    dir_ = fs::temp_directory_path() /
-           ("forge_tokcli_" + std::to_string(::getpid()) + "_" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-
-  CmdResult forge(const std::string& args, const std::string& stdin_path = "/dev/null") {
-    const std::string out = p("stdout"), err = p("stderr");
-    const std::string cmd =
-        std::string(FORGE_BIN) + " " + args + " >" + out + " 2>" + err + " <" + stdin_path;
-    const int status = std::system(cmd.c_str());
-    return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, slurp(out), slurp(err)};
-  }
-  std::string p(const std::string& name) const { return (dir_ / name).string(); }
-  std::string write(const std::string& name, const std::string& content) {
-    std::ofstream(p(name), std::ios::binary) << content;
-    return p(name);
-  }
-  void expect_user_error(const CmdResult& r, const std::string& needle) {
-    EXPECT_EQ(r.code, 1) << r.err;
-    EXPECT_NE(r.err.find(needle), std::string::npos) << r.err;
-    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
-  }
   // A small corpus with plenty of repetition, so merges have something to learn.
   std::string corpus() {
     std::string text;
@@ -62,8 +26,6 @@ class TokenizerCli : public ::testing::Test {
       text += "The cat sat on the mat. Line " + std::to_string(i) + ": caf\xc3\xa9 au lait!\n";
     return write("corpus.txt", text);
   }
-
-  fs::path dir_;
 };
 
 TEST_F(TokenizerCli, Help) {
