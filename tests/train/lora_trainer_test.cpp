@@ -21,6 +21,7 @@
 #include "forge/io/safetensors.h"
 #include "forge/model/lora_dir.h"
 #include "forge/model/model_dir.h"
+#include "train/sft_task.h"
 #include "forge/tokenizer/trainer.h"
 #include "forge/train/trainer.h"
 
@@ -29,20 +30,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-std::string word(Rng& rng, int length = 0) {
-  std::string w(length > 0 ? static_cast<size_t>(length) : 3 + rng.below(3), 'a');
-  for (char& c : w) c = static_cast<char>('a' + rng.below(10));
-  return w;
-}
-
-std::string reversed(std::string w) {
-  std::reverse(w.begin(), w.end());
-  return w;
-}
-
-std::string pair_line(const std::string& prompt, const std::string& response) {
-  return nlohmann::json{{"prompt", prompt}, {"response", response}}.dump() + "\n";
-}
+using namespace sft_task;
 
 class LoraTrainerTest : public ::testing::Test {
  protected:
@@ -54,49 +42,18 @@ class LoraTrainerTest : public ::testing::Test {
   }
   void TearDown() override { fs::remove_all(dir_); }
 
-  // As sft_trainer_test's: a one-token-per-byte tokenizer with ChatML's specials, shards of
-  // random words, and a tiny model (here a Llama) pretrained on them for `steps` steps. Returns
-  // RUN/model. Width `C` (C / 16 heads over half as many kv heads, MLP 2C).
+  // A tiny Llama of width `C` (C / 16 heads over half as many kv heads, MLP 2C, 2 layers)
+  // pretrained on random words for `steps` steps (sft_task.h). Returns RUN/model.
   std::string pretrained_model(int steps, int C = 64) {
-    Rng rng(99, 0);
-    std::string text;
-    for (int i = 0; i < 6000; ++i) text += word(rng) + (i % 8 == 7 ? "\n" : " ");
-    std::ofstream(dir_ / "corpus.txt") << text;
-    tok::BpeTrainOptions o;
-    o.vocab_size = 256 + 3;
-    o.specials = {"<|endoftext|>", "<|im_start|>", "<|im_end|>"};
-    o.threads = 1;
-    tok::train_bpe({text}, o).save_json((dir_ / "tokenizer.json").string());
-    PrepareOptions p;
-    p.inputs = {(dir_ / "corpus.txt").string()};
-    p.out_dir = (dir_ / "data").string();
-    p.format = DocFormat::kLines;
-    p.val_fraction = 0.05;
-    p.threads = 1;
-    p.tokenizer_path = (dir_ / "tokenizer.json").string();
-    prepare_data(tok::Tokenizer::load(p.tokenizer_path), p);
-
     ModelConfig m;
     m.family = Family::kLlama;
-    m.vocab_size = 259;
-    m.max_seq_len = 32;
     m.n_layer = 2;
     m.n_embd = C;
     m.n_head = m.n_embd / 16;
     m.n_kv_head = m.n_head / 2;
     m.ffn_hidden = 2 * m.n_embd;
     m.tie_embeddings = true;
-    TrainConfig t;
-    t.steps = steps;
-    t.batch_size = 16;
-    t.seq_len = 32;
-    t.lr = 3e-3;
-    t.warmup_steps = 5;
-    t.eval_every = 1000;
-    t.eval_windows = 16;
-    t.quiet = true;
-    train(m, t, (dir_ / "data").string(), (dir_ / "pre").string());
-    return (dir_ / "pre" / "model").string();
+    return sft_task::pretrained_model(dir_, steps, m);
   }
 
   // The pretrained model fully fine-tuned (no LoRA) to echo a word: a chat model that knows
@@ -124,26 +81,7 @@ class LoraTrainerTest : public ::testing::Test {
     return (dir_ / "echo" / "model").string();
   }
 
-  TrainConfig sft_config(int steps) const {
-    TrainConfig t;
-    t.steps = steps;
-    t.batch_size = 16;
-    t.seq_len = 32;
-    t.lr = 5e-3;
-    t.warmup_steps = 10;
-    t.weight_decay = 0;
-    t.eval_every = 1000;
-    t.eval_windows = 64;
-    t.quiet = true;
-    return t;
-  }
-
-  std::vector<nlohmann::json> metrics(const fs::path& run) const {
-    std::vector<nlohmann::json> out;
-    std::ifstream f(run / "metrics.jsonl");
-    for (std::string line; std::getline(f, line);) out.push_back(nlohmann::json::parse(line));
-    return out;
-  }
+  TrainConfig sft_config(int steps) const { return sft_task::sft_config(steps, 5e-3); }
 
   fs::path dir_;
 };
@@ -162,32 +100,6 @@ Transformer<float> merged(const std::string& base, const std::string& adapter_di
   const LoadedAdapter a = load_adapter_dir(adapter_dir, model.config());
   merge_lora(model.table(), model.weights(), AdapterTable(model.config(), a.lora), a.weights);
   return model;
-}
-
-double reversal_accuracy(const Transformer<float>& model, const std::string& tok_dir,
-                         const std::vector<std::string>& words) {
-  const tok::Tokenizer tok = tok::Tokenizer::load(tok_dir + "/tokenizer.json");
-  const chat::ChatTemplate tmpl = chat::ChatTemplate::load(tok_dir);
-  const int32_t end = tok.encode("<|im_end|>").at(0);
-  std::vector<GenRequest> reqs;
-  for (const std::string& w : words) {
-    chat::RenderOptions ro;
-    ro.add_generation_prompt = true;
-    GenRequest r;
-    r.prompt = chat::encode_chat(tmpl, tok, {{"user", w}}, ro, "test").ids;
-    r.max_new_tokens = 8;
-    r.stop_ids = {end};
-    reqs.push_back(r);
-  }
-  auto engine = make_cpu_engine(model.config(), model.weights());
-  const std::vector<GenResult> out = engine->generate(reqs, GenOptions{});
-  int right = 0;
-  for (size_t i = 0; i < words.size(); ++i) {
-    std::vector<int32_t> ids = out[i].ids;
-    if (!ids.empty() && ids.back() == end) ids.pop_back();
-    right += tok.decode(ids) == reversed(words[i]);
-  }
-  return static_cast<double>(right) / static_cast<double>(words.size());
 }
 
 TEST_F(LoraTrainerTest, AdaptersAloneTeachAHeldOutTask) {

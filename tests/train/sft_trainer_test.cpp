@@ -19,6 +19,7 @@
 #include "forge/data/prepare.h"
 #include "forge/generate/engine.h"
 #include "forge/model/model_dir.h"
+#include "train/sft_task.h"
 #include "forge/tokenizer/trainer.h"
 #include "forge/train/trainer.h"
 
@@ -27,22 +28,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// A random lower-case word of `length` letters (0: 3 to 5) from the first 10 of the alphabet.
-std::string word(Rng& rng, int length = 0) {
-  const int letters = 10;
-  std::string w(length > 0 ? static_cast<size_t>(length) : 3 + rng.below(3), 'a');
-  for (char& c : w) c = static_cast<char>('a' + rng.below(static_cast<uint64_t>(letters)));
-  return w;
-}
-
-std::string reversed(std::string w) {
-  std::reverse(w.begin(), w.end());
-  return w;
-}
-
-std::string pair_line(const std::string& prompt, const std::string& response) {
-  return nlohmann::json{{"prompt", prompt}, {"response", response}}.dump() + "\n";
-}
+using namespace sft_task;
 
 class SftTrainerTest : public ::testing::Test {
  protected:
@@ -55,68 +41,18 @@ class SftTrainerTest : public ::testing::Test {
   }
   void TearDown() override { fs::remove_all(dir_); }
 
-  // A byte-level tokenizer without merges (one token per letter) and ChatML's special tokens,
-  // pretraining shards of random words made with it, and a tiny model pretrained on them for
-  // `steps` steps: RUN/model, with the tokenizer beside it. Returns the model directory.
+  // The tiny GPT-2 (width 64, 2 layers) pretrained on random words for `steps` steps
+  // (sft_task.h). Returns the model directory.
   std::string pretrained_model(int steps) {
-    Rng rng(99, 0);
-    std::string text;
-    for (int i = 0; i < 6000; ++i) text += word(rng) + (i % 8 == 7 ? "\n" : " ");
-    std::ofstream(dir_ / "corpus.txt") << text;
-    tok::BpeTrainOptions o;
-    o.vocab_size = 256 + 3;  // no merges: one token per byte
-    o.specials = {"<|endoftext|>", "<|im_start|>", "<|im_end|>"};
-    o.threads = 1;
-    tok::train_bpe({text}, o).save_json((dir_ / "tokenizer.json").string());
-    PrepareOptions p;
-    p.inputs = {(dir_ / "corpus.txt").string()};
-    p.out_dir = (dir_ / "data").string();
-    p.format = DocFormat::kLines;
-    p.val_fraction = 0.05;
-    p.threads = 1;
-    p.tokenizer_path = (dir_ / "tokenizer.json").string();
-    prepare_data(tok::Tokenizer::load(p.tokenizer_path), p);
-
     ModelConfig m = preset_config("tiny");
-    m.vocab_size = 259;
-    m.max_seq_len = 32;
     m.n_layer = 2;
     m.n_embd = 64;
     m.n_head = m.n_kv_head = 4;
     m.ffn_hidden = 256;
-    TrainConfig t;
-    t.steps = steps;
-    t.batch_size = 16;
-    t.seq_len = 32;
-    t.lr = 3e-3;
-    t.warmup_steps = 5;
-    t.eval_every = 1000;
-    t.eval_windows = 16;
-    t.quiet = true;
-    train(m, t, (dir_ / "data").string(), (dir_ / "pre").string());
-    return (dir_ / "pre" / "model").string();
+    return sft_task::pretrained_model(dir_, steps, m);
   }
 
-  TrainConfig sft_config(int steps) const {
-    TrainConfig t;
-    t.steps = steps;
-    t.batch_size = 16;
-    t.seq_len = 32;
-    t.lr = 3e-3;
-    t.warmup_steps = 10;
-    t.weight_decay = 0;
-    t.eval_every = 1000;
-    t.eval_windows = 64;
-    t.quiet = true;
-    return t;
-  }
-
-  std::vector<nlohmann::json> metrics(const fs::path& run) const {
-    std::vector<nlohmann::json> out;
-    std::ifstream f(run / "metrics.jsonl");
-    for (std::string line; std::getline(f, line);) out.push_back(nlohmann::json::parse(line));
-    return out;
-  }
+  TrainConfig sft_config(int steps) const { return sft_task::sft_config(steps, 3e-3); }
 
   fs::path dir_;
 };
@@ -128,31 +64,9 @@ RunOptions sft() {
   return o;
 }
 
-// The share of `words` whose greedy answer (up to <|im_end|>) is the word reversed.
+// The share of `words` the model in `model_dir` reverses (sft_task.h).
 double reversal_accuracy(const std::string& model_dir, const std::vector<std::string>& words) {
-  const Transformer<float> model = load_model_dir(model_dir);
-  const tok::Tokenizer tok = tok::Tokenizer::load(model_dir + "/tokenizer.json");
-  const chat::ChatTemplate tmpl = chat::ChatTemplate::load(model_dir);
-  const int32_t end = tok.encode("<|im_end|>").at(0);
-  std::vector<GenRequest> reqs;
-  for (const std::string& w : words) {
-    chat::RenderOptions ro;
-    ro.add_generation_prompt = true;
-    GenRequest r;
-    r.prompt = chat::encode_chat(tmpl, tok, {{"user", w}}, ro, "test").ids;
-    r.max_new_tokens = 8;
-    r.stop_ids = {end};
-    reqs.push_back(r);
-  }
-  auto engine = make_cpu_engine(model.config(), model.weights());
-  const std::vector<GenResult> out = engine->generate(reqs, GenOptions{});
-  int right = 0;
-  for (size_t i = 0; i < words.size(); ++i) {
-    std::vector<int32_t> ids = out[i].ids;
-    if (!ids.empty() && ids.back() == end) ids.pop_back();
-    right += tok.decode(ids) == reversed(words[i]);
-  }
-  return static_cast<double>(right) / static_cast<double>(words.size());
+  return sft_task::reversal_accuracy(load_model_dir(model_dir), model_dir, words);
 }
 
 TEST_F(SftTrainerTest, LossIsTheMeanOverAssistantTokensOnly) {
