@@ -88,11 +88,12 @@ Value arithmetic(const std::string& op, const Value& a, const Value& b) {
         throw JinjaError(seq.is_string() ? "repeated string too long" : "repeated list too long");
       if (seq.is_string()) {
         TaintedString s;
-        for (int64_t i = 0; i < n.as_int(); ++i) s.append(seq.as_string());
+        // unit == 0 ("" * 2**63 - 1): the bound above does not apply, and the result is empty.
+        for (int64_t i = 0; unit > 0 && i < times; ++i) s.append(seq.as_string());
         return Value::string(s, seq.origin());
       }
       List items;
-      for (int64_t i = 0; i < n.as_int(); ++i)
+      for (int64_t i = 0; unit > 0 && i < times; ++i)
         items.insert(items.end(), seq.as_list().begin(), seq.as_list().end());
       return Value::list(std::move(items));
     }
