@@ -76,6 +76,8 @@ TEST(JinjaTest, RunawayTemplatesStopWithAnError) {
       error_of("{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}"),
       "t line 1: more than 1000000 loop iterations: a runaway template?");
   EXPECT_EQ(render("{{ 2 ** 62 }} {{ 3 ** 0 }} {{ (-2) ** 3 }}"), "4611686018427387904 1 -8");
+  // Empty repeated 2**63 - 1 times: empty, at once (the fuzzer's timeout: the loop ran 2**63 times).
+  EXPECT_EQ(render("[{{ '' * 9223372036854775807 }}][{{ ([] * 9223372036854775807) | length }}]"), "[][0]");
 }
 
 TEST(JinjaTest, UnsupportedTagsSaySo) {
