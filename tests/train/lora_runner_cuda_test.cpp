@@ -214,7 +214,6 @@ TEST_F(LoraCudaRunnerTest, TrainerSavesTheAdapterDirectoryAsTheCpuRunDoes) {
     }
   }
   TrainConfig t = sft_task::sft_config(6, 5e-3);
-  t.sft_val_frac = 0;
   auto run = [&](const std::string& device, const std::string& name) {
     RunOptions o;
     o.sft = true;
