@@ -88,8 +88,10 @@ class LoraCudaRunnerTest : public CudaTest {};
 
 // Tolerances: fp32 computes what the CPU does in another summation order (losses 1e-4 relative;
 // adapters, after five Adam steps whose first update is ~lr·sign(g), within 0.5% of how far they
-// moved). bf16 rounds every activation to 8 bits (losses 2e-2 relative, norms 5e-2, adapters
-// within 25% of how far they moved: a wrong product, transpose or scale moves them elsewhere).
+// moved). bf16 rounds every activation to 8 bits (losses 2e-2 relative, norms 5e-2; adapters
+// within 50% of how far they moved, since Adam's first steps take the sign of gradients that bf16
+// noise can flip where they are small; a wrong product, transpose or scale moves them elsewhere,
+// a difference of the order of the move itself).
 TEST_F(LoraCudaRunnerTest, FiveStepsTrackTheCpuLoraRunner) {
   for (const char* precision : {"fp32", "bf16"}) {
     SCOPED_TRACE(precision);
@@ -115,7 +117,7 @@ TEST_F(LoraCudaRunnerTest, FiveStepsTrackTheCpuLoraRunner) {
     ASSERT_EQ(wg.size(), w0.size());
     const double moved = norm_diff(wc, w0);
     EXPECT_GT(moved, 0.0);
-    EXPECT_LT(norm_diff(wg, wc), (fp32 ? 5e-3 : 0.25) * moved) << "moved " << moved;
+    EXPECT_LT(norm_diff(wg, wc), (fp32 ? 5e-3 : 0.5) * moved) << "moved " << moved;
     // Adam's state is the adapters' alone.
     EXPECT_EQ(gpu->adam_m().size(), w0.size());
     EXPECT_EQ(gpu->adam_v().size(), w0.size());
