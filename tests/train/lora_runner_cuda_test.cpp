@@ -127,43 +127,56 @@ TEST_F(LoraCudaRunnerTest, FiveStepsTrackTheCpuLoraRunner) {
 
 // The base on the model level: attaching adapters releases the base's gradients and Adam state
 // (and, in bf16, its f32 master: weights_host() is then the bf16 working copy), and steps leave
-// the base's weights bit for bit while the adapters move.
+// the base's weights bit for bit while the adapters move. Llama in fp32 and bf16, and in bf16 the
+// Llama-layout variants whose extra base tensors have their own gradient paths (q/k/v/o biases,
+// Qwen3's per-head q/k norms, SmolLM3's layer without RoPE): each must take a null gradient.
 TEST_F(LoraCudaRunnerTest, BaseStaysFrozenWithoutGradientsOrAdamState) {
-  const ModelConfig cfg = testing::small_config(Family::kLlama);
-  Transformer<float> init(cfg);
-  init.init_weights(21);
-  for (DType dt : {DType::kF32, DType::kBF16}) {
-    SCOPED_TRACE(dtype_name(dt));
-    CudaModelOptions o;
-    o.dtype = dt;
-    CudaTransformer gm(cfg, ctx(), o);
-    gm.set_weights(init.weights());
-    ASSERT_EQ(gm.grads_host().size(), init.weights().size());  // not frozen yet
-    gm.attach_lora(all_targets(), 5);
-    const AdapterTable& at = *gm.adapter_table();
-    gm.backend().set_adapter_weights(lora_model().adapter_weights());
-    EXPECT_TRUE(gm.grads_host().empty());
-    EXPECT_EQ(gm.backend().adam_m_host().size(), static_cast<size_t>(at.total()));
-    const std::vector<float> base = gm.weights_host(), a0 = gm.backend().adapter_weights_host();
-    EXPECT_TRUE(cuda::testing::same_bits(base, cuda::testing::round_to(dt, init.weights())));
-    for (int s = 0; s < 3; ++s) {
-      auto x = testing::random_ids(kB * kT, cfg.vocab_size, 50 + s), y = testing::random_ids(kB * kT, cfg.vocab_size, 60 + s);
-      cuda::DeviceBuffer<int32_t> dx = upload(x), dy = upload(y);
-      cuda::DeviceBuffer<float> dloss = upload(std::vector<float>{1.0f / (kB * kT)});
-      gm.zero_grad();
-      gm.forward(dx.data(), dy.data(), dloss.data(), kB, kT);
-      gm.backward();
-      AdamWParams p;
-      p.lr = 1e-2f;
-      p.weight_decay = 0.1f;
-      p.step = s + 1;
-      gm.backend().optimizer_step(p, 1.0f, 0);
-      ctx().synchronize();
+  const ModelConfig llama = testing::small_config(Family::kLlama);
+  std::vector<std::pair<std::string, ModelConfig>> cases = testing::llama_family_variants(llama);
+  cases.emplace(cases.begin(), "llama", llama);
+  for (const auto& [name, cfg] : cases)
+    for (DType dt : {DType::kF32, DType::kBF16}) {
+      if (dt == DType::kF32 && name != "llama") continue;
+      SCOPED_TRACE(name + " " + dtype_name(dt));
+      Transformer<float> init(cfg);
+      init.init_weights(21);
+      testing::perturb_weights(init.weights(), init.table(), 8);
+      Transformer<float> ref(cfg);  // adapters of this shape with B nonzero
+      ref.attach_lora(all_targets(), 5);
+      const std::vector<float> noise = testing::random_normal<float>(ref.adapter_weights().size(), 77, 0.05);
+      for (size_t i = 0; i < noise.size(); ++i) ref.adapter_weights()[i] += noise[i];
+      CudaModelOptions o;
+      o.dtype = dt;
+      CudaTransformer gm(cfg, ctx(), o);
+      gm.set_weights(init.weights());
+      ASSERT_EQ(gm.grads_host().size(), init.weights().size());  // not frozen yet
+      gm.attach_lora(all_targets(), 5);
+      gm.backend().set_adapter_weights(ref.adapter_weights());
+      EXPECT_TRUE(gm.grads_host().empty());
+      EXPECT_EQ(gm.backend().adam_m_host().size(), ref.adapter_weights().size());
+      const std::vector<float> base = gm.weights_host(), a0 = gm.backend().adapter_weights_host();
+      EXPECT_TRUE(cuda::testing::same_bits(base, cuda::testing::round_to(dt, init.weights())));
+      for (int s = 0; s < 3; ++s) {
+        auto x = testing::random_ids(kB * kT, cfg.vocab_size, 50 + s),
+             y = testing::random_ids(kB * kT, cfg.vocab_size, 60 + s);
+        cuda::DeviceBuffer<int32_t> dx = upload(x), dy = upload(y);
+        cuda::DeviceBuffer<float> dloss = upload(std::vector<float>{1.0f / (kB * kT)});
+        gm.zero_grad();
+        gm.forward(dx.data(), dy.data(), dloss.data(), kB, kT);
+        gm.backward();
+        AdamWParams p;
+        p.lr = 1e-2f;
+        p.weight_decay = 0.1f;
+        p.step = s + 1;
+        gm.backend().optimizer_step(p, 1.0f, 0);
+        ctx().synchronize();
+      }
+      EXPECT_TRUE(cuda::testing::same_bits(gm.weights_host(), base));
+      const std::vector<float> a1 = gm.backend().adapter_weights_host();
+      EXPECT_FALSE(bit_identical(a1, a0));
+      for (float v : a1) ASSERT_TRUE(std::isfinite(v));
+      EXPECT_TRUE(gm.grads_host().empty());
     }
-    EXPECT_TRUE(cuda::testing::same_bits(gm.weights_host(), base));
-    EXPECT_FALSE(bit_identical(gm.backend().adapter_weights_host(), a0));
-    EXPECT_TRUE(gm.grads_host().empty());
-  }
 }
 
 // What a checkpoint holds (adapters, Adam's m and v) carried into a fresh runner: the next steps
