@@ -179,6 +179,24 @@ TEST_F(LoraCudaRunnerTest, BaseStaysFrozenWithoutGradientsOrAdamState) {
     }
 }
 
+// The LoRA runner never allocates the base's gradients, Adam state or (bf16) f32 master: its
+// peak device memory is below the full runner's on the same model by at least half of those
+// 16 bytes per base parameter (the adapters and their activations take far less than the rest;
+// bf16 size classes round by at most 512 bytes per buffer).
+TEST_F(LoraCudaRunnerTest, FrozenBaseHoldsNoBaseGradientOrAdamMemory) {
+  const Transformer<float> host = lora_model();
+  const ModelConfig& cfg = host.config();
+  auto full = make_cuda_runner(cfg, "bf16");
+  full->set_weights(host.weights());
+  run_steps(*full, cfg, 0, 1);
+  auto lora = make_lora_cuda_runner(host, "bf16");
+  lora->set_weights(host.adapter_weights());
+  run_steps(*lora, cfg, 0, 1);
+  const size_t P = host.weights().size();
+  EXPECT_LT(lora->peak_device_bytes() + 8 * P, full->peak_device_bytes())
+      << "lora " << lora->peak_device_bytes() << " full " << full->peak_device_bytes() << " P " << P;
+}
+
 // What a checkpoint holds (adapters, Adam's m and v) carried into a fresh runner: the next steps
 // are bit-identical to the runner that kept going (bf16, CUDA graphs).
 TEST_F(LoraCudaRunnerTest, AdaptersAndAdamStateCarryIntoAFreshRunner) {

@@ -14,6 +14,12 @@ namespace forge {
 
 using cuda::GemmArgs;
 
+namespace {
+// f32 elements staged at a time between the host and a frozen 16-bit base (which has no f32
+// master): 16 MiB, so uploading a large base does not hold a second, f32 copy of it.
+constexpr int64_t kStagingElems = int64_t{1} << 22;
+}  // namespace
+
 CudaBackend::CudaBackend(const ModelConfig& cfg, const ParamTable& table, cuda::Context& ctx,
                          const CudaModelOptions& o)
     : ctx_(ctx), table_(table), dt_(o.dtype), es_(dtype_size(o.dtype)) {
@@ -65,13 +71,21 @@ CudaBackend::Act CudaBackend::w(int64_t off) const {
 void CudaBackend::set_weights(const std::vector<float>& host) {
   FORGE_CHECK(host.size() == static_cast<size_t>(table_.total()), "set_weights: ", host.size(), " values for ",
               table_.total(), " parameters");
-  // A frozen 16-bit base has no master: the values pass through a temporary f32 buffer.
-  Buf<float> staging;
-  if (master_.size() == 0) staging = Buf<float>(ctx_.allocator(), host.size());
-  float* f32 = master_.size() > 0 ? master_.data() : staging.data();
-  FORGE_CUDA_CHECK(
-      cudaMemcpyAsync(f32, host.data(), host.size() * sizeof(float), cudaMemcpyHostToDevice, ctx_.stream()));
-  if (dt_ != DType::kF32) cuda::convert(ctx_, dt_, work_.data(), DType::kF32, f32, table_.total());
+  if (master_.size() > 0) {
+    FORGE_CUDA_CHECK(
+        cudaMemcpyAsync(master_.data(), host.data(), master_.bytes(), cudaMemcpyHostToDevice, ctx_.stream()));
+    if (dt_ != DType::kF32) cuda::convert(ctx_, dt_, work_.data(), DType::kF32, master_.data(), table_.total());
+  } else {  // a frozen 16-bit base has no master: through a bounded f32 staging buffer
+    const int64_t P = table_.total(), chunk = std::min<int64_t>(P, kStagingElems);
+    Buf<float> staging(ctx_.allocator(), chunk);
+    for (int64_t off = 0; off < P; off += chunk) {
+      const int64_t n = std::min(chunk, P - off);
+      FORGE_CUDA_CHECK(cudaMemcpyAsync(staging.data(), host.data() + off, n * sizeof(float), cudaMemcpyHostToDevice,
+                                       ctx_.stream()));
+      cuda::convert(ctx_, dt_, work_.data() + off * es_, DType::kF32, staging.data(), n);
+    }
+    ctx_.synchronize();  // before the staging buffer goes back to the cache
+  }
   ctx_.synchronize();  // the host vector may go away
 }
 
@@ -88,10 +102,17 @@ std::vector<float> to_host(cuda::Context& ctx, const cuda::DeviceBuffer<float>& 
 
 std::vector<float> CudaBackend::weights_host() const {
   if (master_.size() > 0) return to_host(ctx_, master_);
-  // A frozen 16-bit base: its working copy, widened.
-  Buf<float> f32(ctx_.allocator(), table_.total());
-  cuda::convert(ctx_, DType::kF32, f32.data(), dt_, work_.data(), table_.total());
-  return to_host(ctx_, f32);
+  // A frozen 16-bit base: its working copy, widened through a bounded staging buffer.
+  const int64_t P = table_.total(), chunk = std::min<int64_t>(P, kStagingElems);
+  std::vector<float> h(P);
+  Buf<float> staging(ctx_.allocator(), chunk);
+  for (int64_t off = 0; off < P; off += chunk) {
+    const int64_t n = std::min(chunk, P - off);
+    cuda::convert(ctx_, DType::kF32, staging.data(), dt_, work_.data() + off * es_, n);
+    ctx_.synchronize();
+    FORGE_CUDA_CHECK(cudaMemcpy(h.data() + off, staging.data(), n * sizeof(float), cudaMemcpyDeviceToHost));
+  }
+  return h;
 }
 std::vector<float> CudaBackend::grads_host() const { return to_host(ctx_, grads_); }
 std::vector<float> CudaBackend::adam_m_host() const { return to_host(ctx_, m_); }
