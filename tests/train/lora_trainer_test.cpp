@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 #include <set>
 
+#include "forge/backend/cuda/runtime.h"
 #include "forge/chat/chat_template.h"
 #include "forge/chat/sft_example.h"
 #include "forge/core/error.h"
@@ -224,11 +225,14 @@ TEST_F(LoraTrainerTest, BadLoraRunsAreRefused) {
   m.n_head = m.n_kv_head = 2;
   m.ffn_hidden = 32;
   expect_error([&] { train(m, t, data, (dir_ / "x").string(), lora_sft("r=2")); }, "--init-from");
-  // Not on the GPU runner.
-  RunOptions cuda = lora_sft("r=2");
-  cuda.device = "cuda";
-  expect_error([&] { train_from(base, t, data, (dir_ / "y").string(), cuda); }, "CPU only");
-  EXPECT_FALSE(fs::exists(dir_ / "y" / "metrics.jsonl"));
+  // --device cuda without a GPU (or a CUDA build): refused before the run directory changes.
+  // (With one, lora_runner_cuda_test.cpp trains there.)
+  if (!cuda::available()) {
+    RunOptions cuda = lora_sft("r=2");
+    cuda.device = "cuda";
+    expect_error([&] { train_from(base, t, data, (dir_ / "y").string(), cuda); }, "--device cuda");
+    EXPECT_FALSE(fs::exists(dir_ / "y" / "metrics.jsonl"));
+  }
   // GPT-2 bases are refused.
   ModelConfig g = m;
   g.family = Family::kGpt2;

@@ -13,7 +13,7 @@
 //     weights), so gradient accumulation is several micro-batches between zero_grad()s.
 //   - Activations kept for the backward are planned once per (B, T) (plan_generation() changes
 //     when they are allocated anew, which makes a captured CUDA graph stale).
-//   - LoRA (model/lora.h, CPU backend): attach_lora() adds low-rank adapters in a second flat
+//   - LoRA (model/lora.h, CPU and CUDA backends): attach_lora() adds low-rank adapters in a second flat
 //     buffer and freezes the base. Every targeted projection's output gains
 //     (alpha / r)·(x·Aᵀ)·Bᵀ in the same orchestration (lora_fwd / lora_bwd after the base
 //     product); the base's gradients are not computed at all (its ops get null gradient
@@ -101,7 +101,7 @@ class Model {
   int32_t* decode_positions() { return dec_pos_.data(); }
   Act decode_logits() { return dec_logits_.data(); }
 
-  // ---- LoRA (model/lora.h; backends with adapter storage: the CPU's) ---------------------------
+  // ---- LoRA (model/lora.h; backends with adapter storage: the CPU's and the CUDA one's) -------
   static constexpr bool kLora = requires(Backend& b) { b.aw(int64_t{0}); };
   // Adds adapters (A from `seed` as AdapterTable::init draws it, B = 0) and freezes the base:
   // from now on gradients are the adapters' only (adapter_grads(); grads() is empty). Once.
@@ -113,14 +113,15 @@ class Model {
     adapter_.emplace(cfg_, lora);  // throws for GPT-2 or a bad configuration
     std::vector<float> a(adapter_->total());
     adapter_->init(a.data(), seed);
-    be_.set_adapter(a);
+    be_.set_adapter(a, adapter_->params());
     B_ = T_ = 0;  // plan() again: the adapters need activation buffers
   }
   // nullptr without adapters.
   const AdapterTable* adapter_table() const { return adapter_ ? &*adapter_ : nullptr; }
-  auto& adapter_weights() requires kLora { return be_.adapter_weights(); }
-  const auto& adapter_weights() const requires kLora { return be_.adapter_weights(); }
-  auto& adapter_grads() requires kLora { return be_.adapter_grads(); }
+  // Host backends; the CUDA backend has adapter_weights_host() / set_adapter_weights().
+  auto& adapter_weights() requires(kLora && Backend::kHost) { return be_.adapter_weights(); }
+  const auto& adapter_weights() const requires(kLora && Backend::kHost) { return be_.adapter_weights(); }
+  auto& adapter_grads() requires(kLora && Backend::kHost) { return be_.adapter_grads(); }
 
   // ---- host conveniences (backends whose memory the host reads) -------------------------------
   // Mean loss over non-ignored targets (0 when all are ignored), no gradients.

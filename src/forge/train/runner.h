@@ -143,6 +143,14 @@ struct CudaSettings {
 std::unique_ptr<StepRunner> make_cuda_runner(const ModelConfig& cfg, const std::string& precision,
                                              const CudaSettings& settings = {});
 
+// The CUDA runner on `model` (which has adapters, model/lora.h): its base uploaded and frozen in
+// `precision` (no base gradients or Adam state; in 16-bit modes no f32 master), the adapters
+// trained as make_lora_cpu_runner's are (same gradient norm, clipping, guard and AdamW, over the
+// adapter buffer; weights(), set_weights(), adam_m() and adam_v() are the adapters'). Throws as
+// make_cuda_runner does.
+std::unique_ptr<StepRunner> make_lora_cuda_runner(const Model<CpuBackend<float>>& model, const std::string& precision,
+                                                  const CudaSettings& settings = {});
+
 // "auto" (or "flash"), "unfused", "flash-mma", "flash-wgmma"; throws forge::Error otherwise.
 AttentionPath parse_attention_path(const std::string& name);
 

@@ -36,6 +36,12 @@
 // over. A replay runs the same kernels on the same buffers as eager execution, so results are
 // bit-identical; CudaSettings::graphs = false (the CLI's FORGE_CUDA_GRAPH=0) runs every step
 // eagerly.
+//
+// LoRA (make_lora_cuda_runner): the same runner on a model with adapters (model/lora.h) and a
+// frozen base in the run's precision. The backend's optimizer then trains the adapter buffer
+// alone (Σ g², clipping, guard, AdamW, Adam's m and v), so the step, its graph and its reports
+// are unchanged; weights(), set_weights(), adam_m() and adam_v() are the adapters', as on the
+// CPU LoRA runner (train/runner_lora.cpp).
 #include <cuda_runtime.h>
 
 #include <array>
@@ -104,14 +110,22 @@ static_assert(2 * sizeof(AdamWFactors) <= InputLayout::kFaults);
 
 class CudaRunner final : public StepRunner {
  public:
-  CudaRunner(const ModelConfig& cfg, DType dt, const CudaSettings& s)
+  // lora_host (a model with adapters): its base is uploaded frozen and its adapters train.
+  CudaRunner(const ModelConfig& cfg, DType dt, const CudaSettings& s, const Transformer<float>* lora_host = nullptr)
       : ctx_(s.device),
-        model_(cfg, ctx_, CudaModelOptions{dt, s.loss_scale, s.attention}),
+        model_(cfg, ctx_, CudaModelOptions{dt, s.loss_scale, s.attention, lora_host != nullptr}),
         graphs_(s.graphs),
         eval_sum_dev_(ctx_.allocator(), 1),
         eval_sum_(1) {
     for (Slot& s : slots_)
       FORGE_CUDA_CHECK(cudaEventCreateWithFlags(&s.done, cudaEventDisableTiming));
+    if (lora_host != nullptr) {
+      const AdapterTable* at = lora_host->adapter_table();
+      FORGE_CHECK(at != nullptr, "make_lora_cuda_runner: the model has no adapters");
+      model_.set_weights(lora_host->weights());
+      model_.attach_lora(at->lora(), 0);
+      be().set_adapter_weights(lora_host->adapter_weights());
+    }
   }
   ~CudaRunner() override {
     graph_.reset();
@@ -122,9 +136,12 @@ class CudaRunner final : public StepRunner {
   const ParamTable& table() const override { return model_.table(); }
   std::string describe() const override {
     const DType dt = be().dtype();
+    std::string lora;
+    if (const AdapterTable* at = model_.adapter_table())
+      lora = str(", lora r=", at->lora().r, " alpha=", at->lora().alpha, " (", at->total(), " trainable parameters)");
     return str("cuda ", dt == DType::kF32 ? "fp32" : dt == DType::kBF16 ? "bf16" : "fp16", " on ",
                cuda::device_summary(), graphs_ ? ", CUDA graph" : ", eager",
-               be().flash_attention() ? ", flash attention" : ", unfused attention");
+               be().flash_attention() ? ", flash attention" : ", unfused attention", lora);
   }
   void zero_grad() override {
     FORGE_CHECK(micro_ == 0, "zero_grad() in the middle of a step");
@@ -247,8 +264,14 @@ class CudaRunner final : public StepRunner {
     return count > 0 ? eval_sum_.data()[0] / static_cast<double>(count) : 0.0;
   }
 
-  std::vector<float> weights() override { return model_.weights_host(); }
-  void set_weights(const std::vector<float>& w) override { model_.set_weights(w); }
+  // LoRA: the adapters (the base never changes).
+  std::vector<float> weights() override {
+    return be().has_adapter() ? be().adapter_weights_host() : model_.weights_host();
+  }
+  void set_weights(const std::vector<float>& w) override {
+    if (be().has_adapter()) be().set_adapter_weights(w);
+    else model_.set_weights(w);
+  }
   std::vector<float> adam_m() override { return be().adam_m_host(); }
   std::vector<float> adam_v() override { return be().adam_v_host(); }
   void set_adam_state(const std::vector<float>& m, const std::vector<float>& v) override {
@@ -296,7 +319,7 @@ class CudaRunner final : public StepRunner {
       cuda::sum_in_order(ctx_, loss_sums_dev_.data() + i, model_.losses(), n);
     }
     if (k.faults)
-      cuda::inject_step_fault(ctx_, be().g(0), loss_sums_dev_.data(),
+      cuda::inject_step_fault(ctx_, be().has_adapter() ? be().ag(0) : be().g(0), loss_sums_dev_.data(),
                               reinterpret_cast<const int32_t*>(in + InputLayout::kFaults));
     be().optimizer_step(reinterpret_cast<const AdamWFactors*>(in), k.max_norm,
                         loss_sums_dev_.data(), k.micros);
@@ -395,6 +418,12 @@ std::unique_ptr<StepRunner> make_cuda_runner(const ModelConfig& cfg, const std::
                                              const CudaSettings& settings) {
   if (!cuda::available()) throw Error("--device cuda: " + cuda::device_summary());
   return std::make_unique<CudaRunner>(cfg, parse_precision(precision), settings);
+}
+
+std::unique_ptr<StepRunner> make_lora_cuda_runner(const Transformer<float>& model, const std::string& precision,
+                                                  const CudaSettings& settings) {
+  if (!cuda::available()) throw Error("--device cuda: " + cuda::device_summary());
+  return std::make_unique<CudaRunner>(model.config(), parse_precision(precision), settings, &model);
 }
 
 }  // namespace forge

@@ -247,8 +247,6 @@ TrainResult run(Transformer<float>& model, TrainConfig cfg, const std::string& d
     model.attach_lora(*opt.lora, cfg.seed);
   }
   const AdapterTable* lora = model.adapter_table();
-  if (lora && device != "cpu")
-    throw Error(str("--lora trains on the CPU only (--device cpu); --device ", device, " does not train adapters yet"));
   // The steps run on a StepRunner (CPU or GPU); `model` stays the host copy that checkpoints
   // and the final export read, refreshed from the runner when they need it. Made before anything
   // in the run directory changes, so an unavailable device leaves the run as it was.
@@ -256,9 +254,10 @@ TrainResult run(Transformer<float>& model, TrainConfig cfg, const std::string& d
   try {
     if (lora && comm)
       throw Error("--lora trains in one process; data-parallel LoRA (mpirun) is not implemented yet");
-    runner = lora                ? make_lora_cpu_runner(model)
-             : device == "cuda" ? make_cuda_runner(mcfg, precision, opt.cuda)
-                                : make_cpu_runner(mcfg, comm);
+    if (lora)
+      runner = device == "cuda" ? make_lora_cuda_runner(model, precision, opt.cuda) : make_lora_cpu_runner(model);
+    else
+      runner = device == "cuda" ? make_cuda_runner(mcfg, precision, opt.cuda) : make_cpu_runner(mcfg, comm);
   } catch (const Error& e) {
     if (start.device_hint.empty()) throw;
     throw Error(str(e.what(), "; ", start.device_hint));

@@ -102,7 +102,7 @@ struct RunOptions {
   // the same loop. The split (below) is over micro-batch rows: batch_size must divide by the
   // rank count.
   Communicator* comm = nullptr;
-  // LoRA (model/lora.h; train_from() only, CPU): adapters on the frozen --init-from model train
+  // LoRA (model/lora.h; train_from() only, CPU or CUDA, one process): adapters on the frozen --init-from model train
   // instead of its weights. The run's model/ and checkpoints are PEFT adapter directories
   // (model/lora_dir.h); the run configuration records "lora": {"r", "alpha", "targets",
   // "base_sha256"} (the SHA-256 of the base's f32 weights), so resume() re-reads the base from

@@ -67,7 +67,8 @@ class CpuBackend {
 
   // ---- LoRA adapters (model/lora.h): their own flat buffer and gradients; the base's gradient
   // buffer is released (a frozen base has none).
-  void set_adapter(const std::vector<float>& a) {
+  // params (the adapter table's) are for backends that run the optimizer; the CPU runners do.
+  void set_adapter(const std::vector<float>& a, const std::vector<ParamInfo>& /*params*/) {
     adapter_w_.assign(a.begin(), a.end());
     adapter_g_.assign(a.size(), T(0));
     std::vector<T>().swap(grads_);

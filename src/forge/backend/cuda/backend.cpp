@@ -14,6 +14,12 @@ namespace forge {
 
 using cuda::GemmArgs;
 
+namespace {
+// f32 elements staged at a time between the host and a frozen 16-bit base (which has no f32
+// master): 16 MiB, so uploading a large base does not hold a second, f32 copy of it.
+constexpr int64_t kStagingElems = int64_t{1} << 22;
+}  // namespace
+
 CudaBackend::CudaBackend(const ModelConfig& cfg, const ParamTable& table, cuda::Context& ctx,
                          const CudaModelOptions& o)
     : ctx_(ctx), table_(table), dt_(o.dtype), es_(dtype_size(o.dtype)) {
@@ -26,10 +32,14 @@ CudaBackend::CudaBackend(const ModelConfig& cfg, const ParamTable& table, cuda::
                                                                : cuda::FlashKernels::kAuto;
   auto& a = ctx.allocator();
   const size_t P = table_.total();
-  master_ = Buf<float>(a, P);
-  grads_ = Buf<float>(a, P);
-  m_ = Buf<float>(a, P);
-  v_ = Buf<float>(a, P);
+  // A frozen base (LoRA) has no gradients or Adam state, and in 16-bit modes the working copy
+  // is all of it (fp32 computes on the master).
+  if (dt_ == DType::kF32 || !o.frozen_base) master_ = Buf<float>(a, P);
+  if (!o.frozen_base) {
+    grads_ = Buf<float>(a, P);
+    m_ = Buf<float>(a, P);
+    v_ = Buf<float>(a, P);
+  }
   if (dt_ != DType::kF32) work_ = Buf<uint8_t>(a, P * es_);
   norm_sq_ = Buf<float>(a, 1);
   factors_ = Buf<AdamWFactors>(a, 2);
@@ -44,8 +54,10 @@ CudaBackend::CudaBackend(const ModelConfig& cfg, const ParamTable& table, cuda::
     scaled_dloss_ = Buf<float>(a, 1);
     set_loss_scale(loss_scale_init(ls));
   }
-  FORGE_CUDA_CHECK(cudaMemsetAsync(m_.data(), 0, m_.bytes(), ctx_.stream()));
-  FORGE_CUDA_CHECK(cudaMemsetAsync(v_.data(), 0, v_.bytes(), ctx_.stream()));
+  if (m_.size() > 0) {
+    FORGE_CUDA_CHECK(cudaMemsetAsync(m_.data(), 0, m_.bytes(), ctx_.stream()));
+    FORGE_CUDA_CHECK(cudaMemsetAsync(v_.data(), 0, v_.bytes(), ctx_.stream()));
+  }
   zero_grad();
 }
 
@@ -59,8 +71,21 @@ CudaBackend::Act CudaBackend::w(int64_t off) const {
 void CudaBackend::set_weights(const std::vector<float>& host) {
   FORGE_CHECK(host.size() == static_cast<size_t>(table_.total()), "set_weights: ", host.size(), " values for ",
               table_.total(), " parameters");
-  FORGE_CUDA_CHECK(cudaMemcpyAsync(master_.data(), host.data(), master_.bytes(), cudaMemcpyHostToDevice, ctx_.stream()));
-  if (dt_ != DType::kF32) cuda::convert(ctx_, dt_, work_.data(), DType::kF32, master_.data(), table_.total());
+  if (master_.size() > 0) {
+    FORGE_CUDA_CHECK(
+        cudaMemcpyAsync(master_.data(), host.data(), master_.bytes(), cudaMemcpyHostToDevice, ctx_.stream()));
+    if (dt_ != DType::kF32) cuda::convert(ctx_, dt_, work_.data(), DType::kF32, master_.data(), table_.total());
+  } else {  // a frozen 16-bit base has no master: through a bounded f32 staging buffer
+    const int64_t P = table_.total(), chunk = std::min<int64_t>(P, kStagingElems);
+    Buf<float> staging(ctx_.allocator(), chunk);
+    for (int64_t off = 0; off < P; off += chunk) {
+      const int64_t n = std::min(chunk, P - off);
+      FORGE_CUDA_CHECK(cudaMemcpyAsync(staging.data(), host.data() + off, n * sizeof(float), cudaMemcpyHostToDevice,
+                                       ctx_.stream()));
+      cuda::convert(ctx_, dt_, work_.data() + off * es_, DType::kF32, staging.data(), n);
+    }
+    ctx_.synchronize();  // before the staging buffer goes back to the cache
+  }
   ctx_.synchronize();  // the host vector may go away
 }
 
@@ -69,19 +94,33 @@ namespace {
 std::vector<float> to_host(cuda::Context& ctx, const cuda::DeviceBuffer<float>& d) {
   std::vector<float> h(d.size());
   ctx.synchronize();
-  FORGE_CUDA_CHECK(cudaMemcpy(h.data(), d.data(), d.bytes(), cudaMemcpyDeviceToHost));
+  if (d.size() > 0) FORGE_CUDA_CHECK(cudaMemcpy(h.data(), d.data(), d.bytes(), cudaMemcpyDeviceToHost));
   return h;
 }
 
 }  // namespace
 
-std::vector<float> CudaBackend::weights_host() const { return to_host(ctx_, master_); }
+std::vector<float> CudaBackend::weights_host() const {
+  if (master_.size() > 0) return to_host(ctx_, master_);
+  // A frozen 16-bit base: its working copy, widened through a bounded staging buffer.
+  const int64_t P = table_.total(), chunk = std::min<int64_t>(P, kStagingElems);
+  std::vector<float> h(P);
+  Buf<float> staging(ctx_.allocator(), chunk);
+  for (int64_t off = 0; off < P; off += chunk) {
+    const int64_t n = std::min(chunk, P - off);
+    cuda::convert(ctx_, DType::kF32, staging.data(), dt_, work_.data() + off * es_, n);
+    ctx_.synchronize();
+    FORGE_CUDA_CHECK(cudaMemcpy(h.data() + off, staging.data(), n * sizeof(float), cudaMemcpyDeviceToHost));
+  }
+  return h;
+}
 std::vector<float> CudaBackend::grads_host() const { return to_host(ctx_, grads_); }
 std::vector<float> CudaBackend::adam_m_host() const { return to_host(ctx_, m_); }
 std::vector<float> CudaBackend::adam_v_host() const { return to_host(ctx_, v_); }
 
 void CudaBackend::set_adam_state(const std::vector<float>& m, const std::vector<float>& v) {
-  FORGE_CHECK(m.size() == m_.size() && v.size() == v_.size(), "set_adam_state: wrong sizes");
+  FORGE_CHECK(m.size() == m_.size() && v.size() == v_.size(), "set_adam_state: ", m.size(), " and ", v.size(),
+              " values for ", m_.size(), " trained parameters");
   // On our stream (a pageable cudaMemcpy may return before its DMA lands, and our stream does
   // not wait for the default one), then waited for: the host vectors may go away.
   FORGE_CUDA_CHECK(cudaMemcpyAsync(m_.data(), m.data(), m_.bytes(), cudaMemcpyHostToDevice, ctx_.stream()));
@@ -116,7 +155,56 @@ void CudaBackend::set_step_guard(const StepGuardState& s) {
   ctx_.synchronize();  // `s` may go out of scope
 }
 
-void CudaBackend::zero_grad() { FORGE_CUDA_CHECK(cudaMemsetAsync(grads_.data(), 0, grads_.bytes(), ctx_.stream())); }
+void CudaBackend::zero_grad() {
+  if (grads_.size() > 0) FORGE_CUDA_CHECK(cudaMemsetAsync(grads_.data(), 0, grads_.bytes(), ctx_.stream()));
+  if (a_grads_.size() > 0) FORGE_CUDA_CHECK(cudaMemsetAsync(a_grads_.data(), 0, a_grads_.bytes(), ctx_.stream()));
+}
+
+// ---- LoRA adapters ------------------------------------------------------------------------------
+
+void CudaBackend::set_adapter(const std::vector<float>& a, const std::vector<ParamInfo>& params) {
+  FORGE_CHECK(!has_adapter(), "set_adapter: the backend has adapters already");
+  int64_t total = 0;
+  for (const ParamInfo& p : params) total = std::max(total, p.offset + p.numel());
+  FORGE_CHECK(total > 0 && static_cast<size_t>(total) == a.size(), "set_adapter: ", a.size(),
+              " values for an adapter table of ", total);
+  // The base is frozen from now on: its gradients, Adam state and (16-bit) master go. The
+  // allocator reuses freed blocks in stream order, so queued work that reads them is safe.
+  grads_ = Buf<float>();
+  m_ = Buf<float>();
+  v_ = Buf<float>();
+  if (dt_ != DType::kF32) master_ = Buf<float>();
+  auto& al = ctx_.allocator();
+  const size_t A = a.size();
+  a_params_ = params;
+  a_master_ = Buf<float>(al, A);
+  a_grads_ = Buf<float>(al, A);
+  m_ = Buf<float>(al, A);
+  v_ = Buf<float>(al, A);
+  if (dt_ != DType::kF32) a_work_ = Buf<uint8_t>(al, A * es_);
+  FORGE_CUDA_CHECK(cudaMemsetAsync(m_.data(), 0, m_.bytes(), ctx_.stream()));
+  FORGE_CUDA_CHECK(cudaMemsetAsync(v_.data(), 0, v_.bytes(), ctx_.stream()));
+  set_adapter_weights(a);
+  zero_grad();
+}
+
+void CudaBackend::set_adapter_weights(const std::vector<float>& a) {
+  FORGE_CHECK(has_adapter() && a.size() == a_master_.size(), "set_adapter_weights: ", a.size(),
+              " values for ", a_master_.size(), " adapter parameters");
+  FORGE_CUDA_CHECK(cudaMemcpyAsync(a_master_.data(), a.data(), a_master_.bytes(), cudaMemcpyHostToDevice,
+                                   ctx_.stream()));
+  if (dt_ != DType::kF32)
+    cuda::convert(ctx_, dt_, a_work_.data(), DType::kF32, a_master_.data(), static_cast<int64_t>(a.size()));
+  ctx_.synchronize();  // the host vector may go away
+}
+
+std::vector<float> CudaBackend::adapter_weights_host() const { return to_host(ctx_, a_master_); }
+std::vector<float> CudaBackend::adapter_grads_host() const { return to_host(ctx_, a_grads_); }
+
+CudaBackend::Act CudaBackend::aw(int64_t off) const {
+  if (dt_ == DType::kF32) return a_master_.data() + off;
+  return a_work_.data() + off * es_;
+}
 
 void CudaBackend::zero(Act p, size_t n) { FORGE_CUDA_CHECK(cudaMemsetAsync(p, 0, n * es_, ctx_.stream())); }
 
@@ -136,14 +224,22 @@ std::array<AdamWFactors, 2> CudaBackend::optimizer_factors(const AdamWParams& p,
 
 void CudaBackend::optimizer_step(const AdamWFactors* factors, float max_norm,
                                  const double* loss_sums, int n_losses) {
-  cuda::sum_squares(ctx_, norm_sq_.data(), grads_.data(), table_.total());
+  // With adapters the optimizer trains them alone (the base is frozen).
+  const bool lora = has_adapter();
+  FORGE_CHECK(lora || grads_.size() > 0, "optimizer_step: a frozen base without adapters has nothing to train");
+  float* master = lora ? a_master_.data() : master_.data();
+  float* grads = lora ? a_grads_.data() : grads_.data();
+  uint8_t* work16 = lora ? a_work_.data() : work_.data();
+  const std::vector<ParamInfo>& params = lora ? a_params_ : table_.params();
+  const int64_t n = lora ? static_cast<int64_t>(a_master_.size()) : table_.total();
+  cuda::sum_squares(ctx_, norm_sq_.data(), grads, n);
   cuda::step_guard_check(ctx_, guard_.data(), loss_sums, n_losses, norm_sq_.data(),
                          loss_scale() != nullptr);
-  for (const auto& info : table_.params()) {
-    void* work = dt_ == DType::kF32 ? nullptr : work_.data() + info.offset * es_;
+  for (const auto& info : params) {
+    void* work = dt_ == DType::kF32 ? nullptr : work16 + info.offset * es_;
     cuda::adamw_update(
-        ctx_, master_.data() + info.offset, m_.data() + info.offset, v_.data() + info.offset,
-        grads_.data() + info.offset, work, dt_, info.numel(), factors + (info.decay ? 0 : 1),
+        ctx_, master + info.offset, m_.data() + info.offset, v_.data() + info.offset,
+        grads + info.offset, work, dt_, info.numel(), factors + (info.decay ? 0 : 1),
         static_cast<uint64_t>(info.offset), norm_sq_.data(), max_norm, loss_scale(), guard_.data());
   }
   if (loss_scale_.size() > 0)
@@ -277,6 +373,40 @@ void CudaBackend::linear_swiglu_fwd(Act hidden, Act scratch, Act inp, Act w_gate
   linear_fwd(at(scratch, nff), inp, at(w_gate_up, static_cast<int64_t>(FF) * C), nullptr, N, C, FF,
              WeightLayout::kOutIn);
   swiglu_fwd(hidden, scratch, at(scratch, nff), nff);
+}
+
+// LoRA's two thin products each way, on cuBLASLt like every other product; the alpha/beta of
+// each GEMM are the CPU twin's scale and accumulate (backend/cpu/backend.h).
+void CudaBackend::lora_fwd(Act out, Act h, Act inp, Act a, Act b, int N, int C, int OC, int r, double scale) {
+  GemmArgs gh;  // h (N, r) = inp (N, C) · Aᵀ
+  gh.M = N, gh.N = r, gh.K = C, gh.trans_b = true;
+  gh.ab_type = gh.c_type = dt_;
+  cuda::gemm(ctx_, gh, inp, a, h);
+  GemmArgs go;  // out (N, OC) += scale · h · Bᵀ
+  go.M = N, go.N = OC, go.K = r, go.trans_b = true, go.alpha = static_cast<float>(scale), go.beta = 1.0f;
+  go.ab_type = go.c_type = dt_;
+  cuda::gemm(ctx_, go, h, b, out);
+}
+
+void CudaBackend::lora_bwd(Act dinp, Grad da, Grad db, Act dh, Act dout, Act inp, Act h, Act a, Act b, int N, int C,
+                           int OC, int r, double scale) {
+  const float s = static_cast<float>(scale);
+  GemmArgs gb;  // dB (OC, r) f32 += s · doutᵀ (OC, N) · h (N, r)
+  gb.M = OC, gb.N = r, gb.K = N, gb.trans_a = true, gb.alpha = s, gb.beta = 1.0f;
+  gb.ab_type = dt_, gb.c_type = DType::kF32;
+  cuda::gemm(ctx_, gb, dout, h, db);
+  GemmArgs gh;  // dh (N, r) = s · dout (N, OC) · B (OC, r)
+  gh.M = N, gh.N = r, gh.K = OC, gh.alpha = s;
+  gh.ab_type = gh.c_type = dt_;
+  cuda::gemm(ctx_, gh, dout, b, dh);
+  GemmArgs ga;  // dA (r, C) f32 += dhᵀ (r, N) · inp (N, C)
+  ga.M = r, ga.N = C, ga.K = N, ga.trans_a = true, ga.beta = 1.0f;
+  ga.ab_type = dt_, ga.c_type = DType::kF32;
+  cuda::gemm(ctx_, ga, dh, inp, da);
+  GemmArgs gi;  // dinp (N, C) += dh (N, r) · A (r, C)
+  gi.M = N, gi.N = C, gi.K = r, gi.beta = 1.0f;
+  gi.ab_type = gi.c_type = dt_;
+  cuda::gemm(ctx_, gi, dh, a, dinp);
 }
 
 void CudaBackend::swiglu_fwd(Act out, Act gate, Act up, int64_t n) { cuda::swiglu_fwd(ctx_, dt_, out, gate, up, n); }

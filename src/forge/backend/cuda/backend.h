@@ -7,6 +7,13 @@
 //   grads  (P, f32)   accumulated by every backward; m, v (P, f32) Adam's moments
 // Activations are dt (void*), statistics f32.
 //
+// LoRA (model/lora.h): set_adapter() adds the adapters' buffers, the same scheme as the base's:
+// an f32 master (A), a dt working copy in 16-bit modes, f32 gradients, and m, v, which from then
+// on are the adapters' Adam state (the optimizer updates the adapters alone). The base is frozen:
+// its gradient buffer and Adam state are released and, in 16-bit modes, its f32 master too (the
+// working copy is the base; weights_host() reads it back). CudaModelOptions::frozen_base never
+// allocates them in the first place.
+//
 // Fused where the GPU gains: GELU in cuBLASLt's epilogues in 16-bit modes (fp32, the CPU-parity
 // mode, keeps separate GELU kernels: cuBLASLt's tanh differs in the last bits), the flash
 // attention kernels reading GPT-2's q/k/v in place, the row-chunked LM head + loss. Linear layers
@@ -53,6 +60,9 @@ struct CudaModelOptions {
   DType dtype = DType::kBF16;  // kF32 (parity with the CPU), kBF16, or kF16 (with loss scaling)
   LossScaleOptions loss_scale;  // kF16 only
   AttentionPath attention = AttentionPath::kAuto;
+  // LoRA's frozen base: no base gradients, no base Adam state and, in 16-bit modes, no f32 master
+  // are allocated (set_adapter() must follow before an optimizer step).
+  bool frozen_base = false;
 };
 
 class CudaBackend {
@@ -89,7 +99,19 @@ class CudaBackend {
   Act w(int64_t off) const;
   Grad g(int64_t off) const { return grads_.data() + off; }
 
+  // ---- LoRA adapters (the CPU backend's contract; see the header): `params` is the adapter
+  // table's (offsets, sizes, decay flags), what optimizer_step() then updates.
+  void set_adapter(const std::vector<float>& a, const std::vector<ParamInfo>& params);
+  bool has_adapter() const { return a_master_.size() > 0; }
+  void set_adapter_weights(const std::vector<float>& a);
+  std::vector<float> adapter_weights_host() const;  // the f32 master
+  std::vector<float> adapter_grads_host() const;
+  Act aw(int64_t off) const;
+  Grad ag(int64_t off) const { return a_grads_.data() + off; }
+
   // ---- optimizer ----------------------------------------------------------------------------
+  // With adapters (set_adapter) everything below is over the adapter buffer instead of the
+  // base's: Σ g², clipping, the guard, AdamW, adam_m_host() / adam_v_host() / set_adam_state().
   // Global-norm clipping + AdamW over every tensor (weight decay on >= 2-D tensors only); the
   // norm is computed and applied on the device and stays there (grad_norm_sq()). The step's
   // scalars are read from device memory, factors (2): [0] for tensors with weight decay, [1] for
@@ -145,6 +167,11 @@ class CudaBackend {
   // hidden (N, FF) = silu(inp · Wgᵀ) ∘ (inp · Wuᵀ), w_gate_up (2FF, C): gate rows, then up rows
   // (the parameter table stores gate_proj and up_proj contiguously). scratch: (N, 2FF).
   void linear_swiglu_fwd(Act hidden, Act scratch, Act inp, Act w_gate_up, int N, int C, int FF);
+  // LoRA, A (r, C), B (OC, r) in dt, dA, dB f32: h (N, r) = inp · Aᵀ; out (N, OC) += scale · h · Bᵀ.
+  void lora_fwd(Act out, Act h, Act inp, Act a, Act b, int N, int C, int OC, int r, double scale);
+  // dB += scale · doutᵀ·h; dh (N, r) = scale · dout·B (scratch); dA += dhᵀ·inp; dinp += dh·A.
+  void lora_bwd(Act dinp, Grad da, Grad db, Act dh, Act dout, Act inp, Act h, Act a, Act b, int N, int C, int OC,
+                int r, double scale);
   void swiglu_fwd(Act out, Act gate, Act up, int64_t n);
   void swiglu_bwd(Act dgate, Act dup, Act dout, Act gate, Act up, int64_t n);
   void rope_fwd(Act x, int B, int T_, int H, int HS, const Rope& rope);
@@ -218,8 +245,12 @@ class CudaBackend {
   size_t es_;  // bytes per dt element
   bool flash_ = false;
   cuda::FlashKernels flash_kernels_ = cuda::FlashKernels::kAuto;
-  Buf<float> master_, grads_, m_, v_;
+  Buf<float> master_, grads_, m_, v_;  // m_, v_: the adapters' once set_adapter() ran
   Buf<uint8_t> work_;  // bf16/f16 working copy (empty in fp32 mode)
+  // LoRA: the adapters' f32 master, gradients and 16-bit working copy; their table's tensors.
+  Buf<float> a_master_, a_grads_;
+  Buf<uint8_t> a_work_;
+  std::vector<ParamInfo> a_params_;
   Buf<float> norm_sq_;
   Buf<AdamWFactors> factors_;       // (2) for optimizer_step(const AdamWParams&, ...)
   Buf<LossScaleState> loss_scale_;  // (1) f16 mode only
