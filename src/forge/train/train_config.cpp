@@ -71,6 +71,9 @@ constexpr TrainField kTrainFields[] = {
      DoubleMember{&TrainConfig::sft_val_frac, {0, 0.5}}},
     {"sft_overlong", "M", "--sft: an example longer than seq_len + 1 tokens is cut or skipped",
      ChoiceMember{&TrainConfig::sft_overlong, kSftOverlong}},
+    {"sft_pack", "0|1",
+     "--sft: 1 packs several examples per row (attention kept inside each; CPU only), 0 pads one",
+     IntMember{&TrainConfig::sft_pack, 0, 1}},
 };
 
 // "5GB" -> 5'000'000'000 (ByteSizeMember's syntax); throws naming `what` otherwise.
