@@ -57,7 +57,7 @@ const char* const kTrainNotes =
     "with the model's chat template (built-in ChatML without one) and encoded with its tokenizer;\n"
     "only assistant tokens are trained, the loss is their mean over the whole step. Each example\n"
     "is one row of seq_len tokens (padded); longer ones are cut or skipped (sft_overlong), those\n"
-    "without assistant tokens skipped, all counted in the summary line. --pack (sft_pack=1)\n"
+    "without assistant tokens skipped, all counted in the summary line. --pack (sft_layout=pack)\n"
     "places several whole examples in each row instead, positions restarting per example and\n"
     "attention kept inside each (the same loss and gradients as padded rows, fewer rows); the\n"
     "summary line gives the packing efficiency, the run's last lines example tokens/s. CPU only\n"
@@ -183,7 +183,7 @@ void take_tokenizer_vocab(ModelConfig& model, const std::string& out, const std:
 
 // A config file's "sft": the JSONL's path, or an object {"data": FILE, "epochs": N,
 // "val_frac": X, "overlong": M, "pack": true|false} whose other keys set epochs, sft_val_frac,
-// sft_overlong and sft_pack (through `setting`, as key=value would). Returns the path.
+// sft_overlong and sft_layout (through `setting`, as key=value would). Returns the path.
 std::string sft_section(const nlohmann::json& j, const std::string& file,
                         const std::function<void(const std::string&, const std::string&)>& setting) {
   if (j.is_string()) return j.get<std::string>();
@@ -193,7 +193,7 @@ std::string sft_section(const nlohmann::json& j, const std::string& file,
     throw Error(str(file, ": \"sft\" needs \"data\": the JSONL file of examples"));
   static const std::pair<const char*, const char*> keys[] = {
       {"epochs", "epochs"}, {"val_frac", "sft_val_frac"}, {"overlong", "sft_overlong"},
-      {"pack", "sft_pack"}};
+      {"pack", "sft_layout"}};
   for (const auto& item : j.items()) {
     // Not a structured binding: clang 14 (the sanitizer build's) cannot capture one.
     const std::string k = item.key();
@@ -204,8 +204,8 @@ std::string sft_section(const nlohmann::json& j, const std::string& file,
     if (it == std::end(keys))
       throw Error(str(file, ": unknown key ", quote(k),
                       " in \"sft\" (expected data, epochs, val_frac, overlong, pack)"));
-    if (v.is_boolean())  // "pack": true -> sft_pack=1
-      setting(it->second, v.get<bool>() ? "1" : "0");
+    if (k == "pack" && v.is_boolean())  // "pack": true -> sft_layout=pack
+      setting(it->second, v.get<bool>() ? "pack" : "pad");
     else
       setting(it->second, v.is_string() ? v.get<std::string>() : v.dump());
   }
@@ -321,7 +321,7 @@ void run_train(const Args& a, Communicator* world) {
   for (const auto& [k, v] : a.overrides()) setting(k, v);
   for (const auto& [option, field] : kTrainOptions) apply_option(a, option, train);
   if (a.has("sft")) sft_file = a.get("sft");
-  if (a.has("pack")) train.sft_pack = 1;
+  if (a.has("pack")) train.sft_layout = "pack";
   if (a.has("lora")) lora_spec = a.get("lora");
   if (!lora_spec.empty()) {
     opt.lora = parse_lora_spec(lora_spec);

@@ -121,7 +121,7 @@ TEST_F(SftCliTest, PackPacksExamplesAndReportsEfficiency) {
   EXPECT_NE(r.out.find("packing efficiency"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("example tokens/s (packed rows)"), std::string::npos) << r.out;
   const auto cfg = nlohmann::json::parse(std::ifstream(p("run/config.json")));
-  EXPECT_EQ(cfg["train"]["sft_pack"].get<int>(), 1);
+  EXPECT_EQ(cfg["train"]["sft_layout"].get<std::string>(), "pack");
 
   std::ofstream(p("cfg.json")) << nlohmann::json{{"sft", {{"data", p("ok.jsonl")}, {"pack", true}}}};
   const CmdResult c = forge("train --init-from " + p("model") + " --config " + p("cfg.json") + " --out " +

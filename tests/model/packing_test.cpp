@@ -226,6 +226,46 @@ TEST(Packing, RopeUsesPerTokenPositions) {
   EXPECT_TRUE(all_close(packed, x, testing::kTolF64));
 }
 
+// The attention op with segment ids: a row holding segments of 3 and 4 tokens gives each
+// segment's output and gradients exactly as that segment alone (its own row), with and without
+// a window shorter than a segment, with and without the saved probabilities.
+TEST(Packing, AttentionWithSegmentsEqualsEachSegmentAlone) {
+  const int T = 7, NH = 4, NKV = 2, HS = 4, n1 = 3;
+  const std::vector<int32_t> seg = {0, 0, 0, 1, 1, 1, 1};
+  for (int window : {0, 2}) {
+    for (bool saved : {false, true}) {
+      const size_t q_row = NH * HS, kv_row = NKV * HS;
+      const auto q = testing::random_normal<double>(T * q_row, 41, 1.0);
+      const auto k = testing::random_normal<double>(T * kv_row, 42, 1.0);
+      const auto v = testing::random_normal<double>(T * kv_row, 43, 1.0);
+      const auto dout = testing::random_normal<double>(T * q_row, 44, 1.0);
+      auto run = [&](int t0, int len, const int32_t* sg, std::vector<double>& out, std::vector<double>& dq,
+                     std::vector<double>& dk, std::vector<double>& dv) {
+        const AttentionShape sh{1, len, NH, NKV, HS, true, window};
+        std::vector<double> lse(static_cast<size_t>(NH) * len), probs(saved ? lse.size() * len : 0);
+        out.assign(len * q_row, 0), dq.assign(len * q_row, 0), dk.assign(len * kv_row, 0), dv.assign(len * kv_row, 0);
+        cpu::flash_attention_fwd<double>(out.data(), lse.data(), q.data() + t0 * q_row, k.data() + t0 * kv_row,
+                                         v.data() + t0 * kv_row, sh, {}, saved ? probs.data() : nullptr, sg);
+        cpu::flash_attention_bwd<double>(dq.data(), dk.data(), dv.data(), dout.data() + t0 * q_row,
+                                         q.data() + t0 * q_row, k.data() + t0 * kv_row, v.data() + t0 * kv_row,
+                                         out.data(), lse.data(), sh, {}, saved ? probs.data() : nullptr, sg);
+      };
+      std::vector<double> o, dq, dk, dv, o1, dq1, dk1, dv1, o2, dq2, dk2, dv2;
+      run(0, T, seg.data(), o, dq, dk, dv);
+      run(0, n1, nullptr, o1, dq1, dk1, dv1);
+      run(n1, T - n1, nullptr, o2, dq2, dk2, dv2);
+      auto cat = [](std::vector<double> a, const std::vector<double>& b) {
+        a.insert(a.end(), b.begin(), b.end());
+        return a;
+      };
+      EXPECT_TRUE(all_close(o, cat(o1, o2), testing::kTolF64)) << window << saved;
+      EXPECT_TRUE(all_close(dq, cat(dq1, dq2), testing::kTolF64)) << window << saved;
+      EXPECT_TRUE(all_close(dk, cat(dk1, dk2), testing::kTolF64)) << window << saved;
+      EXPECT_TRUE(all_close(dv, cat(dv1, dv2), testing::kTolF64)) << window << saved;
+    }
+  }
+}
+
 TEST(Packing, RejectsPositionsOutsideTheModel) {
   Transformer<float> m(tiny(Family::kGpt2));
   const std::vector<int32_t> tokens = {1, 2, 3, 4}, pos = {0, 1, 10, 0}, seg = {0, 0, 0, 1};

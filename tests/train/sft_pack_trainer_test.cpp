@@ -66,7 +66,7 @@ TEST_F(SftPackTrainerTest, ResumedPackedRunContinuesTheExampleOrder) {
   const std::string data = examples();
   TrainConfig t = sft_config(1, 3e-3);
   t.seq_len = 128;  // about four of these ~29-token examples a row
-  t.sft_pack = 1;
+  t.sft_layout = "pack";
   t.epochs = 3;
   t.batch_size = 2;
   t.save_every = 2;  // stops after step 2, mid-epoch
@@ -77,7 +77,7 @@ TEST_F(SftPackTrainerTest, ResumedPackedRunContinuesTheExampleOrder) {
   o.stop = &stop;
   EXPECT_TRUE(train_from(base, t, data, (dir_ / "b").string(), o).interrupted);
   o.stop = nullptr;
-  o.sft = false;  // resume() takes it (and sft_pack) from the run's config.json
+  o.sft = false;  // resume() takes it (and sft_layout) from the run's config.json
   resume((dir_ / "b").string(), 0, "", o);
   const auto a = metrics(dir_ / "a"), b = metrics(dir_ / "b");
   ASSERT_EQ(a.size(), b.size());
@@ -100,7 +100,7 @@ TEST_F(SftPackTrainerTest, PackedStepsHoldMoreExamplesThanPaddedOnes) {
   t.batch_size = 2;
   t.eval_every = 1000;
   const TrainResult padded = train_from(base, t, data, (dir_ / "padded").string(), sft());
-  t.sft_pack = 1;
+  t.sft_layout = "pack";
   const TrainResult packed = train_from(base, t, data, (dir_ / "packed").string(), sft());
   EXPECT_LT(packed.steps_done * 2, padded.steps_done) << "rows of 128 hold more than 2 word pairs";
   const auto a = metrics(dir_ / "padded"), b = metrics(dir_ / "packed");
@@ -111,7 +111,7 @@ TEST_F(SftPackTrainerTest, PackingIsRefusedOnTheGpuAndWithoutSft) {
   const std::string base = pretrained_model(1);
   const std::string data = examples();
   TrainConfig t = sft_config(1, 3e-3);
-  t.sft_pack = 1;
+  t.sft_layout = "pack";
   RunOptions o = sft();
   o.device = "cuda";
   try {

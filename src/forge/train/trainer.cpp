@@ -202,8 +202,9 @@ TrainResult run(Transformer<float>& model, TrainConfig cfg, const std::string& d
   const int B = cfg.batch_size;
   const std::string device = opt.device.empty() ? "cpu" : opt.device;
   const std::string precision = opt.precision.empty() ? default_precision(device) : opt.precision;
-  if (cfg.sft_pack && !opt.sft) throw Error("--pack (sft_pack=1) packs SFT examples: it needs --sft");
-  if (cfg.sft_pack && device != "cpu") throw Error(kPackingCpuOnly);  // before any GPU is touched
+  const bool pack = cfg.sft_layout == "pack";
+  if (pack && !opt.sft) throw Error("--pack (sft_layout=pack) packs SFT examples: it needs --sft");
+  if (pack && device != "cpu") throw Error(kPackingCpuOnly);  // before any GPU is touched
   check_device(device, precision);
   // Data parallel (trainer.h): this rank trains rows [rank·rows, (rank+1)·rows) of every
   // micro-batch; rank 0 alone writes the run directory and prints.
@@ -230,7 +231,7 @@ TrainResult run(Transformer<float>& model, TrainConfig cfg, const std::string& d
     const std::string tokenizer_dir = start.resumed ? out : tokenizer_source(out, "", start.init_from);
     source = open_sft_source(data, tokenizer_dir, mcfg.vocab_size,
                              {T_, cfg.sft_val_frac, cfg.sft_overlong == "truncate", cfg.seed,
-                              cfg.sft_pack != 0});
+                              pack});
   } else {
     source = open_shard_source(data, mcfg.vocab_size, T_, cfg.seed);
   }
@@ -632,6 +633,9 @@ TrainResult run(Transformer<float>& model, TrainConfig cfg, const std::string& d
                 static_cast<unsigned long long>(last - first_position), static_cast<long long>(tokens),
                 step_seconds, step_seconds > 0 ? (last - first_position) / step_seconds : 0.0,
                 step_seconds > 0 ? tokens / step_seconds : 0.0, packed ? "packed" : "padded");
+    // The rows this run trained, filled by the examples' tokens.
+    const double slots = static_cast<double>(cfg.steps - start.step) * B * cfg.grad_accum * T_;
+    if (slots > 0) std::printf(", rows %.1f%% filled", 100.0 * static_cast<double>(tokens) / slots);
   }
   std::printf("\nmodel saved to %s/model, metrics in %s/metrics.jsonl, plot %s/loss.svg\n",
               out.c_str(), out.c_str(), out.c_str());
