@@ -57,8 +57,12 @@ const char* const kTrainNotes =
     "with the model's chat template (built-in ChatML without one) and encoded with its tokenizer;\n"
     "only assistant tokens are trained, the loss is their mean over the whole step. Each example\n"
     "is one row of seq_len tokens (padded); longer ones are cut or skipped (sft_overlong), those\n"
-    "without assistant tokens skipped, all counted in the summary line. A config file may hold\n"
-    "\"sft\": FILE or {\"data\": FILE, \"epochs\": N, \"val_frac\": X, \"overlong\": M}.\n"
+    "without assistant tokens skipped, all counted in the summary line. --pack (sft_layout=pack)\n"
+    "places several whole examples in each row instead, positions restarting per example and\n"
+    "attention kept inside each (the same loss and gradients as padded rows, fewer rows); the\n"
+    "summary line gives the packing efficiency, the run's last lines example tokens/s. CPU only\n"
+    "for now. A config file may hold \"sft\": FILE or {\"data\": FILE, \"epochs\": N,\n"
+    "\"val_frac\": X, \"overlong\": M, \"pack\": true}.\n"
     "--lora r=R,alpha=A,targets=q,k,v,o,gate,up,down (with --init-from, Llama-layout models,\n"
     "CPU or one GPU, where the frozen base stays in the run's precision): low-rank adapters\n"
     "train on the frozen model, y = x·Wᵀ + (alpha/r)·(x·Aᵀ)·Bᵀ (PEFT's init: A kaiming-uniform\n"
@@ -119,6 +123,7 @@ const Command& train_command() {
        {"data", "DIR|FILE", "token shards: a directory of train_*.bin/val_*.bin, or one .bin"},
        {"sft", "FILE.jsonl",
         "supervised fine-tuning on chat examples instead of --data (see below)"},
+       {"pack", "", "--sft: pack several examples per row of seq_len, attention kept inside each (CPU)"},
        {"out", "RUNDIR", "run directory (default runs/<preset>-<time>)"},
        {"steps", "N", field_help(option_field("steps"))},
        {"device", "cpu|cuda", "where to train (default cpu; --resume: the run's)"},
@@ -178,8 +183,8 @@ void take_tokenizer_vocab(ModelConfig& model, const std::string& out, const std:
 }
 
 // A config file's "sft": the JSONL's path, or an object {"data": FILE, "epochs": N,
-// "val_frac": X, "overlong": M} whose other keys set epochs, sft_val_frac and sft_overlong
-// (through `setting`, as key=value would). Returns the path.
+// "val_frac": X, "overlong": M, "pack": true|false} whose other keys set epochs, sft_val_frac,
+// sft_overlong and sft_layout (through `setting`, as key=value would). Returns the path.
 std::string sft_section(const nlohmann::json& j, const std::string& file,
                         const std::function<void(const std::string&, const std::string&)>& setting) {
   if (j.is_string()) return j.get<std::string>();
@@ -188,7 +193,8 @@ std::string sft_section(const nlohmann::json& j, const std::string& file,
   if (!j.contains("data") || !j["data"].is_string())
     throw Error(str(file, ": \"sft\" needs \"data\": the JSONL file of examples"));
   static const std::pair<const char*, const char*> keys[] = {
-      {"epochs", "epochs"}, {"val_frac", "sft_val_frac"}, {"overlong", "sft_overlong"}};
+      {"epochs", "epochs"}, {"val_frac", "sft_val_frac"}, {"overlong", "sft_overlong"},
+      {"pack", "sft_layout"}};
   for (const auto& item : j.items()) {
     // Not a structured binding: clang 14 (the sanitizer build's) cannot capture one.
     const std::string k = item.key();
@@ -198,8 +204,11 @@ std::string sft_section(const nlohmann::json& j, const std::string& file,
                                   [&](const auto& p) { return k == p.first; });
     if (it == std::end(keys))
       throw Error(str(file, ": unknown key ", quote(k),
-                      " in \"sft\" (expected data, epochs, val_frac, overlong)"));
-    setting(it->second, v.is_string() ? v.get<std::string>() : v.dump());
+                      " in \"sft\" (expected data, epochs, val_frac, overlong, pack)"));
+    if (k == "pack" && v.is_boolean())  // "pack": true -> sft_layout=pack
+      setting(it->second, v.get<bool>() ? "pack" : "pad");
+    else
+      setting(it->second, v.is_string() ? v.get<std::string>() : v.dump());
   }
   return j["data"].get<std::string>();
 }
@@ -256,7 +265,7 @@ void run_train(const Args& a, Communicator* world) {
   opt.comm = world;
   if (a.has("resume")) {
     for (const char* fixed : {"preset", "config", "init-from", "out", "save-every",
-                              "keep-checkpoints", "save-dtype", "sft", "lora"})
+                              "keep-checkpoints", "save-dtype", "sft", "pack", "lora"})
       if (a.has(fixed))
         throw Error(
             str("--resume takes the run's configuration from its checkpoint; drop --", fixed));
@@ -313,6 +322,7 @@ void run_train(const Args& a, Communicator* world) {
   for (const auto& [k, v] : a.overrides()) setting(k, v);
   for (const auto& [option, field] : kTrainOptions) apply_option(a, option, train);
   if (a.has("sft")) sft_file = a.get("sft");
+  if (a.has("pack")) train.sft_layout = "pack";
   if (a.has("lora")) lora_spec = a.get("lora");
   if (!lora_spec.empty()) {
     opt.lora = parse_lora_spec(lora_spec);

@@ -112,6 +112,28 @@ TEST_F(SftCliTest, BadInputIsOneLineAndWritesNothing) {
   expect_user_error(forge(sft_args("ok.jsonl", "run") + " --steps 1"), "tokenizer");
 }
 
+// --pack (and "pack": true in a config file's "sft"): the summary line gives the packing
+// efficiency, the run ends with its example tokens/s, the setting is recorded; on a GPU it is
+// refused up front with one line, before anything is written.
+TEST_F(SftCliTest, PackPacksExamplesAndReportsEfficiency) {
+  const CmdResult r = forge(sft_args("ok.jsonl", "run") + " --pack --steps 2 sft_val_frac=0");
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("packing efficiency"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("example tokens/s (packed rows)"), std::string::npos) << r.out;
+  const auto cfg = nlohmann::json::parse(std::ifstream(p("run/config.json")));
+  EXPECT_EQ(cfg["train"]["sft_layout"].get<std::string>(), "pack");
+
+  std::ofstream(p("cfg.json")) << nlohmann::json{{"sft", {{"data", p("ok.jsonl")}, {"pack", true}}}};
+  const CmdResult c = forge("train --init-from " + p("model") + " --config " + p("cfg.json") + " --out " +
+                            p("run2") + " seq_len=32 batch_size=2 --steps 1");
+  ASSERT_EQ(c.code, 0) << c.err;
+  EXPECT_NE(c.out.find("packing efficiency"), std::string::npos) << c.out;
+
+  expect_user_error(forge(sft_args("ok.jsonl", "gpu") + " --pack --steps 1 --device cuda"),
+                    "packing (--pack) trains on the CPU only for now");
+  EXPECT_FALSE(fs::exists(p("gpu/metrics.jsonl")));
+}
+
 TEST_F(SftCliTest, GenerateChatIsTheTemplatesRenderingOfAUserTurn) {
   const tok::Tokenizer tok = tok::Tokenizer::load(kTokenizer);
   chat::RenderOptions ro;

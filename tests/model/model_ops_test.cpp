@@ -50,14 +50,15 @@ class RecordingBackend : public CpuBackend<T> {
 
   // Attention is logged with whether q/k/v are read in place (strided views).
   void attention_fwd(T* out, typename CpuBackend<T>::AttnSaved& saved, T* q, T* k, T* v, const AttentionShape& s,
-                     const AttentionStrides& st) {
+                     const AttentionStrides& st, const int32_t* seg) {
     calls.push_back(st.q != 0 ? "attention_fwd strided" : "attention_fwd");
-    CpuBackend<T>::attention_fwd(out, saved, q, k, v, s, st);
+    CpuBackend<T>::attention_fwd(out, saved, q, k, v, s, st, seg);
   }
   void attention_bwd(T* dq, T* dk, T* dv, T* dout, T* q, T* k, T* v, T* out,
-                     typename CpuBackend<T>::AttnSaved& saved, const AttentionShape& s, const AttentionStrides& st) {
+                     typename CpuBackend<T>::AttnSaved& saved, const AttentionShape& s, const AttentionStrides& st,
+                     const int32_t* seg) {
     calls.push_back(st.q != 0 ? "attention_bwd strided" : "attention_bwd");
-    CpuBackend<T>::attention_bwd(dq, dk, dv, dout, q, k, v, out, saved, s, st);
+    CpuBackend<T>::attention_bwd(dq, dk, dv, dout, q, k, v, out, saved, s, st, seg);
   }
 };
 

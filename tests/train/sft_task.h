@@ -41,9 +41,10 @@ inline std::string pair_line(const std::string& prompt, const std::string& respo
 
 // In `dir`: a byte-level tokenizer without merges (one token per letter) and ChatML's special
 // tokens, pretraining shards of random words made with it, and the model `m` (vocabulary 259,
-// context 32) pretrained on them for `steps` steps into dir/pre. Returns dir/pre/model (the
+// context max_seq_len) pretrained on them (windows of 32) for `steps` steps into dir/pre. Returns dir/pre/model (the
 // tokenizer beside the weights).
-inline std::string pretrained_model(const std::filesystem::path& dir, int steps, ModelConfig m) {
+inline std::string pretrained_model(const std::filesystem::path& dir, int steps, ModelConfig m,
+                                    int max_seq_len = 32) {
   Rng rng(99, 0);
   std::string text;
   for (int i = 0; i < 6000; ++i) text += word(rng) + (i % 8 == 7 ? "\n" : " ");
@@ -63,7 +64,7 @@ inline std::string pretrained_model(const std::filesystem::path& dir, int steps,
   prepare_data(tok::Tokenizer::load(p.tokenizer_path), p);
 
   m.vocab_size = 259;
-  m.max_seq_len = 32;
+  m.max_seq_len = max_seq_len;  // pretrained on windows of 32 either way
   TrainConfig t;
   t.steps = steps;
   t.batch_size = 16;

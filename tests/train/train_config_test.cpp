@@ -52,6 +52,7 @@ const std::map<std::string, std::function<std::string(const TrainConfig&)>>& rea
       {"epochs", i(&TrainConfig::epochs)},
       {"sft_val_frac", d(&TrainConfig::sft_val_frac)},
       {"sft_overlong", [](const TrainConfig& c) { return c.sft_overlong; }},
+      {"sft_layout", [](const TrainConfig& c) { return c.sft_layout; }},
   };
   return m;
 }
@@ -90,7 +91,7 @@ TEST(TrainConfig, TableListsEveryFieldOnce) {
 
 // config.json exactly as the hand-written train_config_json wrote it before the table: same
 // keys, same JSON types, same text (plus the keys added since: save_dtype, save_shard_size,
-// max_bad_steps, loss_spike_z, epochs, sft_val_frac, sft_overlong).
+// max_bad_steps, loss_spike_z, epochs, sft_val_frac, sft_overlong, sft_layout).
 // Old run directories are read with these keys.
 TEST(TrainConfig, JsonIsTheFormatOldRunsHave) {
   EXPECT_EQ(train_config_json(TrainConfig{}).dump(),
@@ -98,7 +99,7 @@ TEST(TrainConfig, JsonIsTheFormatOldRunsHave) {
             R"("eval_windows":64,"grad_accum":1,"grad_clip":1.0,"keep_checkpoints":3,)"
             R"("loss_spike_z":5.0,"lr":0.0006,"max_bad_steps":5,)"
             R"("min_lr_frac":0.1,"save_dtype":"f32","save_every":0,"save_shard_size":5000000000,)"
-            R"("seed":1337,"seq_len":0,"sft_overlong":"truncate","sft_val_frac":0.05,)"
+            R"("seed":1337,"seq_len":0,"sft_layout":"pad","sft_overlong":"truncate","sft_val_frac":0.05,)"
             R"("steps":1000,"warmup_steps":-1,"weight_decay":0.1})");
   EXPECT_TRUE(train_config_json(TrainConfig{})["seed"].is_number_unsigned());
 }
@@ -138,6 +139,7 @@ TEST(TrainConfig, OldRunConfigReadsBackExactly) {
   EXPECT_EQ(c.epochs, 0);
   EXPECT_EQ(c.sft_val_frac, 0.05);
   EXPECT_EQ(c.sft_overlong, "truncate");
+  EXPECT_EQ(c.sft_layout, "pad");
   nlohmann::json back = j;  // and writes back the same object, with those keys added
   back["save_dtype"] = "f32";
   back["save_shard_size"] = 5'000'000'000;
@@ -146,6 +148,7 @@ TEST(TrainConfig, OldRunConfigReadsBackExactly) {
   back["epochs"] = 0;
   back["sft_val_frac"] = 0.05;
   back["sft_overlong"] = "truncate";
+  back["sft_layout"] = "pad";
   EXPECT_EQ(train_config_json(c), back);
 }
 

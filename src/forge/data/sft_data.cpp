@@ -49,11 +49,21 @@ std::string SftSummary::describe() const {
   if (skipped_untrained) s += str(", ", skipped_untrained, " skipped with no assistant tokens");
   char share[32];
   std::snprintf(share, sizeof(share), "%.1f%%", tokens ? 100.0 * trained / tokens : 0.0);
-  return s + str(" | ", tokens, " tokens, ", trained, " trained (", share, ")");
+  s += str(" | ", tokens, " tokens, ", trained, " trained (", share, ")");
+  if (pack_rows > 0) {
+    // Input tokens per row slot: packed, and padded (one row per train example).
+    char eff[96];
+    std::snprintf(eff, sizeof(eff), "packing efficiency %.1f%% (padded %.1f%%)",
+                  100.0 * pack_tokens / (static_cast<double>(pack_rows) * seq_len),
+                  100.0 * pack_tokens / (static_cast<double>(train) * seq_len));
+    s += str(" | packed: an epoch fills ", pack_rows, " rows of ", seq_len, " for ", train,
+             " examples, ", eff);
+  }
+  return s;
 }
 
 SftData::SftData(std::vector<SftRow> rows, const SftSettings& s, SftSummary summary)
-    : summary_(summary), T_(s.seq_len), seed_(s.seed) {
+    : summary_(summary), T_(s.seq_len), seed_(s.seed), pack_(s.pack) {
   if (s.seq_len < 1) throw Error(str("SFT sequence length must be >= 1, got ", s.seq_len));
   if (!(s.val_frac >= 0 && s.val_frac <= 0.5))
     throw Error(str("sft_val_frac must be in [0, 0.5], got ", s.val_frac));
@@ -99,6 +109,20 @@ SftData::SftData(std::vector<SftRow> rows, const SftSettings& s, SftSummary summ
     }
   if (summary_.examples == 0)
     summary_.examples = static_cast<int64_t>(rows.size());
+  if (pack_) {  // epoch 0's rows: the greedy placement of pack_row over its order
+    summary_.seq_len = T_;
+    int used = T_;
+    for (int64_t p = 0; p < train_count(); ++p) {
+      const SftRow& r = train_[static_cast<size_t>(train_index_at(static_cast<uint64_t>(p)))];
+      const int m = std::min(static_cast<int>(r.ids.size()), T_);
+      if (used + m > T_) {
+        ++summary_.pack_rows;
+        used = 0;
+      }
+      used += m;
+      summary_.pack_tokens += m;
+    }
+  }
 }
 
 SftData SftData::load(const std::string& jsonl, const chat::ChatTemplate& tmpl,
@@ -127,10 +151,10 @@ SftData SftData::load(const std::string& jsonl, const chat::ChatTemplate& tmpl,
   return SftData(std::move(rows), s, summary);
 }
 
-int64_t SftData::write_row(const SftRow& r, int T_, int32_t* x, int32_t* y) {
+int64_t SftData::write_row(const SftRow& r, int len, int32_t* x, int32_t* y) {
   const int n = static_cast<int>(r.ids.size());  // <= T + 1
   int64_t count = 0;
-  for (int i = 0; i < T_; ++i) {
+  for (int i = 0; i < len; ++i) {
     x[i] = i < n ? r.ids[static_cast<size_t>(i)] : 0;  // pad: any valid id
     const bool trained = i + 1 < n && r.trained[static_cast<size_t>(i) + 1];
     y[i] = trained ? r.ids[static_cast<size_t>(i) + 1] : -1;
@@ -149,8 +173,63 @@ int64_t SftData::train_index_at(uint64_t p) {
   return order_[static_cast<size_t>(p % n)];
 }
 
-int64_t SftData::next_batch(uint64_t& position, int B, int32_t* inputs, int32_t* targets) {
+int64_t SftData::pack_row(uint64_t& position, int32_t* x, int32_t* y, int32_t* pos, int32_t* seg) {
+  int used = 0, s = 0;
   int64_t count = 0;
+  while (used < T_) {
+    const SftRow& r = train_[static_cast<size_t>(train_index_at(position))];
+    const int m = std::min(static_cast<int>(r.ids.size()), T_);
+    if (used + m > T_) break;  // starts the next row (a row's first example always fits)
+    if (x != nullptr) {
+      count += write_row(r, m, x + used, y + used);
+      for (int i = 0; i < m; ++i) {
+        pos[used + i] = i;
+        seg[used + i] = s;
+      }
+    }
+    used += m;
+    ++s;
+    ++position;
+  }
+  if (x != nullptr)
+    for (int i = used; i < T_; ++i) {  // padding: a segment of its own
+      x[i] = 0;
+      y[i] = -1;
+      pos[i] = i - used;
+      seg[i] = s;
+    }
+  return count;
+}
+
+int64_t SftData::steps_for_epochs(int64_t epochs, int64_t rows) {
+  FORGE_CHECK(epochs >= 0 && rows > 0, "steps_for_epochs(", epochs, ", ", rows, ")");
+  const uint64_t end = static_cast<uint64_t>(epochs) * train_.size();
+  if (!pack_) return static_cast<int64_t>((end + rows - 1) / rows);
+  int64_t steps = 0;
+  for (uint64_t p = 0; p < end; ++steps)
+    for (int64_t r = 0; r < rows; ++r) pack_row(p, nullptr, nullptr, nullptr, nullptr);
+  return steps;
+}
+
+int64_t SftData::input_tokens(uint64_t from, uint64_t to) {
+  int64_t n = 0;
+  for (uint64_t p = from; p < to; ++p)
+    n += std::min(static_cast<int64_t>(train_[static_cast<size_t>(train_index_at(p))].ids.size()),
+                  static_cast<int64_t>(T_));
+  return n;
+}
+
+int64_t SftData::next_batch(uint64_t& position, int B, int32_t* inputs, int32_t* targets,
+                            int32_t* pos, int32_t* seg) {
+  int64_t count = 0;
+  if (pack_) {
+    FORGE_CHECK(pos != nullptr && seg != nullptr, "SftData::next_batch: packed rows need pos and seg");
+    for (int b = 0; b < B; ++b) {
+      const size_t at = static_cast<size_t>(b) * T_;
+      count += pack_row(position, inputs + at, targets + at, pos + at, seg + at);
+    }
+    return count;
+  }
   for (int b = 0; b < B; ++b) {
     const SftRow& r = train_[static_cast<size_t>(train_index_at(position++))];
     count += write_row(r, T_, inputs + static_cast<size_t>(b) * T_,

@@ -1,11 +1,23 @@
 // Supervised fine-tuning data: the conversations of a JSONL file (chat/sft_example.h) rendered
 // with a model's chat template, encoded with its tokenizer, and cut into training rows.
 //
-// A row is one example, padded (this is the padding layout; packing several examples into a row
-// needs attention kept inside each example, which the kernels do not do yet): its first T tokens
-// are the inputs, and target i is token i + 1 where that token is trained (an assistant turn's,
-// chat/sft_example.h) and -1 (ignored by the loss) elsewhere. Positions after the example hold
-// the pad id with target -1; attention is causal, so they change nothing before them.
+// Padded layout (the default): a row is one example: its first T tokens are the inputs, and
+// target i is token i + 1 where that token is trained (an assistant turn's, chat/sft_example.h)
+// and -1 (ignored by the loss) elsewhere. Positions after the example hold the pad id with
+// target -1; attention is causal, so they change nothing before them.
+//
+// Packed layout (SftSettings::pack, forge train --pack): a row holds several examples. The
+// train examples, in the epoch order below, are placed greedily: example k occupies
+// m = min(n_k, T) slots with its inputs and targets as in its padded row (so its last slot's
+// target is -1 unless it was cut to T + 1 tokens — a target never crosses into the next
+// example); an example that does not fit in the row's remaining space starts the next row
+// (never split). Each slot also gets a position (restarting at 0 per example) and a segment id
+// (0, 1, ... per example in the row), which the model uses for RoPE / learned positions and to
+// keep attention inside each example (model/transformer.h's TokenLayout). Padding only at the
+// row's end: pad id, target -1, a segment of its own. A batch of B rows consumes as many
+// examples as fit, so the data state is still the number of examples consumed. Validation rows
+// stay padded (one example each: the same loss either way). The summary reports the packing
+// efficiency: input tokens / (rows · T) of epoch 0's order, beside the padded layout's.
 //
 // What happens to every example is counted (SftSummary) and printed by the trainer, never
 // silent: longer than T + 1 tokens, it is cut to its first T + 1 (overlong = truncate; skipped
@@ -34,6 +46,7 @@ struct SftSettings {
   double val_frac = 0.05;   // held-out fraction of the kept examples, in [0, 0.5]
   bool truncate = true;     // overlong examples: cut (true) or skip
   uint64_t seed = 0;        // split and epoch order
+  bool pack = false;        // several examples per row (the packed layout above)
 };
 
 struct SftSummary {
@@ -44,6 +57,10 @@ struct SftSummary {
   int64_t skipped_untrained = 0;  // no assistant tokens at all
   int64_t tokens = 0;         // tokens of the kept examples (after cutting)
   int64_t trained = 0;        // of which trained
+  // Packed layout: epoch 0's train examples fill pack_rows rows of T holding pack_tokens input
+  // tokens (padded: one row per train example, the same tokens). 0 when not packing.
+  int seq_len = 0;
+  int64_t pack_rows = 0, pack_tokens = 0;
   std::string describe() const;  // one line for the run's log
 };
 
@@ -70,22 +87,35 @@ class SftData {
   int64_t train_count() const { return static_cast<int64_t>(train_.size()); }
   int64_t val_count() const { return static_cast<int64_t>(val_.size()); }
 
+  bool packed() const { return pack_; }
   // The next B train rows in epoch order from `position` (examples consumed so far), written
-  // to inputs and targets (B, T); advances position by B. Returns the number of trained
-  // targets (not -1) in the batch.
-  int64_t next_batch(uint64_t& position, int B, int32_t* inputs, int32_t* targets);
+  // to inputs and targets (B, T); advances position by the examples they hold (B when padded).
+  // Packed, pos and seg (B, T) receive the positions and segment ids (required then; unused
+  // otherwise). Returns the number of trained targets (not -1) in the batch.
+  int64_t next_batch(uint64_t& position, int B, int32_t* inputs, int32_t* targets,
+                     int32_t* pos = nullptr, int32_t* seg = nullptr);
+  // Optimizer steps of `rows` rows each that `epochs` passes over the train examples take: the
+  // batches next_batch() makes from position 0 until epochs · train_count() are consumed.
+  int64_t steps_for_epochs(int64_t epochs, int64_t rows);
+  // Input tokens (min(n, T) per example) of the examples at positions [from, to).
+  int64_t input_tokens(uint64_t from, uint64_t to);
   // Validation row i (0 <= i < val_count()): inputs and targets (T); returns its trained count.
   int64_t val_row(int64_t i, int32_t* inputs, int32_t* targets) const;
   // Which train example position p visits (its index among the train rows).
   int64_t train_index_at(uint64_t p);
 
  private:
-  static int64_t write_row(const SftRow& r, int T_, int32_t* x, int32_t* y);
+  // Writes `len` slots of example r (its inputs and targets, then padding); returns the trained
+  // targets.
+  static int64_t write_row(const SftRow& r, int len, int32_t* x, int32_t* y);
+  // One packed row from `position` (x null: only advances position); returns the trained targets.
+  int64_t pack_row(uint64_t& position, int32_t* x, int32_t* y, int32_t* pos, int32_t* seg);
 
   std::vector<SftRow> train_, val_;
   SftSummary summary_;
   int T_;
   uint64_t seed_;
+  bool pack_;
   int64_t cached_epoch_ = -1;  // the permutation of epoch cached_epoch_
   std::vector<int64_t> order_;
 };

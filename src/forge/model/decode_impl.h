@@ -89,6 +89,7 @@ void Model<B>::prefill(int slot, const int32_t* tokens, int Tn) {
     throw Error(str("prefill: a prompt of ", Tn, " tokens (expected 1 to ", decode_context(), ")"));
   check_shape(1, Tn);
   plan(1, Tn);
+  layout_ = {};  // one prompt: positions t, one segment
   prefill_slot_ = slot;
   try {
     embed(tokens);

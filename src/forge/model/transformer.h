@@ -37,6 +37,16 @@
 
 namespace forge {
 
+// Packed rows (several examples in one row, data/sft_data.h): per-token positions pos (B, T),
+// restarting at 0 per example, used by RoPE and GPT-2's learned position embedding; and segment
+// ids seg (B, T), one per example (a run of equal ids in a row), whose keys attention keeps
+// inside the segment (causal, and windowed, within it). Backend memory; null = none (positions
+// t, the whole row one segment). Either may be given without the other.
+struct TokenLayout {
+  const int32_t* pos = nullptr;
+  const int32_t* seg = nullptr;
+};
+
 template <class Backend>
 class Model {
  public:
@@ -66,7 +76,9 @@ class Model {
   // tokens, targets (B, T) in backend memory, targets −1 = ignore; T <= max_seq_len. Per-position
   // losses go to losses(); with dloss non-null the head's gradients too (see the header). Ids
   // are not checked here (a host check before the upload is the caller's: loss() does it).
-  void forward(const int32_t* tokens, const int32_t* targets, const Real* dloss, int B, int T_);
+  // layout: packed rows (TokenLayout), kept for the backward.
+  void forward(const int32_t* tokens, const int32_t* targets, const Real* dloss, int B, int T_,
+               TokenLayout layout = {});
   // Per-position losses of the last forward, (B·T), 0 at ignored targets.
   Stat losses() { return losses_.data(); }
   // Continues the backward from the final norm; needs a forward with dloss.
@@ -74,7 +86,7 @@ class Model {
 
   // Inference: logits (B, T, Vp) of tokens (backend memory) into logits(); columns >= V are
   // padding. No targets, nothing kept for a backward.
-  void forward_logits(const int32_t* tokens, int B, int T_);
+  void forward_logits(const int32_t* tokens, int B, int T_, TokenLayout layout = {});
   Act logits() { return logits_.data(); }
 
   int64_t plan_generation() const { return plan_generation_; }
@@ -124,14 +136,16 @@ class Model {
   auto& adapter_grads() requires(kLora && Backend::kHost) { return be_.adapter_grads(); }
 
   // ---- host conveniences (backends whose memory the host reads) -------------------------------
-  // Mean loss over non-ignored targets (0 when all are ignored), no gradients.
-  double loss(const int32_t* tokens, const int32_t* targets, int B, int T_)
+  // Mean loss over non-ignored targets (0 when all are ignored), no gradients. layout (host
+  // memory): packed rows; positions are checked to be in [0, max_seq_len).
+  double loss(const int32_t* tokens, const int32_t* targets, int B, int T_, TokenLayout layout = {})
     requires Backend::kHost;
   // The same, and gradients of scale · (mean loss) accumulated (+=) into grads().
-  double loss_and_grad(const int32_t* tokens, const int32_t* targets, int B, int T_, double scale = 1.0)
+  double loss_and_grad(const int32_t* tokens, const int32_t* targets, int B, int T_, double scale = 1.0,
+                       TokenLayout layout = {})
     requires Backend::kHost;
   // logits (B, T, Vp) of host tokens, checked.
-  const Real* logits_of(const int32_t* tokens, int B, int T_)
+  const Real* logits_of(const int32_t* tokens, int B, int T_, TokenLayout layout = {})
     requires Backend::kHost;
   auto& weights() requires Backend::kHost { return be_.weights(); }
   const auto& weights() const requires Backend::kHost { return be_.weights(); }
@@ -201,6 +215,7 @@ class Model {
   int B_ = 0, T_ = 0;
   int64_t plan_generation_ = 0;
   const int32_t* tokens_ = nullptr;
+  TokenLayout layout_;  // of the last forward
   bool have_head_grad_ = false;
   std::vector<LayerActs> acts_;
   ActBuf x_out_, lnf_;               // (B, T, C) after the last block; final norm

@@ -189,7 +189,8 @@ void Model<B>::norm_bwd(Act dinp, Act dout, Act inp, Stat mean, Stat rstd, int64
 template <class B>
 void Model<B>::embed(const int32_t* tokens) {
   tokens_ = tokens;
-  be_.embedding_fwd(acts_[0].x_in.data(), tokens, w(table_.wte()), w(table_.wpe()), B_, T_, cfg_.n_embd);
+  be_.embedding_fwd(acts_[0].x_in.data(), tokens, w(table_.wte()), w(table_.wpe()), B_, T_, cfg_.n_embd,
+                    layout_.pos);
 }
 
 template <class B>
@@ -220,13 +221,13 @@ void Model<B>::blocks_forward() {
         be_.rmsnorm_fwd(a.k.data(), a.k_rstd.data(), a.k_raw.data(), w(o.k_norm_w), N * NKV, HS, cfg_.norm_eps);
       }
       if (cfg_.layer_uses_rope(l)) {  // SmolLM3's NoPE layers attend without positions
-        be_.rope_fwd(a.q.data(), B_, T_, NH, HS, cfg_.rope());
-        be_.rope_fwd(a.k.data(), B_, T_, NKV, HS, cfg_.rope());
+        be_.rope_fwd(a.q.data(), B_, T_, NH, HS, cfg_.rope(), layout_.pos);
+        be_.rope_fwd(a.k.data(), B_, T_, NKV, HS, cfg_.rope(), layout_.pos);
       }
     }
     const QkvView in = qkv_view(a);
     if (prefill_slot_ >= 0) store_prefill_kv(l, in);
-    be_.attention_fwd(a.atty.data(), a.att, in.q, in.k, in.v, attention_shape(), in.st);
+    be_.attention_fwd(a.atty.data(), a.att, in.q, in.k, in.v, attention_shape(), in.st, layout_.seg);
     be_.linear_fwd(tmp_.data(), a.atty.data(), w(o.attn_out_w), w(o.attn_out_b), N, NH * HS, C, lay);
     lora_fwd(l, LoraTarget::kO, tmp_.data(), a.atty.data());
     residual_norm_fwd(a.x_mid.data(), a.ln2.data(), a.ln2_mean.data(), a.ln2_rstd.data(), a.x_in.data(),
@@ -256,10 +257,12 @@ void Model<B>::blocks_forward() {
 }
 
 template <class B>
-void Model<B>::forward(const int32_t* tokens, const int32_t* targets, const Real* dloss, int Bn, int Tn) {
+void Model<B>::forward(const int32_t* tokens, const int32_t* targets, const Real* dloss, int Bn, int Tn,
+                       TokenLayout layout) {
   check_shape(Bn, Tn);
   FORGE_CHECK(targets != nullptr, "Model::forward needs targets (the head is fused with the loss)");
   plan(Bn, Tn);
+  layout_ = layout;
   embed(tokens);
   blocks_forward();
   const int N = B_ * T_, C = cfg_.n_embd;
@@ -274,9 +277,10 @@ void Model<B>::forward(const int32_t* tokens, const int32_t* targets, const Real
 }
 
 template <class B>
-void Model<B>::forward_logits(const int32_t* tokens, int Bn, int Tn) {
+void Model<B>::forward_logits(const int32_t* tokens, int Bn, int Tn, TokenLayout layout) {
   check_shape(Bn, Tn);
   plan(Bn, Tn);
+  layout_ = layout;
   embed(tokens);
   blocks_forward();
   const int N = B_ * T_;
@@ -319,14 +323,14 @@ void Model<B>::block_backward(int l) {
   lora_bwd(l, LoraTarget::kO, d_atty_.data(), d_res_.data(), a.atty.data());
   const QkvView in = qkv_view(a), d = dqkv_view();
   be_.attention_bwd(d.q, d.k, d.v, d_atty_.data(), in.q, in.k, in.v, a.atty.data(), a.att, attention_shape(),
-                    in.st);
+                    in.st, layout_.seg);
   if (gpt2()) {
     be_.linear_bwd(d_ln_.data(), g(o.qkv_w), g(o.qkv_b), d_qkv_.data(), a.ln1.data(), w(o.qkv_w), N, C, 3 * C,
                    lay, false);
   } else {
     if (cfg_.layer_uses_rope(l)) {
-      be_.rope_bwd(d.q, B_, T_, NH, HS, cfg_.rope());
-      be_.rope_bwd(d.k, B_, T_, NKV, HS, cfg_.rope());
+      be_.rope_bwd(d.q, B_, T_, NH, HS, cfg_.rope(), layout_.pos);
+      be_.rope_bwd(d.k, B_, T_, NKV, HS, cfg_.rope(), layout_.pos);
     }
     Act dq = d.q, dk = d.k;
     if (cfg_.qk_norm) {  // through the per-head RMSNorm (its backward accumulates into dinp)
@@ -356,7 +360,7 @@ void Model<B>::backward() {
            table_.lnf_b());
   for (int l = cfg_.n_layer - 1; l >= 0; --l) block_backward(l);
   if (frozen()) return;  // the embedding's gradient is the base's
-  be_.embedding_bwd(g(table_.wte()), g(table_.wpe()), d_res_.data(), tokens_, B_, T_, C);
+  be_.embedding_bwd(g(table_.wte()), g(table_.wpe()), d_res_.data(), tokens_, B_, T_, C, layout_.pos);
 }
 
 // ---- host conveniences ------------------------------------------------------------------------
@@ -376,31 +380,42 @@ inline int64_t check_host_ids(const int32_t* tokens, const int32_t* targets, int
   return count;
 }
 
+// Packed rows' positions must index the position tables (GPT-2's wpe has max_seq_len rows).
+inline void check_host_layout(const TokenLayout& lay, int64_t n, int max_seq_len) {
+  if (lay.pos == nullptr) return;
+  for (int64_t i = 0; i < n; ++i)
+    if (lay.pos[i] < 0 || lay.pos[i] >= max_seq_len)
+      throw Error(str("position ", lay.pos[i], " at ", i, " is out of range [0, ", max_seq_len, ")"));
+}
+
 }  // namespace detail
 
 template <class B>
-double Model<B>::loss(const int32_t* tokens, const int32_t* targets, int Bn, int Tn)
+double Model<B>::loss(const int32_t* tokens, const int32_t* targets, int Bn, int Tn, TokenLayout layout)
   requires B::kHost
 {
   check_shape(Bn, Tn);
   const int64_t N = static_cast<int64_t>(Bn) * Tn;
   const int64_t count = detail::check_host_ids(tokens, targets, N, cfg_.vocab_size);
-  forward(tokens, targets, nullptr, Bn, Tn);
+  detail::check_host_layout(layout, N, cfg_.max_seq_len);
+  forward(tokens, targets, nullptr, Bn, Tn, layout);
   double sum = 0;  // in index order, as cpu::sum_in_order and the GPU runner sum
   for (int64_t i = 0; i < N; ++i) sum += static_cast<double>(losses_[i]);
   return count > 0 ? sum / static_cast<double>(count) : 0.0;
 }
 
 template <class B>
-double Model<B>::loss_and_grad(const int32_t* tokens, const int32_t* targets, int Bn, int Tn, double scale)
+double Model<B>::loss_and_grad(const int32_t* tokens, const int32_t* targets, int Bn, int Tn, double scale,
+                               TokenLayout layout)
   requires B::kHost
 {
   check_shape(Bn, Tn);
   FORGE_CHECK(targets != nullptr, "loss_and_grad needs targets");
   const int64_t N = static_cast<int64_t>(Bn) * Tn;
   const int64_t count = detail::check_host_ids(tokens, targets, N, cfg_.vocab_size);
+  detail::check_host_layout(layout, N, cfg_.max_seq_len);
   const Real dloss = count > 0 ? static_cast<Real>(scale / static_cast<double>(count)) : Real(0);
-  forward(tokens, targets, &dloss, Bn, Tn);
+  forward(tokens, targets, &dloss, Bn, Tn, layout);
   backward();
   double sum = 0;
   for (int64_t i = 0; i < N; ++i) sum += static_cast<double>(losses_[i]);
@@ -408,12 +423,13 @@ double Model<B>::loss_and_grad(const int32_t* tokens, const int32_t* targets, in
 }
 
 template <class B>
-const typename Model<B>::Real* Model<B>::logits_of(const int32_t* tokens, int Bn, int Tn)
+const typename Model<B>::Real* Model<B>::logits_of(const int32_t* tokens, int Bn, int Tn, TokenLayout layout)
   requires B::kHost
 {
   check_shape(Bn, Tn);
   detail::check_host_ids(tokens, nullptr, static_cast<int64_t>(Bn) * Tn, cfg_.vocab_size);
-  forward_logits(tokens, Bn, Tn);
+  detail::check_host_layout(layout, static_cast<int64_t>(Bn) * Tn, cfg_.max_seq_len);
+  forward_logits(tokens, Bn, Tn, layout);
   return logits_.data();
 }
 

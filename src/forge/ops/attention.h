@@ -4,6 +4,9 @@
 // h / (NH / NKV) (grouped-query attention by index, no copies). Scale 1/sqrt(HS).
 // causal: query i sees keys j ≤ i. window > 0 (sliding window, Mistral): additionally
 // j > i − window. window 0 = unlimited.
+// Segments (packed rows, several examples in one row): seg (B, T) gives each token a segment id,
+// a segment being a run of equal ids in a row; query i then also sees only keys of its own
+// segment (j ≥ the segment's first token), so causality and the window hold within a segment.
 #pragma once
 
 #include <cstdint>
@@ -30,6 +33,10 @@ struct AttentionStrides {
 // its flash twin.
 enum class AttentionPath { kAuto, kUnfused, kFlashMma, kFlashWgmma };
 
+// What a backend without segment masks and per-token positions (CUDA, for now) throws when a
+// forward is given them.
+inline constexpr const char* kPackingCpuOnly = "packing (--pack) trains on the CPU only for now";
+
 }  // namespace forge
 
 namespace forge::cpu {
@@ -48,16 +55,18 @@ void attention_bwd(T* dq, T* dk, T* dv, const T* dout, const T* q, const T* k, c
 // on either backend. out (B, T, NH, HS); lse (B, NH, T) = ln Σ_visible exp(q·k/sqrt(HS)) per
 // query row (lowest() for a row with no visible key, whose output is 0). q, k, v and out may be
 // strided views (AttentionStrides). probs (B, NH, T, T), when non-null, also receives the
-// probabilities of the visible keys (masked entries are left as they were).
+// probabilities of the visible keys (masked entries are left as they were). seg (B, T), when
+// non-null, masks keys of other segments (see the top of this file).
 template <typename T>
 void flash_attention_fwd(T* out, T* lse, const T* q, const T* k, const T* v, const AttentionShape& s,
-                         const AttentionStrides& st = {}, T* probs = nullptr);
+                         const AttentionStrides& st = {}, T* probs = nullptr, const int32_t* seg = nullptr);
 
 // Writes (does not accumulate) dq, dk, dv, recomputing the probabilities from q, k and lse, or
-// reading them from probs (what the forward wrote) when non-null.
+// reading them from probs (what the forward wrote) when non-null. seg: the forward's.
 template <typename T>
 void flash_attention_bwd(T* dq, T* dk, T* dv, const T* dout, const T* q, const T* k, const T* v,
                          const T* out, const T* lse, const AttentionShape& s,
-                         const AttentionStrides& st = {}, const T* probs = nullptr);
+                         const AttentionStrides& st = {}, const T* probs = nullptr,
+                         const int32_t* seg = nullptr);
 
 }  // namespace forge::cpu

@@ -7,6 +7,7 @@
 // Each pair (x0, x1) → (x0·cos − x1·sin, x0·sin + x1·cos).
 #pragma once
 
+#include <cstdint>
 #include <vector>
 
 namespace forge {
@@ -38,12 +39,16 @@ std::vector<double> rope_inv_freq(const Rope& rope, int HS);
 
 namespace forge::cpu {
 
-// RoPE of x (B, T, H, HS) in place, positions pos0 + t; frequencies rope_inv_freq(rope, HS).
+// RoPE of x (B, T, H, HS) in place, positions pos0 + t, or pos[b, t] when pos (B, T) is given
+// (packed rows: positions restarting per example; pos0 is then ignored); frequencies
+// rope_inv_freq(rope, HS).
 template <typename T>
-void rope_fwd(T* x, int B, int T_, int H, int HS, const Rope& rope, int pos0 = 0);
+void rope_fwd(T* x, int B, int T_, int H, int HS, const Rope& rope, int pos0 = 0,
+              const int32_t* pos = nullptr);
 
 // The backward of a rotation is the inverse rotation, also in place on dx (B, T, H, HS).
 template <typename T>
-void rope_bwd(T* dx, int B, int T_, int H, int HS, const Rope& rope, int pos0 = 0);
+void rope_bwd(T* dx, int B, int T_, int H, int HS, const Rope& rope, int pos0 = 0,
+              const int32_t* pos = nullptr);
 
 }  // namespace forge::cpu

@@ -18,7 +18,7 @@ class ShardSource : public BatchSource {
         val_(&ds_.shards, ds_.val, T_),
         T_(T_) {}
 
-  int64_t next_batch(int B, int32_t* inputs, int32_t* targets) override {
+  int64_t next_batch(int B, int32_t* inputs, int32_t* targets, int32_t*, int32_t*) override {
     loader_.next_batch(B, inputs, targets);
     return static_cast<int64_t>(B) * T_;  // every target of a window is a token
   }
@@ -47,9 +47,14 @@ class SftSource : public BatchSource {
  public:
   explicit SftSource(SftData data) : data_(std::move(data)) {}
 
-  int64_t next_batch(int B, int32_t* inputs, int32_t* targets) override {
-    return data_.next_batch(position_, B, inputs, targets);
+  int64_t next_batch(int B, int32_t* inputs, int32_t* targets, int32_t* pos, int32_t* seg) override {
+    return data_.next_batch(position_, B, inputs, targets, pos, seg);
   }
+  bool packed() const override { return data_.packed(); }
+  int64_t steps_for_epochs(int64_t epochs, int64_t rows) override {
+    return data_.steps_for_epochs(epochs, rows);
+  }
+  int64_t example_tokens(uint64_t from, uint64_t to) override { return data_.input_tokens(from, to); }
   uint64_t position() const override { return position_; }
   void set_position(uint64_t p) override { position_ = p; }
   int64_t val_count() const override { return data_.val_count(); }

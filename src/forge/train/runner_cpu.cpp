@@ -50,8 +50,9 @@ class CpuRunner final : public HostStepRunner {
 
   // Every call finishes its work before it returns: the report is ready at once.
   void micro_step(const int32_t* x, const int32_t* y, int B, int T_, double scale) override {
-    report_.micro_losses.push_back(model_.loss_and_grad(x, y, B, T_, scale));
+    report_.micro_losses.push_back(model_.loss_and_grad(x, y, B, T_, scale, layout_));
   }
+  void set_token_layout(const int32_t* pos, const int32_t* seg) override { layout_ = {pos, seg}; }
 
   double eval_loss(const int32_t* x, const int32_t* y, int B, int T_) override {
     return model_.loss(x, y, B, T_);
@@ -156,6 +157,7 @@ class CpuRunner final : public HostStepRunner {
   }
 
   Transformer<float> model_;
+  TokenLayout layout_;  // of the micro-batches (set_token_layout)
   Communicator* comm_;  // nullptr: one process
   // This rank's shard of the flat buffer: [begin_, end_) of the parameters (the whole buffer
   // without a communicator); shard_ elements per rank including padding.

@@ -34,8 +34,9 @@ class LoraCpuRunner final : public HostStepRunner {
   }
   void zero_grad() override { model_.zero_grad(); }
   void micro_step(const int32_t* x, const int32_t* y, int B, int T_, double scale) override {
-    report_.micro_losses.push_back(model_.loss_and_grad(x, y, B, T_, scale));
+    report_.micro_losses.push_back(model_.loss_and_grad(x, y, B, T_, scale, layout_));
   }
+  void set_token_layout(const int32_t* pos, const int32_t* seg) override { layout_ = {pos, seg}; }
   double eval_loss(const int32_t* x, const int32_t* y, int B, int T_) override { return model_.loss(x, y, B, T_); }
 
   void optimizer_step(const AdamWParams& p, double max_norm) override {
@@ -74,6 +75,7 @@ class LoraCpuRunner final : public HostStepRunner {
 
  private:
   Transformer<float> model_;
+  TokenLayout layout_;  // of the micro-batches (set_token_layout)
   std::vector<float> m_, v_;  // Adam state of the adapters only
 };
 

@@ -19,6 +19,7 @@ constexpr int kIntMax = std::numeric_limits<int>::max();
 constexpr double kInf = std::numeric_limits<double>::infinity();
 constexpr const char* kSaveDtypes[] = {"f32", "bf16"};
 constexpr const char* kSftOverlong[] = {"truncate", "skip"};
+constexpr const char* kSftLayouts[] = {"pad", "pack"};
 
 // The ranges are those the loop can run with: run() and the optimizer need positive counts,
 // AdamW's bias correction divides by 1 - beta^t (beta < 1), and eps keeps never-updated rows
@@ -71,6 +72,9 @@ constexpr TrainField kTrainFields[] = {
      DoubleMember{&TrainConfig::sft_val_frac, {0, 0.5}}},
     {"sft_overlong", "M", "--sft: an example longer than seq_len + 1 tokens is cut or skipped",
      ChoiceMember{&TrainConfig::sft_overlong, kSftOverlong}},
+    {"sft_layout", "L",
+     "--sft: one example a row, padded, or several packed (attention kept inside each; CPU only)",
+     ChoiceMember{&TrainConfig::sft_layout, kSftLayouts}},
 };
 
 // "5GB" -> 5'000'000'000 (ByteSizeMember's syntax); throws naming `what` otherwise.

@@ -51,10 +51,13 @@ struct TrainConfig {
   // 0: no warnings (loss_z is logged either way).
   double loss_spike_z = 5.0;
   // Supervised fine-tuning (forge train --sft, data/sft_data.h). epochs > 0 sets steps to
-  // ceil(epochs · train examples / (batch_size · grad_accum)) when the run starts.
+  // ceil(epochs · train examples / (batch_size · grad_accum)) when the run starts (packed: the
+  // steps whose rows hold epochs · train examples).
   int epochs = 0;
   double sft_val_frac = 0.05;            // held-out share of the examples
   std::string sft_overlong = "truncate";  // or "skip": examples longer than seq_len + 1 tokens
+  // "pad": one example a row; "pack": several (forge train --pack, data/sft_data.h; CPU only).
+  std::string sft_layout = "pad";
   bool quiet = false;  // no per-step progress lines (not a setting: not in the table)
 
   // Applies one key=value override; returns false if the key is not a training field. A bad

@@ -202,6 +202,9 @@ TrainResult run(Transformer<float>& model, TrainConfig cfg, const std::string& d
   const int B = cfg.batch_size;
   const std::string device = opt.device.empty() ? "cpu" : opt.device;
   const std::string precision = opt.precision.empty() ? default_precision(device) : opt.precision;
+  const bool pack = cfg.sft_layout == "pack";
+  if (pack && !opt.sft) throw Error("--pack (sft_layout=pack) packs SFT examples: it needs --sft");
+  if (pack && device != "cpu") throw Error(kPackingCpuOnly);  // before any GPU is touched
   check_device(device, precision);
   // Data parallel (trainer.h): this rank trains rows [rank·rows, (rank+1)·rows) of every
   // micro-batch; rank 0 alone writes the run directory and prints.
@@ -227,18 +230,19 @@ TrainResult run(Transformer<float>& model, TrainConfig cfg, const std::string& d
   if (opt.sft) {
     const std::string tokenizer_dir = start.resumed ? out : tokenizer_source(out, "", start.init_from);
     source = open_sft_source(data, tokenizer_dir, mcfg.vocab_size,
-                             {T_, cfg.sft_val_frac, cfg.sft_overlong == "truncate", cfg.seed});
+                             {T_, cfg.sft_val_frac, cfg.sft_overlong == "truncate", cfg.seed,
+                              pack});
   } else {
     source = open_shard_source(data, mcfg.vocab_size, T_, cfg.seed);
   }
   if (cfg.epochs > 0 && !start.resumed) {
     const int64_t per_step = static_cast<int64_t>(B) * cfg.grad_accum;
-    const int64_t steps = (cfg.epochs * source->epoch_size() + per_step - 1) / per_step;
+    const int64_t steps = source->steps_for_epochs(cfg.epochs, per_step);
     if (steps > std::numeric_limits<int>::max())
       throw Error(str("epochs=", cfg.epochs, " makes ", steps, " steps, more than a run can take"));
     cfg.steps = static_cast<int>(steps);
-    std::printf("epochs %d: %d steps of %lld examples over %lld train examples\n", cfg.epochs,
-                cfg.steps, static_cast<long long>(per_step),
+    std::printf("epochs %d: %d steps of %lld %s over %lld train examples\n", cfg.epochs,
+                cfg.steps, static_cast<long long>(per_step), source->packed() ? "packed rows" : "examples",
                 static_cast<long long>(source->epoch_size()));
   }
   // LoRA: adapters on the frozen base (a resumed run's checkpoint has them already).
@@ -348,6 +352,11 @@ TrainResult run(Transformer<float>& model, TrainConfig cfg, const std::string& d
   // windows all have T, and the shares are then exactly 1 / grad_accum).
   const size_t batch_elems = static_cast<size_t>(B) * T_;
   std::vector<int32_t> x(batch_elems * cfg.grad_accum), y(batch_elems * cfg.grad_accum);
+  // Packed rows: each token's position and segment id (data/sft_data.h).
+  const bool packed = source->packed();
+  std::vector<int32_t> pos(packed ? x.size() : 0), seg(packed ? x.size() : 0);
+  const uint64_t first_position = source->position();  // for the SFT throughput line
+  double step_seconds = 0;                               // the steps' time, evaluations excluded
   std::vector<int64_t> micro_targets(cfg.grad_accum);
   Curve train_curve = std::move(start.train_curve), val_curve = std::move(start.val_curve);
   TrainResult result;
@@ -453,6 +462,7 @@ TrainResult run(Transformer<float>& model, TrainConfig cfg, const std::string& d
     const double dt = now - std::max(ps.begin, last_reported);
     last_reported = now;
     step_time_avg = ps.step == start.step ? dt : 0.9 * step_time_avg + 0.1 * dt;
+    step_seconds += dt;
     const double tps = static_cast<double>(B) * T_ * cfg.grad_accum / dt;
     if (std::isfinite(loss)) {
       train_curve.push_back({static_cast<double>(ps.step), loss});
@@ -519,8 +529,10 @@ TrainResult run(Transformer<float>& model, TrainConfig cfg, const std::string& d
     runner->zero_grad();
     int64_t step_targets = 0;
     for (int micro = 0; micro < cfg.grad_accum; ++micro) {
-      micro_targets[micro] = source->next_batch(B, x.data() + micro * batch_elems,
-                                                y.data() + micro * batch_elems);
+      const size_t at = micro * batch_elems;
+      micro_targets[micro] = source->next_batch(B, x.data() + at, y.data() + at,
+                                                packed ? pos.data() + at : nullptr,
+                                                packed ? seg.data() + at : nullptr);
       step_targets += micro_targets[micro];
     }
     // weights: this rank's slice's share of the step's trained targets (the whole micro-batch
@@ -538,6 +550,9 @@ TrainResult run(Transformer<float>& model, TrainConfig cfg, const std::string& d
         weights[micro] = static_cast<double>(mine) / static_cast<double>(step_targets);
         scale = static_cast<double>(mine * world) / static_cast<double>(step_targets);
       }
+      if (packed)
+        runner->set_token_layout(pos.data() + micro * batch_elems + slice_at,
+                                 seg.data() + micro * batch_elems + slice_at);
       runner->micro_step(xs, ys, rows, T_, scale);
     }
     if (const auto fault = opt.faults.at(step)) runner->inject_fault(*fault);
@@ -607,6 +622,20 @@ TrainResult run(Transformer<float>& model, TrainConfig cfg, const std::string& d
               result.last_train_loss);
   if (std::isfinite(final_val))
     std::printf(", val loss %.4f (from %.4f at step 0)", final_val, result.first_val_loss);
+  if (opt.sft) {
+    // The examples' own tokens (padding excluded) per second of training steps: what packing
+    // speeds up (tok/s above counts every slot of the B x T rows).
+    const uint64_t last = source->position();
+    const int64_t tokens = source->example_tokens(first_position, last);
+    std::printf("\nSFT: %llu examples, %lld example tokens in %.1f s of steps: %.1f examples/s, "
+                "%.0f example tokens/s (%s rows)",
+                static_cast<unsigned long long>(last - first_position), static_cast<long long>(tokens),
+                step_seconds, step_seconds > 0 ? (last - first_position) / step_seconds : 0.0,
+                step_seconds > 0 ? tokens / step_seconds : 0.0, packed ? "packed" : "padded");
+    // The rows this run trained, filled by the examples' tokens.
+    const double slots = static_cast<double>(cfg.steps - start.step) * B * cfg.grad_accum * T_;
+    if (slots > 0) std::printf(", rows %.1f%% filled", 100.0 * static_cast<double>(tokens) / slots);
+  }
   std::printf("\nmodel saved to %s/model, metrics in %s/metrics.jsonl, plot %s/loss.svg\n",
               out.c_str(), out.c_str(), out.c_str());
   std::fflush(stdout);

@@ -97,11 +97,14 @@ class CpuBackend {
   const Real* scale_dloss(const Real* dloss) { return dloss; }
 
   // ---- ops ------------------------------------------------------------------------------------
-  void embedding_fwd(Act out, const int32_t* tokens, Act wte, Act wpe, int B, int T_, int C) {
-    cpu::embedding_fwd<T>(out, tokens, wte, wpe, B, T_, C);
+  // pos (B, T) / seg (B, T) below: packed rows' per-token positions and segment ids, null for
+  // none (model/transformer.h's TokenLayout).
+  void embedding_fwd(Act out, const int32_t* tokens, Act wte, Act wpe, int B, int T_, int C, const int32_t* pos) {
+    cpu::embedding_fwd<T>(out, tokens, wte, wpe, B, T_, C, pos);
   }
-  void embedding_bwd(Grad dwte, Grad dwpe, Act dout, const int32_t* tokens, int B, int T_, int C) {
-    cpu::embedding_bwd<T>(dwte, dwpe, dout, tokens, B, T_, C);
+  void embedding_bwd(Grad dwte, Grad dwpe, Act dout, const int32_t* tokens, int B, int T_, int C,
+                     const int32_t* pos) {
+    cpu::embedding_bwd<T>(dwte, dwpe, dout, tokens, B, T_, C, pos);
   }
   void layernorm_fwd(Act out, Stat mean, Stat rstd, Act inp, Act w, Act b, int N, int C, float eps) {
     cpu::layernorm_fwd<T>(out, mean, rstd, inp, w, b, N, C, eps);
@@ -166,21 +169,22 @@ class CpuBackend {
   void swiglu_bwd(Act dgate, Act dup, Act dout, Act gate, Act up, int64_t n) {
     cpu::swiglu_bwd<T>(dgate, dup, dout, gate, up, n);
   }
-  void rope_fwd(Act x, int B, int T_, int H, int HS, const Rope& rope) {
-    cpu::rope_fwd<T>(x, B, T_, H, HS, rope);
+  void rope_fwd(Act x, int B, int T_, int H, int HS, const Rope& rope, const int32_t* pos) {
+    cpu::rope_fwd<T>(x, B, T_, H, HS, rope, 0, pos);
   }
-  void rope_bwd(Act dx, int B, int T_, int H, int HS, const Rope& rope) {
-    cpu::rope_bwd<T>(dx, B, T_, H, HS, rope);
+  void rope_bwd(Act dx, int B, int T_, int H, int HS, const Rope& rope, const int32_t* pos) {
+    cpu::rope_bwd<T>(dx, B, T_, H, HS, rope, 0, pos);
   }
   void attention_fwd(Act out, AttnSaved& saved, Act q, Act k, Act v, const AttentionShape& s,
-                     const AttentionStrides& st) {
-    cpu::flash_attention_fwd<T>(out, saved.lse.data(), q, k, v, s, st, saved.probs.empty() ? nullptr : saved.probs.data());
+                     const AttentionStrides& st, const int32_t* seg) {
+    cpu::flash_attention_fwd<T>(out, saved.lse.data(), q, k, v, s, st,
+                                saved.probs.empty() ? nullptr : saved.probs.data(), seg);
   }
   // Writes dq, dk, dv.
   void attention_bwd(Act dq, Act dk, Act dv, Act dout, Act q, Act k, Act v, Act out, AttnSaved& saved,
-                     const AttentionShape& s, const AttentionStrides& st) {
+                     const AttentionShape& s, const AttentionStrides& st, const int32_t* seg) {
     cpu::flash_attention_bwd<T>(dq, dk, dv, dout, q, k, v, out, saved.lse.data(), s, st,
-                                saved.probs.empty() ? nullptr : saved.probs.data());
+                                saved.probs.empty() ? nullptr : saved.probs.data(), seg);
   }
   void lm_head_cross_entropy(Stat losses, Act dx, Grad dw, Act x, Act w, const int32_t* targets, const Real* dloss,
                              int N, int C, int V, int Vp) {

@@ -4,7 +4,9 @@
 // by several positions. We group positions by token id with a stable bucket sort (positions
 // of one id stay in (b, t) order), then parallelise over distinct ids: each thread owns whole
 // dwte rows and sums that id's dout rows in double in a fixed order. dwpe sums over the batch:
-// parallel over t, serial over b, again in double. Neither depends on the thread count.
+// parallel over t, serial over b, again in double. With per-token positions (packed rows) dwpe
+// is one serial pass in (b, t) order into a double table of the positions present. Neither
+// depends on the thread count.
 #include "forge/ops/embedding.h"
 
 #include <algorithm>
@@ -16,11 +18,11 @@ namespace forge::cpu {
 
 template <typename T>
 void embedding_fwd(T* out, const int32_t* tokens, const T* wte, const T* wpe, int B, int T_,
-                   int C) {
+                   int C, const int32_t* pos) {
   FORGE_CHECK(B >= 0 && T_ >= 0 && C >= 0, "[embedding_fwd] negative dims ", B, " ", T_, " ", C);
 #pragma omp parallel for
   for (int64_t bt = 0; bt < static_cast<int64_t>(B) * T_; ++bt) {
-    const int t = static_cast<int>(bt % T_);
+    const int t = pos ? pos[bt] : static_cast<int>(bt % T_);
     T* out_bt = out + bt * C;                                       // (C)
     const T* wte_row = wte + static_cast<int64_t>(tokens[bt]) * C;  // (C)
     if (wpe != nullptr) {
@@ -33,7 +35,8 @@ void embedding_fwd(T* out, const int32_t* tokens, const T* wte, const T* wpe, in
 }
 
 template <typename T>
-void embedding_bwd(T* dwte, T* dwpe, const T* dout, const int32_t* tokens, int B, int T_, int C) {
+void embedding_bwd(T* dwte, T* dwpe, const T* dout, const int32_t* tokens, int B, int T_, int C,
+                   const int32_t* pos) {
   FORGE_CHECK(B >= 0 && T_ >= 0 && C >= 0, "[embedding_bwd] negative dims ", B, " ", T_, " ", C);
   const int64_t BT = static_cast<int64_t>(B) * T_;
 
@@ -70,6 +73,17 @@ void embedding_bwd(T* dwte, T* dwpe, const T* dout, const int32_t* tokens, int B
   }
 
   if (dwpe == nullptr) return;
+  if (pos != nullptr) {
+    const int P = BT > 0 ? *std::max_element(pos, pos + BT) + 1 : 0;
+    std::vector<double> acc(static_cast<size_t>(P) * C, 0.0);  // (P, C)
+    for (int64_t bt = 0; bt < BT; ++bt) {
+      double* a = acc.data() + static_cast<size_t>(pos[bt]) * C;
+      const T* dout_bt = dout + bt * C;
+      for (int c = 0; c < C; ++c) a[c] += dout_bt[c];
+    }
+    for (size_t i = 0; i < acc.size(); ++i) dwpe[i] += static_cast<T>(acc[i]);
+    return;
+  }
 #pragma omp parallel
   {
     std::vector<double> acc(C);  // (C)
@@ -87,8 +101,8 @@ void embedding_bwd(T* dwte, T* dwpe, const T* dout, const int32_t* tokens, int B
 }
 
 #define FORGE_INSTANTIATE(T)                                                             \
-  template void embedding_fwd<T>(T*, const int32_t*, const T*, const T*, int, int, int); \
-  template void embedding_bwd<T>(T*, T*, const T*, const int32_t*, int, int, int);
+  template void embedding_fwd<T>(T*, const int32_t*, const T*, const T*, int, int, int, const int32_t*); \
+  template void embedding_bwd<T>(T*, T*, const T*, const int32_t*, int, int, int, const int32_t*);
 FORGE_INSTANTIATE(float)
 FORGE_INSTANTIATE(double)
 #undef FORGE_INSTANTIATE

@@ -5,7 +5,8 @@
 // second pass over the keys) — FlashAttention-2's algorithm, row by row.
 //
 // Masking by key range, as in attention.cpp: query i sees keys [lo(i), hi(i)); a row with no
-// visible key gets lse = lowest() and zeros.
+// visible key gets lse = lowest() and zeros. Segments (packed rows) raise lo(i) to the first
+// token of i's segment (SegmentStarts), which keeps every other segment's keys out.
 //
 // Accumulation in double for both instantiations; values are rounded to T when stored.
 //
@@ -57,8 +58,26 @@ Views views_of(const AttentionShape& s, const AttentionStrides& st) {
   return {{st.q ? st.q : dq, s.T}, {st.k ? st.k : dkv, s.T}, {st.v ? st.v : dkv, s.T}, {st.o ? st.o : dq, s.T}};
 }
 
-int lo_key(int i, const AttentionShape& s) { return attention_rows::visible_keys(i, s).lo; }
 int hi_key(int i, const AttentionShape& s) { return attention_rows::visible_keys(i, s).hi; }
+
+// The first token of each token's segment, (B, T): a run of equal ids of seg in a row; 0
+// everywhere without segments. lo(b, i) = max(the shape's lo, that start).
+struct SegmentStarts {
+  std::vector<int> start;
+  SegmentStarts(const int32_t* seg, const AttentionShape& s) {
+    if (seg == nullptr) return;
+    start.resize(static_cast<size_t>(s.B) * s.T);
+    for (int b = 0; b < s.B; ++b)
+      for (int t = 0; t < s.T; ++t) {
+        const size_t i = static_cast<size_t>(b) * s.T + t;
+        start[i] = t > 0 && seg[i] == seg[i - 1] ? start[i - 1] : t;
+      }
+  }
+  int lo(int b, int i, const AttentionShape& s) const {
+    const int lo = attention_rows::visible_keys(i, s).lo;
+    return start.empty() ? lo : std::max(lo, start[static_cast<size_t>(b) * s.T + i]);
+  }
+};
 
 template <typename T>
 T* lse_row(T* lse, int b, int h, int i, const AttentionShape& s) {
@@ -69,9 +88,9 @@ T* lse_row(T* lse, int b, int h, int i, const AttentionShape& s) {
 // of probabilities when there is one), and dS_ij / scale into ds.
 template <typename T>
 void probs_and_dscores(double* p, double* ds, const T* qi, const T* dout_i, double D, double lse,
-                       const T* prow, const T* k, const T* v, int b, int i, int kvh, const Views& w,
+                       const T* prow, const T* k, const T* v, int b, int i, int lo, int kvh, const Views& w,
                        double scale, const AttentionShape& s) {
-  for (int j = lo_key(i, s); j < hi_key(i, s); ++j) {
+  for (int j = lo; j < hi_key(i, s); ++j) {
     p[j] = prow ? static_cast<double>(prow[j])
                 : exp_of<T>(scale * dot(qi, w.k.row(k, b, j, kvh, s.HS), s.HS) - lse);
     const double dp = dot(dout_i, w.v.row(v, b, j, kvh, s.HS), s.HS);
@@ -88,9 +107,10 @@ T* probs_row(T* probs, int b, int h, int i, const AttentionShape& s) {
 
 template <typename T>
 void flash_attention_fwd(T* out, T* lse, const T* q, const T* k, const T* v, const AttentionShape& s,
-                         const AttentionStrides& st, T* probs) {
+                         const AttentionStrides& st, T* probs, const int32_t* seg) {
   check_shape(s, "flash_attention_fwd");
   const Views w = views_of(s, st);
+  const SegmentStarts segs(seg, s);
   const int group = s.NH / s.NKV;
   const double scale = 1.0 / std::sqrt(static_cast<double>(s.HS));
 #pragma omp parallel
@@ -105,7 +125,7 @@ void flash_attention_fwd(T* out, T* lse, const T* q, const T* k, const T* v, con
           const T* qi = w.q.row(q, b, i, h, s.HS);
           T* oi = w.o.row(out, b, i, h, s.HS);
           std::fill(acc.begin(), acc.end(), 0.0);
-          const int lo = lo_key(i, s), hi = hi_key(i, s);
+          const int lo = segs.lo(b, i, s), hi = hi_key(i, s);
           double row_lse = std::numeric_limits<T>::lowest();
           if (lo < hi) {
             double mx = -INFINITY;
@@ -138,9 +158,10 @@ void flash_attention_fwd(T* out, T* lse, const T* q, const T* k, const T* v, con
 template <typename T>
 void flash_attention_bwd(T* dq, T* dk, T* dv, const T* dout, const T* q, const T* k, const T* v,
                          const T* out, const T* lse, const AttentionShape& s,
-                         const AttentionStrides& st, const T* probs) {
+                         const AttentionStrides& st, const T* probs, const int32_t* seg) {
   check_shape(s, "flash_attention_bwd");
   const Views w = views_of(s, st);
+  const SegmentStarts segs(seg, s);
   const int group = s.NH / s.NKV;
   const double scale = 1.0 / std::sqrt(static_cast<double>(s.HS));
   // D_i = dout_i · out_i for query row i of head h.
@@ -166,11 +187,12 @@ void flash_attention_bwd(T* dq, T* dk, T* dv, const T* dout, const T* q, const T
           for (int i = 0; i < s.T; ++i) {
             const T* qi = w.q.row(q, b, i, h, s.HS);
             const T* dout_i = w.o.row(dout, b, i, h, s.HS);
+            const int lo = segs.lo(b, i, s);
             probs_and_dscores(p.data(), ds.data(), qi, dout_i, delta(b, i, h),
                               static_cast<double>(*lse_row(lse, b, h, i, s)), probs_row(probs, b, h, i, s), k, v,
-                              b, i, kvh, w, scale, s);
+                              b, i, lo, kvh, w, scale, s);
             std::fill(acc.begin(), acc.end(), 0.0);
-            for (int j = lo_key(i, s); j < hi_key(i, s); ++j) {
+            for (int j = lo; j < hi_key(i, s); ++j) {
               const T* kj = w.k.row(k, b, j, kvh, s.HS);
               double* dkj = dk_acc.data() + static_cast<size_t>(j) * s.HS;
               double* dvj = dv_acc.data() + static_cast<size_t>(j) * s.HS;
@@ -199,9 +221,10 @@ void flash_attention_bwd(T* dq, T* dk, T* dv, const T* dout, const T* q, const T
 
 #define FORGE_INSTANTIATE(T)                                                                      \
   template void flash_attention_fwd<T>(T*, T*, const T*, const T*, const T*, const AttentionShape&, \
-                                       const AttentionStrides&, T*);                              \
+                                       const AttentionStrides&, T*, const int32_t*);              \
   template void flash_attention_bwd<T>(T*, T*, T*, const T*, const T*, const T*, const T*, const T*, \
-                                       const T*, const AttentionShape&, const AttentionStrides&, const T*);
+                                       const T*, const AttentionShape&, const AttentionStrides&, const T*, \
+                                       const int32_t*);
 FORGE_INSTANTIATE(float)
 FORGE_INSTANTIATE(double)
 #undef FORGE_INSTANTIATE

@@ -255,10 +255,21 @@ void CudaBackend::optimizer_step(const AdamWParams& p, float max_norm, uint64_t 
 
 // ---- ops ----------------------------------------------------------------------------------------
 
-void CudaBackend::embedding_fwd(Act out, const int32_t* tokens, Act wte, Act wpe, int B, int T_, int C) {
+namespace {
+// Packed rows (per-token positions, segment masks) have no kernels here yet.
+void no_packing(const int32_t* layout) {
+  if (layout != nullptr) throw Error(kPackingCpuOnly);
+}
+}  // namespace
+
+void CudaBackend::embedding_fwd(Act out, const int32_t* tokens, Act wte, Act wpe, int B, int T_, int C,
+                                const int32_t* pos) {
+  no_packing(pos);
   cuda::embedding_fwd(ctx_, dt_, out, tokens, wte, wpe, B, T_, C);
 }
-void CudaBackend::embedding_bwd(Grad dwte, Grad dwpe, Act dout, const int32_t* tokens, int B, int T_, int C) {
+void CudaBackend::embedding_bwd(Grad dwte, Grad dwpe, Act dout, const int32_t* tokens, int B, int T_, int C,
+                                const int32_t* pos) {
+  no_packing(pos);
   cuda::embedding_bwd(ctx_, dt_, dwte, dwpe, dout, tokens, B, T_, C);
 }
 void CudaBackend::layernorm_fwd(Act out, Stat mean, Stat rstd, Act inp, Act w, Act b, int N, int C, float eps) {
@@ -413,10 +424,12 @@ void CudaBackend::swiglu_fwd(Act out, Act gate, Act up, int64_t n) { cuda::swigl
 void CudaBackend::swiglu_bwd(Act dgate, Act dup, Act dout, Act gate, Act up, int64_t n) {
   cuda::swiglu_bwd(ctx_, dt_, dgate, dup, dout, gate, up, n);
 }
-void CudaBackend::rope_fwd(Act x, int B, int T_, int H, int HS, const Rope& rope) {
+void CudaBackend::rope_fwd(Act x, int B, int T_, int H, int HS, const Rope& rope, const int32_t* pos) {
+  no_packing(pos);
   cuda::rope_fwd(ctx_, dt_, x, B, T_, H, HS, rope);
 }
-void CudaBackend::rope_bwd(Act dx, int B, int T_, int H, int HS, const Rope& rope) {
+void CudaBackend::rope_bwd(Act dx, int B, int T_, int H, int HS, const Rope& rope, const int32_t* pos) {
+  no_packing(pos);
   cuda::rope_bwd(ctx_, dt_, dx, B, T_, H, HS, rope);
 }
 
@@ -460,7 +473,8 @@ void CudaBackend::to_dense(Act dense, Act strided, int64_t stride, int64_t width
 // The unfused kernels take dense q/k/v: strided views are copied into scratch first (fp32's path
 // and the forced comparison path; flash reads the views in place).
 void CudaBackend::attention_fwd(Act out, AttnSaved& saved, Act q, Act k, Act v, const AttentionShape& s,
-                                const AttentionStrides& st) {
+                                const AttentionStrides& st, const int32_t* seg) {
+  no_packing(seg);
   if (flash_) {
     cuda::flash_attention_fwd(ctx_, dt_, out, saved.lse.data(), q, k, v, s, st, flash_kernels_);
     return;
@@ -478,7 +492,8 @@ void CudaBackend::attention_fwd(Act out, AttnSaved& saved, Act q, Act k, Act v, 
 }
 
 void CudaBackend::attention_bwd(Act dq, Act dk, Act dv, Act dout, Act q, Act k, Act v, Act out, AttnSaved& saved,
-                                const AttentionShape& s, const AttentionStrides& st) {
+                                const AttentionShape& s, const AttentionStrides& st, const int32_t* seg) {
+  no_packing(seg);
   if (flash_) {  // writes the gradients; GPT-2's land in place in the fused (N, 3C) buffer
     cuda::flash_attention_bwd(ctx_, dt_, dq, dk, dv, dout, q, k, v, out, saved.lse.data(), delta_.data(), s, st,
                               flash_kernels_);

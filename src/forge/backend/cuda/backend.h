@@ -147,8 +147,11 @@ class CudaBackend {
   void synchronize() { ctx_.synchronize(); }
 
   // ---- ops (the contracts of backend/cpu/backend.h) -------------------------------------------
-  void embedding_fwd(Act out, const int32_t* tokens, Act wte, Act wpe, int B, int T_, int C);
-  void embedding_bwd(Grad dwte, Grad dwpe, Act dout, const int32_t* tokens, int B, int T_, int C);
+  // pos / seg: packed rows (the CPU backend's contract); not implemented here yet: non-null
+  // throws forge::Error(kPackingCpuOnly).
+  void embedding_fwd(Act out, const int32_t* tokens, Act wte, Act wpe, int B, int T_, int C, const int32_t* pos);
+  void embedding_bwd(Grad dwte, Grad dwpe, Act dout, const int32_t* tokens, int B, int T_, int C,
+                     const int32_t* pos);
   void layernorm_fwd(Act out, Stat mean, Stat rstd, Act inp, Act w, Act b, int N, int C, float eps);
   void residual_layernorm_fwd(Act res, Act out, Stat mean, Stat rstd, Act a, Act b, Act w, Act bias, int N, int C,
                               float eps);
@@ -174,12 +177,12 @@ class CudaBackend {
                 int r, double scale);
   void swiglu_fwd(Act out, Act gate, Act up, int64_t n);
   void swiglu_bwd(Act dgate, Act dup, Act dout, Act gate, Act up, int64_t n);
-  void rope_fwd(Act x, int B, int T_, int H, int HS, const Rope& rope);
-  void rope_bwd(Act dx, int B, int T_, int H, int HS, const Rope& rope);
+  void rope_fwd(Act x, int B, int T_, int H, int HS, const Rope& rope, const int32_t* pos);
+  void rope_bwd(Act dx, int B, int T_, int H, int HS, const Rope& rope, const int32_t* pos);
   void attention_fwd(Act out, AttnSaved& saved, Act q, Act k, Act v, const AttentionShape& s,
-                     const AttentionStrides& st);
+                     const AttentionStrides& st, const int32_t* seg);
   void attention_bwd(Act dq, Act dk, Act dv, Act dout, Act q, Act k, Act v, Act out, AttnSaved& saved,
-                     const AttentionShape& s, const AttentionStrides& st);
+                     const AttentionShape& s, const AttentionStrides& st, const int32_t* seg);
   void lm_head_cross_entropy(Stat losses, Act dx, Grad dw, Act x, Act w, const int32_t* targets, const Real* dloss,
                              int N, int C, int V, int Vp);
 
