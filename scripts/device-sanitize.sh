@@ -6,8 +6,10 @@
 # Settings: FORGE_SANITIZERS (tools, default memcheck), FORGE_SHARDS (default 16),
 # FORGE_SANITIZE_LIMIT (seconds a shard may run, default 240), FORGE_SANITIZE_FILTER (gtest
 # filter, default all but the death tests: their forked children hang under the sanitizer, and
-# they check host-side refusals, which the CPU suite's ASan run covers). cuBLASLt's own GEMM kernels (nvjet_*: FORGE_SANITIZE_EXCLUDE) are not
-# checked: they are NVIDIA's, and racecheck flags their deliberate shared-memory reuse.
+# they check host-side refusals, which the CPU suite's ASan run covers). cuBLASLt's own GEMM
+# kernels (nvjet_*: FORGE_SANITIZE_EXCLUDE) are not checked: they are NVIDIA's, and racecheck
+# flags their deliberate shared-memory reuse. initcheck alone keeps them: it must see their
+# writes, or every read of a GEMM's output looks like a read of uninitialized memory.
 # Prints per tool: tests run / passed / failed, shards cut off by the limit (and the test each
 # was in), and the sanitizer's error count summed over the shards; logs under $OUT.
 set -uo pipefail
@@ -23,9 +25,11 @@ compute-sanitizer --version | tail -1
 start=$(date +%s)
 tools=${FORGE_SANITIZERS:-memcheck}
 for tool in $tools; do
+  exclude=(--kernel-name-exclude "${FORGE_SANITIZE_EXCLUDE:-kns=nvjet}")
+  [[ $tool == initcheck ]] && exclude=()
   for ((i = 0; i < shards; ++i)); do
     GTEST_TOTAL_SHARDS=$shards GTEST_SHARD_INDEX=$i timeout "$limit" compute-sanitizer --tool "$tool" \
-      --print-limit 50 --kernel-name-exclude "${FORGE_SANITIZE_EXCLUDE:-kns=nvjet}" \
+      --print-limit 50 "${exclude[@]}" \
       "$bin/forge_cuda_tests" --gtest_filter="${FORGE_SANITIZE_FILTER:--*DeathTest*}" \
       > "$out/$tool.$i.log" 2>&1 &
   done
