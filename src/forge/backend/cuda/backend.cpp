@@ -69,8 +69,9 @@ CudaBackend::Act CudaBackend::w(int64_t off) const {
 }
 
 void CudaBackend::set_weights(const std::vector<float>& host) {
-  FORGE_CHECK(host.size() == static_cast<size_t>(table_.total()), "set_weights: ", host.size(), " values for ",
-              table_.total(), " parameters");
+  // Sizes come from checkpoints (the user's files): a mismatch is an Error, not a broken invariant.
+  if (host.size() != static_cast<size_t>(table_.total()))
+    throw Error(str("set_weights: ", host.size(), " values for ", table_.total(), " parameters"));
   if (master_.size() > 0) {
     FORGE_CUDA_CHECK(
         cudaMemcpyAsync(master_.data(), host.data(), master_.bytes(), cudaMemcpyHostToDevice, ctx_.stream()));
@@ -119,8 +120,9 @@ std::vector<float> CudaBackend::adam_m_host() const { return to_host(ctx_, m_); 
 std::vector<float> CudaBackend::adam_v_host() const { return to_host(ctx_, v_); }
 
 void CudaBackend::set_adam_state(const std::vector<float>& m, const std::vector<float>& v) {
-  FORGE_CHECK(m.size() == m_.size() && v.size() == v_.size(), "set_adam_state: ", m.size(), " and ", v.size(),
-              " values for ", m_.size(), " trained parameters");
+  if (m.size() != m_.size() || v.size() != v_.size())
+    throw Error(str("set_adam_state: ", m.size(), " and ", v.size(), " values for ", m_.size(),
+                    " trained parameters"));
   // On our stream (a pageable cudaMemcpy may return before its DMA lands, and our stream does
   // not wait for the default one), then waited for: the host vectors may go away.
   FORGE_CUDA_CHECK(cudaMemcpyAsync(m_.data(), m.data(), m_.bytes(), cudaMemcpyHostToDevice, ctx_.stream()));
@@ -189,8 +191,9 @@ void CudaBackend::set_adapter(const std::vector<float>& a, const std::vector<Par
 }
 
 void CudaBackend::set_adapter_weights(const std::vector<float>& a) {
-  FORGE_CHECK(has_adapter() && a.size() == a_master_.size(), "set_adapter_weights: ", a.size(),
-              " values for ", a_master_.size(), " adapter parameters");
+  FORGE_CHECK(has_adapter(), "set_adapter_weights without adapters");
+  if (a.size() != a_master_.size())
+    throw Error(str("set_adapter_weights: ", a.size(), " values for ", a_master_.size(), " adapter parameters"));
   FORGE_CUDA_CHECK(cudaMemcpyAsync(a_master_.data(), a.data(), a_master_.bytes(), cudaMemcpyHostToDevice,
                                    ctx_.stream()));
   if (dt_ != DType::kF32)

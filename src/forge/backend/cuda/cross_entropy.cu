@@ -447,6 +447,12 @@ void lm_head_cross_entropy_16(Context& ctx, DType dt, float* losses, void* dx, f
   const int ld = row_stride(Vp);
   const int Nc = std::min(N, chunk_rows);
   DeviceBuffer<T> logits(ctx.allocator(), static_cast<size_t>(Nc) * ld);  // (Nc, ld)
+  // Columns Vp..ld are never written by the GEMM but are read (and masked) by the row kernel's
+  // 16-byte loads: zero them once, so nothing reads uninitialized memory (compute-sanitizer
+  // initcheck). At most 63 columns a row.
+  if (ld > Vp)
+    FORGE_CUDA_CHECK(cudaMemset2DAsync(logits.data() + Vp, static_cast<size_t>(ld) * sizeof(T), 0,
+                                       static_cast<size_t>(ld - Vp) * sizeof(T), Nc, ctx.stream()));
   const T* xb = static_cast<const T*>(x);
   for (int r0 = 0; r0 < N; r0 += Nc) {
     const int rows = std::min(Nc, N - r0);
