@@ -26,6 +26,10 @@ struct BenchOptions {
   std::vector<int> rows;
   std::vector<std::string> presets;
   bool sweep = false;     // also time every tiling the small-N kernels take
+  // bench train --sft: pretraining rows beside SFT rows padded and packed, from synthetic
+  // examples of lengths uniform in [sft_min, sft_max] tokens
+  bool sft = false;
+  int sft_min = 64, sft_max = 1024;
 };
 
 // forge bench attention: flash attention forward and backward timings.
@@ -56,6 +60,7 @@ void generate_bench(const GenerateBenchOptions& o);
 void gemm_cuda(const BenchOptions& o);
 void small_gemm_cuda(const BenchOptions& o);  // bench gemm --rows
 void train_cuda(const BenchOptions& o);
+void train_sft_cuda(const BenchOptions& o);  // bench train --sft (bench/train_sft_cuda.cpp)
 void attention_cuda(const AttentionBenchOptions& o);
 
 }  // namespace forge::bench

@@ -17,9 +17,11 @@
 #include <algorithm>
 #include <cstdio>
 #include <fstream>
+#include <functional>
 #include <nlohmann/json.hpp>
 
 #include "bench.h"
+#include "train_bench.h"
 #include "forge/backend/cuda/runtime.h"
 #include "forge/core/error.h"
 #include "forge/core/rng.h"
@@ -29,63 +31,84 @@
 
 namespace forge::bench {
 
-void train_cuda(const BenchOptions& o) {
+ModelConfig train_bench_config(const BenchOptions& o, std::string* shape) {
   if (!cuda::available())
     throw Error("forge bench train needs a CUDA GPU: " + cuda::device_summary());
   ModelConfig cfg = preset_config(o.preset);
-  std::string shape = o.preset;
+  *shape = o.preset;
   for (const auto& [key, value] : o.overrides) {
     if (!apply_model_override(cfg, key, value)) throw Error("--set: unknown model setting '" + key + "'");
-    shape += " " + key + "=" + value;
+    *shape += " " + key + "=" + value;
   }
-  const int B = o.batch, T = o.seq_len;
-  if (T > cfg.max_seq_len) cfg.max_seq_len = T;
+  if (o.seq_len > cfg.max_seq_len) cfg.max_seq_len = o.seq_len;
   cfg.validate();
+  return cfg;
+}
+
+std::unique_ptr<StepRunner> train_bench_runner(const ModelConfig& cfg, const BenchOptions& o) {
   std::unique_ptr<StepRunner> runner = make_cuda_runner(cfg, o.precision, o.cuda);
-  const int64_t P = runner->table().total();
-  {
-    std::vector<float> w(P);
-    runner->table().init(w.data(), 1337);
-    runner->set_weights(w);
+  std::vector<float> w(runner->table().total());
+  runner->table().init(w.data(), 1337);
+  runner->set_weights(w);
+  return runner;
+}
+
+std::vector<double> time_train_steps(StepRunner& runner, const std::function<void(int)>& micro_steps,
+                                     int warmup, int steps, StepReport* last) {
+  auto step = [&](int s) {
+    runner.zero_grad();
+    micro_steps(s);
+    AdamWParams p;
+    p.lr = 6e-4f;
+    p.step = s + 1;
+    runner.optimizer_step(p, 1.0);
+  };
+  for (int s = 0; s < warmup; ++s) {
+    step(s);
+    *last = runner.take_report();
   }
+  std::vector<double> ms;
+  Timer clock;
+  double prev = clock.seconds();
+  for (int s = 0; s < steps; ++s) {
+    step(warmup + s);
+    if (s == 0) continue;  // one step in flight, as in training
+    *last = runner.take_report();
+    const double now = clock.seconds();
+    ms.push_back((now - prev) * 1e3);
+    prev = now;
+  }
+  if (steps > 0) {
+    *last = runner.take_report();
+    ms.push_back((clock.seconds() - prev) * 1e3);
+  }
+  FORGE_CHECK(!ms.empty(), "forge bench train: --steps must be positive");
+  std::sort(ms.begin(), ms.end());
+  return ms;
+}
+
+void train_cuda(const BenchOptions& o) {
+  if (o.sft) return train_sft_cuda(o);
+  std::string shape;
+  const ModelConfig cfg = train_bench_config(o, &shape);
+  const int B = o.batch, T = o.seq_len;
+  std::unique_ptr<StepRunner> runner = train_bench_runner(cfg, o);
+  const int64_t P = runner->table().total();
   // Random tokens; targets are the inputs shifted by one.
   const size_t n = static_cast<size_t>(B) * T;
   std::vector<int32_t> x(n + 1);
   Rng rng(5);
   for (auto& t : x) t = static_cast<int32_t>(rng.below(cfg.vocab_size));
   const int accum = 1;
-  auto step = [&](int s) {
-    runner->zero_grad();
-    for (int a = 0; a < accum; ++a) runner->micro_step(x.data(), x.data() + 1, B, T, 1.0 / accum);
-    AdamWParams p;
-    p.lr = 6e-4f;
-    p.step = s + 1;
-    runner->optimizer_step(p, 1.0);
-  };
   StepReport last;
-  for (int s = 0; s < o.warmup; ++s) {
-    step(s);
-    last = runner->take_report();
-  }
-  std::vector<double> ms;
-  Timer clock;
-  double prev = clock.seconds();
-  for (int s = 0; s < o.steps; ++s) {
-    step(o.warmup + s);
-    if (s == 0) continue;  // one step in flight, as in training
-    last = runner->take_report();
-    const double now = clock.seconds();
-    ms.push_back((now - prev) * 1e3);
-    prev = now;
-  }
-  if (o.steps > 0) {
-    last = runner->take_report();
-    ms.push_back((clock.seconds() - prev) * 1e3);
-  }
-  FORGE_CHECK(!ms.empty(), "forge bench train: --steps must be positive");
+  const std::vector<double> ms = time_train_steps(
+      *runner,
+      [&](int) {
+        for (int a = 0; a < accum; ++a) runner->micro_step(x.data(), x.data() + 1, B, T, 1.0 / accum);
+      },
+      o.warmup, o.steps, &last);
   double loss = 0;
   for (double l : last.micro_losses) loss += l / accum;
-  std::sort(ms.begin(), ms.end());
   const double step_s = ms[ms.size() / 2] * 1e-3;
   const double tokens = static_cast<double>(n) * accum;
   const double tps = tokens / step_s;

@@ -27,6 +27,8 @@ const Command kBenchGpu = {
      {"precision", "bf16|fp32|fp16", "train precision (default bf16)"},
      {"set", "KEY=VALUE", "train: a model setting over the preset (forge train --help lists them), "
       "e.g. --set variant=qwen3", true},
+     {"sft", "", "train: SFT rows padded and packed (forge train --sft [--pack]) beside pretraining rows"},
+     {"sft-lengths", "MIN,MAX", "train --sft: the synthetic examples' token counts (default 64,1024)"},
      {"rows", "N", "gemm: the small-N linear kernels vs cuBLASLt at these row counts (1..32)", true},
      {"sweep", "", "gemm --rows: also time every tiling of the small-N kernels"},
      {"device", "cuda", "the only device these benchmarks run on"},
@@ -36,7 +38,10 @@ const Command kBenchGpu = {
     "train reports tokens/s, MFU (6N + 6LCT FLOPs per token over 989 TFLOP/s), step time and\n"
     "peak memory, beside llm.c's and torch.compile's figures on the same GPU model (ANCHORS.md).\n"
     "gemm --rows 1 8 32 times a decode step's linear layers (smollm2-135m and gpt2-124m, or\n"
-    "--preset) with the small-N kernels and with cuBLASLt, weights read from HBM."};
+    "--preset) with the small-N kernels and with cuBLASLt, weights read from HBM.\n"
+    "train --sft times the same model on SFT rows, padded and packed, built from synthetic examples\n"
+    "by the trainer's own SFT data code, and reports example (non-padding) tokens/s beside the\n"
+    "pretraining rows' tokens/s of the same run."};
 
 const Command kBenchAttention = {
     "bench attention",
@@ -123,6 +128,15 @@ int bench_gpu(const std::string& what, const Argv& argv) {
   o.presets = a.has("preset") ? std::vector<std::string>{o.preset}
                               : std::vector<std::string>{"smollm2-135m", "gpt2-124m"};
   o.sweep = a.has("sweep");
+  o.sft = a.has("sft");
+  if (a.has("sft-lengths")) {
+    const std::string v = a.get("sft-lengths", "");
+    const size_t comma = v.find(',');
+    if (comma == std::string::npos) throw Error("--sft-lengths: expected MIN,MAX, got '" + v + "'");
+    o.sft_min = parse_int("--sft-lengths", v.substr(0, comma), 2, 1 << 30);
+    o.sft_max = parse_int("--sft-lengths", v.substr(comma + 1), o.sft_min, 1 << 30);
+  }
+  if ((o.sft || a.has("sft-lengths")) && what != "train") throw Error("--sft and --sft-lengths go with bench train");
   if (o.sweep && o.rows.empty()) throw Error("--sweep goes with gemm --rows (e.g. --rows 1 8 32 --sweep)");
 #ifdef FORGE_HAVE_CUDA
   if (what == "gemm" && !o.rows.empty()) bench::small_gemm_cuda(o);
