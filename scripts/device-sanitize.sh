@@ -4,7 +4,8 @@
 # run side by side (the sanitizers are bound by the host CPU; the GPU machine has 16 cores):
 #   FORGE_SANITIZERS="memcheck synccheck" bash scripts/device-sanitize.sh dev-out/bin
 # Settings: FORGE_SANITIZERS (tools, default memcheck), FORGE_SHARDS (default 16),
-# FORGE_SANITIZE_LIMIT (seconds a shard may run, default 240), FORGE_SANITIZE_FILTER (gtest
+# FORGE_SANITIZE_LIMIT (seconds a shard may run, default 240), FORGE_SANITIZE_PRINT_LIMIT (reports
+# a shard prints, default 50), FORGE_SANITIZE_FILTER (gtest
 # filter, default all but the death tests: their forked children hang under the sanitizer, and
 # they check host-side refusals, which the CPU suite's ASan run covers). cuBLASLt's own GEMM
 # kernels (nvjet_*: FORGE_SANITIZE_EXCLUDE) are not checked: they are NVIDIA's, and racecheck
@@ -29,7 +30,7 @@ for tool in $tools; do
   [[ $tool == initcheck ]] && exclude=()
   for ((i = 0; i < shards; ++i)); do
     GTEST_TOTAL_SHARDS=$shards GTEST_SHARD_INDEX=$i timeout "$limit" compute-sanitizer --tool "$tool" \
-      --print-limit 50 "${exclude[@]}" \
+      --print-limit "${FORGE_SANITIZE_PRINT_LIMIT:-50}" "${exclude[@]}" \
       "$bin/forge_cuda_tests" --gtest_filter="${FORGE_SANITIZE_FILTER:--*DeathTest*}" \
       > "$out/$tool.$i.log" 2>&1 &
   done
