@@ -131,8 +131,8 @@ __global__ void __launch_bounds__(kWarps * 32) flash_bwd_dq_kernel(FlashParams p
         for (int e = 0; e < 4; ++e) {
           const int r = e >> 1;
           float pv = fast_exp2<(D <= 64)>(fmaf(s[nt][e], sl2, -lse2[r]));
-          const int i = wq_lo + g + 8 * r, j = k0 + nt * 8 + c + (e & 1);
-          if (masked && (!vis(i, j) || (kSeg && j < seg_lo<kSeg>(p, b, i)))) pv = 0.0f;
+          if (masked && !vis(wq_lo + g + 8 * r, k0 + nt * 8 + c + (e & 1))) pv = 0.0f;
+          if (kSeg && masked && k0 + nt * 8 + c + (e & 1) < seg_lo<kSeg>(p, b, wq_lo + g + 8 * r)) pv = 0.0f;
           s[nt][e] = pv * (dp[nt][e] - dlt[r]);
         }
       mma_pb<T, D, NT>(dq, s, sK, lane);  // dQ += dS·K
