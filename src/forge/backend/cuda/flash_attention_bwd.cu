@@ -17,6 +17,9 @@
 //   flash_bwd_dq_kernel   HS 64  (64 rows, BK 32)  126 / 0    HS 128 (64 rows, BK 64)  246 / 0
 //   flash_bwd_dkv_kernel  HS 64  (64 rows, BQ 32)  165 / 0    HS 128 (64 rows, BQ 32)  255 / 0
 //   HS 32 / 80 / 96: dQ 94 / 225 / 236, dK/dV 96 / 168 / 222, all 0 spill
+//   with segments (kSeg, ptxas -v on the PTX, CUDA 13.0), HS 32 / 64 / 80 / 96 / 128: dQ
+//   96 / 126 / 246 / 255 / 255, 0 spill; dK/dV 121 / 168 / 209 / 226 / 255, 16 bytes spilled at
+//   HS 128. Without segments the PTX is unchanged.
 // Measured (ncu, GPT-2 124M shape 64·12·1024·64 causal): both kernels are latency-bound at 2–3
 // resident blocks per SM (tensor pipe 27–32% busy, 0.5–0.9 eligible warps per scheduler).
 //
