@@ -148,8 +148,8 @@ __global__ void __launch_bounds__(kWG * 128 + 128, 1)
         for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
           for (int e = 0; e < 4; ++e) {
-            const int i = wq_lo + g + 8 * (e >> 1), j = k0 + nt * 8 + c + (e & 1);
-            if (!vis(i, j) || (kSeg && j < seg_lo<kSeg>(p, b, i))) s[nt][e] = 0.0f;
+            const int qi = wq_lo + g + 8 * (e >> 1), kj = k0 + nt * 8 + c + (e & 1);  // query, key
+            if (!vis(qi, kj) || (kSeg && kj < seg_lo<kSeg>(p, b, qi))) s[nt][e] = 0.0f;
           }
       }
 #pragma unroll
@@ -300,8 +300,8 @@ __global__ void __launch_bounds__(kWG * 128 + 128, 1)
         for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
           for (int e = 0; e < 4; ++e) {
-            const int i = q0 + nt * 8 + c + (e & 1), j = wk_lo + g + 8 * (e >> 1);  // query, key
-            if (!vis(i, j) || (kSeg && j < seg_lo<kSeg>(p, b, i))) s[nt][e] = 0.0f;
+            const int qi = q0 + nt * 8 + c + (e & 1), kj = wk_lo + g + 8 * (e >> 1);  // query, key
+            if (!vis(qi, kj) || (kSeg && kj < seg_lo<kSeg>(p, b, qi))) s[nt][e] = 0.0f;
           }
       }
 #pragma unroll

@@ -117,8 +117,8 @@ __global__ void __launch_bounds__(kWG * 128 + 128, 1)
         for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
           for (int e = 0; e < 4; ++e) {
-            const int i = wq_lo + g + (e >= 2 ? 8 : 0), j = k0 + nt * 8 + c + (e & 1);
-            if (!vis(i, j) || (kSeg && j < seg_lo<kSeg>(p, b, i))) s[nt][e] = -FLT_MAX;
+            const int qi = wq_lo + g + (e >= 2 ? 8 : 0), kj = k0 + nt * 8 + c + (e & 1);  // query, key
+            if (!vis(qi, kj) || (kSeg && kj < seg_lo<kSeg>(p, b, qi))) s[nt][e] = -FLT_MAX;
           }
       }
       // Online softmax, rows g (r = 0) and g + 8 (r = 1) of the warp's 16.
