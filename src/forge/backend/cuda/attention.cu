@@ -27,6 +27,7 @@
 // an online max/sum-exp over the visible keys only, then the normalised write — with 16-byte
 // f32 loads when T % 4 == 0. Masking is by key range [lo, hi), never by −inf: the running max
 // starts at −FLT_MAX, masked entries are written as 0 and a row without visible keys gets 0.
+// Segments (packed rows): lo is raised to the row's segment start (segment_starts_kernel).
 // They move 6–8 (fwd) and 8–12 (bwd) bytes per score, bf16–f32, and are memory-bound; the
 // GEMMs dominate. Causal rows still pay the full T×T GEMMs (a 2× waste the fused kernel removes).
 //
@@ -105,7 +106,42 @@ struct SoftmaxArgs {
   int h;
   bool causal;
   int window;
+  const int32_t* seg_start = nullptr;  // (B, T) first token of each token's segment, or none
 };
+
+// The keys row b·T + i of the scores sees: the shape's range, raised to its segment's start.
+__device__ __forceinline__ KeyRange row_keys(const SoftmaxArgs& a, int row) {
+  KeyRange r = visible_keys(row % a.T_, a.T_, a.causal, a.window);
+  if (a.seg_start != nullptr) r.lo = max(r.lo, a.seg_start[row]);
+  return r;
+}
+
+// start[b, t] = the first token of t's run of equal seg ids in row b: an inclusive max-scan of
+// (t where a run begins, else 0) along the row. One block per row, kScanThreads tokens per step
+// (Hillis–Steele in shared memory), the running maximum carried across steps.
+constexpr int kScanThreads = 1024;
+__global__ void __launch_bounds__(kScanThreads)
+    segment_starts_kernel(int32_t* __restrict__ start, const int32_t* __restrict__ seg, int T_) {
+  __shared__ int buf[kScanThreads];
+  const int32_t* s = seg + static_cast<int64_t>(blockIdx.x) * T_;
+  int32_t* out = start + static_cast<int64_t>(blockIdx.x) * T_;
+  const int x = threadIdx.x;
+  int carry = 0;  // the last run start before this step
+  for (int t0 = 0; t0 < T_; t0 += kScanThreads) {
+    const int t = t0 + x;
+    buf[x] = t < T_ && t > 0 && s[t] != s[t - 1] ? t : 0;
+    __syncthreads();
+    for (int off = 1; off < kScanThreads; off *= 2) {
+      const int y = x >= off ? buf[x - off] : 0;
+      __syncthreads();
+      buf[x] = max(buf[x], y);
+      __syncthreads();
+    }
+    if (t < T_) out[t] = max(carry, buf[x]);
+    carry = max(carry, buf[kScanThreads - 1]);
+    __syncthreads();  // every thread has read buf before the next step writes it
+  }
+}
 
 // att[b, h, i, :] = softmax of scores[b, i, :] over the visible keys, 0 elsewhere.
 // scores (B, T, T) f32 for head h; one warp per row.
@@ -119,7 +155,7 @@ __global__ void __launch_bounds__(kRowsPerBlock * 32)
   const int b = row / a.T_, i = row % a.T_;
   const float* s_row = scores + static_cast<int64_t>(row) * a.T_;               // (T)
   T* p_row = att + ((static_cast<int64_t>(b) * a.NH + a.h) * a.T_ + i) * a.T_;  // (T)
-  const KeyRange r = visible_keys(i, a.T_, a.causal, a.window);
+  const KeyRange r = row_keys(a, row);
 
   float m = -FLT_MAX, sum = 0.0f;
   for (int j0 = r.lo - r.lo % kVec + lane * kVec; j0 < r.hi; j0 += 32 * kVec) {
@@ -168,7 +204,7 @@ __global__ void __launch_bounds__(kRowsPerBlock * 32)
   const float* dp_row = dp + static_cast<int64_t>(row) * a.T_;                        // (T)
   T* ds_row = ds + static_cast<int64_t>(row) * a.T_;                                  // (T)
   const T* p_row = att + ((static_cast<int64_t>(b) * a.NH + a.h) * a.T_ + i) * a.T_;  // (T)
-  const KeyRange r = visible_keys(i, a.T_, a.causal, a.window);
+  const KeyRange r = row_keys(a, row);
 
   float dot = 0.0f;
   for (int j0 = r.lo - r.lo % kVec + lane * kVec; j0 < r.hi; j0 += 32 * kVec) {
@@ -279,8 +315,15 @@ char* at(void* p, int64_t elems, size_t es) {
 
 }  // namespace
 
+void segment_starts(Context& ctx, int32_t* start, const int32_t* seg, int B, int T_) {
+  FORGE_CHECK(B >= 0 && T_ >= 0, "segment_starts: bad shape B=", B, " T=", T_);
+  if (B == 0 || T_ == 0) return;
+  segment_starts_kernel<<<B, kScanThreads, 0, ctx.stream()>>>(start, seg, T_);
+  FORGE_CUDA_CHECK_LAUNCH();
+}
+
 void attention_fwd(Context& ctx, DType dt, void* out, void* att, const void* q, const void* k,
-                   const void* v, const AttentionShape& s) {
+                   const void* v, const AttentionShape& s, const int32_t* seg) {
   check_args(dt, s, "attention_fwd");
   if (s.B == 0 || s.T == 0) return;
   const size_t es = dtype_size(dt);
@@ -288,7 +331,13 @@ void attention_fwd(Context& ctx, DType dt, void* out, void* att, const void* q, 
   const Views view{s};
   const int64_t tt = static_cast<int64_t>(s.T) * s.T;
   DeviceBuffer<float> scores(ctx.allocator(), static_cast<size_t>(s.B) * tt);  // (B, T, T)
-  const SoftmaxArgs base{s.B * s.T, s.T, s.NH, 0, s.causal, s.window};
+  SoftmaxArgs base{s.B * s.T, s.T, s.NH, 0, s.causal, s.window};
+  DeviceBuffer<int32_t> starts;  // (B, T) with segments
+  if (seg != nullptr) {
+    starts = DeviceBuffer<int32_t>(ctx.allocator(), static_cast<size_t>(s.B) * s.T);
+    segment_starts(ctx, starts.data(), seg, s.B, s.T);
+    base.seg_start = starts.data();
+  }
 
   for (int h = 0; h < s.NH; ++h) {
     const int kvh = h / group;
@@ -321,7 +370,7 @@ void attention_fwd(Context& ctx, DType dt, void* out, void* att, const void* q, 
 
 void attention_bwd(Context& ctx, DType dt, void* dq, void* dk, void* dv, const void* dout,
                    const void* q, const void* k, const void* v, const void* att,
-                   const AttentionShape& s) {
+                   const AttentionShape& s, const int32_t* seg) {
   check_args(dt, s, "attention_bwd");
   if (s.B == 0 || s.T == 0) return;
   const size_t es = dtype_size(dt);
@@ -341,7 +390,15 @@ void attention_bwd(Context& ctx, DType dt, void* dq, void* dk, void* dv, const v
     dk_acc = DeviceBuffer<float>(ctx.allocator(), bt * s.HS);
     dv_acc = DeviceBuffer<float>(ctx.allocator(), bt * s.HS);
   }
-  const SoftmaxArgs base{s.B * s.T, s.T, s.NH, 0, s.causal, s.window};
+  // att is exactly 0 outside each row's keys, so the segment bound only narrows the loops; it is
+  // applied anyway, so the backward's rows are the forward's.
+  SoftmaxArgs base{s.B * s.T, s.T, s.NH, 0, s.causal, s.window};
+  DeviceBuffer<int32_t> starts;  // (B, T) with segments
+  if (seg != nullptr) {
+    starts = DeviceBuffer<int32_t>(ctx.allocator(), static_cast<size_t>(s.B) * s.T);
+    segment_starts(ctx, starts.data(), seg, s.B, s.T);
+    base.seg_start = starts.data();
+  }
 
   for (int kvh = 0; kvh < s.NKV; ++kvh) {
     const char* k_h = at(k, view.head(kvh), es);

@@ -477,9 +477,8 @@ void CudaBackend::to_dense(Act dense, Act strided, int64_t stride, int64_t width
 // and the forced comparison path; flash reads the views in place).
 void CudaBackend::attention_fwd(Act out, AttnSaved& saved, Act q, Act k, Act v, const AttentionShape& s,
                                 const AttentionStrides& st, const int32_t* seg) {
-  no_packing(seg);
   if (flash_) {
-    cuda::flash_attention_fwd(ctx_, dt_, out, saved.lse.data(), q, k, v, s, st, flash_kernels_);
+    cuda::flash_attention_fwd(ctx_, dt_, out, saved.lse.data(), q, k, v, s, st, flash_kernels_, seg);
     return;
   }
   FORGE_CHECK(st.o == 0 || st.o == static_cast<int64_t>(s.NH) * s.HS, "unfused attention: strided output");
@@ -491,15 +490,14 @@ void CudaBackend::attention_fwd(Act out, AttnSaved& saved, Act q, Act k, Act v, 
     to_dense(dense_v_.data(), v, st.v ? st.v : wkv, wkv, rows, true);
     q = dense_q_.data(), k = dense_k_.data(), v = dense_v_.data();
   }
-  cuda::attention_fwd(ctx_, dt_, out, saved.att.data(), q, k, v, s);
+  cuda::attention_fwd(ctx_, dt_, out, saved.att.data(), q, k, v, s, seg);
 }
 
 void CudaBackend::attention_bwd(Act dq, Act dk, Act dv, Act dout, Act q, Act k, Act v, Act out, AttnSaved& saved,
                                 const AttentionShape& s, const AttentionStrides& st, const int32_t* seg) {
-  no_packing(seg);
   if (flash_) {  // writes the gradients; GPT-2's land in place in the fused (N, 3C) buffer
     cuda::flash_attention_bwd(ctx_, dt_, dq, dk, dv, dout, q, k, v, out, saved.lse.data(), delta_.data(), s, st,
-                              flash_kernels_);
+                              flash_kernels_, seg);
     return;
   }
   const int64_t rows = static_cast<int64_t>(s.B) * s.T, wq = static_cast<int64_t>(s.NH) * s.HS;
@@ -516,7 +514,7 @@ void CudaBackend::attention_bwd(Act dq, Act dk, Act dv, Act dout, Act q, Act k, 
   zero(gk, rows * wkv);
   zero(gv, rows * wkv);
   cuda::attention_bwd(ctx_, dt_, gq, gk, gv, dout, strided ? dense_q_.data() : q, strided ? dense_k_.data() : k,
-                      strided ? dense_v_.data() : v, saved.att.data(), s);
+                      strided ? dense_v_.data() : v, saved.att.data(), s, seg);
   if (strided) {
     to_dense(gq, dq, st.q ? st.q : wq, wq, rows, false);
     to_dense(gk, dk, st.k ? st.k : wkv, wkv, rows, false);

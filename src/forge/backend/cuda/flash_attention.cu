@@ -18,12 +18,18 @@
 // difference is 0, never NaN — and a row whose running max is still −FLT_MAX uses 0 as its
 // reference, so nothing visible means p = 0, l = 0, output 0 (not reachable when causal).
 // Causal grids run the heaviest (last) query tiles first.
+// Segments (packed rows, seg_start non-null): one more per-row lower bound, seg_lo(i) (see
+// flash_mma.cuh); key tiles below the tile's first row's bound are not visited, a warp skips
+// tiles below its first row's bound and pays the per-element test on tiles below its last
+// row's. A separate instantiation (kSeg), so the kernels without segments are unchanged.
 //
 // ptxas (sm_90a, CUDA 13.0, -O3), registers / spill bytes, 0 stack frame, same for bf16 and f16:
 //   flash_fwd_kernel  HS 64  (4 warps × 32 rows, BK 64, 48 KiB shared)   254 / 0
 //                     HS 128 (4 warps × 32 rows, BK 32, 64 KiB shared)   255 / 0
 //   flash_bwd_delta_kernel (16-byte loads, D/8 lanes per row)            26 / 0
 //   HS 32 / 80 / 96 (padded rows; the configurations of HS 64 / 128 / 128): 180 / 184 / 221, 0
+//   with segments (kSeg, ptxas -v on the PTX, CUDA 13.0): HS 32 / 64 / 80 / 96 / 128
+//   168 / 252 / 200 / 221 / 255 registers, 0 spill; without, the PTX is unchanged.
 #include <cfloat>
 
 #include "forge/backend/cuda/check.h"
@@ -43,7 +49,7 @@ struct FwdConfig {
   static constexpr int kSmem = BQ * TileLayout<D>::kRowBytes + 2 * kStageBytes;
 };
 
-template <typename T, int D, int kWarps, int kMT, int BK>
+template <typename T, int D, int kWarps, int kMT, int BK, bool kSeg>
 __global__ void __launch_bounds__(kWarps * 32) flash_fwd_kernel(FlashParams p) {
   using Cfg = FwdConfig<T, D, kWarps, kMT, BK>;
   constexpr int BQ = Cfg::BQ, NT = BK / 8, DT = D / 8, kThreads = Cfg::kThreads;
@@ -61,7 +67,9 @@ __global__ void __launch_bounds__(kWarps * 32) flash_fwd_kernel(FlashParams p) {
   const T* v = static_cast<const T*>(p.v) + static_cast<int64_t>(b) * T_ * p.ld_v + kvh * D;
 
   const TileRange kr = key_tiles<BQ, BK>(p, q0);
-  const int kt_begin = kr.begin, kt_end = kr.end;
+  // Segments: no row of the tile sees a key below seg_lo(q0) (q0 < T), so whole tiles below it
+  // are skipped; seg_lo(q0) <= q0 keeps kt_begin < kt_end.
+  const int kt_begin = kSeg ? max(kr.begin, seg_lo<kSeg>(p, b, q0) / BK) : kr.begin, kt_end = kr.end;
 
   load_tile<BQ, D, kThreads>(sQ, q, p.ld_q, q0, T_);
   if (kt_begin < kt_end) {
@@ -98,7 +106,8 @@ __global__ void __launch_bounds__(kWarps * 32) flash_fwd_kernel(FlashParams p) {
     __syncthreads();
 
     const int k0 = kt * BK;
-    const bool skip = (p.causal && k0 > wq_hi) || (p.window > 0 && k0 + BK - 1 <= wq_lo - p.window);
+    const bool skip = (p.causal && k0 > wq_hi) || (p.window > 0 && k0 + BK - 1 <= wq_lo - p.window) ||
+                      (kSeg && k0 + BK - 1 < seg_lo<kSeg>(p, b, wq_lo));
     if (!skip) {
       float s[kMT][NT][4];
 #pragma unroll
@@ -122,7 +131,7 @@ __global__ void __launch_bounds__(kWarps * 32) flash_fwd_kernel(FlashParams p) {
         }
       }
       const bool masked = k0 + BK > T_ || (p.causal && k0 + BK - 1 > wq_lo) ||
-                          (p.window > 0 && k0 <= wq_hi - p.window);
+                          (p.window > 0 && k0 <= wq_hi - p.window) || (kSeg && k0 < seg_lo<kSeg>(p, b, wq_hi));
       if (masked) {
 #pragma unroll
         for (int mt = 0; mt < kMT; ++mt)
@@ -131,7 +140,7 @@ __global__ void __launch_bounds__(kWarps * 32) flash_fwd_kernel(FlashParams p) {
 #pragma unroll
             for (int e = 0; e < 4; ++e) {
               const int i = wq_lo + mt * 16 + g + (e >= 2 ? 8 : 0), j = k0 + nt * 8 + c + (e & 1);
-              if (!vis(i, j)) s[mt][nt][e] = -FLT_MAX;
+              if (!vis(i, j) || (kSeg && j < seg_lo<kSeg>(p, b, i))) s[mt][nt][e] = -FLT_MAX;
             }
       }
       // Online softmax, per row (r = 0: row g, r = 1: row g + 8 of each m-tile).
@@ -245,7 +254,10 @@ template <typename T, int D, int kWarps, int kMT, int BK>
 void launch_fwd(Context& ctx, const FlashParams& p) {
   using Cfg = FwdConfig<T, D, kWarps, kMT, BK>;
   const dim3 grid((p.T_ + Cfg::BQ - 1) / Cfg::BQ, p.NH, p.B);
-  launch_with_smem<flash_fwd_kernel<T, D, kWarps, kMT, BK>>(ctx, grid, Cfg::kThreads, Cfg::kSmem, p);
+  if (p.seg_start != nullptr)
+    launch_with_smem<flash_fwd_kernel<T, D, kWarps, kMT, BK, true>>(ctx, grid, Cfg::kThreads, Cfg::kSmem, p);
+  else
+    launch_with_smem<flash_fwd_kernel<T, D, kWarps, kMT, BK, false>>(ctx, grid, Cfg::kThreads, Cfg::kSmem, p);
 }
 
 // Tile configurations measured on the H200 (forge bench attention, bf16; ms per call):
@@ -306,7 +318,7 @@ bool flash_attention_supported(DType dt, int HS) {
 
 void flash_attention_fwd(Context& ctx, DType dt, void* out, float* lse, const void* q, const void* k,
                          const void* v, const AttentionShape& s, const AttentionStrides& st,
-                         FlashKernels kernels) {
+                         FlashKernels kernels, const int32_t* seg) {
   const char* what = "flash_attention_fwd";
   flash::FlashParams p{};
   flash::fill_shape(p, dt, s, st.q, st.k, st.v, st.o, what);
@@ -320,6 +332,12 @@ void flash_attention_fwd(Context& ctx, DType dt, void* out, float* lse, const vo
   p.v = v;
   p.o = out;
   p.lse = lse;
+  DeviceBuffer<int32_t> starts;  // (B, T), freed in stream order after the kernel
+  if (seg != nullptr) {
+    starts = DeviceBuffer<int32_t>(ctx.allocator(), static_cast<size_t>(s.B) * s.T);
+    segment_starts(ctx, starts.data(), seg, s.B, s.T);
+    p.seg_start = starts.data();
+  }
   if (flash::use_wgmma(ctx, kernels, s.HS, what)) flash::fwd_wgmma(ctx, dt, p);
   else if (dt == DType::kBF16) flash::fwd_dispatch<flash::bf16>(ctx, p);
   else flash::fwd_dispatch<flash::f16>(ctx, p);

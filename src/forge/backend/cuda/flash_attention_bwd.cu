@@ -17,11 +17,17 @@
 //   flash_bwd_dq_kernel   HS 64  (64 rows, BK 32)  126 / 0    HS 128 (64 rows, BK 64)  246 / 0
 //   flash_bwd_dkv_kernel  HS 64  (64 rows, BQ 32)  165 / 0    HS 128 (64 rows, BQ 32)  255 / 0
 //   HS 32 / 80 / 96: dQ 94 / 225 / 236, dK/dV 96 / 168 / 222, all 0 spill
+//   with segments (kSeg, ptxas -v on the PTX, CUDA 13.0), HS 32 / 64 / 80 / 96 / 128: dQ
+//   96 / 126 / 246 / 255 / 255, 0 spill; dK/dV 121 / 168 / 209 / 226 / 255, 16 bytes spilled at
+//   HS 128. Without segments the PTX is unchanged.
 // Measured (ncu, GPT-2 124M shape 64·12·1024·64 causal): both kernels are latency-bound at 2–3
 // resident blocks per SM (tensor pipe 27–32% busy, 0.5–0.9 eligible warps per scheduler).
 //
 // Masking as in the forward (flash_attention.cu), except that masked entries of P are set to 0
-// directly: lse of a row with no visible key is −FLT_MAX and must not enter an exp2.
+// directly: lse of a row with no visible key is −FLT_MAX and must not enter an exp2. Segments
+// (kSeg): the dQ kernel bounds its key tiles as the forward does; the dK/dV kernel stops at the
+// first query row whose segment starts after its last key (seg_rows_end), a warp skips query
+// tiles whose first row's segment starts after its keys.
 #include <cfloat>
 
 #include "forge/backend/cuda/check.h"
@@ -48,7 +54,7 @@ struct DqConfig {
   static constexpr int kSmem = 2 * BQ * TileLayout<D>::kRowBytes + 2 * kStageBytes;  // Q, dO, two stages
 };
 
-template <typename T, int D, int kWarps, int BK>
+template <typename T, int D, int kWarps, int BK, bool kSeg>
 __global__ void __launch_bounds__(kWarps * 32) flash_bwd_dq_kernel(FlashParams p) {
   using Cfg = DqConfig<D, kWarps, BK>;
   constexpr int BQ = Cfg::BQ, NT = BK / 8, DT = D / 8, kThreads = Cfg::kThreads;
@@ -69,7 +75,8 @@ __global__ void __launch_bounds__(kWarps * 32) flash_bwd_dq_kernel(FlashParams p
   const T* v = static_cast<const T*>(p.v) + bT * p.ld_v + kvh * D;
 
   const TileRange kr = key_tiles<BQ, BK>(p, q0);
-  const int kt_begin = kr.begin, kt_end = kr.end;
+  // Segments: as in the forward, key tiles below the first row's bound are not visited.
+  const int kt_begin = kSeg ? max(kr.begin, seg_lo<kSeg>(p, b, q0) / BK) : kr.begin, kt_end = kr.end;
 
   load_tile<BQ, D, kThreads>(sQ, q, p.ld_q, q0, T_);
   load_tile<BQ, D, kThreads>(sdO, dout, p.ld_o, q0, T_);
@@ -110,7 +117,8 @@ __global__ void __launch_bounds__(kWarps * 32) flash_bwd_dq_kernel(FlashParams p
     __syncthreads();
 
     const int k0 = kt * BK;
-    const bool skip = (p.causal && k0 > wq_hi) || (p.window > 0 && k0 + BK - 1 <= wq_lo - p.window);
+    const bool skip = (p.causal && k0 > wq_hi) || (p.window > 0 && k0 + BK - 1 <= wq_lo - p.window) ||
+                      (kSeg && k0 + BK - 1 < seg_lo<kSeg>(p, b, wq_lo));
     if (!skip) {
       float s[NT][4], dp[NT][4];
       zero_acc(s);
@@ -118,7 +126,7 @@ __global__ void __launch_bounds__(kWarps * 32) flash_bwd_dq_kernel(FlashParams p
       mma_abt<T, D, NT>(s, sQ, wrow, sK, lane);    // S = Q·Kᵀ
       mma_abt<T, D, NT>(dp, sdO, wrow, sV, lane);  // dP = dO·Vᵀ
       const bool masked = k0 + BK > T_ || wq_hi >= T_ || (p.causal && k0 + BK - 1 > wq_lo) ||
-                          (p.window > 0 && k0 <= wq_hi - p.window);
+                          (p.window > 0 && k0 <= wq_hi - p.window) || (kSeg && k0 < seg_lo<kSeg>(p, b, wq_hi));
       // dS = P ∘ (dP − D), into s.
 #pragma unroll
       for (int nt = 0; nt < NT; ++nt)
@@ -127,6 +135,7 @@ __global__ void __launch_bounds__(kWarps * 32) flash_bwd_dq_kernel(FlashParams p
           const int r = e >> 1;
           float pv = fast_exp2<(D <= 64)>(fmaf(s[nt][e], sl2, -lse2[r]));
           if (masked && !vis(wq_lo + g + 8 * r, k0 + nt * 8 + c + (e & 1))) pv = 0.0f;
+          if (kSeg && masked && k0 + nt * 8 + c + (e & 1) < seg_lo<kSeg>(p, b, wq_lo + g + 8 * r)) pv = 0.0f;
           s[nt][e] = pv * (dp[nt][e] - dlt[r]);
         }
       mma_pb<T, D, NT>(dq, s, sK, lane);  // dQ += dS·K
@@ -159,7 +168,7 @@ __device__ __forceinline__ void load_row_stats(uint32_t dst, const float* __rest
   }
 }
 
-template <typename T, int D, int kWarps, int BQ>
+template <typename T, int D, int kWarps, int BQ, bool kSeg>
 __global__ void __launch_bounds__(kWarps * 32) flash_bwd_dkv_kernel(FlashParams p) {
   using Cfg = DkvConfig<D, kWarps, BQ>;
   constexpr int BK = Cfg::BK, NT = BQ / 8, DT = D / 8, kThreads = Cfg::kThreads;
@@ -178,7 +187,9 @@ __global__ void __launch_bounds__(kWarps * 32) flash_bwd_dkv_kernel(FlashParams 
   const T* v = static_cast<const T*>(p.v) + bT * p.ld_v + kvh * D;
 
   const int q_begin = p.causal ? k0 : 0;
-  const int q_end = p.window > 0 ? min(T_, k0 + BK - 1 + p.window) : T_;
+  int q_end = p.window > 0 ? min(T_, k0 + BK - 1 + p.window) : T_;
+  // Segments: rows from the end of the tile's last key's segment on see none of its keys (k0 < T).
+  if constexpr (kSeg) q_end = min(q_end, seg_rows_end(p, b, min(k0 + BK - 1, T_ - 1)));
   const int qt_begin = q_begin / BQ, qt_end = (q_end + BQ - 1) / BQ;
   const int n_qt = max(0, qt_end - qt_begin);
   const int n_it = n_qt * group;
@@ -223,21 +234,23 @@ __global__ void __launch_bounds__(kWarps * 32) flash_bwd_dkv_kernel(FlashParams 
     __syncthreads();
 
     const int q0 = (qt_begin + it % n_qt) * BQ, q_hi = q0 + BQ - 1;
-    const bool skip = (p.causal && wk_lo > q_hi) || (p.window > 0 && wk_hi <= q0 - p.window);
+    const bool skip = (p.causal && wk_lo > q_hi) || (p.window > 0 && wk_hi <= q0 - p.window) ||
+                      (kSeg && seg_lo<kSeg>(p, b, q0) > wk_hi);
     if (!skip) {
       // Sᵀ = K·Qᵀ, then Pᵀ (in s).
       float s[NT][4];
       zero_acc(s);
       mma_abt<T, D, NT>(s, sK, wrow, sQ, lane);
       const bool masked = wk_hi >= T_ || q0 + BQ > T_ || (p.causal && wk_hi > q0) ||
-                          (p.window > 0 && wk_lo <= q_hi - p.window);
+                          (p.window > 0 && wk_lo <= q_hi - p.window) || (kSeg && seg_lo<kSeg>(p, b, q_hi) > wk_lo);
 #pragma unroll
       for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
           const int iq = nt * 8 + c + (e & 1);  // query within the tile: the column
           float pv = fast_exp2<(D <= 64)>(fmaf(s[nt][e], sl2, -s_lse[iq] * kLog2e));
-          if (masked && !vis(q0 + iq, wk_lo + g + 8 * (e >> 1))) pv = 0.0f;
+          const int j = wk_lo + g + 8 * (e >> 1);  // the key: the row
+          if (masked && (!vis(q0 + iq, j) || (kSeg && j < seg_lo<kSeg>(p, b, q0 + iq)))) pv = 0.0f;
           s[nt][e] = pv;
         }
       mma_pb<T, D, NT>(dv, s, sdO, lane);  // dV += Pᵀ·dO
@@ -259,18 +272,18 @@ __global__ void __launch_bounds__(kWarps * 32) flash_bwd_dkv_kernel(FlashParams 
                    static_cast<T*>(p.dv) + bT * p.ld_v + kvh * D, p.ld_v, dv, wk_lo + g, T_, c);
 }
 
-template <typename T, int D, int kWarps, int BK>
+template <typename T, int D, int kWarps, int BK, bool kSeg>
 void launch_dq(Context& ctx, const FlashParams& p) {
   using Cfg = DqConfig<D, kWarps, BK>;
   const dim3 grid((p.T_ + Cfg::BQ - 1) / Cfg::BQ, p.NH, p.B);
-  launch_with_smem<flash_bwd_dq_kernel<T, D, kWarps, BK>>(ctx, grid, Cfg::kThreads, Cfg::kSmem, p);
+  launch_with_smem<flash_bwd_dq_kernel<T, D, kWarps, BK, kSeg>>(ctx, grid, Cfg::kThreads, Cfg::kSmem, p);
 }
 
-template <typename T, int D, int kWarps, int BQ>
+template <typename T, int D, int kWarps, int BQ, bool kSeg>
 void launch_dkv(Context& ctx, const FlashParams& p) {
   using Cfg = DkvConfig<D, kWarps, BQ>;
   const dim3 grid((p.T_ + Cfg::BK - 1) / Cfg::BK, p.NKV, p.B);
-  launch_with_smem<flash_bwd_dkv_kernel<T, D, kWarps, BQ>>(ctx, grid, Cfg::kThreads, Cfg::kSmem, p);
+  launch_with_smem<flash_bwd_dkv_kernel<T, D, kWarps, BQ, kSeg>>(ctx, grid, Cfg::kThreads, Cfg::kSmem, p);
 }
 
 // Tile configurations measured on the H200 (forge bench attention, bf16, backward ms):
@@ -282,8 +295,13 @@ void launch_dkv(Context& ctx, const FlashParams& p) {
 // Head sizes 32, 80 and 96 take the configuration of the nearest measured size.
 template <typename T, int D, int kDqBK>
 void bwd_launch(Context& ctx, const FlashParams& p) {
-  launch_dq<T, D, 4, kDqBK>(ctx, p);
-  launch_dkv<T, D, 4, 32>(ctx, p);
+  if (p.seg_start != nullptr) {
+    launch_dq<T, D, 4, kDqBK, true>(ctx, p);
+    launch_dkv<T, D, 4, 32, true>(ctx, p);
+  } else {
+    launch_dq<T, D, 4, kDqBK, false>(ctx, p);
+    launch_dkv<T, D, 4, 32, false>(ctx, p);
+  }
 }
 template <typename T>
 void bwd_dispatch(Context& ctx, const FlashParams& p) {
@@ -302,7 +320,7 @@ void bwd_dispatch(Context& ctx, const FlashParams& p) {
 void flash_attention_bwd(Context& ctx, DType dt, void* dq, void* dk, void* dv, const void* dout,
                          const void* q, const void* k, const void* v, const void* out, const float* lse,
                          float* delta, const AttentionShape& s, const AttentionStrides& st,
-                         FlashKernels kernels) {
+                         FlashKernels kernels, const int32_t* seg) {
   const char* what = "flash_attention_bwd";
   flash::FlashParams p{};
   flash::fill_shape(p, dt, s, st.q, st.k, st.v, st.o, what);
@@ -320,6 +338,12 @@ void flash_attention_bwd(Context& ctx, DType dt, void* dq, void* dk, void* dv, c
   p.dv = dv;
   p.lse = const_cast<float*>(lse);
   p.delta = delta;
+  DeviceBuffer<int32_t> starts;  // (B, T), recomputed from seg; freed in stream order
+  if (seg != nullptr) {
+    starts = DeviceBuffer<int32_t>(ctx.allocator(), static_cast<size_t>(s.B) * s.T);
+    segment_starts(ctx, starts.data(), seg, s.B, s.T);
+    p.seg_start = starts.data();
+  }
   flash::launch_delta(ctx, dt, p);
   if (flash::use_wgmma(ctx, kernels, s.HS, what)) flash::bwd_wgmma(ctx, dt, p);
   else if (dt == DType::kBF16) flash::bwd_dispatch<flash::bf16>(ctx, p);

@@ -10,12 +10,15 @@
 // consumer warpgroups wait on each stage's "full" mbarrier and release it on its "empty" one.
 // In the dK/dV kernel the producer's other threads copy the tile's lse and D rows into the
 // stage (the stage's "full" barrier counts all 128 producer threads).
+// Segments (kSeg instantiations) bound the tiles as the mma.sync kernels do; skips stay
+// warpgroup-uniform (g_lo, g_hi), the per-element test per warp.
 //
 // ptxas (sm_90a, CUDA 13.0), bf16 = f16: both kernels 168 registers at launch (384 threads),
 // consumers raised to 240 and the producer lowered to 24 by setmaxnreg. dQ: 0 spill bytes, 0
 // stack. dK/dV: HS 64 12 bytes spilled (32 loaded back, 16-byte frame), HS 128 8 (28, 8) —
 // since the mask moved to its own loop and the statistics became 8-byte loads; the kernel got
-// 30–55% faster with them, so they stay.
+// 30–55% faster with them, so they stay. The kSeg instantiations (segments): 168 registers at
+// launch, 0 spill bytes in both kernels (ptxas -v on the PTX).
 //
 // Measured (forge bench attention, bf16, H200), backward TFLOP/s causal / full, against
 // PyTorch's FlashAttention-2 (ANCHORS.md): 4·16·4096·128 346 / 365 (257 / 289), 8·12·2048·64
@@ -52,7 +55,7 @@ struct WgDqConfig {
   static constexpr int kSmem = kBars + 8 * (1 + 2 * kStages);
 };
 
-template <typename T, int D, int kWG, int BK, int kStages>
+template <typename T, int D, int kWG, int BK, int kStages, bool kSeg>
 __global__ void __launch_bounds__(kWG * 128 + 128, 1)
     flash_bwd_dq_wgmma_kernel(const __grid_constant__ FlashParams p, const __grid_constant__ FlashMaps maps) {
   using Cfg = WgDqConfig<D, kWG, BK, kStages>;
@@ -71,7 +74,9 @@ __global__ void __launch_bounds__(kWG * 128 + 128, 1)
   const int q0 = qt * BQ;
   const int64_t bT = static_cast<int64_t>(b) * T_;
   const TileRange kr = key_tiles<BQ, BK>(p, q0);
-  const int kt_begin = kr.begin, n_kt = max(0, kr.end - kr.begin);
+  // Segments: key tiles below the first row's bound are not visited (producer and consumers).
+  const int kt_begin = kSeg ? max(kr.begin, seg_lo<kSeg>(p, b, q0) / BK) : kr.begin;
+  const int n_kt = max(0, kr.end - kt_begin);
 
   init_stage_barriers<kStages>(bar_q, 1, Cfg::kConsumers);
 
@@ -115,7 +120,8 @@ __global__ void __launch_bounds__(kWG * 128 + 128, 1)
     mbar_wait(bar_full + 8 * st, (i / kStages) & 1);
 
     const int k0 = kt * BK;
-    const bool skip = (p.causal && k0 > g_hi) || (p.window > 0 && k0 + BK - 1 <= g_lo - p.window);
+    const bool skip = (p.causal && k0 > g_hi) || (p.window > 0 && k0 + BK - 1 <= g_lo - p.window) ||
+                      (kSeg && k0 + BK - 1 < seg_lo<kSeg>(p, b, g_lo));  // warpgroup-uniform
     if (!skip) {
       float s[NT][4], dp[NT][4];
       wgmma_fence();
@@ -130,7 +136,7 @@ __global__ void __launch_bounds__(kWG * 128 + 128, 1)
       fence_acc(s);
       fence_acc(dp);
       const bool masked = k0 + BK > T_ || wq_hi >= T_ || (p.causal && k0 + BK - 1 > wq_lo) ||
-                          (p.window > 0 && k0 <= wq_hi - p.window);
+                          (p.window > 0 && k0 <= wq_hi - p.window) || (kSeg && k0 < seg_lo<kSeg>(p, b, wq_hi));
       uint32_t da[BK / 16][4];
       // P, the mask in its own loop (only edge tiles pay the per-element test), dS = P ∘ (dP − D).
 #pragma unroll
@@ -141,8 +147,10 @@ __global__ void __launch_bounds__(kWG * 128 + 128, 1)
 #pragma unroll
         for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
-          for (int e = 0; e < 4; ++e)
-            if (!vis(wq_lo + g + 8 * (e >> 1), k0 + nt * 8 + c + (e & 1))) s[nt][e] = 0.0f;
+          for (int e = 0; e < 4; ++e) {
+            const int qi = wq_lo + g + 8 * (e >> 1), kj = k0 + nt * 8 + c + (e & 1);  // query, key
+            if (!vis(qi, kj) || (kSeg && kj < seg_lo<kSeg>(p, b, qi))) s[nt][e] = 0.0f;
+          }
       }
 #pragma unroll
       for (int nt = 0; nt < NT; ++nt)
@@ -177,7 +185,7 @@ struct WgDkvConfig {
   static_assert(BQ <= 128, "one producer thread per row statistic");
 };
 
-template <typename T, int D, int kWG, int BQ, int kStages>
+template <typename T, int D, int kWG, int BQ, int kStages, bool kSeg>
 __global__ void __launch_bounds__(kWG * 128 + 128, 1)
     flash_bwd_dkv_wgmma_kernel(const __grid_constant__ FlashParams p, const __grid_constant__ FlashMaps maps) {
   using Cfg = WgDkvConfig<D, kWG, BQ, kStages>;
@@ -197,7 +205,10 @@ __global__ void __launch_bounds__(kWG * 128 + 128, 1)
   const int64_t bT = static_cast<int64_t>(b) * T_;
 
   const int q_begin = p.causal ? k0 : 0;
-  const int q_end = p.window > 0 ? min(T_, k0 + BK - 1 + p.window) : T_;
+  int q_end = p.window > 0 ? min(T_, k0 + BK - 1 + p.window) : T_;
+  // Segments: rows from the end of the tile's last key's segment on see none of its keys (k0 < T);
+  // computed before the producer/consumer split, so both run the same iterations.
+  if constexpr (kSeg) q_end = min(q_end, seg_rows_end(p, b, min(k0 + BK - 1, T_ - 1)));
   const int qt_begin = q_begin / BQ, qt_end = (q_end + BQ - 1) / BQ;
   const int n_qt = max(0, qt_end - qt_begin);
   const int n_it = n_qt * group;
@@ -258,7 +269,8 @@ __global__ void __launch_bounds__(kWG * 128 + 128, 1)
     mbar_wait(bar_full + 8 * s_, (it / kStages) & 1);
 
     const int q0 = (qt_begin + it % n_qt) * BQ, q_hi = q0 + BQ - 1;
-    const bool skip = (p.causal && g_lo > q_hi) || (p.window > 0 && g_hi <= q0 - p.window);
+    const bool skip = (p.causal && g_lo > q_hi) || (p.window > 0 && g_hi <= q0 - p.window) ||
+                      (kSeg && seg_lo<kSeg>(p, b, q0) > g_hi);  // warpgroup-uniform
     if (!skip) {
       float s[NT][4], dp[NT][4];
       wgmma_fence();
@@ -273,7 +285,7 @@ __global__ void __launch_bounds__(kWG * 128 + 128, 1)
       fence_acc(s);
       fence_acc(dp);
       const bool masked = wk_hi >= T_ || q0 + BQ > T_ || (p.causal && wk_hi > q0) ||
-                          (p.window > 0 && wk_lo <= q_hi - p.window);
+                          (p.window > 0 && wk_lo <= q_hi - p.window) || (kSeg && seg_lo<kSeg>(p, b, q_hi) > wk_lo);
       // Pᵀ into pa, dSᵀ = Pᵀ ∘ (dPᵀ − D) into da.
       // The statistics of columns nt·8 + c and + 1 are one 8-byte load each (c is even); lse is
       // stored pre-multiplied by log2(e).
@@ -287,8 +299,10 @@ __global__ void __launch_bounds__(kWG * 128 + 128, 1)
 #pragma unroll
         for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
-          for (int e = 0; e < 4; ++e)
-            if (!vis(q0 + nt * 8 + c + (e & 1), wk_lo + g + 8 * (e >> 1))) s[nt][e] = 0.0f;
+          for (int e = 0; e < 4; ++e) {
+            const int qi = q0 + nt * 8 + c + (e & 1), kj = wk_lo + g + 8 * (e >> 1);  // query, key
+            if (!vis(qi, kj) || (kSeg && kj < seg_lo<kSeg>(p, b, qi))) s[nt][e] = 0.0f;
+          }
       }
 #pragma unroll
       for (int nt = 0; nt < NT; ++nt) {
@@ -319,18 +333,20 @@ __global__ void __launch_bounds__(kWG * 128 + 128, 1)
                    static_cast<T*>(p.dv) + bT * p.ld_v + kvh * D, p.ld_v, dv, wk_lo + g, T_, c);
 }
 
-template <typename T, int D, int kWG, int BK, int kStages>
+template <typename T, int D, int kWG, int BK, int kStages, bool kSeg>
 void launch_dq(Context& ctx, const FlashParams& p, const FlashMaps& maps) {
   using Cfg = WgDqConfig<D, kWG, BK, kStages>;
   const dim3 grid((p.T_ + Cfg::BQ - 1) / Cfg::BQ, p.NH, p.B);
-  launch_with_smem<flash_bwd_dq_wgmma_kernel<T, D, kWG, BK, kStages>>(ctx, grid, Cfg::kThreads, Cfg::kSmem, p, maps);
+  launch_with_smem<flash_bwd_dq_wgmma_kernel<T, D, kWG, BK, kStages, kSeg>>(ctx, grid, Cfg::kThreads, Cfg::kSmem, p,
+                                                                           maps);
 }
 
-template <typename T, int D, int kWG, int BQ, int kStages>
+template <typename T, int D, int kWG, int BQ, int kStages, bool kSeg>
 void launch_dkv(Context& ctx, const FlashParams& p, const FlashMaps& maps) {
   using Cfg = WgDkvConfig<D, kWG, BQ, kStages>;
   const dim3 grid((p.T_ + Cfg::BK - 1) / Cfg::BK, p.NKV, p.B);
-  launch_with_smem<flash_bwd_dkv_wgmma_kernel<T, D, kWG, BQ, kStages>>(ctx, grid, Cfg::kThreads, Cfg::kSmem, p, maps);
+  launch_with_smem<flash_bwd_dkv_wgmma_kernel<T, D, kWG, BQ, kStages, kSeg>>(ctx, grid, Cfg::kThreads, Cfg::kSmem,
+                                                                            p, maps);
 }
 
 // Tile configurations (forge bench attention, bf16, H200; backward TFLOP/s causal / full). The
@@ -355,8 +371,13 @@ void launch_bwd(Context& ctx, DType dt, const FlashParams& p) {
   dkv.o = make_tile_map(p.dout, dt, wq, p.ld_o, p.T_, p.B, BQ);
   dkv.k = make_tile_map(p.k, dt, wkv, p.ld_k, p.T_, p.B, kWG * 64);
   dkv.v = make_tile_map(p.v, dt, wkv, p.ld_v, p.T_, p.B, kWG * 64);
-  launch_dq<T, D, kWG, BK, kStages>(ctx, p, dq);
-  launch_dkv<T, D, kWG, BQ, kStages>(ctx, p, dkv);
+  if (p.seg_start != nullptr) {
+    launch_dq<T, D, kWG, BK, kStages, true>(ctx, p, dq);
+    launch_dkv<T, D, kWG, BQ, kStages, true>(ctx, p, dkv);
+  } else {
+    launch_dq<T, D, kWG, BK, kStages, false>(ctx, p, dq);
+    launch_dkv<T, D, kWG, BQ, kStages, false>(ctx, p, dkv);
+  }
 }
 
 template <typename T>

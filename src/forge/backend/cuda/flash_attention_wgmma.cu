@@ -10,7 +10,8 @@
 // a stage's "full" mbarrier and release it on its "empty" one. No block-wide barrier in the
 // loop, so the consumer warpgroups drift apart and one's softmax overlaps another's products.
 // A warpgroup whose 64 rows see none of a key tile skips its arithmetic (wgmma is
-// warpgroup-wide, so the skip is too); per-element masks as in the mma.sync kernel.
+// warpgroup-wide, so the skip is too); per-element masks as in the mma.sync kernel, segments
+// (kSeg) too.
 //
 // ptxas (sm_90a, CUDA 13.0), bf16 = f16, 0 spill bytes, 0 stack: HS 64 (3 consumer warpgroups ×
 // 64 rows, BK 128, 512 threads) 128 registers at launch, HS 128 (2 × 64 rows, BK 128, 384
@@ -42,7 +43,7 @@ struct WgFwdConfig {
   static constexpr int kSmem = kBars + 8 * (1 + 2 * kStages);  // q, full[], empty[]
 };
 
-template <typename T, int D, int kWG, int BK, int kStages>
+template <typename T, int D, int kWG, int BK, int kStages, bool kSeg>
 __global__ void __launch_bounds__(kWG * 128 + 128, 1)
     flash_fwd_wgmma_kernel(const __grid_constant__ FlashParams p, const __grid_constant__ FlashMaps maps) {
   using Cfg = WgFwdConfig<D, kWG, BK, kStages>;
@@ -59,7 +60,10 @@ __global__ void __launch_bounds__(kWG * 128 + 128, 1)
   const int h = blockIdx.y, b = blockIdx.z, kvh = h / (p.NH / p.NKV);
   const int q0 = qt * BQ;
   const TileRange kr = key_tiles<BQ, BK>(p, q0);
-  const int kt_begin = kr.begin, n_kt = max(0, kr.end - kr.begin);
+  // Segments: no row of the tile sees a key below seg_lo(q0); producer and consumers share the
+  // range.
+  const int kt_begin = kSeg ? max(kr.begin, seg_lo<kSeg>(p, b, q0) / BK) : kr.begin;
+  const int n_kt = max(0, kr.end - kt_begin);
 
   init_stage_barriers<kStages>(bar_q, 1, Cfg::kConsumers);
 
@@ -94,7 +98,8 @@ __global__ void __launch_bounds__(kWG * 128 + 128, 1)
     mbar_wait(bar_full + 8 * st, (i / kStages) & 1);
 
     const int k0 = kt * BK;
-    const bool skip = (p.causal && k0 > g_hi) || (p.window > 0 && k0 + BK - 1 <= g_lo - p.window);
+    const bool skip = (p.causal && k0 > g_hi) || (p.window > 0 && k0 + BK - 1 <= g_lo - p.window) ||
+                      (kSeg && k0 + BK - 1 < seg_lo<kSeg>(p, b, g_lo));  // warpgroup-uniform
     if (!skip) {
       float s[NT][4];
       wgmma_fence();
@@ -106,13 +111,15 @@ __global__ void __launch_bounds__(kWG * 128 + 128, 1)
       fence_acc(s);
 
       const bool masked = k0 + BK > T_ || (p.causal && k0 + BK - 1 > wq_lo) ||
-                          (p.window > 0 && k0 <= wq_hi - p.window);
+                          (p.window > 0 && k0 <= wq_hi - p.window) || (kSeg && k0 < seg_lo<kSeg>(p, b, wq_hi));
       if (masked) {
 #pragma unroll
         for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
-          for (int e = 0; e < 4; ++e)
-            if (!vis(wq_lo + g + (e >= 2 ? 8 : 0), k0 + nt * 8 + c + (e & 1))) s[nt][e] = -FLT_MAX;
+          for (int e = 0; e < 4; ++e) {
+            const int qi = wq_lo + g + (e >= 2 ? 8 : 0), kj = k0 + nt * 8 + c + (e & 1);  // query, key
+            if (!vis(qi, kj) || (kSeg && kj < seg_lo<kSeg>(p, b, qi))) s[nt][e] = -FLT_MAX;
+          }
       }
       // Online softmax, rows g (r = 0) and g + 8 (r = 1) of the warp's 16.
 #pragma unroll
@@ -177,7 +184,12 @@ template <typename T, int D, int kWG, int BK, int kStages>
 void launch(Context& ctx, const FlashParams& p, const FlashMaps& maps) {
   using Cfg = WgFwdConfig<D, kWG, BK, kStages>;
   const dim3 grid((p.T_ + Cfg::BQ - 1) / Cfg::BQ, p.NH, p.B);
-  launch_with_smem<flash_fwd_wgmma_kernel<T, D, kWG, BK, kStages>>(ctx, grid, Cfg::kThreads, Cfg::kSmem, p, maps);
+  if (p.seg_start != nullptr)
+    launch_with_smem<flash_fwd_wgmma_kernel<T, D, kWG, BK, kStages, true>>(ctx, grid, Cfg::kThreads, Cfg::kSmem, p,
+                                                                            maps);
+  else
+    launch_with_smem<flash_fwd_wgmma_kernel<T, D, kWG, BK, kStages, false>>(ctx, grid, Cfg::kThreads, Cfg::kSmem, p,
+                                                                             maps);
 }
 
 // Tile configurations: 64 query rows per consumer warpgroup, BK keys per stage, two stages.

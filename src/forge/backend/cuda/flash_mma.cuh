@@ -286,7 +286,36 @@ struct FlashParams {
   int window;
   float scale_log2;   // log2(e) / sqrt(HS)
   float scale;        // 1 / sqrt(HS)
+  // Packed rows: (B, T) first token of each token's segment (segment_starts in ops.h), or
+  // nullptr. Read only by the kernels instantiated with kSeg = true.
+  const int32_t* seg_start;
 };
+
+// Segments. Query i of batch row b also sees only keys j >= seg_lo(i), the first token of its
+// segment. seg_lo is nondecreasing in i within a row (segments are runs), so over query rows
+// [i0, i1] its minimum is seg_lo(i0) and its maximum seg_lo(i1): the tile tests need two loads.
+// Rows past the end (i >= T, never stored) read row T - 1. Without kSeg every bound is 0 and
+// each use below is written `kSeg && ...`, so those kernels compile to the code without segments.
+template <bool kSeg>
+__device__ __forceinline__ int seg_lo(const FlashParams& p, int b, int i) {
+  if constexpr (kSeg) return __ldg(p.seg_start + static_cast<int64_t>(b) * p.T_ + min(i, p.T_ - 1));
+  else return 0;
+}
+
+// The backward over key tiles: the first query row of batch row b whose segment starts after
+// key kl (0 <= kl < T), i.e. the end of kl's segment; it and every later row see no key <= kl.
+// T when kl's segment runs to the end. Binary search on the nondecreasing seg_lo; rows <= kl
+// have seg_lo <= kl, so the answer is in [kl + 1, T].
+__device__ __forceinline__ int seg_rows_end(const FlashParams& p, int b, int kl) {
+  const int32_t* start = p.seg_start + static_cast<int64_t>(b) * p.T_;
+  int lo = kl + 1, hi = p.T_;
+  while (lo < hi) {
+    const int mid = lo + (hi - lo) / 2;
+    if (__ldg(start + mid) > kl) hi = mid;
+    else lo = mid + 1;
+  }
+  return lo;
+}
 
 // The key tiles [begin, end) of BK keys that query rows [q0, q0 + BQ) can see.
 struct TileRange {

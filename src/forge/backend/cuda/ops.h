@@ -88,11 +88,18 @@ void rope_bwd(Context& ctx, DType dt, void* dx, int B, int T_, int H, int HS, co
 
 // ---- attention (unfused: batched GEMMs + softmax kernels) ----------------------------------
 // Same contract as cpu::attention_fwd/bwd; att (B, NH, T, T) holds the probabilities in dt.
+// seg (B, T) int32 on the device, or nullptr: segment ids of packed rows (ops/attention.h), so
+// query i also sees only keys j >= the first token of its segment. The backward takes the
+// forward's seg.
 void attention_fwd(Context& ctx, DType dt, void* out, void* att, const void* q, const void* k,
-                   const void* v, const AttentionShape& s);
+                   const void* v, const AttentionShape& s, const int32_t* seg = nullptr);
 void attention_bwd(Context& ctx, DType dt, void* dq, void* dk, void* dv, const void* dout,
                    const void* q, const void* k, const void* v, const void* att,
-                   const AttentionShape& s);
+                   const AttentionShape& s, const int32_t* seg = nullptr);
+
+// start (B, T) = the first token of each token's segment, a segment being a run of equal ids of
+// seg (B, T) in a row; both int32 on the device. No host sync, so it can be graph-captured.
+void segment_starts(Context& ctx, int32_t* start, const int32_t* seg, int B, int T_);
 
 // ---- flash attention (fused, tensor cores: wgmma or mma.sync; bf16 or f16) -------------------
 // The same mathematics as attention_fwd/bwd without the T×T probabilities: FlashAttention-2's
@@ -110,12 +117,14 @@ bool flash_attention_supported(DType dt, int HS);
 // (−FLT_MAX for a row with no visible key, whose output is 0).
 void flash_attention_fwd(Context& ctx, DType dt, void* out, float* lse, const void* q, const void* k,
                          const void* v, const AttentionShape& s, const AttentionStrides& st = {},
-                         FlashKernels kernels = FlashKernels::kAuto);
+                         FlashKernels kernels = FlashKernels::kAuto, const int32_t* seg = nullptr);
 // Writes (does not accumulate) dq, dk, dv. delta: (B, NH, T) f32 scratch for D = rowsum(dO∘O).
+// seg: as for attention_fwd (the backward takes the forward's). Without it the kernels are the
+// ones compiled without segment code; with it, variants that add the per-row lower bound.
 void flash_attention_bwd(Context& ctx, DType dt, void* dq, void* dk, void* dv, const void* dout,
                          const void* q, const void* k, const void* v, const void* out, const float* lse,
                          float* delta, const AttentionShape& s, const AttentionStrides& st = {},
-                         FlashKernels kernels = FlashKernels::kAuto);
+                         FlashKernels kernels = FlashKernels::kAuto, const int32_t* seg = nullptr);
 
 // ---- LM head + cross-entropy, fused ---------------------------------------------------------
 // x (N, C) final hidden states; w (Vp, C) head weight (dt; its padded rows [V, Vp) finite, as
