@@ -25,12 +25,12 @@
 //
 // ptxas (sm_90a, CUDA 13.0, -Xptxas=-v): registers, spill stores, stack frame per kernel
 // (<T, kN, ...>: kN = 1 is the element-by-element instantiation):
-//   rope_kernel<bf16, 1, false>                           24 regs, 0 spill, 0 stack
-//   rope_kernel<bf16, 1, true>                            28 regs, 0 spill, 0 stack
+//   rope_kernel<bf16, 1, false>                           29 regs, 0 spill, 0 stack
+//   rope_kernel<bf16, 1, true>                            31 regs, 0 spill, 0 stack
 //   rope_kernel<bf16, 8, false>                           32 regs, 0 spill, 0 stack
-//   rope_kernel<bf16, 8, true>                            40 regs, 0 spill, 0 stack
-//   rope_kernel<float, 1, false>                          26 regs, 0 spill, 0 stack
-//   rope_kernel<float, 1, true>                           28 regs, 0 spill, 0 stack
+//   rope_kernel<bf16, 8, true>                            32 regs, 0 spill, 0 stack
+//   rope_kernel<float, 1, false>                          28 regs, 0 spill, 0 stack
+//   rope_kernel<float, 1, true>                           30 regs, 0 spill, 0 stack
 //   rope_kernel<float, 4, false>                          32 regs, 0 spill, 0 stack
 //   rope_kernel<float, 4, true>                           32 regs, 0 spill, 0 stack
 #include <cuda_runtime.h>
