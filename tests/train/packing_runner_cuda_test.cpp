@@ -3,13 +3,15 @@
 // --sft F --pack): steps track the CPU runner's with the same layouts, through a run that starts
 // unpacked (the input block grows in the middle of a step), captures and replays packed steps,
 // and mixes micro-batches with and without a layout; graph replays equal eager steps bit for bit;
-// a position outside the model's context is an error before anything runs; and a packed SFT run
-// on the GPU logs the CPU run's lines.
+// a position outside the model's context is an error before anything runs; a packed SFT run on
+// the GPU logs the CPU run's lines, and one stopped and resumed logs its own lines bit for bit.
 #include <unistd.h>
 
 #include <cmath>
+#include <csignal>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <memory>
 #include <string>
 #include <vector>
@@ -33,7 +35,7 @@ using cuda::testing::CudaTest;
 // Which micro-batches (of 2) of each step have a layout: unpacked, then the second micro-batch
 // of step 1 packed (the block grows mid-step), packed steps (captured at step 3, replayed at 4),
 // a packed step with an unpacked micro-batch, an unpacked step in the packed block, packed.
-const bool kPlan[][2] = {{false, false}, {false, true}, {true, true}, {true, true},
+const bool kPlan[][2] = {{false, false}, {false, true}, {true, true},   {true, true},
                          {true, true},   {true, false}, {false, false}, {true, true}};
 constexpr int kSteps = 8, kB = 3, kT = 32;
 
@@ -177,10 +179,9 @@ TEST_F(CudaPackedRunnerTest, BadPositionIsAnErrorBeforeAnythingRuns) {
   EXPECT_TRUE(std::isfinite(rep.micro_losses[0]));
 }
 
-// forge train --device cuda --sft F --pack (the trainer as the CLI calls it): a packed SFT run
-// of a briefly pretrained GPT-2 on the GPU in fp32 logs the CPU run's lines — the same trained
-// tokens per step (the same packed rows) and losses within 1e-3 relative (five Adam steps of an
-// fp32 model in another summation order).
+// forge train --device cuda --sft F --pack (the trainer as the CLI calls it), on a briefly
+// pretrained GPT-2 (head size 64: a shape the flash kernels take) and 40 word-pair examples
+// (~29 tokens: about four a row of 128).
 class CudaPackedTrainerTest : public CudaTest {
  protected:
   void SetUp() override {
@@ -191,40 +192,49 @@ class CudaPackedTrainerTest : public CudaTest {
             ::testing::UnitTest::GetInstance()->current_test_info()->name());
     fs::remove_all(dir_);
     fs::create_directories(dir_);
+    ModelConfig m = preset_config("tiny");
+    m.n_layer = 2;
+    m.n_embd = 64;
+    m.n_head = m.n_kv_head = 1;
+    m.ffn_hidden = 256;
+    base_ = sft_task::pretrained_model(dir_, 2, m, /*max_seq_len=*/128);
+    Rng rng(9, 0);
+    std::ofstream f(dir_ / "ex.jsonl");
+    for (int i = 0; i < 40; ++i) f << sft_task::pair_line(sft_task::word(rng), sft_task::word(rng));
   }
   void TearDown() override {
     if (!dir_.empty()) fs::remove_all(dir_);
   }
-  fs::path dir_;
-};
-
-TEST_F(CudaPackedTrainerTest, PackedSftRunLogsTheCpuRunsLines) {
-  ModelConfig m = preset_config("tiny");
-  m.n_layer = 2;
-  m.n_embd = 64;
-  m.n_head = m.n_kv_head = 1;  // head size 64: a shape the flash kernels take
-  m.ffn_hidden = 256;
-  const std::string base = sft_task::pretrained_model(dir_, 2, m, /*max_seq_len=*/128);
-  Rng rng(9, 0);
-  {
-    std::ofstream f(dir_ / "ex.jsonl");
-    for (int i = 0; i < 40; ++i) f << sft_task::pair_line(sft_task::word(rng), sft_task::word(rng));
+  TrainConfig config() const {
+    TrainConfig t = sft_task::sft_config(5, 3e-3);
+    t.seq_len = 128;
+    t.batch_size = 2;
+    t.grad_accum = 2;
+    t.sft_layout = "pack";
+    return t;
   }
-  TrainConfig t = sft_task::sft_config(5, 3e-3);
-  t.seq_len = 128;
-  t.batch_size = 2;
-  t.grad_accum = 2;
-  t.sft_layout = "pack";
-  auto run = [&](const std::string& device, const std::string& name) {
+  static RunOptions options(const std::string& device, const std::string& precision) {
     RunOptions o;
     o.sft = true;
     o.quiet = true;
     o.device = device;
-    if (device == "cuda") o.precision = "fp32";
-    train_from(base, t, (dir_ / "ex.jsonl").string(), (dir_ / name).string(), o);
-    return sft_task::metrics(dir_ / name);
-  };
-  const auto c = run("cpu", "cpu"), g = run("cuda", "gpu");
+    if (device == "cuda") o.precision = precision;
+    return o;
+  }
+  TrainResult run(const std::string& name, const RunOptions& o) {
+    return train_from(base_, config(), (dir_ / "ex.jsonl").string(), (dir_ / name).string(), o);
+  }
+  fs::path dir_;
+  std::string base_;
+};
+
+// fp32 on the GPU logs the CPU run's lines: the same trained tokens per step (the same packed
+// rows) and losses within 1e-3 relative (five Adam steps of an fp32 model in another summation
+// order).
+TEST_F(CudaPackedTrainerTest, PackedSftRunLogsTheCpuRunsLines) {
+  run("cpu", options("cpu", ""));
+  run("gpu", options("cuda", "fp32"));
+  const auto c = sft_task::metrics(dir_ / "cpu"), g = sft_task::metrics(dir_ / "gpu");
   ASSERT_EQ(g.size(), c.size());
   ASSERT_GE(c.size(), 5u);
   for (size_t i = 0; i < c.size(); ++i) {
@@ -234,6 +244,35 @@ TEST_F(CudaPackedTrainerTest, PackedSftRunLogsTheCpuRunsLines) {
     const double lc = c[i]["loss"].get<double>();
     EXPECT_NEAR(g[i]["loss"].get<double>(), lc, 1e-3 * lc) << i;
   }
+}
+
+// A packed bf16 run stopped after its first step and resumed logs the lines of the run that
+// never stopped, bit for bit, and saves the same model (the data state and the runner's packed
+// steps both continue exactly).
+TEST_F(CudaPackedTrainerTest, StoppedAndResumedPackedRunIsBitIdentical) {
+  RunOptions o = options("cuda", "bf16");
+  run("a", o);
+  volatile std::sig_atomic_t stop = 1;  // polled after each step
+  o.stop = &stop;
+  EXPECT_TRUE(run("b", o).interrupted);
+  o.stop = nullptr;
+  o.sft = false;  // resume() takes it (and sft_layout) from the run's config.json
+  resume((dir_ / "b").string(), 0, "", o);
+  const auto a = sft_task::metrics(dir_ / "a"), b = sft_task::metrics(dir_ / "b");
+  ASSERT_EQ(a.size(), b.size());
+  ASSERT_GE(a.size(), 5u);
+  for (size_t i = 0; i < a.size(); ++i) {
+    EXPECT_EQ(a[i].value("loss", -1.0), b[i].value("loss", -1.0)) << i;
+    EXPECT_EQ(a[i].value("val_loss", -1.0), b[i].value("val_loss", -1.0)) << i;
+    EXPECT_EQ(a[i].value("trained_tokens", -1), b[i].value("trained_tokens", -1)) << i;
+  }
+  auto bytes = [](const fs::path& p) {
+    std::ifstream f(p, std::ios::binary);
+    return std::string((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  };
+  const std::string model = bytes(dir_ / "a/model/model.safetensors");
+  EXPECT_FALSE(model.empty());
+  EXPECT_EQ(bytes(dir_ / "b/model/model.safetensors"), model);
 }
 
 }  // namespace
