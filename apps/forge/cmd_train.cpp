@@ -60,8 +60,8 @@ const char* const kTrainNotes =
     "without assistant tokens skipped, all counted in the summary line. --pack (sft_layout=pack)\n"
     "places several whole examples in each row instead, positions restarting per example and\n"
     "attention kept inside each (the same loss and gradients as padded rows, fewer rows); the\n"
-    "summary line gives the packing efficiency, the run's last lines example tokens/s. CPU only\n"
-    "for now. A config file may hold \"sft\": FILE or {\"data\": FILE, \"epochs\": N,\n"
+    "summary line gives the packing efficiency, the run's last lines example tokens/s. CPU and\n"
+    "--device cuda. A config file may hold \"sft\": FILE or {\"data\": FILE, \"epochs\": N,\n"
     "\"val_frac\": X, \"overlong\": M, \"pack\": true}.\n"
     "--lora r=R,alpha=A,targets=q,k,v,o,gate,up,down (with --init-from, Llama-layout models,\n"
     "CPU or one GPU, where the frozen base stays in the run's precision): low-rank adapters\n"
@@ -123,7 +123,7 @@ const Command& train_command() {
        {"data", "DIR|FILE", "token shards: a directory of train_*.bin/val_*.bin, or one .bin"},
        {"sft", "FILE.jsonl",
         "supervised fine-tuning on chat examples instead of --data (see below)"},
-       {"pack", "", "--sft: pack several examples per row of seq_len, attention kept inside each (CPU)"},
+       {"pack", "", "--sft: pack several examples per row of seq_len, attention kept inside each"},
        {"out", "RUNDIR", "run directory (default runs/<preset>-<time>)"},
        {"steps", "N", field_help(option_field("steps"))},
        {"device", "cpu|cuda", "where to train (default cpu; --resume: the run's)"},

@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli_runner.h"
+#include "forge/backend/cuda/runtime.h"
 #include "forge/chat/chat_template.h"
 #include "forge/chat/sft_example.h"
 #include "forge/io/model_files.h"
@@ -129,9 +130,18 @@ TEST_F(SftCliTest, PackPacksExamplesAndReportsEfficiency) {
   ASSERT_EQ(c.code, 0) << c.err;
   EXPECT_NE(c.out.find("packing efficiency"), std::string::npos) << c.out;
 
-  expect_user_error(forge(sft_args("ok.jsonl", "gpu") + " --pack --steps 1 --device cuda"),
-                    "packing (--pack) trains on the CPU only for now");
-  EXPECT_FALSE(fs::exists(p("gpu/metrics.jsonl")));
+  // --device cuda packs too: on a GPU the run trains; without one it fails on the device, as a
+  // padded run does, and writes no metrics.
+  const CmdResult g =
+      forge(sft_args("ok.jsonl", "gpu") + " --pack --steps 2 sft_val_frac=0 --device cuda");
+  if (cuda::available()) {
+    ASSERT_EQ(g.code, 0) << g.err;
+    EXPECT_NE(g.out.find("packing efficiency"), std::string::npos) << g.out;
+    EXPECT_TRUE(fs::exists(p("gpu/metrics.jsonl")));
+  } else {
+    expect_user_error(g, "--device cuda: " + cuda::device_summary());
+    EXPECT_FALSE(fs::exists(p("gpu/metrics.jsonl")));
+  }
 }
 
 TEST_F(SftCliTest, GenerateChatIsTheTemplatesRenderingOfAUserTurn) {

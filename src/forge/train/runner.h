@@ -79,11 +79,9 @@ class StepRunner {
   virtual double eval_loss(const int32_t* x, const int32_t* y, int B, int T_) = 0;
   // Packed rows (--pack): the positions and segment ids (host, (B, T), model/transformer.h's
   // TokenLayout) of the micro_step() calls that follow, until set again; null: none. They must
-  // stay valid until those calls return. Runners without packing (CUDA, for now) throw
-  // forge::Error(kPackingCpuOnly) when given them.
-  virtual void set_token_layout(const int32_t* pos, const int32_t* seg) {
-    if (pos != nullptr || seg != nullptr) throw Error(kPackingCpuOnly);
-  }
+  // stay valid until those calls return. micro_step() throws forge::Error for a position outside
+  // [0, max_seq_len).
+  virtual void set_token_layout(const int32_t* pos, const int32_t* seg) = 0;
 
   // Host copies for checkpoints and export (f32, the parameter table's layout).
   virtual std::vector<float> weights() = 0;

@@ -1,10 +1,12 @@
-// The CUDA StepRunner: the model on CudaBackend, on one GPU (CudaSettings::device), every step queued without a host sync and
-// reported one step late (DESIGN.md, "One training step").
+// The CUDA StepRunner: the model on CudaBackend, on one GPU (CudaSettings::device), every step
+// queued without a host sync and reported one step late (DESIGN.md, "One training step").
 //
 // Per step the host validates and stages inputs, enqueues, and moves on:
 //   micro_step      range-checks the ids (a bad id is a forge::Error here, not a fault on the
 //                   GPU), copies tokens and targets into a pinned staging slot, counts targets
-//                   and stores dloss = scale / targets next to them
+//                   and stores dloss = scale / targets next to them; packed rows
+//                   (set_token_layout) also copy their positions (range-checked the same way)
+//                   and segment ids into the slot
 //   optimizer_step  writes AdamW's factors ([decay, no decay], adamw_factors) into the slot,
 //                   then enqueues: one host→device copy of the slot into the device input block;
 //                   the step (zero_grad, per micro-batch forward + backward + the in-order sum of
@@ -27,9 +29,15 @@
 // Two slots: the host fills one while the GPU may still be copying from the other. Before a
 // slot is refilled, the step that last used it is waited for (it finished long ago in practice).
 //
+// Packed rows (--pack): once a micro-batch comes with a TokenLayout, the input block grows room
+// for positions and segment ids (pos, seg) beside every micro-batch's tokens, and a step with a
+// layout passes those device copies to the model (StepKey::packed: a graph of its own). A
+// micro-batch without one in a packed step gets positions t and one segment per row, which is
+// what no layout means. A run that never packs keeps the block, the graph and the copies of before.
+//
 // CUDA graph: between the two copies the step is a function of fixed device pointers only —
-// everything that changes per step (tokens, targets, dloss, lr, t) is in the input block, read
-// by the kernels at run time. The first step of a shape runs eagerly (activations planned,
+// everything that changes per step (tokens, targets, dloss, lr, t, pos, seg) is in the input block,
+// read by the kernels at run time. The first step of a shape runs eagerly (activations planned,
 // cuBLASLt plans and the allocator's cache warm), the second is captured (backend/cuda/graph.h)
 // and launched, later steps replay it. A new B, T, micro-batch count or clip setting, or a
 // re-plan of the activations (an evaluation with another batch size), drops the graph and starts
@@ -80,21 +88,52 @@ int64_t check_ids(const int32_t* x, const int32_t* y, size_t n, int V) {
   return count;
 }
 
+// Positions must index the position tables (GPT-2's wpe has max_seq_len rows): the CPU model's
+// check (model/transformer_impl.h), made here before the upload.
+void check_positions(const int32_t* pos, size_t n, int max_seq_len) {
+  if (pos == nullptr) return;
+  for (size_t i = 0; i < n; ++i)
+    if (pos[i] < 0 || pos[i] >= max_seq_len)
+      throw Error(str("position ", pos[i], " at ", i, " is out of range [0, ", max_seq_len, ")"));
+}
+
 // The input block, host (pinned slot) and device alike:
 //   [0, 128)                 AdamWFactors[2]
 //   [128, 136)               int32[2]: inject_fault's flags (nan_grad, nan_loss)
-//   256 + i·stride + …       micro-batch i: tokens (N int32), targets (N int32), dloss (f32)
+//   256 + i·stride + …       micro-batch i: tokens (N int32), targets (N int32), dloss (f32),
+//                            and, packed, pos (N int32) and seg (N int32) at 16-byte offsets
 struct InputLayout {
   static constexpr size_t kHead = 256;
   static constexpr size_t kFaults = 128;
-  size_t N = 0;    // B·T positions per micro-batch
-  int micros = 0;  // capacity in micro-batches
-  size_t stride() const { return (8 * N + 4 + 255) / 256 * 256; }
+  size_t N = 0;         // B·T positions per micro-batch
+  int micros = 0;       // capacity in micro-batches
+  bool packed = false;  // room for pos and seg
+  static size_t up16(size_t b) { return (b + 15) / 16 * 16; }
+  size_t used() const { return packed ? up16(8 * N + 4) + 2 * up16(4 * N) : 8 * N + 4; }
+  size_t stride() const { return (used() + 255) / 256 * 256; }
   size_t bytes() const { return kHead + micros * stride(); }
   size_t tokens(int i) const { return kHead + i * stride(); }
   size_t targets(int i) const { return tokens(i) + 4 * N; }
   size_t dloss(int i) const { return tokens(i) + 8 * N; }
+  size_t pos(int i) const { return tokens(i) + up16(8 * N + 4); }
+  size_t seg(int i) const { return pos(i) + up16(4 * N); }
 };
+
+// Micro-batch i's pos and seg in a packed block (B·T = n, rows of T): the given arrays, or
+// positions t and one segment per row where one is null (what no layout means).
+void stage_layout(uint8_t* in, const InputLayout& l, int i, size_t n, int T_, const int32_t* pos,
+                  const int32_t* seg) {
+  int32_t* p = reinterpret_cast<int32_t*>(in + l.pos(i));
+  int32_t* s = reinterpret_cast<int32_t*>(in + l.seg(i));
+  if (pos != nullptr)
+    std::memcpy(p, pos, n * 4);
+  else
+    for (size_t j = 0; j < n; ++j) p[j] = static_cast<int32_t>(j % static_cast<size_t>(T_));
+  if (seg != nullptr)
+    std::memcpy(s, seg, n * 4);
+  else
+    std::memset(s, 0, n * 4);
+}
 
 // What the captured work depends on besides the input block's contents.
 struct StepKey {
@@ -104,6 +143,7 @@ struct StepKey {
   int64_t plan_generation = -1;
   int64_t layout_version = -1;  // the input block moves when it grows
   bool faults = false;          // the fault-injection kernel is enqueued
+  bool packed = false;          // the model gets the micro-batches' pos and seg
   bool operator==(const StepKey&) const = default;
 };
 static_assert(2 * sizeof(AdamWFactors) <= InputLayout::kFaults);
@@ -156,15 +196,22 @@ class CudaRunner final : public StepRunner {
     }
     FORGE_CHECK(B == B_ && T_ == T_step_, "micro-batches of one step must share B and T");
     const int64_t count = check_ids(x, y, n, model_.config().vocab_size);
-    reserve(n, micro_ + 1);
+    check_positions(pos_host_, n, model_.config().max_seq_len);
+    const bool packed = pos_host_ != nullptr || seg_host_ != nullptr;
+    reserve(n, micro_ + 1, packed);
     Slot& s = slots_[cur_];
     uint8_t* in = s.in.data();
     std::memcpy(in + layout_.tokens(micro_), x, n * 4);
     std::memcpy(in + layout_.targets(micro_), y, n * 4);
     const float dl = count > 0 ? static_cast<float>(scale / static_cast<double>(count)) : 0.0f;
     std::memcpy(in + layout_.dloss(micro_), &dl, 4);
+    if (layout_.packed) stage_layout(in, layout_, micro_, n, T_, pos_host_, seg_host_);
+    step_packed_ = step_packed_ || packed;
     s.counts.push_back(count);
     ++micro_;
+  }
+  void set_token_layout(const int32_t* pos, const int32_t* seg) override {
+    pos_host_ = pos, seg_host_ = seg;
   }
 
   void optimizer_step(const AdamWParams& p, double max_norm) override {
@@ -187,7 +234,8 @@ class CudaRunner final : public StepRunner {
                       static_cast<float>(max_norm),
                       model_.plan_generation(),
                       layout_version_,
-                      faults_armed_};
+                      faults_armed_,
+                      step_packed_};
     cudaStream_t st = ctx_.stream();
     FORGE_CUDA_CHECK(cudaMemcpyAsync(in_dev_.data(), s.in.data(), layout_.tokens(micro_),
                                      cudaMemcpyHostToDevice, st));
@@ -218,6 +266,7 @@ class CudaRunner final : public StepRunner {
     cur_ ^= 1;
     micro_ = 0;
     zero_ = false;
+    step_packed_ = false;
   }
 
   void set_skipped_updates(int64_t n) override {
@@ -312,9 +361,13 @@ class CudaRunner final : public StepRunner {
     const int64_t n = static_cast<int64_t>(k.B) * k.T;
     if (k.zero) model_.zero_grad();
     for (int i = 0; i < k.micros; ++i) {
+      TokenLayout lay;
+      if (k.packed)
+        lay = {reinterpret_cast<const int32_t*>(in + layout_.pos(i)),
+               reinterpret_cast<const int32_t*>(in + layout_.seg(i))};
       model_.forward(reinterpret_cast<const int32_t*>(in + layout_.tokens(i)),
                      reinterpret_cast<const int32_t*>(in + layout_.targets(i)),
-                     reinterpret_cast<const float*>(in + layout_.dloss(i)), k.B, k.T);
+                     reinterpret_cast<const float*>(in + layout_.dloss(i)), k.B, k.T, lay);
       model_.backward();
       cuda::sum_in_order(ctx_, loss_sums_dev_.data() + i, model_.losses(), n);
     }
@@ -358,13 +411,14 @@ class CudaRunner final : public StepRunner {
     return r;
   }
 
-  // Room for `micros` micro-batches of n positions. Growing moves every buffer, so it waits for
-  // the queued steps (collecting their reports) and drops the graph; the micro-batches staged
-  // so far are carried over.
-  void reserve(size_t n, int micros) {
-    if (n <= layout_.N && micros <= layout_.micros) return;
+  // Room for `micros` micro-batches of n positions (packed: with pos and seg). Growing moves every
+  // buffer, so it waits for the queued steps (collecting their reports) and drops the graph; the
+  // micro-batches staged so far are carried over.
+  void reserve(size_t n, int micros, bool packed) {
+    if (n <= layout_.N && micros <= layout_.micros && (layout_.packed || !packed)) return;
     InputLayout next = layout_;
     if (n > next.N) next.N = n;
+    next.packed = layout_.packed || packed;
     while (next.micros < micros) next.micros = next.micros == 0 ? 1 : 2 * next.micros;
     graph_.reset();
     ctx_.synchronize();
@@ -374,8 +428,15 @@ class CudaRunner final : public StepRunner {
       cuda::PinnedBuffer<uint8_t> in(next.bytes());
       std::memset(in.data(), 0, in.bytes());
       if (k == cur_) {  // carry over the step being filled (its micro-batches have N = n)
-        for (int i = 0; i < micro_; ++i)
+        for (int i = 0; i < micro_; ++i) {
           std::memcpy(in.data() + next.tokens(i), s.in.data() + layout_.tokens(i), 8 * n + 4);
+          if (!next.packed) continue;
+          const bool had = layout_.packed;  // else they had no layout: positions t, one segment
+          stage_layout(
+              in.data(), next, i, n, T_step_,
+              had ? reinterpret_cast<const int32_t*>(s.in.data() + layout_.pos(i)) : nullptr,
+              had ? reinterpret_cast<const int32_t*>(s.in.data() + layout_.seg(i)) : nullptr);
+        }
       }
       s.in = std::move(in);
       s.loss_sums = cuda::PinnedBuffer<double>(next.micros);
@@ -402,6 +463,9 @@ class CudaRunner final : public StepRunner {
   int B_ = 0, T_step_ = 0;                    // shape of the current step
   std::array<int32_t, 2> fault_{0, 0};        // inject_fault()'s flags for the current step
   bool faults_armed_ = false;                 // inject_fault() was called in this run
+  const int32_t* pos_host_ = nullptr;         // set_token_layout(): the caller's, per micro-batch
+  const int32_t* seg_host_ = nullptr;
+  bool step_packed_ = false;                  // a micro-batch of the current step has a layout
   cuda::DeviceBuffer<uint8_t> in_dev_;        // InputLayout on the device
   cuda::DeviceBuffer<double> loss_sums_dev_;  // (micro-batches)
   cuda::Graph graph_;

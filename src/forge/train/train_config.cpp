@@ -73,7 +73,7 @@ constexpr TrainField kTrainFields[] = {
     {"sft_overlong", "M", "--sft: an example longer than seq_len + 1 tokens is cut or skipped",
      ChoiceMember{&TrainConfig::sft_overlong, kSftOverlong}},
     {"sft_layout", "L",
-     "--sft: one example a row, padded, or several packed (attention kept inside each; CPU only)",
+     "--sft: one example a row, padded, or several packed (attention kept inside each)",
      ChoiceMember{&TrainConfig::sft_layout, kSftLayouts}},
 };
 

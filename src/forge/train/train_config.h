@@ -56,7 +56,7 @@ struct TrainConfig {
   int epochs = 0;
   double sft_val_frac = 0.05;            // held-out share of the examples
   std::string sft_overlong = "truncate";  // or "skip": examples longer than seq_len + 1 tokens
-  // "pad": one example a row; "pack": several (forge train --pack, data/sft_data.h; CPU only).
+  // "pad": one example a row; "pack": several (forge train --pack, data/sft_data.h).
   std::string sft_layout = "pad";
   bool quiet = false;  // no per-step progress lines (not a setting: not in the table)
 

@@ -204,7 +204,6 @@ TrainResult run(Transformer<float>& model, TrainConfig cfg, const std::string& d
   const std::string precision = opt.precision.empty() ? default_precision(device) : opt.precision;
   const bool pack = cfg.sft_layout == "pack";
   if (pack && !opt.sft) throw Error("--pack (sft_layout=pack) packs SFT examples: it needs --sft");
-  if (pack && device != "cpu") throw Error(kPackingCpuOnly);  // before any GPU is touched
   check_device(device, precision);
   // Data parallel (trainer.h): this rank trains rows [rank·rows, (rank+1)·rows) of every
   // micro-batch; rank 0 alone writes the run directory and prints.

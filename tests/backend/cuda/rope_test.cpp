@@ -2,13 +2,15 @@
 // unscaled, linear and llama3 frequencies, f32, bf16 and f16. HS = 64 takes the vector path
 // (HS/2 a multiple of 8), HS = 20 the element-by-element one (HS/2 = 10). pos0 = 8150 puts the
 // positions at 8150…8186: the angle must be as accurate there as at t = 0 (an f32 angle alone
-// would be off by ~5e-4 rad).
+// would be off by ~5e-4 rad). Packed rows (positions pos (B, T)): random layouts, positions
+// restarting at random segment boundaries, also offset to 8000+.
 #include "forge/ops/rope.h"
 
 #include <cmath>
 #include <vector>
 
 #include "forge/backend/cuda/ops.h"
+#include "model/packed_layout.h"
 #include "op_testing.h"
 
 namespace forge::cuda {
@@ -86,6 +88,70 @@ TEST_P(RopeTest, BwdInvertsFwd) {
       EXPECT_TRUE(all_close(down(dx), x, {1e-6, 1e-5}))
           << "style=" << static_cast<int>(style) << " scaling=" << static_cast<int>(rope.scaling);
     }
+}
+
+// Packed rows: the angle at pos[b, t], forward and backward, both styles and every scaling, the
+// vector (HS 64) and element (HS 20) paths. Positions from random layouts (segments of 1 to T
+// tokens), and the same shifted by 8000 (accuracy at long positions). Tolerance: the dtype's,
+// as for the unpacked op (the same rotation, one rounding of the output).
+TEST_P(RopeTest, PackedPositionsMatchCpu) {
+  struct Case {
+    int B, T, H, HS, max_len, shift;
+  };
+  const Case cases[] = {{3, 37, 3, 64, 9, 0}, {3, 37, 3, 20, 37, 8000}, {4, 256, 4, 64, 40, 0}};
+  uint64_t seed = 70;
+  for (RopeStyle style : {RopeStyle::kRotateHalf, RopeStyle::kInterleaved})
+    for (const Rope& rope : ropes(style))
+      for (const Case& c : cases)
+        for (bool backward : {false, true}) {
+          forge::testing::PackedLayout lay =
+              forge::testing::random_packed_layout(c.B, c.T, c.max_len, seed++);
+          for (int32_t& p : lay.pos) p += c.shift;
+          const size_t n = static_cast<size_t>(c.B) * c.T * c.H * c.HS;
+          const auto x = as_dt(dt(), random_normal<float>(n, seed++));
+          std::vector<float> ref = x, plain = x;
+          if (backward) {
+            cpu::rope_bwd<float>(ref.data(), c.B, c.T, c.H, c.HS, rope, 0, lay.pos.data());
+            cpu::rope_bwd<float>(plain.data(), c.B, c.T, c.H, c.HS, rope, 0);
+          } else {
+            cpu::rope_fwd<float>(ref.data(), c.B, c.T, c.H, c.HS, rope, 0, lay.pos.data());
+            cpu::rope_fwd<float>(plain.data(), c.B, c.T, c.H, c.HS, rope, 0);
+          }
+          const std::string where = std::string(backward ? "bwd" : "fwd") +
+                                    " style=" + std::to_string(static_cast<int>(style)) +
+                                    " scaling=" + std::to_string(static_cast<int>(rope.scaling)) +
+                                    " T=" + std::to_string(c.T) + " HS=" + std::to_string(c.HS) +
+                                    " shift=" + std::to_string(c.shift);
+          // The positions matter: rotating at t instead is far off.
+          EXPECT_FALSE(all_close(plain, ref, tol_for(dt()))) << where;
+          auto dpos = upload(lay.pos);
+          auto dx = up(x);
+          if (backward)
+            rope_bwd(ctx(), dt(), dx.data(), c.B, c.T, c.H, c.HS, rope, 0, dpos.data());
+          else
+            rope_fwd(ctx(), dt(), dx.data(), c.B, c.T, c.H, c.HS, rope, 0, dpos.data());
+          EXPECT_TRUE(all_close(down(dx), ref, tol_for(dt()))) << where;
+        }
+}
+
+// pos[b, t] = t is the unpacked op bit for bit (the same kernel, the same angles).
+TEST_P(RopeTest, PositionsTAreTheUnpackedOpBitForBit) {
+  const int B = 2, T = 40, H = 3, HS = 64;
+  std::vector<int32_t> pos(B * T);
+  for (int i = 0; i < B * T; ++i) pos[i] = i % T;
+  const auto x = as_dt(dt(), random_normal<float>(static_cast<size_t>(B) * T * H * HS, 80));
+  auto dpos = upload(pos);
+  for (bool backward : {false, true}) {
+    auto a = up(x), b = up(x);
+    if (backward) {
+      rope_bwd(ctx(), dt(), a.data(), B, T, H, HS, Rope{}, 0, dpos.data());
+      rope_bwd(ctx(), dt(), b.data(), B, T, H, HS, Rope{});
+    } else {
+      rope_fwd(ctx(), dt(), a.data(), B, T, H, HS, Rope{}, 0, dpos.data());
+      rope_fwd(ctx(), dt(), b.data(), B, T, H, HS, Rope{});
+    }
+    EXPECT_TRUE(same_bits(down(a), down(b))) << (backward ? "bwd" : "fwd");
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Dtypes, RopeTest,

@@ -267,13 +267,11 @@ void no_packing(const int32_t* layout) {
 
 void CudaBackend::embedding_fwd(Act out, const int32_t* tokens, Act wte, Act wpe, int B, int T_, int C,
                                 const int32_t* pos) {
-  no_packing(pos);
-  cuda::embedding_fwd(ctx_, dt_, out, tokens, wte, wpe, B, T_, C);
+  cuda::embedding_fwd(ctx_, dt_, out, tokens, wte, wpe, B, T_, C, pos);
 }
 void CudaBackend::embedding_bwd(Grad dwte, Grad dwpe, Act dout, const int32_t* tokens, int B, int T_, int C,
                                 const int32_t* pos) {
-  no_packing(pos);
-  cuda::embedding_bwd(ctx_, dt_, dwte, dwpe, dout, tokens, B, T_, C);
+  cuda::embedding_bwd(ctx_, dt_, dwte, dwpe, dout, tokens, B, T_, C, pos);
 }
 void CudaBackend::layernorm_fwd(Act out, Stat mean, Stat rstd, Act inp, Act w, Act b, int N, int C, float eps) {
   cuda::layernorm_fwd(ctx_, dt_, out, mean, rstd, inp, w, b, N, C, eps);
@@ -428,12 +426,10 @@ void CudaBackend::swiglu_bwd(Act dgate, Act dup, Act dout, Act gate, Act up, int
   cuda::swiglu_bwd(ctx_, dt_, dgate, dup, dout, gate, up, n);
 }
 void CudaBackend::rope_fwd(Act x, int B, int T_, int H, int HS, const Rope& rope, const int32_t* pos) {
-  no_packing(pos);
-  cuda::rope_fwd(ctx_, dt_, x, B, T_, H, HS, rope);
+  cuda::rope_fwd(ctx_, dt_, x, B, T_, H, HS, rope, 0, pos);
 }
 void CudaBackend::rope_bwd(Act dx, int B, int T_, int H, int HS, const Rope& rope, const int32_t* pos) {
-  no_packing(pos);
-  cuda::rope_bwd(ctx_, dt_, dx, B, T_, H, HS, rope);
+  cuda::rope_bwd(ctx_, dt_, dx, B, T_, H, HS, rope, 0, pos);
 }
 
 // ---- attention ----------------------------------------------------------------------------------

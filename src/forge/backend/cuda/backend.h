@@ -147,8 +147,7 @@ class CudaBackend {
   void synchronize() { ctx_.synchronize(); }
 
   // ---- ops (the contracts of backend/cpu/backend.h) -------------------------------------------
-  // pos / seg: packed rows (the CPU backend's contract); not implemented here yet: non-null
-  // throws forge::Error(kPackingCpuOnly).
+  // pos / seg: packed rows (the CPU backend's contract), device (B, T) int32, null for none.
   void embedding_fwd(Act out, const int32_t* tokens, Act wte, Act wpe, int B, int T_, int C, const int32_t* pos);
   void embedding_bwd(Grad dwte, Grad dwpe, Act dout, const int32_t* tokens, int B, int T_, int C,
                      const int32_t* pos);

@@ -19,6 +19,9 @@
 //      the total is added (+=) to the f32 dwte row. The grid is capped (8 blocks per SM per
 //      strip) and strides over segments, since U is known only on the device — no host sync.
 // dwpe (T, C) sums over the batch: one thread per (t, chunk), b in order, then +=.
+// Packed rows (pos (B, T) given): the forward is decode.cu's embedding_at over the B·T rows
+// (wpe row pos[b, t]); in the backward several tokens of a row share a position, so dwpe is
+// scattered exactly as dwte is, steps 1-4 with the positions as the keys instead of the tokens.
 // Every summation order is a function of the inputs alone, so two runs are bit-identical.
 // All temporaries (pos, sorted pairs, flags, starts, CUB temp storage) come from the
 // context's allocator. Known cost: a very frequent token is one serial segment (4 warps per
@@ -45,6 +48,7 @@
 #include <cub/cub.cuh>
 
 #include "forge/backend/cuda/context.h"
+#include "forge/backend/cuda/decode.h"
 #include "forge/backend/cuda/kernel_utils.cuh"
 #include "forge/backend/cuda/ops.h"
 
@@ -170,10 +174,10 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
+// table (rows, C) f32 += Σ dout rows grouped by keys (BT), steps 1-4 of the header.
 template <typename T, int kN>
-void launch_embedding_bwd(Context& ctx, float* dwte, float* dwpe, const T* dout,
-                          const int32_t* tokens, int B, int T_, int C) {
-  const int BT = B * T_;
+void scatter_rows_by_key(Context& ctx, float* table, const T* dout, const int32_t* keys, int BT,
+                         int C) {
   cudaStream_t st = ctx.stream();
   Allocator& al = ctx.allocator();
   DeviceBuffer<int32_t> pos(al, BT), keys_sorted(al, BT), pos_sorted(al, BT), starts(al, BT);
@@ -181,7 +185,7 @@ void launch_embedding_bwd(Context& ctx, float* dwte, float* dwpe, const T* dout,
   DeviceBuffer<uint8_t> flags(al, BT);
 
   size_t sort_bytes = 0, select_bytes = 0;
-  FORGE_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(nullptr, sort_bytes, tokens, keys_sorted.data(),
+  FORGE_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(nullptr, sort_bytes, keys, keys_sorted.data(),
                                                    pos.data(), pos_sorted.data(), BT, 0, 32, st));
   FORGE_CUDA_CHECK(cub::DeviceSelect::Flagged(nullptr, select_bytes, pos.data(), flags.data(),
                                               starts.data(), num_segments.data(), BT, st));
@@ -190,7 +194,7 @@ void launch_embedding_bwd(Context& ctx, float* dwte, float* dwpe, const T* dout,
   const int grid1 = grid_for(BT, kThreads, ctx.num_sms());
   iota_kernel<<<grid1, kThreads, 0, st>>>(pos.data(), BT);
   FORGE_CUDA_CHECK_LAUNCH();
-  FORGE_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(temp.data(), sort_bytes, tokens,
+  FORGE_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(temp.data(), sort_bytes, keys,
                                                    keys_sorted.data(), pos.data(),
                                                    pos_sorted.data(), BT, 0, 32, st));
   segment_heads_kernel<<<grid1, kThreads, 0, st>>>(flags.data(), keys_sorted.data(), BT);
@@ -201,27 +205,41 @@ void launch_embedding_bwd(Context& ctx, float* dwte, float* dwpe, const T* dout,
   const int strips = (C + 32 * kN - 1) / (32 * kN);
   const int segments_grid = BT < ctx.num_sms() * 8 ? BT : ctx.num_sms() * 8;
   embedding_dwte_kernel<T, kN><<<dim3(segments_grid, strips), dim3(32, kSegWarps), 0, st>>>(
-      dwte, dout, keys_sorted.data(), pos_sorted.data(), starts.data(), num_segments.data(), BT, C);
+      table, dout, keys_sorted.data(), pos_sorted.data(), starts.data(), num_segments.data(), BT,
+      C);
   FORGE_CUDA_CHECK_LAUNCH();
-
-  if (dwpe != nullptr) {
-    const int grid = grid_for(T_ * (C / kN), kThreads, ctx.num_sms());
-    embedding_dwpe_kernel<T, kN><<<grid, kThreads, 0, st>>>(dwpe, dout, B, T_, C);
-    FORGE_CUDA_CHECK_LAUNCH();
-  }
   // The temporaries return to the allocator here; only work enqueued later on this stream can
   // reuse them.
+}
+
+template <typename T, int kN>
+void launch_embedding_bwd(Context& ctx, float* dwte, float* dwpe, const T* dout,
+                          const int32_t* tokens, const int32_t* pos, int B, int T_, int C) {
+  const int BT = B * T_;
+  scatter_rows_by_key<T, kN>(ctx, dwte, dout, tokens, BT, C);
+  if (dwpe == nullptr) return;
+  if (pos != nullptr) {  // packed rows: positions repeat within a row
+    scatter_rows_by_key<T, kN>(ctx, dwpe, dout, pos, BT, C);
+    return;
+  }
+  const int grid = grid_for(T_ * (C / kN), kThreads, ctx.num_sms());
+  embedding_dwpe_kernel<T, kN><<<grid, kThreads, 0, ctx.stream()>>>(dwpe, dout, B, T_, C);
+  FORGE_CUDA_CHECK_LAUNCH();
 }
 
 }  // namespace
 
 void embedding_fwd(Context& ctx, DType dt, void* out, const int32_t* tokens, const void* wte,
-                   const void* wpe, int B, int T_, int C) {
+                   const void* wpe, int B, int T_, int C, const int32_t* pos) {
   FORGE_CHECK(B >= 0 && T_ >= 0 && C > 0, "[embedding_fwd] bad dims B=", B, " T=", T_, " C=", C);
   FORGE_CHECK(static_cast<int64_t>(B) * T_ < (int64_t{1} << 31),
               "[embedding_fwd] B·T = ", static_cast<int64_t>(B) * T_,
               " positions exceed int32 indexing");
   const int BT = B * T_;
+  if (pos != nullptr) {  // packed rows: a position per row, the decode op's kernel
+    embedding_at(ctx, dt, out, tokens, pos, wte, wpe, BT, C);
+    return;
+  }
   if (BT == 0) return;
   dispatch_dtype(dt, "embedding_fwd", [&](auto tag) {
     using T = decltype(tag);
@@ -243,7 +261,7 @@ void embedding_fwd(Context& ctx, DType dt, void* out, const int32_t* tokens, con
 }
 
 void embedding_bwd(Context& ctx, DType dt, float* dwte, float* dwpe, const void* dout,
-                   const int32_t* tokens, int B, int T_, int C) {
+                   const int32_t* tokens, int B, int T_, int C, const int32_t* pos) {
   FORGE_CHECK(B >= 0 && T_ >= 0 && C > 0, "[embedding_bwd] bad dims B=", B, " T=", T_, " C=", C);
   FORGE_CHECK(static_cast<int64_t>(B) * T_ < (int64_t{1} << 31) &&
                   static_cast<int64_t>(T_) * C < (int64_t{1} << 31),
@@ -254,10 +272,11 @@ void embedding_bwd(Context& ctx, DType dt, float* dwte, float* dwpe, const void*
     const bool vec = C % kVec<T> == 0 && aligned16(dout) && aligned16(dwte) &&
                      (dwpe == nullptr || aligned16(dwpe));
     if (vec) {
-      launch_embedding_bwd<T, kVec<T>>(ctx, dwte, dwpe, static_cast<const T*>(dout), tokens, B, T_,
-                                       C);
+      launch_embedding_bwd<T, kVec<T>>(ctx, dwte, dwpe, static_cast<const T*>(dout), tokens, pos, B,
+                                       T_, C);
     } else {
-      launch_embedding_bwd<T, 1>(ctx, dwte, dwpe, static_cast<const T*>(dout), tokens, B, T_, C);
+      launch_embedding_bwd<T, 1>(ctx, dwte, dwpe, static_cast<const T*>(dout), tokens, pos, B, T_,
+                                 C);
     }
   });
 }

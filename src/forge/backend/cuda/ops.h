@@ -41,14 +41,15 @@ void swiglu_bwd(Context& ctx, DType dt, void* dgate, void* dup, const void* dout
                 const void* up, int64_t n);
 
 // ---- embedding ------------------------------------------------------------------------------
-// out (B, T, C) = wte[tokens] + wpe[t] (wpe may be null).
+// out (B, T, C) = wte[tokens] + wpe[p] (wpe may be null), p = pos[b, t] when pos (B, T, device)
+// is given (packed rows, cpu::embedding_fwd's contract), else t.
 void embedding_fwd(Context& ctx, DType dt, void* out, const int32_t* tokens, const void* wte,
-                   const void* wpe, int B, int T_, int C);
-// dwte (V, C) += rows of dout gathered by token; dwpe (maxT, C) += sum over the batch (may be
-// null). Deterministic without atomics (e.g. sort positions by token with CUB, then one
-// segment per distinct token summed in position order).
+                   const void* wpe, int B, int T_, int C, const int32_t* pos = nullptr);
+// dwte (V, C) += rows of dout gathered by token; dwpe (maxT, C) += rows of dout gathered by
+// position, p as in the forward (may be null). Deterministic without atomics (e.g. sort
+// positions by token with CUB, then one segment per distinct token summed in position order).
 void embedding_bwd(Context& ctx, DType dt, float* dwte, float* dwpe, const void* dout,
-                   const int32_t* tokens, int B, int T_, int C);
+                   const int32_t* tokens, int B, int T_, int C, const int32_t* pos = nullptr);
 
 // ---- norms ----------------------------------------------------------------------------------
 void layernorm_fwd(Context& ctx, DType dt, void* out, float* mean, float* rstd, const void* inp,
@@ -81,10 +82,12 @@ void rmsnorm_bwd(Context& ctx, DType dt, void* dinp, float* dweight, const void*
 void bias_grad(Context& ctx, DType dt, float* dbias, const void* dout, int N, int OC);
 
 // ---- RoPE (in place on (B, T, H, HS)) -------------------------------------------------------
+// Positions pos0 + t, or pos[b, t] when pos (B, T, device) is given (packed rows; pos0 is then
+// ignored): cpu::rope_fwd / rope_bwd's contract.
 void rope_fwd(Context& ctx, DType dt, void* x, int B, int T_, int H, int HS, const Rope& rope,
-              int pos0 = 0);
+              int pos0 = 0, const int32_t* pos = nullptr);
 void rope_bwd(Context& ctx, DType dt, void* dx, int B, int T_, int H, int HS, const Rope& rope,
-              int pos0 = 0);
+              int pos0 = 0, const int32_t* pos = nullptr);
 
 // ---- attention (unfused: batched GEMMs + softmax kernels) ----------------------------------
 // Same contract as cpu::attention_fwd/bwd; att (B, NH, T, T) holds the probabilities in dt.

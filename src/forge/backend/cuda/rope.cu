@@ -20,14 +20,17 @@
 // independent and the grid B·T·H wide, and the kernel stays memory-bound. kN = 1 (element by
 // element) when HS/2 is not a multiple of kVec<T> or x is not 16-byte aligned.
 //
+// Packed rows: the position of row (b, t) is pos[b, t] (device (B, T)) instead of pos0 + t, read
+// once per thread; the same angle method, so at pos[b, t] = t the result is bit-identical.
+//
 // ptxas (sm_90a, CUDA 13.0, -Xptxas=-v): registers, spill stores, stack frame per kernel
 // (<T, kN, ...>: kN = 1 is the element-by-element instantiation):
-//   rope_kernel<bf16, 1, false>                           24 regs, 0 spill, 0 stack
-//   rope_kernel<bf16, 1, true>                            28 regs, 0 spill, 0 stack
+//   rope_kernel<bf16, 1, false>                           29 regs, 0 spill, 0 stack
+//   rope_kernel<bf16, 1, true>                            31 regs, 0 spill, 0 stack
 //   rope_kernel<bf16, 8, false>                           32 regs, 0 spill, 0 stack
-//   rope_kernel<bf16, 8, true>                            40 regs, 0 spill, 0 stack
-//   rope_kernel<float, 1, false>                          26 regs, 0 spill, 0 stack
-//   rope_kernel<float, 1, true>                           28 regs, 0 spill, 0 stack
+//   rope_kernel<bf16, 8, true>                            32 regs, 0 spill, 0 stack
+//   rope_kernel<float, 1, false>                          28 regs, 0 spill, 0 stack
+//   rope_kernel<float, 1, true>                           30 regs, 0 spill, 0 stack
 //   rope_kernel<float, 4, false>                          32 regs, 0 spill, 0 stack
 //   rope_kernel<float, 4, true>                           32 regs, 0 spill, 0 stack
 #include <cuda_runtime.h>
@@ -46,21 +49,21 @@ constexpr int kThreads = 256;
 
 template <typename T, int kN, bool kRotateHalf>
 __global__ void __launch_bounds__(kThreads)
-    rope_kernel(T* x, const __grid_constant__ RopeFreqs freqs, int rows, int T_, int H, int HS,
-                int pos0, float sign) {
+    rope_kernel(T* x, const __grid_constant__ RopeFreqs freqs, const int32_t* __restrict__ pos,
+                int rows, int T_, int H, int HS, int pos0, float sign) {
   const int half = HS / 2;
   const int chunks = half / kN;
   const int total = rows * chunks;  // < 2^31: checked on the host
   for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < total; i += gridDim.x * blockDim.x) {
     const int row = i / chunks;              // (b·T + t)·H + h
     const int p0 = (i - row * chunks) * kN;  // first pair of this thread
-    const int t = (row / H) % T_;
-    const double pos = static_cast<double>(pos0 + t);
+    const int bt = row / H;                  // b·T + t
+    const double at = static_cast<double>(pos != nullptr ? pos[bt] : pos0 + bt % T_);
     float cs[kN], sn[kN];
 #pragma unroll
     for (int k = 0; k < kN; ++k) {
       float s, c;
-      rope_sincos(pos, freqs.inv_freq_over_pi[p0 + k], &s, &c);
+      rope_sincos(at, freqs.inv_freq_over_pi[p0 + k], &s, &c);
       cs[k] = c, sn[k] = sign * s;
     }
     rope_rotate_pairs<T, kN, kRotateHalf>(x + static_cast<int64_t>(row) * HS, p0, half, cs, sn);
@@ -68,22 +71,22 @@ __global__ void __launch_bounds__(kThreads)
 }
 
 template <typename T, int kN>
-void launch_rope(Context& ctx, T* x, const RopeFreqs& f, int rows, int T_, int H, int HS, int pos0,
-                 float sign, RopeStyle style) {
+void launch_rope(Context& ctx, T* x, const RopeFreqs& f, const int32_t* pos, int rows, int T_,
+                 int H, int HS, int pos0, float sign, RopeStyle style) {
   const int total = rows * (HS / 2 / kN);
   const int grid = grid_for(total, kThreads, ctx.num_sms());
   if (style == RopeStyle::kRotateHalf) {
     rope_kernel<T, kN, true>
-        <<<grid, kThreads, 0, ctx.stream()>>>(x, f, rows, T_, H, HS, pos0, sign);
+        <<<grid, kThreads, 0, ctx.stream()>>>(x, f, pos, rows, T_, H, HS, pos0, sign);
   } else {
     rope_kernel<T, kN, false>
-        <<<grid, kThreads, 0, ctx.stream()>>>(x, f, rows, T_, H, HS, pos0, sign);
+        <<<grid, kThreads, 0, ctx.stream()>>>(x, f, pos, rows, T_, H, HS, pos0, sign);
   }
   FORGE_CUDA_CHECK_LAUNCH();
 }
 
 void rope_rotate(Context& ctx, DType dt, void* x, int B, int T_, int H, int HS, const Rope& rope,
-                 int pos0, float sign, const char* op) {
+                 int pos0, const int32_t* pos, float sign, const char* op) {
   FORGE_CHECK(B >= 0 && T_ >= 0 && H >= 0 && HS > 0, "[", op, "] bad shape B=", B, " T=", T_,
               " H=", H, " HS=", HS);
   FORGE_CHECK(HS % 2 == 0, "[", op, "] head size must be even, got HS=", HS);
@@ -100,9 +103,9 @@ void rope_rotate(Context& ctx, DType dt, void* x, int B, int T_, int H, int HS, 
     using T = decltype(tag);
     T* xt = static_cast<T*>(x);
     if (half % kVec<T> == 0 && aligned16(x)) {
-      launch_rope<T, kVec<T>>(ctx, xt, f, rows, T_, H, HS, pos0, sign, rope.style);
+      launch_rope<T, kVec<T>>(ctx, xt, f, pos, rows, T_, H, HS, pos0, sign, rope.style);
     } else {
-      launch_rope<T, 1>(ctx, xt, f, rows, T_, H, HS, pos0, sign, rope.style);
+      launch_rope<T, 1>(ctx, xt, f, pos, rows, T_, H, HS, pos0, sign, rope.style);
     }
   });
 }
@@ -110,13 +113,13 @@ void rope_rotate(Context& ctx, DType dt, void* x, int B, int T_, int H, int HS, 
 }  // namespace
 
 void rope_fwd(Context& ctx, DType dt, void* x, int B, int T_, int H, int HS, const Rope& rope,
-              int pos0) {
-  rope_rotate(ctx, dt, x, B, T_, H, HS, rope, pos0, 1.0f, "rope_fwd");
+              int pos0, const int32_t* pos) {
+  rope_rotate(ctx, dt, x, B, T_, H, HS, rope, pos0, pos, 1.0f, "rope_fwd");
 }
 
 void rope_bwd(Context& ctx, DType dt, void* dx, int B, int T_, int H, int HS, const Rope& rope,
-              int pos0) {
-  rope_rotate(ctx, dt, dx, B, T_, H, HS, rope, pos0, -1.0f, "rope_bwd");
+              int pos0, const int32_t* pos) {
+  rope_rotate(ctx, dt, dx, B, T_, H, HS, rope, pos0, pos, -1.0f, "rope_bwd");
 }
 
 }  // namespace forge::cuda
