@@ -33,10 +33,6 @@ struct AttentionStrides {
 // its flash twin.
 enum class AttentionPath { kAuto, kUnfused, kFlashMma, kFlashWgmma };
 
-// What a backend without segment masks and per-token positions (CUDA, for now) throws when a
-// forward is given them.
-inline constexpr const char* kPackingCpuOnly = "packing (--pack) trains on the CPU only for now";
-
 }  // namespace forge
 
 namespace forge::cpu {

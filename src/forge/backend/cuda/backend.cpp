@@ -258,13 +258,6 @@ void CudaBackend::optimizer_step(const AdamWParams& p, float max_norm, uint64_t 
 
 // ---- ops ----------------------------------------------------------------------------------------
 
-namespace {
-// Packed rows (per-token positions, segment masks) have no kernels here yet.
-void no_packing(const int32_t* layout) {
-  if (layout != nullptr) throw Error(kPackingCpuOnly);
-}
-}  // namespace
-
 void CudaBackend::embedding_fwd(Act out, const int32_t* tokens, Act wte, Act wpe, int B, int T_, int C,
                                 const int32_t* pos) {
   cuda::embedding_fwd(ctx_, dt_, out, tokens, wte, wpe, B, T_, C, pos);
