@@ -1,12 +1,15 @@
-// Packed SFT rows (data/sft_data.h's packed layout): greedy placement that never splits an
-// example, positions restarting and segment ids per example, targets that never cross into the
+// Packed SFT rows (data/sft_data.h's packed layout): windowed first-fit-decreasing placement
+// that never splits an example, positions restarting and segment ids per example, targets that never cross into the
 // next example, padding only at the row's end, the data state still "examples consumed", and the
 // packing efficiency in the summary.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <string>
 #include <vector>
 
 #include "forge/core/error.h"
+#include "forge/core/rng.h"
 #include "forge/data/sft_data.h"
 
 namespace forge {
@@ -46,61 +49,136 @@ std::vector<int> epoch_order(const std::vector<SftRow>& r, int T) {
   return out;
 }
 
-TEST(SftPackTest, GreedyRowsWithRestartingPositionsSegmentsAndNoCrossingTargets) {
+// The row (T slots) that holds these examples, in this order: each example's inputs with
+// targets inside it (its last token's is -1), positions restarting, segments 0, 1, ...; padding
+// at the end with target -1, a segment of its own.
+struct Row {
+  std::vector<int32_t> x, y, pos, seg;
+  bool operator==(const Row&) const = default;
+};
+Row expected_row(const std::vector<SftRow>& ex, int T) {
+  Row r;
+  int s = 0;
+  for (const SftRow& e : ex) {
+    const int n = static_cast<int>(e.ids.size());
+    for (int j = 0; j < n; ++j) {
+      r.x.push_back(e.ids[j]);
+      r.y.push_back(j + 1 < n ? e.ids[j + 1] : -1);
+      r.pos.push_back(j);
+      r.seg.push_back(s);
+    }
+    ++s;
+  }
+  for (int i = 0, used = static_cast<int>(r.x.size()); used + i < T; ++i) {
+    r.x.push_back(0), r.y.push_back(-1), r.pos.push_back(i), r.seg.push_back(s);
+  }
+  return r;
+}
+
+Row row_at(const std::vector<int32_t>& x, const std::vector<int32_t>& y, const std::vector<int32_t>& pos,
+           const std::vector<int32_t>& seg, int b, int T) {
+  const auto slice = [&](const std::vector<int32_t>& v) {
+    return std::vector<int32_t>(v.begin() + b * T, v.begin() + (b + 1) * T);
+  };
+  return {slice(x), slice(y), slice(pos), slice(seg)};
+}
+
+TEST(SftPackTest, FirstFitDecreasingRowsWithRestartingPositionsSegmentsAndNoCrossingTargets) {
   const int T = 10;
-  // Lengths 4, 5, 3, 6 (sums of two range from 7 to 11): the rows are checked against a
-  // greedy placement computed here from the epoch's order.
+  // Lengths 4, 5, 3, 6 (18 tokens): first fit decreasing puts 6 and 4 in one row and 5 and 3 in
+  // the other, each row listing its examples in the epoch's order. The rows' order is seeded,
+  // so they are compared as a set.
   const std::vector<SftRow> r = {row(1, 4), row(2, 5), row(3, 3), row(4, 6)};
   const std::vector<int> order = epoch_order(r, T);
+  const auto before = [&](int a, int b) {
+    return std::find(order.begin(), order.end(), a) < std::find(order.begin(), order.end(), b);
+  };
+  const auto in_order = [&](int a, int b) {
+    return before(a, b) ? std::vector<SftRow>{r[a - 1], r[b - 1]} : std::vector<SftRow>{r[b - 1], r[a - 1]};
+  };
+  const Row want_a = expected_row(in_order(4, 1), T), want_b = expected_row(in_order(2, 3), T);
   SftData d(r, packed(T));
   ASSERT_TRUE(d.packed());
-  const int B = 2;  // two rows never need the next epoch's examples (18 tokens an epoch)
+  const int B = 2;
   std::vector<int32_t> x(B * T), y(B * T), pos(B * T), seg(B * T);
   uint64_t p = 0;
   const int64_t trained = d.next_batch(p, B, x.data(), y.data(), pos.data(), seg.data());
-  // Expected rows: greedy over the order, examples of m = n slots (n <= T).
-  std::vector<int32_t> ex, ey, ep, es;
-  std::vector<int32_t> cur_x, cur_y, cur_p, cur_s;
-  int s = 0;
-  uint64_t consumed = 0;
-  auto end_row = [&] {
-    const int used = static_cast<int>(cur_x.size());
-    for (int i = used; i < T; ++i) {
-      cur_x.push_back(0), cur_y.push_back(-1), cur_p.push_back(i - used), cur_s.push_back(s);
-    }
-    ex.insert(ex.end(), cur_x.begin(), cur_x.end());
-    ey.insert(ey.end(), cur_y.begin(), cur_y.end());
-    ep.insert(ep.end(), cur_p.begin(), cur_p.end());
-    es.insert(es.end(), cur_s.begin(), cur_s.end());
-    cur_x.clear(), cur_y.clear(), cur_p.clear(), cur_s.clear();
-    s = 0;
-  };
-  int rows_done = 0;
-  int64_t want_trained = 0;
-  for (size_t i = 0; rows_done < B; i = (i + 1) % order.size()) {
-    const SftRow& e = r[static_cast<size_t>(order[i] - 1)];
-    const int n = static_cast<int>(e.ids.size());
-    if (static_cast<int>(cur_x.size()) + n > T) {
-      end_row();
-      if (++rows_done == B) break;
-    }
-    for (int j = 0; j < n; ++j) {
-      cur_x.push_back(e.ids[j]);
-      cur_y.push_back(j + 1 < n ? e.ids[j + 1] : -1);  // the last token's target is -1
-      cur_p.push_back(j);
-      cur_s.push_back(s);
-    }
-    want_trained += n - 1;
-    ++s;
-    ++consumed;
+  const Row got0 = row_at(x, y, pos, seg, 0, T), got1 = row_at(x, y, pos, seg, 1, T);
+  EXPECT_TRUE((got0 == want_a && got1 == want_b) || (got0 == want_b && got1 == want_a));
+  EXPECT_EQ(trained, 3 + 4 + 2 + 5);  // every token but each example's first
+  EXPECT_EQ(p, 4u);                   // the data state: examples consumed (the whole epoch)
+  EXPECT_EQ(d.summary().pack_rows, 2);
+}
+
+// Examples of 64 to 1,024 tokens in rows of 2,048 (forge bench train --sft's lengths): placed
+// whole in the epoch's order, one row after the other (computed here), they fill about 85% of
+// the rows; the windows' first fit decreasing fills >= 97% (measured 2026-12-03: 99.4%). Also:
+// three windows an epoch (1,100 examples: 512, 512, 76), and every example of an epoch is in
+// exactly one of that epoch's rows.
+TEST(SftPackTest, WindowedFirstFitFillsRowsFarBetterThanInOrderPlacement) {
+  const int T = 2048, n = 1100;
+  std::vector<SftRow> r;
+  Rng rng(3);
+  for (int k = 0; k < n; ++k) {
+    SftRow e;
+    const int len = 64 + static_cast<int>(rng.below(961));
+    for (int i = 0; i < len; ++i) e.ids.push_back(k * 4096 + i), e.trained.push_back(i > 0);
+    r.push_back(std::move(e));
   }
-  EXPECT_EQ(x, ex);
-  EXPECT_EQ(y, ey);
-  EXPECT_EQ(pos, ep);
-  EXPECT_EQ(seg, es);
-  EXPECT_EQ(trained, want_trained);
-  EXPECT_EQ(p, consumed);  // the data state: examples consumed
-  EXPECT_GT(consumed, static_cast<uint64_t>(B)) << "two rows of 10 hold three or four of these examples";
+  SftData d(r, packed(T));
+  const double packed_fill =
+      static_cast<double>(d.summary().pack_tokens) / (static_cast<double>(d.summary().pack_rows) * T);
+  // In order: the same epoch order, a new row whenever the next example does not fit.
+  std::vector<int> order;
+  {
+    SftSettings s = packed(T);
+    s.pack = false;
+    SftData pad(r, s);
+    std::vector<int32_t> x(T), y(T);
+    uint64_t p = 0;
+    for (int i = 0; i < n; ++i) pad.next_batch(p, 1, x.data(), y.data()), order.push_back(x[0] / 4096);
+  }
+  int64_t rows = 0, tokens = 0;
+  int used = T;
+  for (int k : order) {
+    const int m = static_cast<int>(r[k].ids.size());
+    if (used + m > T) ++rows, used = 0;
+    used += m, tokens += m;
+  }
+  const double in_order_fill = static_cast<double>(tokens) / (static_cast<double>(rows) * T);
+  EXPECT_EQ(d.summary().pack_tokens, tokens);
+  EXPECT_LT(in_order_fill, 0.9);
+  EXPECT_GE(packed_fill, 0.97) << "in order " << in_order_fill;
+  // Two epochs row by row: each example once per epoch, and the rows end where the epoch does.
+  std::vector<int32_t> x(T), y(T), pos(T), seg(T);
+  uint64_t p = 0;
+  for (int epoch = 0; epoch < 2; ++epoch) {
+    std::vector<int> seen(n, 0);
+    while (p < static_cast<uint64_t>(n) * (epoch + 1)) {
+      d.next_batch(p, 1, x.data(), y.data(), pos.data(), seg.data());
+      for (int i = 0; i < T; ++i)
+        if (pos[i] == 0 && y[i] != -1) ++seen[x[i] / 4096];
+    }
+    EXPECT_EQ(p, static_cast<uint64_t>(n) * (epoch + 1));
+    EXPECT_EQ(std::count(seen.begin(), seen.end(), 1), n) << "epoch " << epoch;
+  }
+}
+
+TEST(SftPackTest, APositionInsideARowIsAnError) {
+  const std::vector<SftRow> r = {row(1, 4), row(2, 5), row(3, 3), row(4, 6)};
+  SftData d(r, packed(10));
+  std::vector<int32_t> x(10), y(10), pos(10), seg(10);
+  int errors = 0;
+  for (uint64_t start = 0; start < 4; ++start) {
+    uint64_t p = start;
+    try {
+      d.next_batch(p, 1, x.data(), y.data(), pos.data(), seg.data());
+    } catch (const Error& e) {
+      ++errors;
+      EXPECT_NE(std::string(e.what()).find("is not where a packed row starts"), std::string::npos);
+    }
+  }
+  EXPECT_EQ(errors, 2) << "two rows of two examples: positions 0 and 2 start rows, 1 and 3 do not";
 }
 
 TEST(SftPackTest, ExamplesThatFillARowAndCutExamplesKeepTheirTargets) {

@@ -20,10 +20,11 @@ namespace {
 constexpr uint64_t kShuffleBlock = uint64_t{1} << 40;
 
 // A uniformly random permutation of [0, n) from the stream's block `block`.
-std::vector<int64_t> permutation(int64_t n, uint64_t seed, uint64_t block) {
+std::vector<int64_t> permutation(int64_t n, uint64_t seed, uint64_t block,
+                                 uint32_t stream = SftData::kSftStream) {
   std::vector<int64_t> p(static_cast<size_t>(n));
   std::iota(p.begin(), p.end(), int64_t{0});
-  Rng rng(seed, SftData::kSftStream);
+  Rng rng(seed, stream);
   rng.set_offset(block * kShuffleBlock);
   for (int64_t i = n - 1; i > 0; --i)
     std::swap(p[static_cast<size_t>(i)],
@@ -109,19 +110,10 @@ SftData::SftData(std::vector<SftRow> rows, const SftSettings& s, SftSummary summ
     }
   if (summary_.examples == 0)
     summary_.examples = static_cast<int64_t>(rows.size());
-  if (pack_) {  // epoch 0's rows: the greedy placement of pack_row over its order
+  if (pack_ && !train_.empty()) {  // epoch 0's packed rows
     summary_.seq_len = T_;
-    int used = T_;
-    for (int64_t p = 0; p < train_count(); ++p) {
-      const SftRow& r = train_[static_cast<size_t>(train_index_at(static_cast<uint64_t>(p)))];
-      const int m = std::min(static_cast<int>(r.ids.size()), T_);
-      if (used + m > T_) {
-        ++summary_.pack_rows;
-        used = 0;
-      }
-      used += m;
-      summary_.pack_tokens += m;
-    }
+    for (uint64_t p = 0; p < train_.size(); ++summary_.pack_rows) pack_row(p, nullptr, nullptr, nullptr, nullptr);
+    summary_.pack_tokens = input_tokens(0, train_.size());
   }
 }
 
@@ -173,13 +165,56 @@ int64_t SftData::train_index_at(uint64_t p) {
   return order_[static_cast<size_t>(p % n)];
 }
 
+const SftData::PackWindow& SftData::pack_window(uint64_t position) {
+  const uint64_t n = train_.size(), K = kPackWindow;
+  const uint64_t epoch = position / n, w = position % n / K;
+  const uint64_t start = epoch * n + w * K;
+  if (window_.start == start) return window_;
+  const size_t len = static_cast<size_t>(std::min(K, n - w * K));
+  std::vector<int> m(len);
+  for (size_t i = 0; i < len; ++i)
+    m[i] = std::min(static_cast<int>(train_[static_cast<size_t>(train_index_at(start + i))].ids.size()), T_);
+  std::vector<uint32_t> by_length(len);
+  std::iota(by_length.begin(), by_length.end(), 0u);
+  std::stable_sort(by_length.begin(), by_length.end(), [&](uint32_t a, uint32_t b) { return m[a] > m[b]; });
+  std::vector<std::vector<uint32_t>> rows;
+  std::vector<int> room;
+  for (uint32_t i : by_length) {  // first fit
+    size_t r = 0;
+    while (r < rows.size() && room[r] < m[i]) ++r;
+    if (r == rows.size()) rows.emplace_back(), room.push_back(T_);
+    rows[r].push_back(i);
+    room[r] -= m[i];
+  }
+  const uint64_t windows_per_epoch = (n + K - 1) / K;
+  const std::vector<int64_t> order =
+      permutation(static_cast<int64_t>(rows.size()), seed_, epoch * windows_per_epoch + w, kPackStream);
+  window_.start = start;
+  window_.rows.clear();
+  window_.begins.clear();
+  uint64_t begin = 0;
+  for (int64_t r : order) {
+    std::vector<uint32_t>& row = rows[static_cast<size_t>(r)];
+    std::sort(row.begin(), row.end());
+    window_.begins.push_back(begin);
+    begin += row.size();
+    window_.rows.push_back(std::move(row));
+  }
+  return window_;
+}
+
 int64_t SftData::pack_row(uint64_t& position, int32_t* x, int32_t* y, int32_t* pos, int32_t* seg) {
+  const PackWindow& w = pack_window(position);
+  const auto it = std::lower_bound(w.begins.begin(), w.begins.end(), position - w.start);
+  if (it == w.begins.end() || *it != position - w.start)
+    throw Error(str("SFT data position ", position,
+                    " is not where a packed row starts (a checkpoint of another packing or data file?)"));
+  const std::vector<uint32_t>& row = w.rows[static_cast<size_t>(it - w.begins.begin())];
   int used = 0, s = 0;
   int64_t count = 0;
-  while (used < T_) {
-    const SftRow& r = train_[static_cast<size_t>(train_index_at(position))];
+  for (uint32_t off : row) {
+    const SftRow& r = train_[static_cast<size_t>(train_index_at(w.start + off))];
     const int m = std::min(static_cast<int>(r.ids.size()), T_);
-    if (used + m > T_) break;  // starts the next row (a row's first example always fits)
     if (x != nullptr) {
       count += write_row(r, m, x + used, y + used);
       for (int i = 0; i < m; ++i) {
@@ -189,8 +224,8 @@ int64_t SftData::pack_row(uint64_t& position, int32_t* x, int32_t* y, int32_t* p
     }
     used += m;
     ++s;
-    ++position;
   }
+  position += row.size();
   if (x != nullptr)
     for (int i = used; i < T_; ++i) {  // padding: a segment of its own
       x[i] = 0;
