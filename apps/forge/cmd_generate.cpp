@@ -23,6 +23,7 @@
 #include "forge/chat/sft_example.h"
 #include "forge/generate/prompts.h"
 #include "forge/generate/sampling_settings.h"
+#include "forge/generate/text_prompt.h"
 #include "forge/generate/text_stream.h"
 #include "forge/model/model_dir.h"
 #include "forge/tokenizer/tokenizer.h"
@@ -134,12 +135,7 @@ int cmd_generate(const Argv& argv) {
                                where.empty() ? "--prompt" : where.substr(0, where.size() - 2))
           .ids;
     }
-    // As `forge data prepare` encodes documents: a literal special-token string is text, unless
-    // --parse-special asks for its id.
-    std::vector<int32_t> ids = tokenizer->with_special_tokens(
-        a.has("parse-special") ? tokenizer->encode(text) : tokenizer->encode_ordinary(text));
-    if (ids.empty()) throw Error(str(where, "the prompt is empty"));
-    return ids;
+    return encode_text_prompt(*tokenizer, text, a.has("parse-special"), where);
   };
 
   // Defaults, then generation_config.json, then a prompts.jsonl line, then the flags.
@@ -155,14 +151,7 @@ int cmd_generate(const Argv& argv) {
     r.max_new_tokens = static_cast<int>(*eff.max_new_tokens);
     r.sampling = apply_sampling(eff);
     if (!a.has("ignore-eos")) r.stop_ids = gen_cfg.eos_token_ids;
-    if (!turn_end.empty() && !a.has("ignore-eos")) {
-      // The turn's end as one special token stops by id (and is not printed), else as text.
-      const std::vector<int32_t> end_ids = tokenizer->encode(turn_end);
-      if (end_ids.size() == 1 && tokenizer->is_special(end_ids[0]))
-        r.stop_ids.push_back(end_ids[0]);
-      else
-        stop.push_back(turn_end);
-    }
+    if (!turn_end.empty() && !a.has("ignore-eos")) add_turn_end(*tokenizer, turn_end, r.stop_ids, stop);
     const std::string where = line ? str(a.get("input"), ":", line, ": ") : std::string();
     for (int32_t id : r.prompt)
       if (id < 0 || id >= cfg.vocab_size)

@@ -23,5 +23,6 @@ int cmd_inspect(const Argv& argv);
 int cmd_validate(const Argv& argv);
 int cmd_chat_template(const Argv& argv);
 int cmd_merge(const Argv& argv);
+int cmd_serve(const Argv& argv);
 
 }  // namespace forge::cli

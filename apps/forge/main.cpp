@@ -28,6 +28,7 @@ const Entry kCommands[] = {
     {"generate", forge::cli::cmd_generate, "generate text or ids from a model (KV cache, CPU or CUDA)"},
     // The sibling product's name for it (seeds/001: `posttrainllm sample`).
     {"sample", forge::cli::cmd_generate, "alias of generate"},
+    {"serve", forge::cli::cmd_serve, "serve a model over an OpenAI-compatible HTTP API"},
     {"tokenizer", forge::cli::cmd_tokenizer, "train a BPE tokenizer; encode and decode text"},
     {"data", forge::cli::cmd_data, "tokenize text documents into train/val token shards"},
     {"chat-template", forge::cli::cmd_chat_template,

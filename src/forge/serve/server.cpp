@@ -1,0 +1,298 @@
+#include "forge/serve/server.h"
+
+#include <httplib.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <mutex>
+#include <optional>
+#include <random>
+#include <thread>
+
+#include "forge/chat/chat_template.h"
+#include "forge/chat/sft_example.h"
+#include "forge/core/dtype.h"
+#include "forge/core/error.h"
+#include "forge/generate/engine.h"
+#include "forge/generate/generation_config.h"
+#include "forge/generate/text_prompt.h"
+#include "forge/generate/text_stream.h"
+#include "forge/model/model_dir.h"
+#include "forge/serve/openai_api.h"
+#include "forge/tokenizer/tokenizer.h"
+
+namespace forge::serve {
+
+namespace {
+
+using nlohmann::json;
+using Clock = std::chrono::steady_clock;
+
+std::string dir_name(const std::string& dir) {
+  std::filesystem::path p = std::filesystem::path(dir).lexically_normal();
+  if (p.filename().empty()) p = p.parent_path();
+  const std::string name = p.filename().string();
+  return name.empty() || name == "." ? std::filesystem::absolute(dir).lexically_normal().filename().string() : name;
+}
+
+// A request ready for the engine.
+struct Prepared {
+  GenRequest req;
+  std::vector<std::string> stop;
+};
+
+const char* openai_reason(FinishReason r) {
+  return r == FinishReason::kLength || r == FinishReason::kContext ? "length" : "stop";
+}
+
+}  // namespace
+
+struct Server::Impl {
+  ServeOptions opt;
+  std::string name;
+  ModelConfig cfg;
+  GenerationConfig gen_cfg;
+  std::optional<tok::Tokenizer> tokenizer;
+  std::optional<chat::ChatTemplate> chat_template;
+  std::string turn_end;
+  std::unique_ptr<Engine> engine;
+  std::mutex engine_mu;  // one generation at a time
+  httplib::Server http;
+  std::thread thread;
+  std::atomic<uint64_t> next_id{1};
+  std::atomic<bool> stopped{false};
+
+  void log(const httplib::Request& req, int status, int64_t tokens, Clock::time_point t0) const {
+    if (!opt.log) return;
+    const double ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+    std::fprintf(stderr, "forge serve: %s %s %d %lld tokens %.1f ms\n", req.method.c_str(), req.path.c_str(), status,
+                 static_cast<long long>(tokens), ms);
+  }
+
+  static void send_error(httplib::Response& res, const ApiError& e) {
+    res.status = e.status;
+    res.set_content(error_json(e.what(), e.type, e.param, e.code).dump(), "application/json");
+  }
+
+  void check_auth(const httplib::Request& req) const {
+    if (opt.api_key.empty()) return;
+    if (req.get_header_value("Authorization") != "Bearer " + opt.api_key)
+      throw ApiError(401, "missing or wrong API key: send the header 'Authorization: Bearer <key>'", "",
+                     "invalid_api_key", "authentication_error");
+  }
+
+  Prepared prepare(const CompletionRequest& c) {
+    if (c.model && *c.model != name)
+      throw ApiError(400, str("model '", *c.model, "' is not served here; this server serves '", name, "'"), "model",
+                     "model_not_found");
+    Prepared p;
+    try {
+      if (c.chat) {
+        chat::RenderOptions ro;
+        ro.add_generation_prompt = true;
+        p.req.prompt = chat::encode_chat(*chat_template, *tokenizer, c.messages, ro, "messages").ids;
+      } else {
+        p.req.prompt = encode_text_prompt(*tokenizer, c.prompt, false, "prompt: ");
+      }
+    } catch (const Error& e) {
+      throw ApiError(400, e.what(), c.chat ? "messages" : "prompt", "invalid_value");
+    }
+    const int64_t n = static_cast<int64_t>(p.req.prompt.size());
+    if (n > cfg.max_seq_len)
+      throw ApiError(400,
+                     str("the prompt is ", n, " tokens, longer than the model's context of ", cfg.max_seq_len,
+                         " tokens"),
+                     c.chat ? "messages" : "prompt", "context_length_exceeded");
+    // The request over generation_config.json over OpenAI's defaults (temperature 1; max_tokens
+    // 16 for completions, the rest of the context for chat).
+    SamplingOverrides defaults;
+    defaults.temperature = 1.0;
+    defaults.max_new_tokens = c.chat ? std::max<int64_t>(1, cfg.max_seq_len - n) : 16;
+    const SamplingOverrides eff = c.sampling.over(gen_cfg.sampling_defaults().over(defaults));
+    if (*eff.max_new_tokens > cfg.max_seq_len)
+      throw ApiError(400,
+                     str("max_tokens: ", *eff.max_new_tokens, " is more than the model's context of ", cfg.max_seq_len,
+                         " tokens"),
+                     "max_tokens", "invalid_value");
+    p.req.max_new_tokens = static_cast<int>(*eff.max_new_tokens);
+    p.req.sampling = apply_sampling(eff);
+    if (!c.sampling.seed) p.req.sampling.seed = std::random_device{}() * 4294967296ull + std::random_device{}();
+    p.req.stop_ids = gen_cfg.eos_token_ids;
+    p.stop = c.stop;
+    if (c.chat) add_turn_end(*tokenizer, turn_end, p.req.stop_ids, p.stop);
+    return p;
+  }
+
+  // Generates under the engine lock; `emit` gets each piece of text as it is safe to send and
+  // returns false when the client is gone (the generation ends there).
+  CompletionResult run(const Prepared& p, const std::function<bool(const std::string&)>& emit) {
+    TextStream stream(*tokenizer, p.stop, /*skip_special=*/true);
+    bool client_gone = false;
+    auto on_token = [&](int, int32_t id) {
+      const std::string text = stream.push(id);
+      if (emit && !text.empty() && !emit(text)) client_gone = true;
+      return !stream.stopped() && !client_gone;
+    };
+    std::vector<GenResult> res;
+    {
+      std::lock_guard<std::mutex> lock(engine_mu);
+      GenOptions go;
+      go.max_batch = 1;
+      res = engine->generate({p.req}, go, on_token);
+    }
+    const std::string rest = stream.finish();
+    if (emit && !rest.empty() && !client_gone) emit(rest);
+    CompletionResult r;
+    r.text = stream.text();
+    r.finish_reason = stream.stopped() ? "stop" : openai_reason(res[0].reason);
+    r.prompt_tokens = static_cast<int64_t>(p.req.prompt.size());
+    r.completion_tokens = static_cast<int64_t>(res[0].ids.size());
+    return r;
+  }
+
+  void completions(const httplib::Request& req, httplib::Response& res, bool chat) {
+    const auto t0 = Clock::now();
+    int64_t tokens = 0;
+    try {
+      check_auth(req);
+      const CompletionRequest c = parse_completion_request(req.body, chat);
+      Prepared p = prepare(c);
+      const std::string id = str(chat ? "chatcmpl-" : "cmpl-", next_id++);
+      const int64_t created = std::chrono::duration_cast<std::chrono::seconds>(
+                                  std::chrono::system_clock::now().time_since_epoch())
+                                  .count();
+      if (!c.stream) {
+        const CompletionResult r = run(p, {});
+        tokens = r.prompt_tokens + r.completion_tokens;
+        res.set_content(completion_json(chat, id, created, name, r).dump(), "application/json");
+        log(req, 200, tokens, t0);
+        return;
+      }
+      auto prepared = std::make_shared<Prepared>(std::move(p));
+      res.set_chunked_content_provider(
+          "text/event-stream", [this, prepared, chat, id, created, req_copy = req, t0](size_t, httplib::DataSink& sink) {
+            auto send = [&](const json& j) {
+              const std::string ev = "data: " + j.dump() + "\n\n";
+              return sink.write(ev.data(), ev.size());
+            };
+            bool ok = !chat || send(chunk_json(true, id, created, name, "", "", /*role=*/true));
+            CompletionResult r;
+            try {
+              r = run(*prepared, [&](const std::string& text) {
+                ok = ok && send(chunk_json(chat, id, created, name, text));
+                return ok;
+              });
+            } catch (const std::exception& e) {  // after the 200 is sent: an error event, then the end
+              ok = ok && send(error_json(e.what(), "server_error"));
+            }
+            if (ok && !r.finish_reason.empty()) ok = send(chunk_json(chat, id, created, name, "", r.finish_reason));
+            if (ok) {
+              const std::string done = "data: [DONE]\n\n";
+              sink.write(done.data(), done.size());
+            }
+            sink.done();
+            log(req_copy, 200, r.prompt_tokens + r.completion_tokens, t0);
+            return true;
+          });
+      res.set_header("Cache-Control", "no-cache");
+    } catch (const ApiError& e) {
+      send_error(res, e);
+      log(req, e.status, tokens, t0);
+    } catch (const std::exception& e) {
+      send_error(res, ApiError(500, e.what(), "", "", "server_error"));
+      log(req, 500, tokens, t0);
+    }
+  }
+
+  void routes() {
+    http.set_payload_max_length(opt.max_body);
+    http.Get("/health", [this](const httplib::Request& req, httplib::Response& res) {
+      res.set_content(json{{"status", "ok"}}.dump(), "application/json");
+      log(req, 200, 0, Clock::now());
+    });
+    http.Get("/v1/models", [this](const httplib::Request& req, httplib::Response& res) {
+      const auto t0 = Clock::now();
+      try {
+        check_auth(req);
+        const json model = {{"id", name}, {"object", "model"}, {"created", 0}, {"owned_by", "forge"}};
+        res.set_content(json{{"object", "list"}, {"data", json::array({model})}}.dump(), "application/json");
+        log(req, 200, 0, t0);
+      } catch (const ApiError& e) {
+        send_error(res, e);
+        log(req, e.status, 0, t0);
+      }
+    });
+    http.Post("/v1/completions",
+              [this](const httplib::Request& req, httplib::Response& res) { completions(req, res, false); });
+    http.Post("/v1/chat/completions",
+              [this](const httplib::Request& req, httplib::Response& res) { completions(req, res, true); });
+    // What httplib answers itself (404 unknown path, 413 body too large, 400 bad HTTP) gets an
+    // OpenAI error object too; the routes' own errors already have a body.
+    http.set_error_handler(httplib::Server::HandlerWithResponse([this](const httplib::Request& req,
+                                                                        httplib::Response& res) {
+      if (!res.body.empty()) return httplib::Server::HandlerResponse::Unhandled;
+      std::string message = str("HTTP ", res.status);
+      std::string code;
+      if (res.status == 404) message = str("no route ", req.method, " ", req.path), code = "not_found";
+      if (res.status == 413)
+        message = str("the request body is larger than the limit of ", opt.max_body, " bytes (--max-body)"),
+        code = "request_too_large";
+      res.set_content(error_json(message, "invalid_request_error", "", code).dump(), "application/json");
+      log(req, res.status, 0, Clock::now());
+      return httplib::Server::HandlerResponse::Handled;
+    }));
+  }
+};
+
+Server::Server(const std::string& model_dir, ServeOptions opt) : impl_(std::make_unique<Impl>()) {
+  Impl& m = *impl_;
+  m.opt = std::move(opt);
+  const Device device = parse_device(m.opt.device);
+  if (!std::filesystem::is_directory(model_dir)) throw Error(str(model_dir, ": no such model directory"));
+  if (!std::filesystem::exists(model_dir + "/tokenizer.json"))
+    throw Error(str(model_dir, ": no tokenizer.json, so text prompts cannot be encoded"));
+  Transformer<float> loaded = load_model_dir(model_dir);
+  m.cfg = loaded.config();
+  m.name = dir_name(model_dir);
+  m.gen_cfg = load_generation_config(model_dir);
+  m.tokenizer = tok::Tokenizer::load(model_dir + "/tokenizer.json");
+  m.chat_template = chat::ChatTemplate::load(model_dir);
+  m.turn_end = chat::assistant_turn_end(*m.chat_template);
+  m.engine = device == Device::kCuda ? make_cuda_engine(m.cfg, loaded.weights_host(), m.opt.precision)
+                                     : make_cpu_engine(m.cfg, loaded.weights_host());
+  m.routes();
+}
+
+Server::~Server() { stop(); }
+
+int Server::start() {
+  Impl& m = *impl_;
+  int port = m.opt.port;
+  if (port == 0) {
+    port = m.http.bind_to_any_port(m.opt.host);
+    if (port < 0) throw Error(str("cannot bind ", m.opt.host, " to a free port"));
+  } else if (!m.http.bind_to_port(m.opt.host, port)) {
+    throw Error(str("cannot bind ", m.opt.host, ":", port, " (in use, or not an address of this machine)"));
+  }
+  m.thread = std::thread([&m] { m.http.listen_after_bind(); });
+  // Until the accept loop runs: a stop() before it would be missed and wait() hang.
+  while (!m.http.is_running() && !m.stopped) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  return port;
+}
+
+void Server::wait() {
+  if (impl_->thread.joinable()) impl_->thread.join();
+}
+
+void Server::stop() {
+  if (!impl_ || impl_->stopped.exchange(true)) return;
+  impl_->http.stop();
+  wait();
+}
+
+const std::string& Server::model_name() const { return impl_->name; }
+std::string Server::device_name() const { return impl_->engine->device_name(); }
+
+}  // namespace forge::serve
