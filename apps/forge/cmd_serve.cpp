@@ -27,9 +27,10 @@ const Command kServe = {
     "without one). Fields: model, max_tokens, temperature, top_p, seed, stop (a string or up to 4),\n"
     "n (1 only), stream (server-sent events, then 'data: [DONE]'). Defaults: the model's\n"
     "generation_config.json, else temperature 1 and max_tokens 16 (completions) or the rest of\n"
-    "the context (chat); without a seed each request draws a random one. Requests are served one\n"
-    "at a time (no batching across requests yet). Bad requests get an OpenAI error object and a\n"
-    "4xx status. One line per request is logged to stderr. Stop with Ctrl-C."};
+    "the context (chat); without a seed each request draws a random one.\n"
+    "Requests are served one at a time (no batching across requests yet). Bad requests get an\n"
+    "OpenAI error object and a 4xx status. One line per request is logged to stderr. Stop with\n"
+    "Ctrl-C."};
 
 }  // namespace
 

@@ -1,0 +1,28 @@
+// forge serve on the command line: --help, and bad arguments as one-line errors.
+#include <gtest/gtest.h>
+
+#include "cli_runner.h"
+
+namespace forge {
+namespace {
+
+using testing::CmdResult;
+
+class ServeCliTest : public testing::CliTest {};
+
+TEST_F(ServeCliTest, HelpListsTheRoutesAndFlags) {
+  const CmdResult r = forge("serve --help");
+  EXPECT_EQ(r.code, 0) << r.err;
+  for (const char* s : {"--model", "--port", "--api-key", "--max-body", "/v1/chat/completions", "one at a time"})
+    EXPECT_NE(r.out.find(s), std::string::npos) << s;
+}
+
+TEST_F(ServeCliTest, BadArgumentsAreOneLineErrors) {
+  expect_user_error(forge("serve --model " + p("missing")), "no such model directory");
+  expect_user_error(forge("serve --bogus"), "--bogus");
+  expect_user_error(forge("serve"), "--model");
+  expect_user_error(forge("serve --model " + p("") + " --port 70000"), "--port");
+}
+
+}  // namespace
+}  // namespace forge
