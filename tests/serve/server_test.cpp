@@ -5,6 +5,7 @@
 
 #include <sstream>
 
+#include "forge/core/error.h"
 #include "forge/generate/text_prompt.h"
 #include "forge/tokenizer/tokenizer.h"
 #include "serve/serve_test_model.h"
@@ -204,6 +205,18 @@ TEST_F(ServeTest, BadRequestsGetErrorObjectsAndTheServerGoesOn) {
   ASSERT_TRUE(g);
   EXPECT_EQ(g->status, 404);
   EXPECT_TRUE(json::parse(g->body).contains("error"));
+}
+
+TEST_F(ServeTest, APortInUseIsAnError) {
+  start();
+  serve::ServeOptions o;
+  o.port = port_;
+  o.log = false;
+  serve::Server second(p("tiny-model"), o);
+  EXPECT_THROW(second.start(), Error);
+  auto h = client_->Get("/health");  // the first still answers
+  ASSERT_TRUE(h);
+  EXPECT_EQ(h->status, 200);
 }
 
 TEST_F(ServeTest, ApiKeyIsRequiredOnV1) {

@@ -208,6 +208,12 @@ struct Server::Impl {
 
   void routes() {
     http.set_payload_max_length(opt.max_body);
+    // SO_REUSEADDR only: httplib's default adds SO_REUSEPORT, which lets a second server bind a
+    // port already served and silently share its connections.
+    http.set_socket_options([](socket_t sock) {
+      int yes = 1;
+      setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
+    });
     http.Get("/health", [this](const httplib::Request& req, httplib::Response& res) {
       res.set_content(json{{"status", "ok"}}.dump(), "application/json");
       log(req, 200, 0, Clock::now());
