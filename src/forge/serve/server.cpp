@@ -63,6 +63,7 @@ struct Server::Impl {
   std::thread thread;
   std::atomic<uint64_t> next_id{1};
   std::atomic<bool> stopped{false};
+  std::atomic<bool> listen_ended{false};
 
   void log(const httplib::Request& req, int status, int64_t tokens, Clock::time_point t0) const {
     if (!opt.log) return;
@@ -282,9 +283,12 @@ int Server::start() {
   } else if (!m.http.bind_to_port(m.opt.host, port)) {
     throw Error(str("cannot bind ", m.opt.host, ":", port, " (in use, or not an address of this machine)"));
   }
-  m.thread = std::thread([&m] { m.http.listen_after_bind(); });
-  // Until the accept loop runs: a stop() before it would be missed and wait() hang.
-  while (!m.http.is_running() && !m.stopped) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  m.thread = std::thread([&m] {
+    m.http.listen_after_bind();
+    m.listen_ended = true;
+  });
+  // Until the accept loop runs (or has ended): a stop() before it would be missed and wait() hang.
+  while (!m.http.is_running() && !m.listen_ended) std::this_thread::sleep_for(std::chrono::milliseconds(1));
   return port;
 }
 
