@@ -167,6 +167,7 @@ TEST_F(ServeTest, BadRequestsGetErrorObjectsAndTheServerGoesOn) {
   const std::vector<Case> cases = {
       {"/v1/completions", "{\"prompt\": \"hi\"", 400, ""},
       {"/v1/completions", "[1, 2]", 400, ""},
+      {"/v1/completions", "{\"prompt\": \"\xff\xfe", 400, ""},  // its error message quotes invalid UTF-8
       {"/v1/completions", with("prompt", 5), 400, "prompt"},
       {"/v1/completions", with("temperature", "hot"), 400, "temperature"},
       {"/v1/completions", with("top_p", 1.5), 400, "top_p"},
@@ -201,7 +202,7 @@ TEST_F(ServeTest, BadRequestsGetErrorObjectsAndTheServerGoesOn) {
     ASSERT_TRUE(ok);
     EXPECT_EQ(ok->status, 200) << ok->body;
   }
-  auto g = client_->Get("/nope");
+  auto g = client_->Get("/nope\xff");
   ASSERT_TRUE(g);
   EXPECT_EQ(g->status, 404);
   EXPECT_TRUE(json::parse(g->body).contains("error"));

@@ -43,6 +43,10 @@ struct Prepared {
   std::vector<std::string> stop;
 };
 
+// JSON text; invalid UTF-8 (a parse error quoting the client's bytes, a path) becomes U+FFFD
+// instead of an exception.
+std::string dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
+
 const char* openai_reason(FinishReason r) {
   return r == FinishReason::kLength || r == FinishReason::kContext ? "length" : "stop";
 }
@@ -74,7 +78,7 @@ struct Server::Impl {
 
   static void send_error(httplib::Response& res, const ApiError& e) {
     res.status = e.status;
-    res.set_content(error_json(e.what(), e.type, e.param, e.code).dump(), "application/json");
+    res.set_content(dump(error_json(e.what(), e.type, e.param, e.code)), "application/json");
   }
 
   void check_auth(const httplib::Request& req) const {
@@ -167,7 +171,7 @@ struct Server::Impl {
       if (!c.stream) {
         const CompletionResult r = run(p, {});
         tokens = r.prompt_tokens + r.completion_tokens;
-        res.set_content(completion_json(chat, id, created, name, r).dump(), "application/json");
+        res.set_content(dump(completion_json(chat, id, created, name, r)), "application/json");
         log(req, 200, tokens, t0);
         return;
       }
@@ -175,7 +179,7 @@ struct Server::Impl {
       res.set_chunked_content_provider(
           "text/event-stream", [this, prepared, chat, id, created, req_copy = req, t0](size_t, httplib::DataSink& sink) {
             auto send = [&](const json& j) {
-              const std::string ev = "data: " + j.dump() + "\n\n";
+              const std::string ev = "data: " + dump(j) + "\n\n";
               return sink.write(ev.data(), ev.size());
             };
             bool ok = !chat || send(chunk_json(true, id, created, name, "", "", /*role=*/true));
@@ -216,7 +220,7 @@ struct Server::Impl {
       setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
     });
     http.Get("/health", [this](const httplib::Request& req, httplib::Response& res) {
-      res.set_content(json{{"status", "ok"}}.dump(), "application/json");
+      res.set_content(dump(json{{"status", "ok"}}), "application/json");
       log(req, 200, 0, Clock::now());
     });
     http.Get("/v1/models", [this](const httplib::Request& req, httplib::Response& res) {
@@ -224,7 +228,7 @@ struct Server::Impl {
       try {
         check_auth(req);
         const json model = {{"id", name}, {"object", "model"}, {"created", 0}, {"owned_by", "forge"}};
-        res.set_content(json{{"object", "list"}, {"data", json::array({model})}}.dump(), "application/json");
+        res.set_content(dump(json{{"object", "list"}, {"data", json::array({model})}}), "application/json");
         log(req, 200, 0, t0);
       } catch (const ApiError& e) {
         send_error(res, e);
@@ -246,7 +250,7 @@ struct Server::Impl {
       if (res.status == 413)
         message = str("the request body is larger than the limit of ", opt.max_body, " bytes (--max-body)"),
         code = "request_too_large";
-      res.set_content(error_json(message, "invalid_request_error", "", code).dump(), "application/json");
+      res.set_content(dump(error_json(message, "invalid_request_error", "", code)), "application/json");
       log(req, res.status, 0, Clock::now());
       return httplib::Server::HandlerResponse::Handled;
     }));
