@@ -25,9 +25,10 @@ const Command kServe = {
     "Routes: GET /health, GET /v1/models, POST /v1/completions (prompt: a string) and POST\n"
     "/v1/chat/completions (messages rendered by the model's chat template, built-in ChatML\n"
     "without one). Fields: model, max_tokens, temperature, top_p, seed, stop (a string or up to 4),\n"
-    "n (1 only), stream (server-sent events, then 'data: [DONE]'). Defaults: the model's\n"
-    "generation_config.json, else temperature 1 and max_tokens 16 (completions) or the rest of\n"
-    "the context (chat); without a seed each request draws a random one.\n"
+    "n (1 only), stream (server-sent events, then 'data: [DONE]'), stream_options.include_usage.\n"
+    "Defaults: the model's generation_config.json, else temperature 1 and max_tokens 16\n"
+    "(completions) or the rest of the context (chat); without a seed each request draws a\n"
+    "random one.\n"
     "Requests are served one at a time (no batching across requests yet). Bad requests get an\n"
     "OpenAI error object and a 4xx status. One line per request is logged to stderr. Stop with\n"
     "Ctrl-C."};

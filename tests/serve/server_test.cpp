@@ -125,6 +125,18 @@ TEST_F(ServeTest, StreamedChunksJoinToTheAnswer) {
     EXPECT_EQ(text, chat ? w["message"]["content"] : w["text"]);
     EXPECT_EQ(json::parse(ev[ev.size() - 2])["choices"][0]["finish_reason"], w["finish_reason"]);
     if (chat) EXPECT_EQ(json::parse(ev[0])["choices"][0]["delta"]["role"], "assistant");
+
+    // stream_options.include_usage: one more chunk before [DONE], no choices, the usage.
+    body["stream_options"] = {{"include_usage", true}};
+    auto u = post(path, body);
+    ASSERT_TRUE(u);
+    ASSERT_EQ(u->status, 200);
+    const std::vector<std::string> uev = sse_events(u->body);
+    ASSERT_EQ(uev.size(), ev.size() + 1);
+    EXPECT_EQ(uev.back(), "[DONE]");
+    const json last = json::parse(uev[uev.size() - 2]);
+    EXPECT_TRUE(last["choices"].empty());
+    EXPECT_EQ(last["usage"], json::parse(whole->body)["usage"]);
   }
 }
 
@@ -178,6 +190,7 @@ TEST_F(ServeTest, BadRequestsGetErrorObjectsAndTheServerGoesOn) {
       {"/v1/completions", with("stop", 5), 400, "stop"},
       {"/v1/completions", with("stop", ""), 400, "stop"},
       {"/v1/completions", with("stream", "yes"), 400, "stream"},
+      {"/v1/completions", with("stream_options", {{"include_usage", 1}}), 400, "stream_options.include_usage"},
       {"/v1/completions", with("seed", -3), 400, "seed"},
       {"/v1/completions", with("model", "gpt-4"), 400, "model"},
       {"/v1/completions", with("prompt", std::string(1000, 'x')), 400, "prompt"},

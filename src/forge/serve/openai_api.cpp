@@ -128,6 +128,14 @@ CompletionRequest parse_completion_request(const std::string& body, bool chat) {
     } else if (k == "stream") {
       if (!v.is_null() && !v.is_boolean()) throw bad(k, str("expected true or false, got ", v.dump()));
       r.stream = v.is_boolean() && v.get<bool>();
+    } else if (k == "stream_options") {
+      if (v.is_null()) continue;
+      if (!v.is_object()) throw bad(k, str("expected an object, got ", v.dump()));
+      if (v.contains("include_usage")) {
+        const json& u = v["include_usage"];
+        if (!u.is_boolean()) throw bad("stream_options.include_usage", str("expected true or false, got ", u.dump()));
+        r.include_usage = u.get<bool>();
+      }
     }
   }
   try {
@@ -152,10 +160,23 @@ json completion_json(bool chat, const std::string& id, int64_t created, const st
           {"created", created},
           {"model", model},
           {"choices", json::array({choice})},
-          {"usage",
-           {{"prompt_tokens", r.prompt_tokens},
-            {"completion_tokens", r.completion_tokens},
-            {"total_tokens", r.prompt_tokens + r.completion_tokens}}}};
+          {"usage", usage_json(r)}};
+}
+
+json usage_json(const CompletionResult& r) {
+  return {{"prompt_tokens", r.prompt_tokens},
+          {"completion_tokens", r.completion_tokens},
+          {"total_tokens", r.prompt_tokens + r.completion_tokens}};
+}
+
+json usage_chunk_json(bool chat, const std::string& id, int64_t created, const std::string& model,
+                      const CompletionResult& r) {
+  return {{"id", id},
+          {"object", chat ? "chat.completion.chunk" : "text_completion"},
+          {"created", created},
+          {"model", model},
+          {"choices", json::array()},
+          {"usage", usage_json(r)}};
 }
 
 json chunk_json(bool chat, const std::string& id, int64_t created, const std::string& model, const std::string& text,

@@ -4,7 +4,8 @@
 //
 // Accepted fields: model, prompt (a string; completions) or messages ([{role, content}] with
 // string content; chat), max_tokens (or max_completion_tokens), temperature, top_p, seed, stop
-// (a string or a list of up to 4 non-empty strings), n (1 only), stream. Fields other clients send
+// (a string or a list of up to 4 non-empty strings), n (1 only), stream, stream_options
+// ({include_usage}). Fields other clients send
 // (user, logprobs, presence_penalty, ...) are ignored whatever their value. A known field of the
 // wrong type or out of range, or a body that is not a JSON object, is an ApiError (400).
 #pragma once
@@ -43,6 +44,7 @@ struct CompletionRequest {
   SamplingOverrides sampling;           // temperature, top_p, seed, max_new_tokens (max_tokens) as given
   std::vector<std::string> stop;
   bool stream = false;
+  bool include_usage = false;  // stream_options.include_usage: a last chunk with usage, no choices
 };
 
 // Parses and checks a request body (ApiError 400 naming the field otherwise).
@@ -59,6 +61,11 @@ struct CompletionResult {
 // The whole answer: a text_completion or a chat.completion object.
 nlohmann::json completion_json(bool chat, const std::string& id, int64_t created, const std::string& model,
                                const CompletionResult& r);
+// {"prompt_tokens", "completion_tokens", "total_tokens"}.
+nlohmann::json usage_json(const CompletionResult& r);
+// The chunk stream_options.include_usage asks for last: no choices, the usage.
+nlohmann::json usage_chunk_json(bool chat, const std::string& id, int64_t created, const std::string& model,
+                                const CompletionResult& r);
 // One server-sent chunk: text_completion / chat.completion.chunk. Chat: `role` adds the
 // assistant role to the delta (the first chunk); finish_reason null unless given.
 nlohmann::json chunk_json(bool chat, const std::string& id, int64_t created, const std::string& model,

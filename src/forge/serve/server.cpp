@@ -177,7 +177,7 @@ struct Server::Impl {
       }
       auto prepared = std::make_shared<Prepared>(std::move(p));
       res.set_chunked_content_provider(
-          "text/event-stream", [this, prepared, chat, id, created, req_copy = req, t0](size_t, httplib::DataSink& sink) {
+          "text/event-stream", [this, prepared, chat, id, created, include_usage = c.include_usage, req_copy = req, t0](size_t, httplib::DataSink& sink) {
             auto send = [&](const json& j) {
               const std::string ev = "data: " + dump(j) + "\n\n";
               return sink.write(ev.data(), ev.size());
@@ -193,6 +193,8 @@ struct Server::Impl {
               ok = ok && send(error_json(e.what(), "server_error"));
             }
             if (ok && !r.finish_reason.empty()) ok = send(chunk_json(chat, id, created, name, "", r.finish_reason));
+            if (ok && !r.finish_reason.empty() && include_usage)
+              ok = send(usage_chunk_json(chat, id, created, name, r));
             if (ok) {
               const std::string done = "data: [DONE]\n\n";
               sink.write(done.data(), done.size());
