@@ -221,6 +221,28 @@ TEST_F(ServeTest, BadRequestsGetErrorObjectsAndTheServerGoesOn) {
   EXPECT_TRUE(json::parse(g->body).contains("error"));
 }
 
+TEST_F(ServeTest, AClientLeavingAStreamDoesNotStopTheServer) {
+  start();
+  httplib::Request req;
+  req.method = "POST";
+  req.path = "/v1/completions";
+  req.body = json{{"prompt", "hello"}, {"max_tokens", 120}, {"temperature", 0}, {"stream", true}}.dump();
+  req.set_header("Content-Type", "application/json");
+  int received = 0;
+  req.content_receiver = [&](const char*, size_t, uint64_t, uint64_t) {
+    ++received;
+    return false;  // hang up after the first piece
+  };
+  auto gone = client_->send(req);
+  EXPECT_FALSE(gone);  // the client cancelled
+  EXPECT_EQ(received, 1);
+  for (int i = 0; i < 2; ++i) {  // the server answers the next requests (no SIGPIPE, no stuck lock)
+    auto r = post("/v1/completions", json{{"prompt", "hi"}, {"max_tokens", 3}});
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->status, 200) << r->body;
+  }
+}
+
 TEST_F(ServeTest, APortInUseIsAnError) {
   start();
   serve::ServeOptions o;
