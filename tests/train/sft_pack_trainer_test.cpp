@@ -35,12 +35,7 @@ class SftPackTrainerTest : public ::testing::Test {
   void TearDown() override { fs::remove_all(dir_); }
 
   std::string pretrained_model(int steps) {
-    ModelConfig m = preset_config("tiny");
-    m.n_layer = 2;
-    m.n_embd = 64;
-    m.n_head = m.n_kv_head = 4;
-    m.ffn_hidden = 256;
-    return sft_task::pretrained_model(dir_, steps, m, /*max_seq_len=*/128);
+    return sft_task::pretrained_model(dir_, steps, tiny_gpt2(), /*max_seq_len=*/128);
   }
 
   // 20 word-pair examples (short: several fit in a row).

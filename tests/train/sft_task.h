@@ -16,6 +16,7 @@
 #include "forge/core/rng.h"
 #include "forge/data/prepare.h"
 #include "forge/generate/engine.h"
+#include "forge/model/config.h"
 #include "forge/model/transformer.h"
 #include "forge/tokenizer/trainer.h"
 #include "forge/train/trainer.h"
@@ -37,6 +38,16 @@ inline std::string reversed(std::string w) {
 
 inline std::string pair_line(const std::string& prompt, const std::string& response) {
   return nlohmann::json{{"prompt", prompt}, {"response", response}}.dump() + "\n";
+}
+
+// The SFT tests' tiny GPT-2: the tiny preset at width 64, 4 heads, MLP 256, 2 layers.
+inline ModelConfig tiny_gpt2() {
+  ModelConfig m = preset_config("tiny");
+  m.n_layer = 2;
+  m.n_embd = 64;
+  m.n_head = m.n_kv_head = 4;
+  m.ffn_hidden = 256;
+  return m;
 }
 
 // In `dir`: a byte-level tokenizer without merges (one token per letter) and ChatML's special

@@ -44,12 +44,7 @@ class SftTrainerTest : public ::testing::Test {
   // The tiny GPT-2 (width 64, 2 layers) pretrained on random words for `steps` steps
   // (sft_task.h). Returns the model directory.
   std::string pretrained_model(int steps) {
-    ModelConfig m = preset_config("tiny");
-    m.n_layer = 2;
-    m.n_embd = 64;
-    m.n_head = m.n_kv_head = 4;
-    m.ffn_hidden = 256;
-    return sft_task::pretrained_model(dir_, steps, m);
+    return sft_task::pretrained_model(dir_, steps, tiny_gpt2());
   }
 
   TrainConfig sft_config(int steps) const { return sft_task::sft_config(steps, 3e-3); }
