@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Sets up a fresh Debian 12 machine for Forge and builds it (Release) into build/.
 # Installs from Debian's packages only: the compiler and build tools, GoogleTest, nlohmann-json,
-# cpp-httplib (forge serve), OpenBLAS, PCRE2, OpenMPI (data-parallel CPU ranks and their tests), and the `fortunes` corpus
+# cpp-httplib (forge serve), Chromium with a font (the headless browser test of forge serve's
+# chat page), OpenBLAS, PCRE2, OpenMPI (data-parallel CPU ranks and their tests), and the `fortunes` corpus
 # that `forge quickstart` trains on; and for the sanitizer and fuzzing builds (README:
 # Reliability) clang with its runtimes (libclang-rt-14-dev: ASan, UBSan and libFuzzer, only
 # recommended by clang-14) and LLVM's OpenMP (libomp-dev). CUDA is optional: when nvcc is found
@@ -11,7 +12,7 @@ cd "$(dirname "$0")/.."
 
 packages=(build-essential cmake ninja-build pkg-config libgtest-dev nlohmann-json3-dev
           libopenblas-dev libpcre2-dev fortunes libopenmpi-dev openmpi-bin clang libclang-rt-14-dev
-          libomp-dev libcpp-httplib-dev)
+          libomp-dev libcpp-httplib-dev chromium fonts-dejavu-core)
 
 missing=()
 for p in "${packages[@]}"; do

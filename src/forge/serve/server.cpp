@@ -20,6 +20,7 @@
 #include "forge/generate/text_prompt.h"
 #include "forge/generate/text_stream.h"
 #include "forge/model/model_dir.h"
+#include "forge/serve/chat_page.h"
 #include "forge/serve/openai_api.h"
 #include "forge/tokenizer/tokenizer.h"
 
@@ -220,6 +221,10 @@ struct Server::Impl {
     http.set_socket_options([](socket_t sock) {
       int yes = 1;
       setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
+    });
+    // The chat page (serve/chat_page.h): no API key, it holds no secret; its API calls need one.
+    http.Get("/", [](const httplib::Request&, httplib::Response& res) {
+      res.set_content(chat_page_html(), "text/html; charset=utf-8");
     });
     http.Get("/health", [this](const httplib::Request& req, httplib::Response& res) {
       res.set_content(dump(json{{"status", "ok"}}), "application/json");
