@@ -69,6 +69,7 @@ struct Server::Impl {
   std::atomic<uint64_t> next_id{1};
   std::atomic<bool> stopped{false};
   std::atomic<bool> listen_ended{false};
+  int listen_fd = -1;  // the listening socket, seen by the socket-options callback
 
   void log(const httplib::Request& req, int status, int64_t tokens, Clock::time_point t0) const {
     if (!opt.log) return;
@@ -218,7 +219,8 @@ struct Server::Impl {
     http.set_payload_max_length(opt.max_body);
     // SO_REUSEADDR only: httplib's default adds SO_REUSEPORT, which lets a second server bind a
     // port already served and silently share its connections.
-    http.set_socket_options([](socket_t sock) {
+    http.set_socket_options([this](socket_t sock) {
+      listen_fd = sock;
       int yes = 1;
       setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
     });
@@ -294,6 +296,10 @@ int Server::start() {
   } else if (!m.http.bind_to_port(m.opt.host, port)) {
     throw Error(str("cannot bind ", m.opt.host, ":", port, " (in use, or not an address of this machine)"));
   }
+  // Debian's compiled httplib listens with a backlog of 5: 64 clients connecting at once overflow
+  // it, and the kernel drops connections (the load test saw "no answer" after ~1 s). Listening
+  // again on the bound socket raises the backlog (Linux: capped by net.core.somaxconn).
+  if (m.listen_fd >= 0) ::listen(m.listen_fd, 1024);
   m.thread = std::thread([&m] {
     m.http.listen_after_bind();
     m.listen_ended = true;
