@@ -56,6 +56,19 @@ struct GenerateBenchOptions {
 };
 void generate_bench(const GenerateBenchOptions& o);
 
+// forge bench serve: forge serve under the load client (bench/serve_bench.cpp).
+struct ServeBenchOptions {
+  std::string model;                     // a model directory; empty: `preset` with random weights
+  std::string preset = "smollm2-135m";
+  std::string device = "cpu";            // the CLI defaults to cuda when built with CUDA
+  std::string precision = "bf16";
+  std::vector<int> streams = {1, 8, 32, 128};
+  int requests = 0;                      // per row; 0: 2 x streams, at least 8
+  int max_tokens = 128;                  // per request
+  std::string json_out;
+};
+void serve_bench(const ServeBenchOptions& o);
+
 // Throw forge::Error when Forge was built without CUDA or no GPU is present.
 void gemm_cuda(const BenchOptions& o);
 void small_gemm_cuda(const BenchOptions& o);  // bench gemm --rows

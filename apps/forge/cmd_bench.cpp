@@ -185,12 +185,13 @@ int cmd_bench(const Argv& argv) {
   if (argv.empty() || argv[0] == "--help" || argv[0] == "-h") {
     std::printf(
         "forge bench — benchmarks (a table on stdout; --json-out FILE writes the numbers)\n\n"
-        "usage: forge bench tokenizer|gemm|attention|train|generate [options]\n\n"
+        "usage: forge bench tokenizer|gemm|attention|train|generate|serve [options]\n\n"
         "  tokenizer  BPE training time and encode throughput\n"
         "  gemm       cuBLASLt TFLOP/s on a preset's GEMM shapes (CUDA)\n"
         "  attention  flash attention fwd/bwd TFLOP/s beside PyTorch flash and cuDNN (CUDA)\n"
         "  train      training tokens/s, MFU, step time, memory (CUDA)\n"
-        "  generate   KV-cache decoding: time to first token, tokens/s by batch size (CUDA or CPU)\n\n"
+        "  generate   KV-cache decoding: time to first token, tokens/s by batch size (CUDA or CPU)\n"
+        "  serve      forge serve under 1..128 concurrent streams: tokens/s, latency (CUDA or CPU)\n\n"
         "`forge bench <what> --help` describes each one's options.\n");
     return argv.empty() ? 1 : 0;
   }
@@ -199,8 +200,9 @@ int cmd_bench(const Argv& argv) {
   if (what == "gemm" || what == "train" || what == "attention")
     return bench_gpu(what, Argv(argv.begin() + 1, argv.end()));
   if (what == "generate") return bench_generate(Argv(argv.begin() + 1, argv.end()));
+  if (what == "serve") return bench_serve(Argv(argv.begin() + 1, argv.end()));
   throw Error(str("unknown benchmark '", what,
-                  "' (expected tokenizer, gemm, attention, train or generate)"));
+                  "' (expected tokenizer, gemm, attention, train, generate or serve)"));
 }
 
 }  // namespace forge::cli

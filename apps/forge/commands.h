@@ -16,6 +16,8 @@ int cmd_quickstart(const Argv& argv);
 int bench_gpu(const std::string& what, const Argv& argv);
 // forge bench generate (cmd_bench_generate.cpp).
 int bench_generate(const Argv& argv);
+// forge bench serve (cmd_bench_serve.cpp).
+int bench_serve(const Argv& argv);
 int cmd_tokenizer(const Argv& argv);
 int cmd_data(const Argv& argv);
 int cmd_bench(const Argv& argv);

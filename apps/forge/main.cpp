@@ -33,7 +33,7 @@ const Entry kCommands[] = {
     {"data", forge::cli::cmd_data, "tokenize text documents into train/val token shards"},
     {"chat-template", forge::cli::cmd_chat_template,
      "render a model's chat template for a conversation (and its tokens)"},
-    {"bench", forge::cli::cmd_bench, "benchmarks: tokenizer, gemm, attention, train, generate"},
+    {"bench", forge::cli::cmd_bench, "benchmarks: tokenizer, gemm, attention, train, generate, serve"},
     {"merge", forge::cli::cmd_merge, "fold a LoRA adapter into its base model (forge train --lora)"},
     {"inspect", forge::cli::cmd_inspect,
      "show a model directory: config, parameter count, tensors"},
