@@ -14,21 +14,25 @@ constexpr const char* kPage = R"HTML(<!doctype html>
 <style>
   :root { --fg: #1d2330; --muted: #6b7385; --line: #d8dce5; --accent: #2f6fdb; --bg: #f6f7fa; }
   * { box-sizing: border-box; }
-  body { margin: 0; font: 15px/1.45 system-ui, sans-serif; color: var(--fg); background: var(--bg); }
+  body { margin: 0; font: 15px/1.45 system-ui, sans-serif; color: var(--fg);
+         background: var(--bg); }
   header { display: flex; gap: 1em; align-items: baseline; padding: .7em 1.2em; background: #fff;
            border-bottom: 1px solid var(--line); }
   header h1 { font-size: 1.1em; margin: 0; }
   header .model { color: var(--muted); }
-  main { display: grid; grid-template-columns: 1fr 17em; gap: 1em; padding: 1em 1.2em; max-width: 70em; }
+  main { display: grid; grid-template-columns: 1fr 17em; gap: 1em; padding: 1em 1.2em;
+         max-width: 70em; }
   .panel { background: #fff; border: 1px solid var(--line); border-radius: 8px; padding: .8em; }
   #log { min-height: 14em; max-height: 60vh; overflow-y: auto; }
   .msg { margin: 0 0 .8em; }
-  .msg .who { font-size: .8em; color: var(--muted); text-transform: uppercase; letter-spacing: .05em; }
-  .msg pre, #answer { margin: .2em 0 0; white-space: pre-wrap; word-wrap: break-word; font: inherit; }
+  .msg .who { font-size: .8em; color: var(--muted); text-transform: uppercase;
+              letter-spacing: .05em; }
+  .msg pre, #answer { margin: .2em 0 0; white-space: pre-wrap; word-wrap: break-word;
+                      font: inherit; }
   .msg.user pre { color: #38465e; }
   #answer { min-height: 1.4em; }
-  textarea { width: 100%; min-height: 5em; font: inherit; padding: .5em; border: 1px solid var(--line);
-             border-radius: 6px; resize: vertical; }
+  textarea { width: 100%; min-height: 5em; font: inherit; padding: .5em;
+             border: 1px solid var(--line); border-radius: 6px; resize: vertical; }
   .row { display: flex; gap: .5em; margin-top: .6em; align-items: center; flex-wrap: wrap; }
   button { font: inherit; padding: .35em 1em; border-radius: 6px; border: 1px solid var(--accent);
            background: var(--accent); color: #fff; cursor: pointer; }
@@ -68,8 +72,10 @@ constexpr const char* kPage = R"HTML(<!doctype html>
     <label>temperature <input id="temperature" type="number" min="0" step="0.1" value="0.8"></label>
     <label>top_p <input id="top_p" type="number" min="0" max="1" step="0.05" value="1"></label>
     <label>max_tokens <input id="max_tokens" type="number" min="1" step="1" value="128"></label>
-    <label>seed (empty: random) <input id="seed" type="number" step="1" placeholder="random"></label>
-    <label>API key (if the server has one) <input id="key" type="password" autocomplete="off"></label>
+    <label>seed (empty: random)
+      <input id="seed" type="number" step="1" placeholder="random"></label>
+    <label>API key (if the server has one)
+      <input id="key" type="password" autocomplete="off"></label>
   </aside>
 </main>
 <script>
@@ -132,7 +138,8 @@ async function send() {
   let body;
   try {
     body = { stream: true, stream_options: { include_usage: true } };
-    for (const [k, integer] of [["temperature", false], ["top_p", false], ["max_tokens", true], ["seed", true]]) {
+    const fields = [["temperature", false], ["top_p", false], ["max_tokens", true], ["seed", true]];
+    for (const [k, integer] of fields) {
       const v = numberField(k, integer);
       if (v !== undefined) body[k] = v;
     }
@@ -165,7 +172,8 @@ async function send() {
   let tFirst = null, tLast = null, chunks = 0, usage = null, finish = null, textSoFar = "";
   let state = "done";
   try {
-    const r = await fetch(path, { method: "POST", headers, body: JSON.stringify(body), signal: controller.signal });
+    const r = await fetch(path, { method: "POST", headers, body: JSON.stringify(body),
+                                  signal: controller.signal });
     if (!r.ok) {
       let msg = "HTTP " + r.status;
       try { msg += ": " + (await r.json()).error.message; } catch (_) {}
@@ -195,11 +203,13 @@ async function send() {
     else { state = "error"; $("error").textContent = e.message; }
   }
   const tEnd = performance.now();
-  if (mode === "chat" && textSoFar !== "") conversation.push({ role: "assistant", content: textSoFar });
+  if (mode === "chat" && textSoFar !== "")
+    conversation.push({ role: "assistant", content: textSoFar });
   const tokens = usage ? usage.completion_tokens : chunks;
   const secs = (tEnd - t0) / 1000;
   if (tokens > 0 && secs > 0) {
-    $("stats").textContent = tokens + (usage ? " tokens" : " chunks") + " in " + secs.toFixed(2) + " s, " +
+    $("stats").textContent = tokens + (usage ? " tokens" : " chunks") + " in " +
+      secs.toFixed(2) + " s, " +
       (tokens / secs).toFixed(1) + (usage ? " tokens/s" : " chunks/s") +
       (tFirst !== null ? ", first text after " + ((tFirst - t0)).toFixed(0) + " ms" : "") +
       (finish ? ", finish: " + finish : "") + (state === "stopped" ? " (stopped)" : "");
@@ -212,13 +222,21 @@ async function send() {
 
 $("send").onclick = send;
 $("stop").onclick = () => { if (controller) controller.abort(); };
-$("clear").onclick = () => { conversation.length = 0; $("log").textContent = ""; $("stats").textContent = ""; };
-$("input").addEventListener("keydown", (e) => { if (e.key === "Enter" && (e.ctrlKey || e.metaKey)) send(); });
+$("clear").onclick = () => {
+  conversation.length = 0;
+  $("log").textContent = "";
+  $("stats").textContent = "";
+};
+$("input").addEventListener("keydown", (e) => {
+  if (e.key === "Enter" && (e.ctrlKey || e.metaKey)) send();
+});
 
 // URL parameters prefill the form; autorun=1 submits on load.
 const params = new URLSearchParams(location.search);
-if (params.get("mode") === "prompt" || params.get("mode") === "chat") $("mode").value = params.get("mode");
-for (const k of ["temperature", "top_p", "max_tokens", "seed"]) if (params.has(k)) $(k).value = params.get(k);
+const urlMode = params.get("mode");
+if (urlMode === "prompt" || urlMode === "chat") $("mode").value = urlMode;
+for (const k of ["temperature", "top_p", "max_tokens", "seed"])
+  if (params.has(k)) $(k).value = params.get(k);
 if (params.has("prompt")) $("input").value = params.get("prompt");
 
 fetch("/v1/models").then((r) => (r.ok ? r.json() : null))
