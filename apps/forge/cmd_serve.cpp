@@ -22,6 +22,7 @@ const Command kServe = {
      {"max-body", "BYTES", "largest request body accepted (default 1048576; larger: 413)"}},
     false,
     "",
+    "GET / is a chat page (open http://HOST:PORT/ in a browser; served without the API key).\n"
     "Routes: GET /health, GET /v1/models, POST /v1/completions (prompt: a string) and POST\n"
     "/v1/chat/completions (messages rendered by the model's chat template, built-in ChatML\n"
     "without one). Fields: model, max_tokens, temperature, top_p, seed, stop (a string or up to 4),\n"

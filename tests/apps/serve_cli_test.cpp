@@ -13,7 +13,8 @@ class ServeCliTest : public testing::CliTest {};
 TEST_F(ServeCliTest, HelpListsTheRoutesAndFlags) {
   const CmdResult r = forge("serve --help");
   EXPECT_EQ(r.code, 0) << r.err;
-  for (const char* s : {"--model", "--port", "--api-key", "--max-body", "/v1/chat/completions", "one at a time"})
+  for (const char* s : {"--model", "--port", "--api-key", "--max-body", "/v1/chat/completions",
+                        "one at a time", "GET / is a chat page"})
     EXPECT_NE(r.out.find(s), std::string::npos) << s;
 }
 
