@@ -84,13 +84,28 @@ Outcome streamed(httplib::Client& cli, const std::string& path, const httplib::H
   bool finished = false, usage = false, done = false;
   const auto t0 = Clock::now();
   auto on_event = [&](const std::string& ev) {
-    if (ev.rfind("data: ", 0) != 0) return bad = "an event without 'data: ': " + excerpt(ev), false;
+    if (ev.rfind("data: ", 0) != 0) {
+      bad = "an event without 'data: ': " + excerpt(ev);
+      return false;
+    }
     const std::string data = ev.substr(6);
-    if (data == "[DONE]") return done = true, true;
-    if (done) return bad = "an event after [DONE]", false;
+    if (data == "[DONE]") {
+      done = true;
+      return true;
+    }
+    if (done) {
+      bad = "an event after [DONE]";
+      return false;
+    }
     const json j = json::parse(data);
-    if (j.contains("error")) return bad = "an error event: " + excerpt(data), false;
-    if (j.contains("usage") && !j["usage"].is_null()) usage = true, read_usage(o, j["usage"]);
+    if (j.contains("error")) {
+      bad = "an error event: " + excerpt(data);
+      return false;
+    }
+    if (j.contains("usage") && !j["usage"].is_null()) {
+      usage = true;
+      read_usage(o, j["usage"]);
+    }
     const json& choices = j.at("choices");
     if (choices.empty()) return true;
     const json& ch = choices.at(0);
@@ -163,7 +178,10 @@ LoadResult run_load(const LoadOptions& opt, const std::vector<LoadCase>& cases) 
         b["messages"] = json::array({json{{"role", "user"}, {"content", c.prompt}}});
       else
         b["prompt"] = c.prompt;
-      if (stream) b["stream"] = true, b["stream_options"] = {{"include_usage", true}};
+      if (stream) {
+        b["stream"] = true;
+        b["stream_options"] = {{"include_usage", true}};
+      }
       bodies.push_back(b.dump());
     }
 
@@ -178,9 +196,10 @@ LoadResult run_load(const LoadOptions& opt, const std::vector<LoadCase>& cases) 
       cli.set_read_timeout(opt.timeout_s, 0);
       cli.set_write_timeout(opt.timeout_s, 0);
       for (int i; (i = next++) < opt.requests;) {
-        const size_t k = static_cast<size_t>(i) % cases.size();
-        // Streamed every other time the case comes round, so each case is asked both ways.
-        const bool stream = (static_cast<size_t>(i) / cases.size()) % 2 == 1;
+        // Whole and streamed in turn, each case twice in a row: every pair of requests holds a
+        // stream, and each case is asked both ways.
+        const size_t k = (static_cast<size_t>(i) / 2) % cases.size();
+        const bool stream = i % 2 == 1;
         const LoadCase& c = cases[k];
         const std::string path = c.chat ? "/v1/chat/completions" : "/v1/completions";
         const std::string& body = bodies[2 * k + (stream ? 1 : 0)];

@@ -1,12 +1,12 @@
 // A load client for `forge serve` (the load test and `forge bench serve`): `clients` threads
 // issue `requests` requests in total against host:port, each thread one request at a time on
-// its own connection. Request i uses case i % cases.size() and alternates between a whole
-// answer and a streamed one ("stream": true with stream_options.include_usage, the server-sent
-// events parsed as they arrive), so a run mixes completions and chat, streamed and not, as the
-// cases say. Every answer is checked: HTTP 200, a well-formed body (for a stream: chunks, then a
-// finish_reason, the usage chunk and [DONE]), and, when the case has one, text equal to its
-// expected text. Measured: the wall time of the run, completion tokens (the usage counts) per
-// second over it, per-request latency (send → last byte) and, for streams, time to the first
+// its own connection. Requests alternate between a whole answer and a streamed one ("stream":
+// true with stream_options.include_usage, the server-sent events parsed as they arrive), and
+// request i uses case (i / 2) % cases.size(), so a run mixes completions and chat, streamed
+// and not, as the cases say. Every answer is checked: HTTP 200, a well-formed body (for a stream:
+// chunks, then a finish_reason, the usage chunk and [DONE]), and, when the case has one, text equal
+// to its expected text. Measured: the wall time of the run, completion tokens (the usage counts)
+// per second over it, per-request latency (send → last byte) and, for streams, time to the first
 // text chunk.
 #pragma once
 
