@@ -2,9 +2,9 @@
 // Chromium (Debian's `chromium`; the tests skip without it), driven over the DevTools pipe: the
 // page submitting a prompt on load (autorun=1) and streaming the answer into the DOM — the same
 // text as the server's greedy answer over the API, in more than one chunk, with tokens/s shown
-// — in prompt and chat mode; the API-key field sent as the Bearer token (401 without it). A
-// screenshot is kept in the build tree. The Chromium tests carry the ctest label `browser`
-// (tests/CMakeLists.txt).
+// — in prompt and chat mode; the API-key field sent as the Bearer token (401 without it); Stop
+// aborting a request, and the page answering the next. A screenshot is kept in the build tree.
+// The Chromium tests carry the ctest label `browser` (tests/CMakeLists.txt).
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -168,6 +168,25 @@ TEST_F(ChatPageBrowserTest, TheApiKeyFieldIsSentAsTheBearerToken) {
   st = wait_page(*b);
   ASSERT_EQ(st["state"], "done") << st.dump();
   EXPECT_EQ(st["text"], want);
+}
+
+TEST_F(ChatPageBrowserTest, StopAbortsTheRequestAndThePageGoesOn) {
+  start();
+  auto b = browser();
+  open(*b, url("mode=chat&max_tokens=100&temperature=0"));
+  // send() runs up to its fetch synchronously, so Stop right after Send aborts that fetch.
+  b->eval(
+      "document.getElementById('input').value = 'hello';"
+      " document.getElementById('send').click(); document.getElementById('stop').click(); true");
+  json st = wait_page(*b);
+  EXPECT_EQ(st["state"], "stopped") << st.dump();
+  EXPECT_EQ(b->eval("document.getElementById('send').disabled"), false);
+  b->eval(
+      "document.getElementById('input').value = 'again';"
+      " document.getElementById('send').click(); true");
+  st = wait_page(*b);
+  ASSERT_EQ(st["state"], "done") << st.dump();
+  EXPECT_GT(st["chunks"].get<int>(), 1);
 }
 
 }  // namespace
