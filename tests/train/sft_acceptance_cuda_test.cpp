@@ -64,12 +64,7 @@ class SftAcceptanceCudaTest : public cuda::testing::CudaTest {
   // The CPU test's tiny GPT-2 (width 64, 2 layers) pretrained 60 steps on the CPU, with a
   // context of max_seq_len.
   std::string gpt2_base(int max_seq_len) {
-    ModelConfig m = preset_config("tiny");
-    m.n_layer = 2;
-    m.n_embd = 64;
-    m.n_head = m.n_kv_head = 4;
-    m.ffn_hidden = 256;
-    return pretrained_model(dir_, 60, m, max_seq_len);
+    return pretrained_model(dir_, 60, tiny_gpt2(), max_seq_len);
   }
 
   double accuracy(const std::string& model_dir) const {
