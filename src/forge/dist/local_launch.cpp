@@ -4,6 +4,7 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -62,9 +63,12 @@ std::vector<std::string> rank_env(const LocalLaunch& l, int rank, int port) {
 }
 
 // In the child (only async-signal-safe calls: the parent may have threads): its own process
-// group, then exec. Never returns.
-[[noreturn]] void exec_rank(char* const* argv, char* const* envp) {
+// group, SIGTERM when the supervisor dies (a SIGKILLed supervisor leaves no rank behind), then
+// exec. Never returns.
+[[noreturn]] void exec_rank(char* const* argv, char* const* envp, pid_t supervisor) {
   ::setpgid(0, 0);
+  ::prctl(PR_SET_PDEATHSIG, SIGTERM);
+  if (::getppid() != supervisor) ::_exit(128 + SIGTERM);  // it died before the prctl
   ::execve(argv[0], argv, envp);
   static const char msg[] = "forge: a rank could not be started: exec failed\n";
   [[maybe_unused]] const ssize_t n = ::write(2, msg, sizeof msg - 1);
@@ -93,6 +97,7 @@ LaunchOutcome run_local_ranks(const LocalLaunch& l) {
   std::vector<pid_t> pids(l.ranks, -1);
   std::vector<bool> running(l.ranks, false);
   std::fflush(nullptr);  // the children must not flush the parent's buffered output again
+  const pid_t supervisor = ::getpid();
   std::vector<char*> argv;
   for (const std::string& a : l.argv) argv.push_back(const_cast<char*>(a.c_str()));
   argv.push_back(nullptr);
@@ -102,7 +107,7 @@ LaunchOutcome run_local_ranks(const LocalLaunch& l) {
     for (const std::string& e : env) envp.push_back(const_cast<char*>(e.c_str()));
     envp.push_back(nullptr);
     const pid_t pid = ::fork();
-    if (pid == 0) exec_rank(argv.data(), envp.data());
+    if (pid == 0) exec_rank(argv.data(), envp.data(), supervisor);
     if (pid < 0) {
       const int err = errno;
       for (int k = 0; k < r; ++k) ::kill(pids[k], SIGKILL);

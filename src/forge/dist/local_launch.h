@@ -8,6 +8,7 @@
 //   - SIGINT / SIGTERM to the supervisor are forwarded, once, to every rank still running (the
 //     ranks' own groups keep a terminal's Ctrl-C from reaching them twice: forge train's second
 //     signal would kill instead of checkpointing);
+//   - a rank gets SIGTERM when the supervisor itself dies (PR_SET_PDEATHSIG), even by SIGKILL;
 //   - the first rank that ends with a non-zero status or by a signal is the failure: the others
 //     get SIGTERM, and SIGKILL after `grace` if they still run;
 //   - when every rank has ended: status 0 and no message when all ended with 0; otherwise the
