@@ -11,6 +11,7 @@
 #include <sstream>
 #include <thread>
 
+#include "forge/core/error.h"
 #include "serve/serve_test_model.h"
 
 namespace forge {
@@ -179,15 +180,20 @@ TEST_F(BatchingTest, AStreamingClientHangingUpFreesItsSlot) {
   client_ = std::make_unique<httplib::Client>("127.0.0.1", port_);
   client_->set_read_timeout(30, 0);
 
+  json body = {{"messages", {{{"role", "user"}, {"content", "hi"}}}}, {"max_tokens", 8000}, {"temperature", 0}};
+  auto full = post("/v1/chat/completions", body);  // how long it runs when nobody hangs up
+  ASSERT_TRUE(full);
+  ASSERT_EQ(full->status, 200) << full->body;
+  const int64_t n_full = json::parse(full->body)["usage"]["completion_tokens"];
+  ASSERT_GT(n_full, 1000);
+  const double generated0 = metrics()["forge_generated_tokens_total"];
+
   server_->hold(true);  // the first chunk (the role) goes out before any token: hang up on it
   httplib::Request req;
   req.method = "POST";
   req.path = "/v1/chat/completions";
-  req.body = json{{"messages", {{{"role", "user"}, {"content", "hi"}}}},
-                  {"max_tokens", 8000},
-                  {"temperature", 0},
-                  {"stream", true}}
-                 .dump();
+  body["stream"] = true;
+  req.body = body.dump();
   req.set_header("Content-Type", "application/json");
   int received = 0;
   req.content_receiver = [&](const char*, size_t, uint64_t, uint64_t) {
@@ -200,11 +206,32 @@ TEST_F(BatchingTest, AStreamingClientHangingUpFreesItsSlot) {
   server_->hold(false);  // now it decodes, and the server finds the client gone on writing
   EXPECT_TRUE(wait_metric("forge_requests_cancelled_total", 1));
   EXPECT_TRUE(wait_metric("forge_active_slots", 0));
-  EXPECT_LT(metrics()["forge_generated_tokens_total"], 8000);  // cut short, not run to max_tokens
+  // Cut short (a few ids: the server sees the client gone on its second write), not run to the end.
+  EXPECT_LT(metrics()["forge_generated_tokens_total"] - generated0, n_full / 2);
   auto r = post("/v1/completions", greedy("hello", 5));  // the one slot serves the next request
   ASSERT_TRUE(r);
   EXPECT_EQ(r->status, 200) << r->body;
   EXPECT_EQ(json::parse(r->body)["usage"]["completion_tokens"], 5);
+}
+
+TEST_F(BatchingTest, AContextLongerThanTheModelsIsAnError) {
+  serve::ServeOptions o;
+  o.context = 129;  // the test model's is 128
+  try {
+    serve::Server s(p("tiny-model"), o);
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("--context"), std::string::npos) << e.what();
+  }
+  o.context = 32;  // a shorter one bounds prompt + answer
+  o.max_batch = 3;
+  start(o);
+  EXPECT_EQ(server_->context(), 32);
+  EXPECT_EQ(server_->max_batch(), 3);
+  auto r = post("/v1/completions", greedy("hello", 40));
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 400) << r->body;
+  EXPECT_EQ(json::parse(r->body)["error"]["param"], "max_tokens");
 }
 
 TEST_F(BatchingTest, MetricsParseAndCountTheRequests) {
