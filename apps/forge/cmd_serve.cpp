@@ -62,7 +62,7 @@ int cmd_serve(const Argv& argv) {
   o.context = a.get_int("context", 0, 1, 1 << 24);
   serve::Server server(a.require("model"), o);
   const int port = server.start();
-  std::fprintf(stderr, "forge serve: model '%s' on %s (%d slots x %d tokens), listening on http://%s:%d\n",
+  std::fprintf(stderr, "forge serve: model '%s' on %s, %d slots x %d tokens, listening on http://%s:%d\n",
                server.model_name().c_str(), server.device_name().c_str(), server.max_batch(), server.context(),
                o.host.c_str(), port);
   server.wait();
