@@ -10,6 +10,8 @@
 // A slot with no request still runs through the step (the graph has S rows): its position is
 // clamped to decode_context() − 1 by decode_step(), it writes only its own cache rows and its
 // own row of tokens, and a later prefill of that slot overwrites both, so it changes nothing.
+// It reads only cache rows it wrote itself (from position 0 up, or a former request's), so its
+// logits stay finite and its sampled id (greedy settings until its first request) a valid one.
 //
 // A request ends after max_new_tokens ids, after emitting one of its stop ids (which is
 // returned, as Hugging Face's generate returns the EOS), when on_token asks it to (stop strings
@@ -108,6 +110,14 @@ class DecodeLoop final : public DecodeSession {
     seen_ = be_.template buf<uint8_t>(opt.penalty ? static_cast<size_t>(S_) * V_ : 0);
     prompt_ids_ = be_.template buf<int32_t>(static_cast<size_t>(context_));
     seen_p_ = opt.penalty ? seen_.data() : nullptr;
+    // A slot that never held a request still samples each step: greedy on its own finite logits
+    // (device memory starts as garbage, and a garbage top_k or temperature is no setting).
+    const std::vector<SamplerSettings> greedy(S_);
+    be_.upload(settings_.data(), greedy.data(), S_);
+    if (seen_p_) {
+      const std::vector<uint8_t> none(static_cast<size_t>(S_) * V_, 0);
+      be_.upload(seen_p_, none.data(), none.size());
+    }
     slots_.resize(S_);
     ids_.resize(S_);
   }
