@@ -19,8 +19,8 @@ const Command kServe = {
      {"device", "D", "cpu (default) or cuda"},
      {"precision", "P", "CUDA compute dtype: bf16 (default), fp16 or fp32"},
      {"api-key", "KEY", "require 'Authorization: Bearer KEY' on /v1/* and /metrics (else 401)"},
-     {"max-batch", "N", "requests decoded together (default 8 on cpu, 32 on cuda)"},
-     {"max-queue", "N", "requests waiting for a slot beyond those (default 64; more: 503)"},
+     {"max-batch", "N", "requests decoded together (default 8 on cpu, 32 on cuda; at most 1024)"},
+     {"max-queue", "N", "requests waiting for a slot beyond those (default 64, at most 1024; more: 503)"},
      {"context", "N", "KV cache tokens per request, prompt + answer (default: the model's context)"},
      {"max-body", "BYTES", "largest request body accepted (default 1048576; larger: 413)"}},
     false,
@@ -57,8 +57,8 @@ int cmd_serve(const Argv& argv) {
   o.api_key = a.get("api-key");
   if (a.has("api-key") && o.api_key.empty()) throw Error("--api-key: the key is empty");
   o.max_body = static_cast<size_t>(a.get_int64("max-body", 1 << 20, 1, int64_t{1} << 40));
-  o.max_batch = a.get_int("max-batch", 0, 1, 4096);
-  o.max_queue = a.get_int("max-queue", 64, 0, 1 << 20);
+  o.max_batch = a.get_int("max-batch", 0, 1, 1024);
+  o.max_queue = a.get_int("max-queue", 64, 0, 1024);  // each waiting request holds an HTTP thread
   o.context = a.get_int("context", 0, 1, 1 << 24);
   serve::Server server(a.require("model"), o);
   const int port = server.start();

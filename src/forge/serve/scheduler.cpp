@@ -32,8 +32,9 @@ void Job::finish(JobResult r) {
 
 Scheduler::Scheduler(Engine& engine, Metrics& metrics, const SchedulerOptions& opt)
     : engine_(engine), metrics_(metrics), opt_(opt) {
-  if (opt.slots < 1) throw Error(str("--max-batch: ", opt.slots, " (expected >= 1)"));
-  if (opt.max_queue < 0) throw Error(str("--max-queue: ", opt.max_queue, " (expected >= 0)"));
+  if (opt.slots < 1 || opt.slots > 1024) throw Error(str("--max-batch: ", opt.slots, " (expected 1 to 1024)"));
+  if (opt.max_queue < 0 || opt.max_queue > 1024)
+    throw Error(str("--max-queue: ", opt.max_queue, " (expected 0 to 1024)"));
   if (opt.capacity < 0 || opt.capacity > engine.config().max_seq_len)
     throw Error(str("--context: ", opt.capacity, " outside [1, the model's context of ", engine.config().max_seq_len,
                     "]"));

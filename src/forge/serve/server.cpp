@@ -247,6 +247,12 @@ struct Server::Impl {
 
   void routes() {
     http.set_payload_max_length(opt.max_body);
+    // A request holds its HTTP thread while it waits and decodes, so the pool has one for each
+    // request the scheduler takes (slots + queue) and a few for the rest (/health, /metrics, the
+    // 503s); httplib's default pool (max(8, cores - 1) threads) would cap the batch below
+    // --max-batch and queue the rest where no 503 can answer them.
+    const size_t handlers = static_cast<size_t>(scheduler->slots()) + static_cast<size_t>(opt.max_queue) + 8;
+    http.new_task_queue = [handlers] { return new httplib::ThreadPool(handlers); };
     // SO_REUSEADDR only: httplib's default adds SO_REUSEPORT, which lets a second server bind a
     // port already served and silently share its connections.
     http.set_socket_options([](socket_t sock) {
