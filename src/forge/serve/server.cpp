@@ -92,7 +92,7 @@ struct Server::Impl {
 
   Prepared prepare(const CompletionRequest& c) {
     if (c.model && *c.model != name)
-      throw ApiError(400, str("model '", *c.model, "' is not served here; this server serves '", name, "'"), "model",
+      throw ApiError(400, str("model ", quote(*c.model), " is not served here; this server serves ", quote(name)), "model",
                      "model_not_found");
     Prepared p;
     try {
