@@ -26,7 +26,8 @@ targets=("$@")
 if ((${#targets[@]} == 0)); then
   targets=(fuzz_safetensors fuzz_safetensors_index fuzz_config fuzz_model_load
            fuzz_generation_config fuzz_tokenizer_json fuzz_tokenizer_config fuzz_gpt2_vocab
-           fuzz_shard fuzz_prompts fuzz_sft fuzz_trainer_state fuzz_settings fuzz_chat_template)
+           fuzz_shard fuzz_prompts fuzz_sft fuzz_trainer_state fuzz_settings fuzz_chat_template
+           fuzz_openai_request)
 fi
 
 # seeds TARGET: the seed files of a target, one path a line.
@@ -48,6 +49,7 @@ seeds() {
     fuzz_chat_template) ls fuzz/corpus/chat_template/* ;;
     fuzz_trainer_state) ls fuzz/corpus/trainer_state/* ;;
     fuzz_settings) ls fuzz/corpus/settings/* ;;
+    fuzz_openai_request) ls fuzz/corpus/openai_request/* ;;
     *) echo "fuzz/run.sh: unknown target $1" >&2; return 1 ;;
   esac
 }

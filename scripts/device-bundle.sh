@@ -15,7 +15,7 @@ if [[ -x $build/decode_timeline ]]; then  # dev/decode_timeline.cpp and the CUPT
   cp "$build/decode_timeline" "$stage/bin/"
   ldd "$build/decode_timeline" | awk '/=> \// {print $3}' | grep -E 'cupti' | while read -r lib; do cp -L "$lib" "$stage/lib/"; done
 fi
-ldd "$build/forge" | awk '/=> \// {print $3}' | grep -E 'openblas|gfortran|quadmath|pcre2|gomp' \
+ldd "$build/forge" | awk '/=> \// {print $3}' | grep -E 'openblas|gfortran|quadmath|pcre2|gomp|httplib' \
   | while read -r lib; do cp -L "$lib" "$stage/lib/"; done
 tar -cJf dev-out/bundle.tar.xz -C "$stage" bin lib
 rm -rf "$stage"

@@ -18,7 +18,10 @@ const Command kServe = {
      {"port", "N", "TCP port (default 8080; 0 = any free port, printed)"},
      {"device", "D", "cpu (default) or cuda"},
      {"precision", "P", "CUDA compute dtype: bf16 (default), fp16 or fp32"},
-     {"api-key", "KEY", "require 'Authorization: Bearer KEY' on /v1/* (else 401)"},
+     {"api-key", "KEY", "require 'Authorization: Bearer KEY' on /v1/* and /metrics (else 401)"},
+     {"max-batch", "N", "requests decoded together (default 8 on cpu, 32 on cuda; at most 1024)"},
+     {"max-queue", "N", "requests waiting for a slot beyond those (default 64, at most 1024; more: 503)"},
+     {"context", "N", "KV cache tokens per request, prompt + answer (default: the model's context)"},
      {"max-body", "BYTES", "largest request body accepted (default 1048576; larger: 413)"}},
     false,
     "",
@@ -30,9 +33,14 @@ const Command kServe = {
     "Defaults: the model's generation_config.json, else temperature 1 and max_tokens 16\n"
     "(completions) or the rest of the context (chat); without a seed each request draws a\n"
     "random one.\n"
-    "Requests are served one at a time (no batching across requests yet). Bad requests get an\n"
-    "OpenAI error object and a 4xx status. One line per request is logged to stderr. Stop with\n"
-    "Ctrl-C."};
+    "Continuous batching: up to --max-batch requests decode together, one token each per step;\n"
+    "waiting requests join between two steps, and one that ends (or whose streaming client hangs\n"
+    "up) frees its slot at once. The KV cache holds max-batch x context tokens, allocated at\n"
+    "start. With max-batch + max-queue requests in the server, a new one gets 503 (error type\n"
+    "server_error, code server_overloaded). GET /metrics: Prometheus text (requests by status,\n"
+    "prompt and generated tokens, queue depth, active slots, tokens/s over the last 10 s).\n"
+    "Bad requests get an OpenAI error object and a 4xx status. One line per request is logged\n"
+    "to stderr. Stop with Ctrl-C."};
 
 }  // namespace
 
@@ -50,10 +58,14 @@ int cmd_serve(const Argv& argv) {
   o.api_key = a.get("api-key");
   if (a.has("api-key") && o.api_key.empty()) throw Error("--api-key: the key is empty");
   o.max_body = static_cast<size_t>(a.get_int64("max-body", 1 << 20, 1, int64_t{1} << 40));
+  o.max_batch = a.get_int("max-batch", 0, 1, 1024);
+  o.max_queue = a.get_int("max-queue", 64, 0, 1024);  // each waiting request holds an HTTP thread
+  o.context = a.get_int("context", 0, 1, 1 << 24);
   serve::Server server(a.require("model"), o);
   const int port = server.start();
-  std::fprintf(stderr, "forge serve: model '%s' on %s, listening on http://%s:%d\n", server.model_name().c_str(),
-               server.device_name().c_str(), o.host.c_str(), port);
+  std::fprintf(stderr, "forge serve: model '%s' on %s, %d slots x %d tokens, listening on http://%s:%d\n",
+               server.model_name().c_str(), server.device_name().c_str(), server.max_batch(), server.context(),
+               o.host.c_str(), port);
   server.wait();
   return 0;
 }

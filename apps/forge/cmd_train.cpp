@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <string_view>
 #include <utility>
@@ -17,6 +18,11 @@
 #include "commands.h"
 #include "forge/core/dtype.h"
 #include "forge/core/error.h"
+#include "forge/backend/cuda/runtime.h"
+#include "forge/core/parse.h"
+#include "forge/dist/bootstrap.h"
+#include "forge/dist/local_launch.h"
+#include "forge/dist/nccl_comm.h"
 #include "forge/model/config.h"
 #include "forge/model/lora.h"
 #include "forge/tokenizer/tokenizer.h"
@@ -85,8 +91,16 @@ const char* const kTrainNotes =
     "(batch_size must divide by N). Rank 0 alone writes RUNDIR, validates and prints; the others\n"
     "print only errors, as \"forge: rank R: ...\". An error or death of any rank ends the run,\n"
     "non-zero. --resume works on any N (bit-exact on the N the run was saved with). Give each\n"
-    "rank its share of the cores (mpirun -x OMP_NUM_THREADS=K). torchrun-style RANK/WORLD_SIZE\n"
-    "is refused for CPU ranks (they talk over MPI).";
+    "rank its share of the cores (mpirun -x OMP_NUM_THREADS=K).\n"
+    "Data parallel (GPUs): `forge train --gpus N ...` starts N ranks on this machine, one GPU\n"
+    "each (rank r on GPU r), torchrun-style; Ctrl-C/SIGTERM reach every rank (each checkpoints\n"
+    "and stops); if one rank fails the others are stopped and forge exits with that rank's\n"
+    "status, naming it. `mpirun -np N forge train --device cuda ...` and torchrun (RANK,\n"
+    "WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT) work too; each rank uses GPU LOCAL_RANK.\n"
+    "Gradients are averaged with NCCL (ZeRO-1: each rank keeps Adam's state of 1/N of the\n"
+    "parameters); the losses, gradient norm and skip decisions are global. NCCL_NVLS_ENABLE=0 is\n"
+    "set unless given. torchrun-style CPU ranks (--device cpu) talk over TCP through rank 0:\n"
+    "correct but slow; use mpirun for CPU ranks.";
 
 // What --help says about a training setting: "optimizer steps (default 1000; >= 1)".
 std::string field_help(const TrainField& f) {
@@ -135,7 +149,8 @@ const Command& train_command() {
        {"save-dtype", "f32|bf16", field_help(option_field("save-dtype"))},
        {"init-from", "MODELDIR", "start from a Hugging Face model directory (fresh optimizer)"},
        {"lora", "SPEC", "train LoRA adapters on the frozen --init-from model: r=16,alpha=32,targets=q,v,..."},
-       {"resume", "RUNDIR", "continue a run from its newest checkpoint up to --steps"}},
+       {"resume", "RUNDIR", "continue a run from its newest checkpoint up to --steps"},
+       {"gpus", "N", "data parallel on N GPUs of this machine: starts N ranks itself (see below)"}},
       true,
       "",
       settings_help()};
@@ -252,8 +267,10 @@ void install_stop_handlers() {
 }
 
 // The command after --help, on every rank of a data-parallel run (world: nullptr for one
-// process).
-void run_train(const Args& a, Communicator* world) {
+// process). A data-parallel run on GPUs makes its NCCL communicator in `nccl` (over world's
+// ranks, on GPU local_rank: one GPU per rank of a machine), which the caller keeps beyond the
+// run and aborts on an error.
+void run_train(const Args& a, Communicator* world, std::unique_ptr<Communicator>& nccl) {
   // Unset, the library chooses: a new run trains on the CPU (bf16 is the GPU's default
   // precision), a resumed one where it trained. It also checks the combination.
   RunOptions opt;
@@ -263,6 +280,13 @@ void run_train(const Args& a, Communicator* world) {
   opt.faults = fault_plan_from_env();
   opt.stop = &g_stop;
   opt.comm = world;
+  if (world) {
+    opt.cuda.device = world->local_rank();
+    opt.device_comm = [world, &nccl] {
+      nccl = make_nccl_comm(*world, world->local_rank(), nullptr);
+      return nccl.get();
+    };
+  }
   if (a.has("resume")) {
     for (const char* fixed : {"preset", "config", "init-from", "out", "save-every",
                               "keep-checkpoints", "save-dtype", "sft", "pack", "lora"})
@@ -346,6 +370,37 @@ void run_train(const Args& a, Communicator* world) {
     forge::train_from(init_from, train, data, out, opt);
 }
 
+// --gpus N: this command again on N ranks (dist/local_launch.h), without --gpus and with
+// --device cuda; returns the exit status.
+int train_on_gpus(const Args& a, const Argv& argv) {
+  const int n = parse_int("--gpus", a.get("gpus"), 1, 4096);
+  const LaunchInfo launch = detect_launch(process_env());
+  if (launch.launcher != "none")
+    throw Error(str("--gpus starts its own ranks; this process is already rank ", launch.rank,
+                    " of ", launch.size, " under ", launch.launcher, ": drop --gpus"));
+  if (a.has("device") && a.get("device") != "cuda")
+    throw Error(str("--gpus trains on GPUs: drop --device ", a.get("device")));
+  const int have = gpu_count();
+  if (n > have)
+    throw Error(str("--gpus ", n, ": this machine has ", have, " GPU", have == 1 ? "" : "s",
+                    have == 0 ? " (" + cuda::device_summary() + ")" : ""));
+  LocalLaunch l;
+  l.ranks = n;
+  l.argv = {"/proc/self/exe", "train"};
+  for (size_t i = 0; i < argv.size(); ++i) {
+    if (argv[i] == "--gpus") {
+      ++i;  // and its value
+      continue;
+    }
+    if (argv[i].starts_with("--gpus=")) continue;
+    l.argv.push_back(argv[i]);
+  }
+  if (!a.has("device")) l.argv.insert(l.argv.end(), {"--device", "cuda"});
+  const LaunchOutcome o = run_local_ranks(l);
+  if (o.status != 0) std::fprintf(stderr, "forge train --gpus %d: %s\n", n, o.message.c_str());
+  return o.status;
+}
+
 }  // namespace
 
 int cmd_train(const Argv& argv) {
@@ -355,15 +410,19 @@ int cmd_train(const Argv& argv) {
     print_help(cmd);
     return 0;
   }
+  if (a.has("gpus")) return train_on_gpus(a, argv);
   // Under mpirun or srun with 2 or more ranks: data parallel (world.h). Rank 0 prints; the
   // others print only errors, each prefixed "forge: rank R:", and an error on any rank ends
   // every rank (MPI_Abort: the launcher stops the others and exits non-zero).
   const std::unique_ptr<Communicator> world = open_world();
   if (world && world->rank() != 0 && !std::freopen("/dev/null", "w", stdout))
     throw Error("cannot redirect the standard output of a rank other than 0 to /dev/null");
+  std::unique_ptr<Communicator> nccl;  // GPU ranks: destroyed before world
   try {
-    run_train(a, world.get());
+    run_train(a, world.get(), nccl);
   } catch (const std::exception& e) {
+    // NCCL's abort first: the others may wait in a collective on their GPUs.
+    if (nccl) nccl->abort(str("forge train: error: ", e.what()));
     if (world) world->abort(str("forge train: error: ", e.what()));
     throw;
   }

@@ -1,7 +1,9 @@
 // The ranks of a data-parallel `forge train`, from the launcher that started this process
 // (dist/bootstrap.h): mpirun, or Slurm's srun with an MPI that srun can start (PMI/PMIx), gives
-// an MpiComm over its ranks; a torchrun-style environment (RANK / WORLD_SIZE) is refused for CPU
-// ranks, which talk over MPI only; no launcher, or a world of one, gives nullptr (one process).
+// an MpiComm over its ranks; a torchrun-style environment (RANK / WORLD_SIZE / MASTER_ADDR /
+// MASTER_PORT: torchrun, or `forge train --gpus N`) gives a TcpComm (dist/tcp_comm.h) whose
+// setup waits up to 5 minutes for every rank; no launcher, or a world of one, gives nullptr (one
+// process). GPU ranks add an NCCL communicator over the same ranks (cmd_train.cpp).
 #pragma once
 
 #include <memory>
@@ -10,8 +12,12 @@
 
 namespace forge::cli {
 
-// Throws forge::Error when the launcher's variables are inconsistent, MPI is not built in, or
-// MPI's world disagrees with the launcher's (a rank count MPI did not start).
+// Throws forge::Error when the launcher's variables are inconsistent, MPI is not built in (for
+// mpirun / srun), MPI's world disagrees with the launcher's (a rank count MPI did not start), or
+// the torchrun rendezvous fails.
 std::unique_ptr<Communicator> open_world();
+
+// GPUs this process can use (0 without the CUDA backend or a driver).
+int gpu_count();
 
 }  // namespace forge::cli

@@ -13,8 +13,8 @@ class ServeCliTest : public testing::CliTest {};
 TEST_F(ServeCliTest, HelpListsTheRoutesAndFlags) {
   const CmdResult r = forge("serve --help");
   EXPECT_EQ(r.code, 0) << r.err;
-  for (const char* s : {"--model", "--port", "--api-key", "--max-body", "/v1/chat/completions",
-                        "one at a time", "GET / is a chat page"})
+  for (const char* s : {"--model", "--port", "--api-key", "--max-body", "/v1/chat/completions", "--max-batch",
+                        "--max-queue", "--context", "/metrics", "503", "GET / is a chat page"})
     EXPECT_NE(r.out.find(s), std::string::npos) << s;
 }
 
@@ -23,6 +23,9 @@ TEST_F(ServeCliTest, BadArgumentsAreOneLineErrors) {
   expect_user_error(forge("serve --bogus"), "--bogus");
   expect_user_error(forge("serve"), "--model");
   expect_user_error(forge("serve --model " + p("") + " --port 70000"), "--port");
+  expect_user_error(forge("serve --model " + p("") + " --max-batch 0"), "--max-batch");
+  expect_user_error(forge("serve --model " + p("") + " --max-queue -1"), "--max-queue");
+  expect_user_error(forge("serve --model " + p("") + " --context 0"), "--context");
 }
 
 }  // namespace

@@ -13,6 +13,7 @@
 #include <random>
 #include <thread>
 
+#include "dist/free_port.h"
 #include "forge/core/error.h"
 
 namespace forge {
@@ -20,20 +21,7 @@ namespace {
 
 using std::chrono::milliseconds;
 
-// A TCP port nobody listens on now (the kernel's pick for port 0, released at once).
-int free_port() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  EXPECT_GE(fd, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_ANY);
-  a.sin_port = 0;
-  EXPECT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
-  socklen_t len = sizeof a;
-  EXPECT_EQ(::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len), 0);
-  ::close(fd);
-  return ntohs(a.sin_port);
-}
+using testing::free_port;
 
 bool ipv6_loopback_works() {
   const int fd = ::socket(AF_INET6, SOCK_STREAM, 0);

@@ -193,6 +193,7 @@ TEST_F(ServeTest, BadRequestsGetErrorObjectsAndTheServerGoesOn) {
       {"/v1/completions", with("stream_options", {{"include_usage", 1}}), 400, "stream_options.include_usage"},
       {"/v1/completions", with("seed", -3), 400, "seed"},
       {"/v1/completions", with("model", "gpt-4"), 400, "model"},
+      {"/v1/completions", with("model", "two\nlines " + std::string(3000, 'x')), 400, "model"},  // quoted, cut
       {"/v1/completions", with("prompt", std::string(1000, 'x')), 400, "prompt"},
       {"/v1/chat/completions", good.dump(), 400, "messages"},
       {"/v1/chat/completions", json{{"messages", {{{"role", "user"}, {"content", 3}}}}}.dump(), 400,
@@ -207,7 +208,10 @@ TEST_F(ServeTest, BadRequestsGetErrorObjectsAndTheServerGoesOn) {
     EXPECT_EQ(r->status, c.status) << r->body;
     const json e = json::parse(r->body);
     ASSERT_TRUE(e.contains("error")) << r->body;
-    EXPECT_FALSE(e["error"]["message"].get<std::string>().empty());
+    const std::string message = e["error"]["message"].get<std::string>();
+    EXPECT_FALSE(message.empty());
+    EXPECT_EQ(message.find('\n'), std::string::npos) << message;  // one line
+    EXPECT_LT(message.size(), 1024u) << message;
     EXPECT_TRUE(e["error"]["type"].is_string());
     EXPECT_TRUE(e["error"].contains("code"));
     EXPECT_EQ(e["error"]["param"], c.param.empty() ? json(nullptr) : json(c.param));

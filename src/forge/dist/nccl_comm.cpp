@@ -43,6 +43,8 @@ class NcclComm final : public Communicator {
 
   ~NcclComm() override { ncclCommDestroy(comm_); }
 
+  void set_stream(cudaStream_t stream) { stream_ = stream; }
+
   int rank() const override { return bootstrap_.rank(); }
   int size() const override { return bootstrap_.size(); }
   int local_rank() const override { return bootstrap_.local_rank(); }
@@ -93,6 +95,12 @@ bool nccl_compiled() {
 std::unique_ptr<Communicator> make_nccl_comm(Communicator& bootstrap, int device, void* stream) {
   return std::make_unique<NcclComm>(bootstrap, device, static_cast<cudaStream_t>(stream));
 }
+void set_nccl_stream(Communicator& comm, void* stream) {
+  auto* nccl = dynamic_cast<NcclComm*>(&comm);
+  if (nccl == nullptr)
+    throw Error(str("data-parallel training on GPUs needs an NCCL communicator, not ", comm.describe()));
+  nccl->set_stream(static_cast<cudaStream_t>(stream));
+}
 
 }  // namespace forge
 
@@ -107,6 +115,10 @@ std::unique_ptr<Communicator> make_nccl_comm(Communicator&, int, void*) {
   throw Error(
       "this forge was built without NCCL: it needs the CUDA backend and nccl.h + libnccl found "
       "at configure time");
+}
+void set_nccl_stream(Communicator& comm, void*) {
+  throw Error(str("data-parallel training on GPUs needs an NCCL communicator, not ", comm.describe(),
+                  " (this forge was built without NCCL)"));
 }
 
 }  // namespace forge

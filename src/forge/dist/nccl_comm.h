@@ -30,4 +30,9 @@ bool nccl_compiled();
 // pass host-visible sizes), barrier waits for this rank's queued work and then for every rank.
 std::unique_ptr<Communicator> make_nccl_comm(Communicator& bootstrap, int device, void* stream);
 
+// Sends `comm`'s collectives to `stream` from now on (the CUDA runner's, so that they order with
+// its kernels and land in its captured step graph). Throws forge::Error when `comm` is not a
+// communicator that make_nccl_comm() made.
+void set_nccl_stream(Communicator& comm, void* stream);
+
 }  // namespace forge

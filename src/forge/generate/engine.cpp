@@ -1,5 +1,8 @@
 #include "forge/generate/engine.h"
 
+#include <type_traits>
+#include <utility>
+
 #include "forge/backend/cuda/runtime.h"
 #include "forge/core/error.h"
 #include "forge/model/transformer.h"
@@ -17,8 +20,14 @@ class CpuEngine final : public Engine {
                                   const TokenCallback& on_token, GenStats* stats) override {
     return generate_batch(model_, reqs, opt, on_token, stats);
   }
+  std::unique_ptr<DecodeSession> open_loop(DecodeLoopOptions opt, TokenCallback on_token, DoneCallback on_done,
+                                           bool) override {
+    if (opt.capacity <= 0) opt.capacity = model_.config().max_seq_len;
+    return std::make_unique<DecodeLoop<Backend>>(model_, opt, std::move(on_token), std::move(on_done));
+  }
 
  private:
+  using Backend = std::remove_reference_t<decltype(std::declval<Transformer<float>&>().backend())>;
   Transformer<float> model_;
 };
 

@@ -1,6 +1,7 @@
 // A model ready to generate on one device, behind one interface: the CLI (forge generate, forge
 // bench generate, later forge serve) picks the device at run time without knowing the backend
-// types. Both engines run generate_batch (generator.h) over Model<Backend>.
+// types. Both engines run generate_batch (generator.h) over Model<Backend>, and open a decode loop
+// (decode_loop.h) that requests join while it runs (forge serve).
 #pragma once
 
 #include <memory>
@@ -19,6 +20,11 @@ class Engine {
   virtual std::string device_name() const = 0;
   virtual std::vector<GenResult> generate(const std::vector<GenRequest>& reqs, const GenOptions& opt,
                                           const TokenCallback& on_token = {}, GenStats* stats = nullptr) = 0;
+  // A decode loop over this engine's model (its decode cache planned as opt.slots × opt.capacity;
+  // capacity 0: the model's context). It borrows the model: one at a time, used from one thread,
+  // and no generate() while it is open. CUDA: `pdl` as in GenOptions.
+  virtual std::unique_ptr<DecodeSession> open_loop(DecodeLoopOptions opt, TokenCallback on_token,
+                                                   DoneCallback on_done, bool pdl = true) = 0;
 };
 
 // The CPU model (f32) with these weights (the parameter table's layout, f32).

@@ -1,4 +1,7 @@
 // make_cuda_engine: generation on Model<CudaBackend>.
+#include <type_traits>
+#include <utility>
+
 #include "forge/backend/cuda/runtime.h"
 #include "forge/core/dtype.h"
 #include "forge/core/error.h"
@@ -22,8 +25,15 @@ class CudaEngine final : public Engine {
     ctx_.set_pdl(opt.pdl);  // before the step graph is captured
     return generate_batch(model_, reqs, opt, on_token, stats);
   }
+  std::unique_ptr<DecodeSession> open_loop(DecodeLoopOptions opt, TokenCallback on_token, DoneCallback on_done,
+                                           bool pdl) override {
+    ctx_.set_pdl(pdl);  // before the step graph is captured
+    if (opt.capacity <= 0) opt.capacity = model_.config().max_seq_len;
+    return std::make_unique<DecodeLoop<Backend>>(model_, opt, std::move(on_token), std::move(on_done));
+  }
 
  private:
+  using Backend = std::remove_reference_t<decltype(std::declval<CudaTransformer&>().backend())>;
   cuda::Context ctx_;
   CudaTransformer model_;
   DType dt_;

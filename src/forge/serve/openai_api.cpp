@@ -1,5 +1,6 @@
 #include "forge/serve/openai_api.h"
 
+#include <cmath>
 #include <limits>
 
 #include "forge/core/error.h"
@@ -10,39 +11,54 @@ namespace {
 
 using nlohmann::json;
 
+constexpr size_t kMaxParseMessage = 300;  // bytes of a JSON parse error quoted in the answer
+
 ApiError bad(const std::string& param, const std::string& message) {
   return ApiError(400, str(param, ": ", message), param, "invalid_value");
 }
 
+// A value of the body as an error message shows it: a number, boolean or null as JSON, a
+// string quoted (control characters escaped, cut at 120 bytes: the message stays one short
+// line), a list or an object by its size only. Never a dump of a nested value: a body of 10^6
+// '[' nests that deep, and dump() recursing through it overflows the stack.
+std::string shown(const json& v) {
+  if (v.is_array()) return str("a list of ", v.size(), v.size() == 1 ? " item" : " items");
+  if (v.is_object()) return str("an object of ", v.size(), v.size() == 1 ? " key" : " keys");
+  if (v.is_string()) return quote(v.get_ref<const std::string&>());
+  return v.dump();
+}
+
 double number(const json& v, const std::string& name) {
-  if (!v.is_number()) throw bad(name, str("expected a number, got ", v.dump()));
+  if (!v.is_number()) throw bad(name, str("expected a number, got ", shown(v)));
   return v.get<double>();
 }
 
 std::string string(const json& v, const std::string& name) {
-  if (!v.is_string()) throw bad(name, str("expected a string, got ", v.dump()));
+  if (!v.is_string()) throw bad(name, str("expected a string, got ", shown(v)));
   return v.get<std::string>();
 }
 
 // An integer in [lo, hi] (JSON integers, or a float with no fraction as JavaScript sends them).
 int64_t integer(const json& v, const std::string& name, int64_t lo, int64_t hi) {
-  const std::string range = str("expected an integer in [", lo, ", ", hi, "], got ", v.dump());
+  const auto refuse = [&] { return bad(name, str("expected an integer in [", lo, ", ", hi, "], got ", shown(v))); };
   if (v.is_number_unsigned()) {
-    if (v.get<uint64_t>() > static_cast<uint64_t>(hi)) throw bad(name, range);
+    if (v.get<uint64_t>() > static_cast<uint64_t>(hi)) throw refuse();
     return static_cast<int64_t>(v.get<uint64_t>());
   }
   if (v.is_number_integer()) {
     const int64_t x = v.get<int64_t>();
-    if (x < lo || x > hi) throw bad(name, range);
+    if (x < lo || x > hi) throw refuse();
     return x;
   }
   if (v.is_number_float()) {
+    // In range before the conversion: a double outside int64's range (1e19) converted is
+    // undefined behaviour. 2^63 itself is the first double above int64's range.
     const double d = v.get<double>();
-    if (d == static_cast<double>(static_cast<int64_t>(d)) && d >= static_cast<double>(lo) &&
-        d <= static_cast<double>(hi))
+    if (d >= static_cast<double>(lo) && d <= static_cast<double>(hi) && d < 9223372036854775808.0 &&
+        d == std::trunc(d))
       return static_cast<int64_t>(d);
   }
-  throw bad(name, range);
+  throw refuse();
 }
 
 std::vector<chat::Message> parse_messages(const json& v) {
@@ -55,7 +71,7 @@ std::vector<chat::Message> parse_messages(const json& v) {
     if (!m.contains("role")) throw bad(where + ".role", "missing");
     const std::string role = string(m["role"], where + ".role");
     if (role != "system" && role != "user" && role != "assistant" && role != "developer")
-      throw bad(where + ".role", str("expected system, developer, user or assistant, got '", role, "'"));
+      throw bad(where + ".role", str("expected system, developer, user or assistant, got ", quote(role)));
     if (!m.contains("content")) throw bad(where + ".content", "missing");
     out.push_back({role == "developer" ? "system" : role, string(m["content"], where + ".content")});
   }
@@ -70,7 +86,7 @@ std::vector<std::string> parse_stop(const json& v) {
   } else if (v.is_array() && v.size() <= 4) {
     for (const json& s : v) out.push_back(string(s, "stop"));
   } else {
-    throw bad("stop", str("expected a string or a list of up to 4 strings, got ", v.dump()));
+    throw bad("stop", str("expected a string or a list of up to 4 strings, got ", shown(v)));
   }
   for (const std::string& s : out)
     if (s.empty()) throw bad("stop", "a stop string is empty");
@@ -93,7 +109,15 @@ CompletionRequest parse_completion_request(const std::string& body, bool chat) {
   try {
     j = json::parse(body);
   } catch (const json::exception& e) {
-    throw ApiError(400, str("the request body is not valid JSON: ", e.what()), "", "invalid_json");
+    // nlohmann's message ends with the token it last read, which is the rest of the body for an
+    // unterminated string: cut (at a character's start) so that the answer does not echo it.
+    std::string m = e.what();
+    if (m.size() > kMaxParseMessage) {
+      size_t cut = kMaxParseMessage;
+      while (cut > 0 && (static_cast<unsigned char>(m[cut]) & 0xC0) == 0x80) --cut;
+      m = m.substr(0, cut) + "...";
+    }
+    throw ApiError(400, str("the request body is not valid JSON: ", m), "", "invalid_json");
   }
   if (!j.is_object()) throw ApiError(400, "the request body must be a JSON object", "", "invalid_json");
   CompletionRequest r;
@@ -103,7 +127,7 @@ CompletionRequest parse_completion_request(const std::string& body, bool chat) {
     r.messages = parse_messages(j["messages"]);
   } else {
     if (!j.contains("prompt")) throw bad("prompt", "missing");
-    if (!j["prompt"].is_string()) throw bad("prompt", str("expected a string (one prompt), got ", j["prompt"].dump()));
+    if (!j["prompt"].is_string()) throw bad("prompt", str("expected a string (one prompt), got ", shown(j["prompt"])));
     r.prompt = j["prompt"].get<std::string>();
   }
   const int64_t int_max = std::numeric_limits<int>::max();
@@ -124,16 +148,16 @@ CompletionRequest parse_completion_request(const std::string& body, bool chat) {
       r.stop = parse_stop(v);
     } else if (k == "n") {
       if (!v.is_null() && integer(v, k, std::numeric_limits<int64_t>::min(), std::numeric_limits<int64_t>::max()) != 1)
-        throw ApiError(400, str("n: only n = 1 is served, got ", v.dump()), "n", "unsupported_value");
+        throw ApiError(400, str("n: only n = 1 is served, got ", shown(v)), "n", "unsupported_value");
     } else if (k == "stream") {
-      if (!v.is_null() && !v.is_boolean()) throw bad(k, str("expected true or false, got ", v.dump()));
+      if (!v.is_null() && !v.is_boolean()) throw bad(k, str("expected true or false, got ", shown(v)));
       r.stream = v.is_boolean() && v.get<bool>();
     } else if (k == "stream_options") {
       if (v.is_null()) continue;
-      if (!v.is_object()) throw bad(k, str("expected an object, got ", v.dump()));
+      if (!v.is_object()) throw bad(k, str("expected an object, got ", shown(v)));
       if (v.contains("include_usage")) {
         const json& u = v["include_usage"];
-        if (!u.is_boolean()) throw bad("stream_options.include_usage", str("expected true or false, got ", u.dump()));
+        if (!u.is_boolean()) throw bad("stream_options.include_usage", str("expected true or false, got ", shown(u)));
         r.include_usage = u.get<bool>();
       }
     }

@@ -6,7 +6,6 @@
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
-#include <mutex>
 #include <optional>
 #include <random>
 #include <thread>
@@ -21,7 +20,9 @@
 #include "forge/generate/text_stream.h"
 #include "forge/model/model_dir.h"
 #include "forge/serve/chat_page.h"
+#include "forge/serve/metrics.h"
 #include "forge/serve/openai_api.h"
+#include "forge/serve/scheduler.h"
 #include "forge/tokenizer/tokenizer.h"
 
 namespace forge::serve {
@@ -63,7 +64,8 @@ struct Server::Impl {
   std::optional<chat::ChatTemplate> chat_template;
   std::string turn_end;
   std::unique_ptr<Engine> engine;
-  std::mutex engine_mu;  // one generation at a time
+  Metrics metrics;
+  std::unique_ptr<Scheduler> scheduler;  // after engine and metrics: stopped before they go
   httplib::Server http;
   std::thread thread;
   std::atomic<uint64_t> next_id{1};
@@ -92,7 +94,7 @@ struct Server::Impl {
 
   Prepared prepare(const CompletionRequest& c) {
     if (c.model && *c.model != name)
-      throw ApiError(400, str("model '", *c.model, "' is not served here; this server serves '", name, "'"), "model",
+      throw ApiError(400, str("model ", quote(*c.model), " is not served here; this server serves ", quote(name)), "model",
                      "model_not_found");
     Prepared p;
     try {
@@ -107,21 +109,18 @@ struct Server::Impl {
       throw ApiError(400, e.what(), c.chat ? "messages" : "prompt", "invalid_value");
     }
     const int64_t n = static_cast<int64_t>(p.req.prompt.size());
-    if (n > cfg.max_seq_len)
-      throw ApiError(400,
-                     str("the prompt is ", n, " tokens, longer than the model's context of ", cfg.max_seq_len,
-                         " tokens"),
+    const int context = scheduler->context();  // the model's, or --context
+    if (n > context)
+      throw ApiError(400, str("the prompt is ", n, " tokens, longer than the context of ", context, " tokens"),
                      c.chat ? "messages" : "prompt", "context_length_exceeded");
     // The request over generation_config.json over OpenAI's defaults (temperature 1; max_tokens
     // 16 for completions, the rest of the context for chat).
     SamplingOverrides defaults;
     defaults.temperature = 1.0;
-    defaults.max_new_tokens = c.chat ? std::max<int64_t>(1, cfg.max_seq_len - n) : 16;
+    defaults.max_new_tokens = c.chat ? std::max<int64_t>(1, context - n) : 16;
     const SamplingOverrides eff = c.sampling.over(gen_cfg.sampling_defaults().over(defaults));
-    if (*eff.max_new_tokens > cfg.max_seq_len)
-      throw ApiError(400,
-                     str("max_tokens: ", *eff.max_new_tokens, " is more than the model's context of ", cfg.max_seq_len,
-                         " tokens"),
+    if (*eff.max_new_tokens > context)
+      throw ApiError(400, str("max_tokens: ", *eff.max_new_tokens, " is more than the context of ", context, " tokens"),
                      "max_tokens", "invalid_value");
     p.req.max_new_tokens = static_cast<int>(*eff.max_new_tokens);
     p.req.sampling = apply_sampling(eff);
@@ -132,36 +131,45 @@ struct Server::Impl {
     return p;
   }
 
-  // Generates under the engine lock; `emit` gets each piece of text as it is safe to send and
-  // returns false when the client is gone (the generation ends there).
-  CompletionResult run(const Prepared& p, const std::function<bool(const std::string&)>& emit) {
-    TextStream stream(*tokenizer, p.stop, /*skip_special=*/true);
-    bool client_gone = false;
-    auto on_token = [&](int, int32_t id) {
-      const std::string text = stream.push(id);
-      if (emit && !text.empty() && !emit(text)) client_gone = true;
-      return !stream.stopped() && !client_gone;
-    };
-    std::vector<GenResult> res;
-    {
-      std::lock_guard<std::mutex> lock(engine_mu);
-      GenOptions go;
-      go.max_batch = 1;
-      res = engine->generate({p.req}, go, on_token);
+  // Hands the request to the scheduler: ApiError 503 when the server is full.
+  std::shared_ptr<Job> submit(Prepared& p) {
+    std::shared_ptr<Job> job;
+    try {
+      job = std::make_shared<Job>(std::move(p.req), *tokenizer, std::move(p.stop));
+    } catch (const Error& e) {
+      throw ApiError(400, e.what(), "stop", "invalid_value");
     }
-    const std::string rest = stream.finish();
-    if (emit && !rest.empty() && !client_gone) emit(rest);
+    if (!scheduler->submit(job))
+      throw ApiError(503,
+                     str("the server is busy (", scheduler->slots(), " requests decoding and ", opt.max_queue,
+                         " waiting, --max-batch and --max-queue): retry later"),
+                     "", "server_overloaded", "server_error");
+    return job;
+  }
+
+  // The job's end as the API answers it (its text pieces already taken); forge::Error when it
+  // failed.
+  static CompletionResult result_of(const Job& job) {
+    const JobResult& j = job.result();
+    if (!j.error.empty()) throw Error(j.error);
     CompletionResult r;
-    r.text = stream.text();
-    r.finish_reason = stream.stopped() ? "stop" : openai_reason(res[0].reason);
-    r.prompt_tokens = static_cast<int64_t>(p.req.prompt.size());
-    r.completion_tokens = static_cast<int64_t>(res[0].ids.size());
+    r.text = j.text;
+    r.finish_reason = j.stop_string ? "stop" : openai_reason(j.reason);
+    r.prompt_tokens = j.prompt_tokens;
+    r.completion_tokens = j.completion_tokens;
     return r;
+  }
+
+  // Sends `res` an error and counts it.
+  void fail(const httplib::Request& req, httplib::Response& res, const ApiError& e, Clock::time_point t0) {
+    send_error(res, e);
+    if (e.status == 503) res.set_header("Retry-After", "1");  // overload: retry soon, as OpenAI's 503 asks
+    metrics.count_request(e.status);
+    log(req, e.status, 0, t0);
   }
 
   void completions(const httplib::Request& req, httplib::Response& res, bool chat) {
     const auto t0 = Clock::now();
-    int64_t tokens = 0;
     try {
       check_auth(req);
       const CompletionRequest c = parse_completion_request(req.body, chat);
@@ -170,30 +178,44 @@ struct Server::Impl {
       const int64_t created = std::chrono::duration_cast<std::chrono::seconds>(
                                   std::chrono::system_clock::now().time_since_epoch())
                                   .count();
+      std::shared_ptr<Job> job = submit(p);
       if (!c.stream) {
-        const CompletionResult r = run(p, {});
-        tokens = r.prompt_tokens + r.completion_tokens;
+        while (job->next()) {
+        }
+        const CompletionResult r = result_of(*job);
         res.set_content(dump(completion_json(chat, id, created, name, r)), "application/json");
-        log(req, 200, tokens, t0);
+        metrics.count_request(200);
+        log(req, 200, r.prompt_tokens + r.completion_tokens, t0);
         return;
       }
-      auto prepared = std::make_shared<Prepared>(std::move(p));
+      // The job is cancelled when the provider is dropped, also unrun (a client gone before the
+      // headers): its slot is freed at the next step either way.
+      auto guard = std::shared_ptr<Job>(job.get(), [job](Job*) { job->cancel(); });
       res.set_chunked_content_provider(
-          "text/event-stream", [this, prepared, chat, id, created, include_usage = c.include_usage, req_copy = req, t0](size_t, httplib::DataSink& sink) {
+          "text/event-stream", [this, guard, chat, id, created, include_usage = c.include_usage, req_copy = req, t0](size_t, httplib::DataSink& sink) {
+            Job& job = *guard;
             auto send = [&](const json& j) {
               const std::string ev = "data: " + dump(j) + "\n\n";
               return sink.write(ev.data(), ev.size());
             };
             bool ok = !chat || send(chunk_json(true, id, created, name, "", "", /*role=*/true));
-            CompletionResult r;
-            try {
-              r = run(*prepared, [&](const std::string& text) {
-                ok = ok && send(chunk_json(chat, id, created, name, text));
-                return ok;
-              });
-            } catch (const std::exception& e) {  // after the 200 is sent: an error event, then the end
-              ok = ok && send(error_json(e.what(), "server_error"));
+            while (ok) {
+              const std::optional<std::string> text = job.next();
+              if (!text) break;
+              ok = send(chunk_json(chat, id, created, name, *text));
             }
+            CompletionResult r;
+            if (!ok) {
+              job.cancel();
+              metrics.count_cancelled();
+            } else {
+              try {
+                r = result_of(job);
+              } catch (const std::exception& e) {  // after the 200 is sent: an error event, then the end
+                ok = send(error_json(e.what(), "server_error"));
+              }
+            }
+            metrics.count_request(200);
             if (ok && !r.finish_reason.empty()) ok = send(chunk_json(chat, id, created, name, "", r.finish_reason));
             if (ok && !r.finish_reason.empty() && include_usage)
               ok = send(usage_chunk_json(chat, id, created, name, r));
@@ -207,16 +229,32 @@ struct Server::Impl {
           });
       res.set_header("Cache-Control", "no-cache");
     } catch (const ApiError& e) {
-      send_error(res, e);
-      log(req, e.status, tokens, t0);
+      fail(req, res, e, t0);
     } catch (const std::exception& e) {
-      send_error(res, ApiError(500, e.what(), "", "", "server_error"));
-      log(req, 500, tokens, t0);
+      fail(req, res, ApiError(500, e.what(), "", "", "server_error"), t0);
+    }
+  }
+
+  void metrics_route(const httplib::Request& req, httplib::Response& res) {
+    const auto t0 = Clock::now();
+    try {
+      check_auth(req);
+      res.set_content(metrics.render(scheduler->slots()), "text/plain; version=0.0.4; charset=utf-8");
+      log(req, 200, 0, t0);
+    } catch (const ApiError& e) {
+      send_error(res, e);
+      log(req, e.status, 0, t0);
     }
   }
 
   void routes() {
     http.set_payload_max_length(opt.max_body);
+    // A request holds its HTTP thread while it waits and decodes, so the pool has one for each
+    // request the scheduler takes (slots + queue) and a few for the rest (/health, /metrics, the
+    // 503s); httplib's default pool (max(8, cores - 1) threads) would cap the batch below
+    // --max-batch and queue the rest where no 503 can answer them.
+    const size_t handlers = static_cast<size_t>(scheduler->slots()) + static_cast<size_t>(opt.max_queue) + 8;
+    http.new_task_queue = [handlers] { return new httplib::ThreadPool(handlers); };
     // SO_REUSEADDR only: httplib's default adds SO_REUSEPORT, which lets a second server bind a
     // port already served and silently share its connections.
     http.set_socket_options([this](socket_t sock) {
@@ -244,6 +282,7 @@ struct Server::Impl {
         log(req, e.status, 0, t0);
       }
     });
+    http.Get("/metrics", [this](const httplib::Request& req, httplib::Response& res) { metrics_route(req, res); });
     http.Post("/v1/completions",
               [this](const httplib::Request& req, httplib::Response& res) { completions(req, res, false); });
     http.Post("/v1/chat/completions",
@@ -282,6 +321,11 @@ Server::Server(const std::string& model_dir, ServeOptions opt) : impl_(std::make
   m.turn_end = chat::assistant_turn_end(*m.chat_template);
   m.engine = device == Device::kCuda ? make_cuda_engine(m.cfg, loaded.weights_host(), m.opt.precision)
                                      : make_cpu_engine(m.cfg, loaded.weights_host());
+  SchedulerOptions so;
+  so.slots = m.opt.max_batch > 0 ? m.opt.max_batch : device == Device::kCuda ? 32 : 8;
+  so.capacity = m.opt.context;
+  so.max_queue = m.opt.max_queue;
+  m.scheduler = std::make_unique<Scheduler>(*m.engine, m.metrics, so);
   m.routes();
 }
 
@@ -316,10 +360,14 @@ void Server::wait() {
 void Server::stop() {
   if (!impl_ || impl_->stopped.exchange(true)) return;
   impl_->http.stop();
-  wait();
+  wait();  // the handlers' jobs end first: the scheduler still runs
+  impl_->scheduler->stop();
 }
 
 const std::string& Server::model_name() const { return impl_->name; }
 std::string Server::device_name() const { return impl_->engine->device_name(); }
+int Server::max_batch() const { return impl_->scheduler->slots(); }
+int Server::context() const { return impl_->scheduler->context(); }
+void Server::hold(bool on) { impl_->scheduler->hold(on); }
 
 }  // namespace forge::serve

@@ -140,13 +140,28 @@ struct CudaSettings {
   // on; false runs every step eagerly (same kernels, same results).
   bool graphs = true;
   int device = 0;  // the GPU this runner uses (cudaGetDevice numbering)
+  // Testing: with a communicator of ONE rank, run the data-parallel (ZeRO-1) step anyway, so
+  // that a one-GPU machine tests the NCCL path against the plain runner.
+  bool zero1_one_rank = false;
 };
 
 // precision: "fp32", "bf16" or "fp16" (f16 compute with dynamic loss scaling). Throws
 // forge::Error when Forge was built without CUDA, there is no such GPU, or the precision is not
 // supported.
+//
+// Data parallel: `comm` an NCCL communicator (dist/nccl_comm.h) of 2 or more ranks, made on
+// GPU settings.device; the runner sends its collectives to its own stream (set_nccl_stream).
+// ZeRO-1 as the CPU runner's (train/zero1_cuda.h says how on the GPU): gradients averaged over
+// ranks by a reduce-scatter, AdamW with m and v of this rank's shard, the updated shard
+// all-gathered; the report's losses, gradient norm and skip decision over all ranks, identical
+// on every rank. optimizer_step(), weights(), adam_m() and adam_v() are then collective;
+// set_weights() and set_adam_state() take the full buffers on every rank; eval_loss() is this
+// rank's alone. comm must outlive the runner. nullptr or a world of one: the single-GPU runner,
+// unchanged (unless settings.zero1_one_rank). Throws forge::Error for a communicator that is not
+// NCCL's.
 std::unique_ptr<StepRunner> make_cuda_runner(const ModelConfig& cfg, const std::string& precision,
-                                             const CudaSettings& settings = {});
+                                             const CudaSettings& settings = {},
+                                             Communicator* comm = nullptr);
 
 // The CUDA runner on `model` (which has adapters, model/lora.h): its base uploaded and frozen in
 // `precision` (no base gradients or Adam state; in 16-bit modes no f32 master), the adapters

@@ -45,6 +45,15 @@
 // bit-identical; CudaSettings::graphs = false (the CLI's FORGE_CUDA_GRAPH=0) runs every step
 // eagerly.
 //
+// Data parallel (a communicator of 2 or more GPU ranks, NcclComm): the step's optimizer part is
+// train/zero1_cuda.h's ZeRO-1 instead of the backend's optimizer_step() (gradients
+// reduce-scattered, AdamW on this rank's shard, the updated shard all-gathered), enqueued inside
+// the same step and captured in the same graph. The slot then also carries the micro-batches'
+// target counts up (every rank's record holds them) and every rank's record down, from which
+// take_report computes the losses over ranks as the CPU runner does; the norm and the guard's
+// decision are the global ones, identical on every rank. A world of one is the runner above,
+// unchanged (CudaSettings::zero1_one_rank forces the ZeRO-1 path there, for tests).
+//
 // LoRA (make_lora_cuda_runner): the same runner on a model with adapters (model/lora.h) and a
 // frozen base in the run's precision. The backend's optimizer then trains the adapter buffer
 // alone (Σ g², clipping, guard, AdamW, Adam's m and v), so the step, its graph and its reports
@@ -67,9 +76,12 @@
 #include "forge/backend/cuda/ops.h"
 #include "forge/backend/cuda/runtime.h"
 #include "forge/core/error.h"
+#include "forge/backend/cuda/zero1.h"
 #include "forge/core/log.h"
+#include "forge/dist/nccl_comm.h"
 #include "forge/model/transformer_cuda.h"
 #include "forge/train/runner.h"
+#include "forge/train/zero1_cuda.h"
 
 namespace forge {
 
@@ -151,9 +163,13 @@ static_assert(2 * sizeof(AdamWFactors) <= InputLayout::kFaults);
 class CudaRunner final : public StepRunner {
  public:
   // lora_host (a model with adapters): its base is uploaded frozen and its adapters train.
-  CudaRunner(const ModelConfig& cfg, DType dt, const CudaSettings& s, const Transformer<float>* lora_host = nullptr)
+  // comm (non-null: data parallel, ZeRO-1): an NCCL communicator on this runner's GPU.
+  CudaRunner(const ModelConfig& cfg, DType dt, const CudaSettings& s,
+             const Transformer<float>* lora_host = nullptr, Communicator* comm = nullptr)
       : ctx_(s.device),
-        model_(cfg, ctx_, CudaModelOptions{dt, s.loss_scale, s.attention, lora_host != nullptr}),
+        model_(cfg, ctx_,
+               CudaModelOptions{dt, s.loss_scale, s.attention, lora_host != nullptr,
+                                /*adam_state=*/comm == nullptr}),
         graphs_(s.graphs),
         eval_sum_dev_(ctx_.allocator(), 1),
         eval_sum_(1) {
@@ -165,6 +181,11 @@ class CudaRunner final : public StepRunner {
       model_.set_weights(lora_host->weights());
       model_.attach_lora(at->lora(), 0);
       be().set_adapter_weights(lora_host->adapter_weights());
+    }
+    if (comm != nullptr) {
+      set_nccl_stream(*comm, ctx_.stream());
+      comm_ = comm;
+      dp_ = std::make_unique<Zero1Cuda>(ctx_, be(), *comm);
     }
   }
   ~CudaRunner() override {
@@ -181,7 +202,8 @@ class CudaRunner final : public StepRunner {
       lora = str(", lora r=", at->lora().r, " alpha=", at->lora().alpha, " (", at->total(), " trainable parameters)");
     return str("cuda ", dt == DType::kF32 ? "fp32" : dt == DType::kBF16 ? "bf16" : "fp16", " on ",
                cuda::device_summary(), graphs_ ? ", CUDA graph" : ", eager",
-               be().flash_attention() ? ", flash attention" : ", unfused attention", lora);
+               be().flash_attention() ? ", flash attention" : ", unfused attention", lora,
+               dp_ ? ", zero-1 over " + comm_->describe() : "");
   }
   void zero_grad() override {
     FORGE_CHECK(micro_ == 0, "zero_grad() in the middle of a step");
@@ -208,6 +230,7 @@ class CudaRunner final : public StepRunner {
     if (layout_.packed) stage_layout(in, layout_, micro_, n, T_, pos_host_, seg_host_);
     step_packed_ = step_packed_ || packed;
     s.counts.push_back(count);
+    if (dp_) s.counts_up.data()[micro_] = static_cast<double>(count);
     ++micro_;
   }
   void set_token_layout(const int32_t* pos, const int32_t* seg) override {
@@ -239,6 +262,9 @@ class CudaRunner final : public StepRunner {
     cudaStream_t st = ctx_.stream();
     FORGE_CUDA_CHECK(cudaMemcpyAsync(in_dev_.data(), s.in.data(), layout_.tokens(micro_),
                                      cudaMemcpyHostToDevice, st));
+    if (dp_)
+      FORGE_CUDA_CHECK(cudaMemcpyAsync(dp_->counts(), s.counts_up.data(), micro_ * sizeof(double),
+                                       cudaMemcpyHostToDevice, st));
     if (graphs_ && !graph_.empty() && graph_key_ == key) {
       graph_.launch();
     } else if (graphs_ && eager_key_ == key) {
@@ -253,10 +279,17 @@ class CudaRunner final : public StepRunner {
       eager_key_ = key;
       eager_key_.plan_generation = model_.plan_generation();  // after a forward that re-planned
     }
-    FORGE_CUDA_CHECK(cudaMemcpyAsync(s.loss_sums.data(), loss_sums_dev_.data(),
+    // Data parallel: the global loss sums and Σ g² (what the guard decided on) and every rank's
+    // record (its losses and target counts).
+    FORGE_CUDA_CHECK(cudaMemcpyAsync(s.loss_sums.data(),
+                                     dp_ ? dp_->global_loss_sums() : loss_sums_dev_.data(),
                                      micro_ * sizeof(double), cudaMemcpyDeviceToHost, st));
-    FORGE_CUDA_CHECK(cudaMemcpyAsync(s.norm_sq.data(), be().grad_norm_sq(), sizeof(float),
-                                     cudaMemcpyDeviceToHost, st));
+    FORGE_CUDA_CHECK(cudaMemcpyAsync(s.norm_sq.data(), dp_ ? dp_->global_sq() : be().grad_norm_sq(),
+                                     sizeof(float), cudaMemcpyDeviceToHost, st));
+    if (dp_)
+      FORGE_CUDA_CHECK(cudaMemcpyAsync(
+          s.records.data(), dp_->records(),
+          dp_->world() * cuda::zero1_record_size(micro_) * sizeof(double), cudaMemcpyDeviceToHost, st));
     if (be().loss_scale() != nullptr)
       FORGE_CUDA_CHECK(cudaMemcpyAsync(s.loss_scale.data(), be().loss_scale(),
                                        sizeof(LossScaleState), cudaMemcpyDeviceToHost, st));
@@ -313,18 +346,23 @@ class CudaRunner final : public StepRunner {
     return count > 0 ? eval_sum_.data()[0] / static_cast<double>(count) : 0.0;
   }
 
-  // LoRA: the adapters (the base never changes).
+  // LoRA: the adapters (the base never changes). Data parallel: gathered from every rank's
+  // shard (collective, as adam_m() and adam_v() are).
   std::vector<float> weights() override {
+    if (dp_) return dp_->weights();
     return be().has_adapter() ? be().adapter_weights_host() : model_.weights_host();
   }
   void set_weights(const std::vector<float>& w) override {
     if (be().has_adapter()) be().set_adapter_weights(w);
     else model_.set_weights(w);
   }
-  std::vector<float> adam_m() override { return be().adam_m_host(); }
-  std::vector<float> adam_v() override { return be().adam_v_host(); }
+  std::vector<float> adam_m() override { return dp_ ? dp_->adam_m() : be().adam_m_host(); }
+  std::vector<float> adam_v() override { return dp_ ? dp_->adam_v() : be().adam_v_host(); }
   void set_adam_state(const std::vector<float>& m, const std::vector<float>& v) override {
-    be().set_adam_state(m, v);
+    if (dp_)
+      dp_->set_adam_state(m, v);
+    else
+      be().set_adam_state(m, v);
   }
   // f16: the device's loss-scale state; callers ask between steps (checkpoints), and
   // loss_scale_host() waits for everything queued.
@@ -351,6 +389,8 @@ class CudaRunner final : public StepRunner {
     cuda::PinnedBuffer<float> norm_sq;     // (1) Σ g²
     cuda::PinnedBuffer<LossScaleState> loss_scale;  // (1) f16: the state after the step
     std::vector<int64_t> counts;           // targets per micro-batch
+    cuda::PinnedBuffer<double> counts_up;  // data parallel: the same, uploaded with the step
+    cuda::PinnedBuffer<double> records;    // data parallel: every rank's record (zero1.h)
     cudaEvent_t done = nullptr;            // after the step's device→host copies
     bool in_flight = false;                // ended and not yet collected
   };
@@ -374,8 +414,12 @@ class CudaRunner final : public StepRunner {
     if (k.faults)
       cuda::inject_step_fault(ctx_, be().has_adapter() ? be().ag(0) : be().g(0), loss_sums_dev_.data(),
                               reinterpret_cast<const int32_t*>(in + InputLayout::kFaults));
-    be().optimizer_step(reinterpret_cast<const AdamWFactors*>(in), k.max_norm,
-                        loss_sums_dev_.data(), k.micros);
+    if (dp_)
+      dp_->step(reinterpret_cast<const AdamWFactors*>(in), k.max_norm, loss_sums_dev_.data(),
+                k.micros);
+    else
+      be().optimizer_step(reinterpret_cast<const AdamWFactors*>(in), k.max_norm,
+                          loss_sums_dev_.data(), k.micros);
   }
 
   // Starts filling slot cur_: its previous step must be done (its input copy read the slot).
@@ -392,9 +436,12 @@ class CudaRunner final : public StepRunner {
     FORGE_CUDA_CHECK(cudaEventSynchronize(s.done));
     s.in_flight = false;
     StepReport r;
-    for (size_t i = 0; i < s.counts.size(); ++i)
-      r.micro_losses.push_back(
-          s.counts[i] > 0 ? s.loss_sums.data()[i] / static_cast<double>(s.counts[i]) : 0.0);
+    if (dp_)
+      rank_losses(s, r);
+    else
+      for (size_t i = 0; i < s.counts.size(); ++i)
+        r.micro_losses.push_back(
+            s.counts[i] > 0 ? s.loss_sums.data()[i] / static_cast<double>(s.counts[i]) : 0.0);
     r.grad_norm = std::sqrt(static_cast<double>(s.norm_sq.data()[0]));
     // The device guard's decision, from the numbers it decided on (ops/step_guard.h).
     StepGuardState guard;
@@ -409,6 +456,27 @@ class CudaRunner final : public StepRunner {
       r.grad_norm /= ls.step_scale;
     }
     return r;
+  }
+
+  // Data parallel: this rank's micro-batch losses (rank_micro_losses) and their means over ranks
+  // (micro_losses), each rank's mean loss = its loss sum / its targets (0 without targets), added
+  // in rank order and divided by the ranks: the CPU runner's numbers (train/runner_cpu.cpp).
+  void rank_losses(const Slot& s, StepReport& r) const {
+    const int micros = static_cast<int>(s.counts.size()), W = dp_->world();
+    const int rec = cuda::zero1_record_size(micros);
+    auto mean = [&](int rank, int i) {
+      const double* record = s.records.data() + static_cast<size_t>(rank) * rec;
+      FORGE_CHECK(record[1] == micros, "rank ", rank, " ran ", record[1],
+                  " micro-batches in a step where this rank ran ", micros);
+      const double count = record[2 + micros + i];
+      return count > 0 ? record[2 + i] / count : 0.0;
+    };
+    for (int i = 0; i < micros; ++i) {
+      r.rank_micro_losses.push_back(mean(comm_->rank(), i));
+      double sum = 0;
+      for (int rank = 0; rank < W; ++rank) sum += mean(rank, i);
+      r.micro_losses.push_back(sum / W);
+    }
   }
 
   // Room for `micros` micro-batches of n positions (packed: with pos and seg). Growing moves every
@@ -440,17 +508,26 @@ class CudaRunner final : public StepRunner {
       }
       s.in = std::move(in);
       s.loss_sums = cuda::PinnedBuffer<double>(next.micros);
+      if (dp_) {
+        s.counts_up = cuda::PinnedBuffer<double>(next.micros);
+        s.records = cuda::PinnedBuffer<double>(dp_->world() * cuda::zero1_record_size(next.micros));
+        for (int i = 0; k == cur_ && i < micro_; ++i)  // the step being filled keeps its counts
+          s.counts_up.data()[i] = static_cast<double>(s.counts[i]);
+      }
       if (s.norm_sq.size() == 0) s.norm_sq = cuda::PinnedBuffer<float>(1);
       if (s.loss_scale.size() == 0) s.loss_scale = cuda::PinnedBuffer<LossScaleState>(1);
     }
     in_dev_ = cuda::DeviceBuffer<uint8_t>(ctx_.allocator(), next.bytes());
     loss_sums_dev_ = cuda::DeviceBuffer<double>(ctx_.allocator(), next.micros);
+    if (dp_) dp_->reserve(next.micros);
     layout_ = next;
     ++layout_version_;
   }
 
   cuda::Context ctx_;
   CudaTransformer model_;
+  Communicator* comm_ = nullptr;      // data parallel: the NCCL communicator
+  std::unique_ptr<Zero1Cuda> dp_;     // data parallel: the optimizer part of the step
   const bool graphs_;
   InputLayout layout_;
   int64_t layout_version_ = 0;
@@ -479,9 +556,11 @@ class CudaRunner final : public StepRunner {
 }  // namespace
 
 std::unique_ptr<StepRunner> make_cuda_runner(const ModelConfig& cfg, const std::string& precision,
-                                             const CudaSettings& settings) {
+                                             const CudaSettings& settings, Communicator* comm) {
   if (!cuda::available()) throw Error("--device cuda: " + cuda::device_summary());
-  return std::make_unique<CudaRunner>(cfg, parse_precision(precision), settings);
+  const bool dp = comm != nullptr && (comm->size() > 1 || settings.zero1_one_rank);
+  return std::make_unique<CudaRunner>(cfg, parse_precision(precision), settings, nullptr,
+                                      dp ? comm : nullptr);
 }
 
 std::unique_ptr<StepRunner> make_lora_cuda_runner(const Transformer<float>& model, const std::string& precision,

@@ -7,7 +7,7 @@
 namespace forge {
 
 std::unique_ptr<StepRunner> make_cuda_runner(const ModelConfig&, const std::string&,
-                                             const CudaSettings&) {
+                                             const CudaSettings&, Communicator*) {
   throw Error("--device cuda: " + cuda::device_summary());
 }
 

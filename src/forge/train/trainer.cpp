@@ -215,9 +215,9 @@ TrainResult run(Transformer<float>& model, TrainConfig cfg, const std::string& d
                     " ranks: each rank trains batch_size / ranks rows of every micro-batch; "
                     "choose a multiple of ",
                     world));
-  if (comm && device != "cpu")
-    throw Error(str("--device ", device, " with ", world,
-                    " ranks: data-parallel training runs on CPU ranks only so far (--device cpu)"));
+  if (comm && device == "cuda" && !opt.device_comm)
+    throw Error(str("--device cuda with ", world,
+                    " ranks needs an NCCL communicator (RunOptions::device_comm)"));
   const int rows = B / world;
   if (!start.resumed && fs::exists(out + "/metrics.jsonl"))
     throw Error(
@@ -260,7 +260,8 @@ TrainResult run(Transformer<float>& model, TrainConfig cfg, const std::string& d
     if (lora)
       runner = device == "cuda" ? make_lora_cuda_runner(model, precision, opt.cuda) : make_lora_cpu_runner(model);
     else
-      runner = device == "cuda" ? make_cuda_runner(mcfg, precision, opt.cuda) : make_cpu_runner(mcfg, comm);
+      runner = device == "cuda" ? make_cuda_runner(mcfg, precision, opt.cuda, comm ? opt.device_comm() : nullptr)
+                                : make_cpu_runner(mcfg, comm);
   } catch (const Error& e) {
     if (start.device_hint.empty()) throw;
     throw Error(str(e.what(), "; ", start.device_hint));

@@ -108,6 +108,13 @@ struct RunOptions {
   // "base_sha256"} (the SHA-256 of the base's f32 weights), so resume() re-reads the base from
   // init_from and refuses one that changed.
   std::optional<LoraConfig> lora;
+  // With --device cuda and comm of 2 or more ranks: makes the NCCL communicator over the same
+  // ranks on this rank's GPU (cuda.device), which the CUDA runner's ZeRO-1 uses for gradients
+  // and weights (train/runner.h); comm (host memory) still carries the trainer's own few
+  // numbers. Called once, on every rank, only when such a run starts; the result must outlive
+  // the run (the caller owns it). Last, so that aggregate initializers of the fields above
+  // (tests use them) keep their meaning.
+  std::function<Communicator*()> device_comm;
 };
 
 // Data parallel (RunOptions::comm with W >= 2 ranks; the CPU runner's ZeRO-1, train/runner.h):

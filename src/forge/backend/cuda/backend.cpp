@@ -37,8 +37,10 @@ CudaBackend::CudaBackend(const ModelConfig& cfg, const ParamTable& table, cuda::
   if (dt_ == DType::kF32 || !o.frozen_base) master_ = Buf<float>(a, P);
   if (!o.frozen_base) {
     grads_ = Buf<float>(a, P);
-    m_ = Buf<float>(a, P);
-    v_ = Buf<float>(a, P);
+    if (o.adam_state) {
+      m_ = Buf<float>(a, P);
+      v_ = Buf<float>(a, P);
+    }
   }
   if (dt_ != DType::kF32) work_ = Buf<uint8_t>(a, P * es_);
   norm_sq_ = Buf<float>(a, 1);

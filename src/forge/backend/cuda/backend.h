@@ -63,6 +63,9 @@ struct CudaModelOptions {
   // LoRA's frozen base: no base gradients, no base Adam state and, in 16-bit modes, no f32 master
   // are allocated (set_adapter() must follow before an optimizer step).
   bool frozen_base = false;
+  // false: no base Adam state (m, v) is allocated; the data-parallel runner keeps its own shard
+  // of it (train/zero1_cuda.h) and runs the optimizer over the buffers below itself.
+  bool adam_state = true;
 };
 
 class CudaBackend {
@@ -134,6 +137,18 @@ class CudaBackend {
   const StepGuardState* step_guard() const { return guard_.data(); }
   StepGuardState step_guard_host() const;
   void set_step_guard(const StepGuardState& s);
+
+  // ---- ZeRO-1 (train/zero1_cuda.h): the raw buffers, for a runner that reduces the gradients
+  // over ranks and updates its shard of the master itself. The master is the f32 weights (P);
+  // the working copy is dt (P) in 16-bit modes and null in fp32 (the master is what kernels
+  // read); the gradients f32 (P). Device-state pointers are the ones optimizer_step() updates.
+  float* master_data() { return master_.data(); }
+  uint8_t* work_data() { return work_.size() > 0 ? work_.data() : nullptr; }
+  float* grads_data() { return grads_.data(); }
+  const std::vector<ParamInfo>& params() const { return table_.params(); }
+  int64_t num_params() const { return table_.total(); }
+  LossScaleState* loss_scale_state_data() { return loss_scale_.size() > 0 ? loss_scale_.data() : nullptr; }
+  StepGuardState* step_guard_data() { return guard_.data(); }
 
   // ---- buffers --------------------------------------------------------------------------------
   ActBuf act_buf(size_t n) { return ActBuf(ctx_.allocator(), n * es_); }

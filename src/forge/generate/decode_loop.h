@@ -1,0 +1,276 @@
+// The decode loop of batched generation, one step at a time, that requests join and leave while it
+// runs: DecodeLoop<Backend> owns S slots of the model's decode cache (plan_decode(S, capacity),
+// fixed for its lifetime). admit() prefills a request into a free slot and samples its first id;
+// step() advances every slot one token (decode_step() plus the sampler, captured once as a step
+// graph — a CUDA graph on the GPU — and replayed) and reads the S chosen ids back; a request that
+// ends frees its slot at once, cancel() frees one at the caller's step boundary. generate_batch
+// (generator.h) drives it over a fixed request list; `forge serve` (serve/scheduler.h) over
+// requests arriving from HTTP clients.
+//
+// A slot with no request still runs through the step (the graph has S rows): its position is
+// clamped to decode_context() − 1 by decode_step(), it writes only its own cache rows and its
+// own row of tokens, and a later prefill of that slot overwrites both, so it changes nothing.
+// It reads only cache rows it wrote itself (from position 0 up, or a former request's), so its
+// logits stay finite and its sampled id (greedy settings until its first request) a valid one.
+//
+// A request ends after max_new_tokens ids, after emitting one of its stop ids (which is
+// returned, as Hugging Face's generate returns the EOS), when on_token asks it to (stop strings
+// are the caller's: they need the text), when cancel()ed, or when its sequence fills the context
+// (prompt + generated = context()). Its GenResult goes to on_done.
+#pragma once
+
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "forge/core/error.h"
+#include "forge/model/transformer.h"
+#include "forge/ops/sample.h"
+
+namespace forge {
+
+struct GenRequest {
+  std::vector<int32_t> prompt;  // >= 1 ids, each in [0, vocab)
+  int max_new_tokens = 64;
+  SamplerSettings sampling;
+  std::vector<int32_t> stop_ids;  // end-of-sequence ids (generation_config.json's eos_token_id)
+};
+
+enum class FinishReason { kLength, kStop, kContext, kCaller };
+inline const char* finish_reason_name(FinishReason r) {
+  switch (r) {
+    case FinishReason::kLength: return "length";
+    case FinishReason::kStop: return "stop";
+    case FinishReason::kContext: return "context";
+    case FinishReason::kCaller: return "stop_string";
+  }
+  return "?";
+}
+
+struct GenResult {
+  std::vector<int32_t> ids;  // generated ids only
+  FinishReason reason = FinishReason::kLength;
+};
+
+struct GenStats {
+  double first_token_s = 0;  // from the start to the first request's first id on the host
+  double prefill_s = 0;      // all prefills (with their first sample)
+  double decode_s = 0;       // all decode steps
+  int64_t steps = 0;         // decode steps
+  int64_t decode_tokens = 0;  // ids produced by decode steps for live requests
+};
+
+// on_token(request tag, id) after each id; returning false ends that request (kCaller).
+using TokenCallback = std::function<bool(int, int32_t)>;
+// on_done(request tag, result) once per admitted request, when it ends.
+using DoneCallback = std::function<void(int, GenResult&&)>;
+
+struct DecodeLoopOptions {
+  int slots = 1;        // requests decoded together
+  int capacity = 1;     // cache rows per slot (<= max_seq_len)
+  bool penalty = true;  // keep the repetition penalty's memory (S × vocab flags); false: no request may use it
+  bool graph = true;    // capture the step once and replay it (CUDA graphs on the GPU)
+};
+
+// The loop behind one interface, whatever the backend (Engine::open_loop gives one).
+class DecodeSession {
+ public:
+  virtual ~DecodeSession() = default;
+  virtual int slots() const = 0;
+  virtual int context() const = 0;  // the most tokens (prompt + generated) one request can hold
+  virtual int live() const = 0;     // slots holding a request
+  virtual bool has_free_slot() const = 0;
+  // Prefills `q` into a free slot (forge::Error when there is none or the request is invalid) and
+  // samples its first id; the request may end at once (on_done is called before this returns).
+  virtual void admit(const GenRequest& q, int tag) = 0;
+  // One decode step when any slot is live: every live request gets one id; those that end free
+  // their slot.
+  virtual void step() = 0;
+  // Ends the live request `tag` now (kCaller, the ids so far); false when it is not live.
+  virtual bool cancel(int tag) = 0;
+};
+
+template <class Backend>
+class DecodeLoop final : public DecodeSession {
+ public:
+  DecodeLoop(Model<Backend>& model, const DecodeLoopOptions& opt, TokenCallback on_token, DoneCallback on_done,
+             GenStats* stats = nullptr)
+      : model_(model), be_(model.backend()), opt_(opt), on_token_(std::move(on_token)), on_done_(std::move(on_done)),
+        stats_(stats), t0_(Clock::now()) {
+    const ModelConfig& cfg = model.config();
+    V_ = cfg.vocab_size;
+    Vp_ = cfg.padded_vocab();
+    S_ = std::max(1, opt.slots);
+    model.plan_decode(S_, opt.capacity);
+    context_ = model.decode_context();
+    settings_ = be_.template buf<SamplerSettings>(S_);
+    seen_ = be_.template buf<uint8_t>(opt.penalty ? static_cast<size_t>(S_) * V_ : 0);
+    prompt_ids_ = be_.template buf<int32_t>(static_cast<size_t>(context_));
+    seen_p_ = opt.penalty ? seen_.data() : nullptr;
+    // A slot that never held a request still samples each step: greedy on its own finite logits
+    // (device memory starts as garbage, and a garbage top_k or temperature is no setting).
+    const std::vector<SamplerSettings> greedy(S_);
+    be_.upload(settings_.data(), greedy.data(), S_);
+    if (seen_p_) {
+      const std::vector<uint8_t> none(static_cast<size_t>(S_) * V_, 0);
+      be_.upload(seen_p_, none.data(), none.size());
+    }
+    slots_.resize(S_);
+    ids_.resize(S_);
+  }
+  ~DecodeLoop() override { be_.synchronize(); }
+
+  int slots() const override { return S_; }
+  int context() const override { return context_; }
+  int live() const override { return live_; }
+  bool has_free_slot() const override { return live_ < S_; }
+
+  // Why `q` cannot run here ("" when it can): empty prompt, ids outside the vocabulary, negative
+  // max_new_tokens, a prompt longer than the context, a penalty without its memory.
+  std::string invalid(const GenRequest& q) const {
+    if (q.prompt.empty()) return "the prompt is empty";
+    for (int32_t id : q.prompt)
+      if (id < 0 || id >= V_) return str("token id ", id, " outside the vocabulary [0, ", V_, ")");
+    if (q.max_new_tokens < 0) return str("max_new_tokens ", q.max_new_tokens, " < 0");
+    if (static_cast<int64_t>(q.prompt.size()) > context_)
+      return str("a prompt of ", q.prompt.size(), " tokens does not fit the context of ", context_);
+    if (!seen_p_ && q.sampling.repetition_penalty != 1.0f)
+      return "a repetition penalty in a loop opened without one";
+    return "";
+  }
+
+  void admit(const GenRequest& q, int tag) override {
+    if (const std::string why = invalid(q); !why.empty()) throw Error(why);
+    if (q.max_new_tokens == 0) {  // ends before it needs a slot
+      if (on_done_) on_done_(tag, GenResult{});
+      return;
+    }
+    int s = 0;
+    while (s < S_ && slots_[s].live) ++s;
+    if (s == S_) throw Error(str("decode loop: all ", S_, " slots are busy"));
+    const auto tp = Clock::now();
+    const int T = static_cast<int>(q.prompt.size());
+    be_.upload(prompt_ids_.data(), q.prompt.data(), T);
+    be_.upload(settings_.data() + s, &q.sampling, 1);
+    if (seen_p_) {
+      std::vector<uint8_t> row(V_, 0);
+      for (int32_t id : q.prompt) row[id] = 1;
+      be_.upload(seen_p_ + static_cast<size_t>(s) * V_, row.data(), V_);
+    }
+    model_.prefill(s, prompt_ids_.data(), T);
+    be_.sample(model_.decode_tokens() + s, be_.at(model_.decode_logits(), static_cast<int64_t>(s) * Vp_),
+               settings_.data() + s, seen_p_ ? seen_p_ + static_cast<size_t>(s) * V_ : nullptr,
+               model_.decode_positions() + s, 1, V_, Vp_);
+    int32_t id = 0;
+    be_.download(&id, model_.decode_tokens() + s, 1);
+    Slot& sl = slots_[s];
+    sl.live = true;
+    sl.tag = tag;
+    sl.max_new_tokens = q.max_new_tokens;
+    sl.stop_ids = q.stop_ids;
+    sl.length = T;
+    sl.res = GenResult{};
+    ++live_;
+    accept(s, id);
+    if (stats_) stats_->prefill_s += since(tp);
+  }
+
+  void step() override {
+    if (live_ == 0) return;
+    const auto ts = Clock::now();
+    if (!opt_.graph) {
+      run_step();
+    } else if (!captured_) {
+      run_step();  // eagerly once: every one-time setup happens before the capture (cuda/graph.h)
+      be_.capture(graph_, [this] { run_step(); });
+      captured_ = true;
+    } else {
+      be_.launch(graph_);
+    }
+    be_.download(ids_.data(), model_.decode_tokens(), S_);
+    if (stats_) {
+      stats_->decode_s += since(ts);
+      ++stats_->steps;
+    }
+    for (int s = 0; s < S_; ++s) {
+      if (!slots_[s].live) continue;
+      if (stats_) ++stats_->decode_tokens;
+      accept(s, ids_[s]);
+    }
+  }
+
+  bool cancel(int tag) override {
+    for (int s = 0; s < S_; ++s)
+      if (slots_[s].live && slots_[s].tag == tag) {
+        finish(s, FinishReason::kCaller);
+        return true;
+      }
+    return false;
+  }
+
+ private:
+  using Clock = std::chrono::steady_clock;
+  struct Slot {
+    bool live = false;
+    int tag = -1;
+    int max_new_tokens = 0;
+    std::vector<int32_t> stop_ids;
+    int length = 0;  // sequence length: prompt + generated
+    GenResult res;
+  };
+  static double since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+  void run_step() {
+    model_.decode_step();
+    be_.sample(model_.decode_tokens(), model_.decode_logits(), settings_.data(), seen_p_, model_.decode_positions(),
+               S_, V_, Vp_);
+  }
+
+  void finish(int s, FinishReason reason) {
+    Slot& sl = slots_[s];
+    sl.res.reason = reason;
+    sl.live = false;
+    --live_;
+    if (on_done_) on_done_(sl.tag, std::move(sl.res));
+  }
+
+  // One id for live slot s: record it, and end the request when it is over.
+  void accept(int s, int32_t id) {
+    Slot& sl = slots_[s];
+    sl.res.ids.push_back(id);
+    ++sl.length;
+    if (!first_seen_) {
+      first_seen_ = true;
+      if (stats_) stats_->first_token_s = since(t0_);
+    }
+    const bool stop = std::find(sl.stop_ids.begin(), sl.stop_ids.end(), id) != sl.stop_ids.end();
+    const bool caller_go = !on_token_ || on_token_(sl.tag, id);
+    if (stop) return finish(s, FinishReason::kStop);
+    if (!caller_go) return finish(s, FinishReason::kCaller);
+    if (static_cast<int>(sl.res.ids.size()) >= sl.max_new_tokens) return finish(s, FinishReason::kLength);
+    if (sl.length >= context_) return finish(s, FinishReason::kContext);
+  }
+
+  Model<Backend>& model_;
+  Backend& be_;
+  DecodeLoopOptions opt_;
+  TokenCallback on_token_;
+  DoneCallback on_done_;
+  GenStats* stats_;
+  Clock::time_point t0_;
+  int V_ = 0, Vp_ = 0, S_ = 0, context_ = 0, live_ = 0;
+  typename Backend::template Buf<SamplerSettings> settings_;
+  typename Backend::template Buf<uint8_t> seen_;
+  typename Backend::template Buf<int32_t> prompt_ids_;
+  uint8_t* seen_p_ = nullptr;
+  std::vector<Slot> slots_;
+  std::vector<int32_t> ids_;
+  typename Backend::StepGraph graph_;
+  bool captured_ = false;
+  bool first_seen_ = false;
+};
+
+}  // namespace forge

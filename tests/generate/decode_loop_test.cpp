@@ -1,0 +1,133 @@
+// The joinable decode loop (generate/decode_loop.h) on a tiny random GPT-2: a request admitted
+// while another is decoding, one cancelled, and one admitted into a slot that idled past the
+// cache's capacity all get exactly the ids they get alone (generate_batch with one slot).
+#include <gtest/gtest.h>
+
+#include <map>
+
+#include "forge/generate/decode_loop.h"
+#include "forge/generate/generator.h"
+#include "forge/model/transformer.h"
+
+namespace forge {
+namespace {
+
+class DecodeLoopTest : public ::testing::Test {
+ protected:
+  DecodeLoopTest() : model_(tiny()) { model_.init_weights(7); }
+  static ModelConfig tiny() {
+    ModelConfig cfg = preset_config("tiny");
+    cfg.vocab_size = 97;
+    cfg.max_seq_len = 64;
+    cfg.n_layer = 2;
+    cfg.n_embd = 32;
+    cfg.n_head = cfg.n_kv_head = 2;
+    cfg.ffn_hidden = 64;
+    return cfg;
+  }
+  static GenRequest request(std::vector<int32_t> prompt, int max_new, float temperature = 0, uint64_t seed = 0) {
+    GenRequest q;
+    q.prompt = std::move(prompt);
+    q.max_new_tokens = max_new;
+    q.sampling.temperature = temperature;
+    q.sampling.seed = seed;
+    return q;
+  }
+  // The ids `q` gets on its own.
+  GenResult alone(const GenRequest& q, int capacity = 0) {
+    GenOptions o;
+    o.max_batch = 1;
+    o.capacity = capacity;
+    return generate_batch(model_, {q}, o)[0];
+  }
+  using Loop = DecodeLoop<CpuBackend<float>>;
+  std::unique_ptr<Loop> open(int slots, int capacity) {
+    DecodeLoopOptions o;
+    o.slots = slots;
+    o.capacity = capacity;
+    return std::make_unique<Loop>(
+        model_, o, [this](int tag, int32_t) { return ++tokens_[tag] > 0; },
+        [this](int tag, GenResult&& r) { done_[tag] = std::move(r); });
+  }
+
+  Transformer<float> model_;
+  std::map<int, int> tokens_;
+  std::map<int, GenResult> done_;
+};
+
+TEST_F(DecodeLoopTest, ARequestJoiningMidDecodeGetsItsIdsAlone) {
+  const GenRequest a = request({1, 2, 3, 4}, 20), b = request({9, 8}, 12);
+  const GenRequest c = request({5, 6, 7}, 10, 0.9f, 1234);  // sampled: keyed by seed and position only
+  const GenResult want_a = alone(a), want_b = alone(b), want_c = alone(c);
+  ASSERT_EQ(want_a.ids.size(), 20u);
+  auto loop = open(3, 64);
+  loop->admit(a, 0);
+  for (int i = 0; i < 5; ++i) loop->step();
+  EXPECT_EQ(loop->live(), 1);
+  loop->admit(b, 1);
+  loop->step();
+  loop->admit(c, 2);
+  EXPECT_FALSE(loop->has_free_slot());
+  while (loop->live() > 0) loop->step();
+  ASSERT_EQ(done_.size(), 3u);
+  EXPECT_EQ(done_[0].ids, want_a.ids);
+  EXPECT_EQ(done_[1].ids, want_b.ids);
+  EXPECT_EQ(done_[2].ids, want_c.ids);
+  EXPECT_EQ(done_[0].reason, FinishReason::kLength);
+  EXPECT_EQ(tokens_[0], 20);  // on_token once per id
+}
+
+TEST_F(DecodeLoopTest, CancelFreesTheSlotForTheNextRequest) {
+  const GenRequest a = request({1, 2, 3}, 30), b = request({4, 5}, 8);
+  const GenResult want_a = alone(a), want_b = alone(b);
+  auto loop = open(1, 64);
+  loop->admit(a, 0);
+  for (int i = 0; i < 3; ++i) loop->step();
+  EXPECT_FALSE(loop->has_free_slot());
+  EXPECT_TRUE(loop->cancel(0));
+  EXPECT_FALSE(loop->cancel(0));  // no longer live
+  EXPECT_EQ(loop->live(), 0);
+  ASSERT_EQ(done_.count(0), 1u);
+  EXPECT_EQ(done_[0].reason, FinishReason::kCaller);
+  ASSERT_EQ(done_[0].ids.size(), 4u);  // the prefill's id and three steps'
+  EXPECT_TRUE(std::equal(done_[0].ids.begin(), done_[0].ids.end(), want_a.ids.begin()));
+  loop->admit(b, 1);
+  while (loop->live() > 0) loop->step();
+  EXPECT_EQ(done_[1].ids, want_b.ids);
+}
+
+// Slot 1 idles through 2 × 14 steps of a 16-token cache (its position clamped at 15, its rows
+// rewritten) before a request takes it.
+TEST_F(DecodeLoopTest, ASlotIdlePastTheCapacityServesTheNextRequestRight) {
+  const GenRequest a = request({1, 2}, 14), c = request({3, 4}, 14), b = request({7, 8, 9}, 20);
+  auto loop = open(2, 16);
+  EXPECT_EQ(loop->context(), 16);
+  loop->admit(a, 0);
+  while (loop->live() > 0) loop->step();
+  loop->admit(c, 2);
+  while (loop->live() > 0) loop->step();
+  loop->admit(a, 3);  // into slot 0, the first free one
+  loop->admit(b, 1);  // into slot 1
+  while (loop->live() > 0) loop->step();
+  const GenResult want_a = alone(a), want_b = alone(b, 16), want_c = alone(c);
+  EXPECT_EQ(done_[0].ids, want_a.ids);
+  EXPECT_EQ(done_[2].ids, want_c.ids);
+  EXPECT_EQ(want_b.ids.size(), 13u);
+  EXPECT_EQ(done_[1].ids, want_b.ids);
+  EXPECT_EQ(done_[3].ids, want_a.ids);
+  EXPECT_EQ(done_[1].reason, FinishReason::kContext);  // 3 + 13 = the 16-token context
+}
+
+TEST_F(DecodeLoopTest, BadRequestsAndAFullLoopAreErrors) {
+  auto loop = open(1, 8);
+  EXPECT_THROW(loop->admit(request({}, 4), 0), Error);
+  EXPECT_THROW(loop->admit(request({97}, 4), 0), Error);
+  EXPECT_THROW(loop->admit(request({1, 2, 3, 4, 5, 6, 7, 8, 9}, 1), 0), Error);  // longer than the context
+  loop->admit(request({1}, 4), 0);
+  EXPECT_THROW(loop->admit(request({1}, 4), 1), Error);  // no free slot
+  loop->admit(request({1}, 0), 2);                         // ends at once: no slot needed
+  EXPECT_EQ(done_[2].ids.size(), 0u);
+}
+
+}  // namespace
+}  // namespace forge
