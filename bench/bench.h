@@ -65,6 +65,8 @@ struct ServeBenchOptions {
   std::vector<int> streams = {1, 8, 32, 128};
   int requests = 0;                      // per row; 0: 2 x streams, at least 8
   int max_tokens = 128;                  // per request
+  int max_batch = 0;                     // the server's decode slots (0: its default)
+  int context = 0;                       // KV cache tokens per slot (0: the model's context)
   std::string json_out;
 };
 void serve_bench(const ServeBenchOptions& o);

@@ -14,6 +14,7 @@
 // (send → last byte), time to the first text chunk (streams) p50.
 #include <httplib.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -124,6 +125,10 @@ void serve_bench(const ServeBenchOptions& o) {
   so.device = o.device;
   so.precision = o.precision;
   so.log = false;
+  so.max_batch = o.max_batch;
+  so.context = o.context;
+  // Room to wait for every stream of the largest row: the benchmark measures, it must not get 503.
+  so.max_queue = *std::max_element(o.streams.begin(), o.streams.end());
   serve::Server server(dir, so);
   const int port = server.start();
 
@@ -136,7 +141,10 @@ void serve_bench(const ServeBenchOptions& o) {
     httplib::Client cli("127.0.0.1", port);
     cli.set_read_timeout(600, 0);
     for (serve::LoadCase& c : cases) {
-      json b = {{"max_tokens", o.max_tokens}, {"temperature", 0}};
+      json b = {{"max_tokens", o.max_tokens},
+                {"max_batch", server.max_batch()},
+                {"context", server.context()},
+                {"temperature", 0}};
       if (c.chat)
         b["messages"] = json::array({json{{"role", "user"}, {"content", c.prompt}}});
       else
@@ -155,8 +163,9 @@ void serve_bench(const ServeBenchOptions& o) {
 
   std::printf("forge bench serve: %s\n", what.c_str());
   std::printf(
-      "device %s; %d new tokens per request (greedy), half streamed, completions and chat\n\n",
-      server.device_name().c_str(), o.max_tokens);
+      "device %s, %d decode slots, context %d; %d new tokens per request (greedy), half "
+      "streamed, completions and chat\n\n",
+      server.device_name().c_str(), server.max_batch(), server.context(), o.max_tokens);
   std::printf(
       "| streams | requests | total tokens/s | latency p50 | latency p99 | TTFT p50 | equal to "
       "alone |\n");
@@ -209,6 +218,8 @@ void serve_bench(const ServeBenchOptions& o) {
               {"model", what},
               {"device", server.device_name()},
               {"max_tokens", o.max_tokens},
+              {"max_batch", server.max_batch()},
+              {"context", server.context()},
               {"rows", rows}}
              .dump(2)
       << "\n";

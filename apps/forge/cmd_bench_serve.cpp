@@ -27,13 +27,16 @@ const Command kBenchServe = {
      {"streams", "1,8,...", "concurrent clients, one table row each (default 1,8,32,128)"},
      {"requests", "N", "requests per row (default 2 x streams, at least 8)"},
      {"max-tokens", "N", "tokens generated per request (default 128)"},
+     {"max-batch", "N", "the server's decode slots (default: forge serve's, 8 on cpu, 32 on cuda)"},
+     {"context", "N", "KV cache tokens per slot (default: the model's context)"},
      {"json-out", "FILE", "also write the numbers as JSON"}},
     false,
     "",
     "The server runs in this process on a loopback port; the load client (serve/load_client.h)\n"
     "sends greedy requests, half streamed, completions and chat mixed. Every answer must be\n"
     "HTTP 200 and well-formed; 'equal to alone' counts answers equal to the one the server gave\n"
-    "the same prompt before the load. The last line: 32 streams' tokens/s over 1 stream's."};
+    "the same prompt before the load. The server's queue holds the largest row's streams (no\n"
+    "503). The last line: 32 streams' tokens/s over 1 stream's."};
 
 }  // namespace
 
@@ -53,12 +56,14 @@ int bench_serve(const Argv& argv) {
   o.precision = a.get("precision", o.precision);
   o.requests = a.get_int("requests", 0, 1, 1 << 20);
   o.max_tokens = a.get_int("max-tokens", o.max_tokens, 1, 1 << 20);
+  o.max_batch = a.get_int("max-batch", 0, 1, 1024);
+  o.context = a.get_int("context", 0, 1, 1 << 20);
   o.json_out = a.get("json-out", "");
   if (a.has("streams")) {
     o.streams.clear();
     std::stringstream ss(a.get("streams"));
     std::string item;
-    while (std::getline(ss, item, ',')) o.streams.push_back(parse_int("--streams", item, 1, 4096));
+    while (std::getline(ss, item, ',')) o.streams.push_back(parse_int("--streams", item, 1, 1024));
     if (o.streams.empty()) throw Error("--streams: empty list (expected e.g. 1,8,32)");
   }
   bench::serve_bench(o);

@@ -36,7 +36,7 @@ TEST_F(ServeTest, BenchServeOnTheModelDirectoryAndOnTheTinyPreset) {
   EXPECT_EQ(tj["rows"][1]["requests"], 32);
 
   expect_user_error(forge("bench serve --streams 1,0"),
-                    "--streams: expected an integer in [1, 4096], got '0'");
+                    "--streams: expected an integer in [1, 1024], got '0'");
   expect_user_error(forge("bench serve --device tpu"), "--device: expected cuda or cpu");
   expect_user_error(forge("bench serve --model " + p("tiny-model") + " --preset tiny"),
                     "give one of them");
