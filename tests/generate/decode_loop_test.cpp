@@ -77,6 +77,35 @@ TEST_F(DecodeLoopTest, ARequestJoiningMidDecodeGetsItsIdsAlone) {
   EXPECT_EQ(tokens_[0], 20);  // on_token once per id
 }
 
+// A step decodes the rows up to the highest live slot (rounded up to a power of two), and a
+// request's ids do not depend on how many rows ran beside it.
+TEST_F(DecodeLoopTest, StepsOnlyTheRowsUpToTheHighestLiveSlot) {
+  const GenRequest a = request({1, 2, 3, 4}, 30), b = request({9, 8}, 12), c = request({5, 6, 7}, 6);
+  const GenResult want_a = alone(a), want_b = alone(b), want_c = alone(c);
+  auto loop = open(8, 64);
+  EXPECT_EQ(loop->rows(), 0);
+  loop->admit(a, 0);  // slot 0
+  loop->step();
+  EXPECT_EQ(loop->rows(), 1);
+  EXPECT_EQ(model_.decode_rows(), 1);
+  loop->admit(b, 1);  // slot 1
+  loop->step();
+  EXPECT_EQ(loop->rows(), 2);
+  loop->admit(c, 2);  // slot 2: rows 4
+  loop->step();
+  EXPECT_EQ(loop->rows(), 4);
+  while (done_.count(2) == 0) loop->step();  // c ends first (6 ids)
+  EXPECT_TRUE(loop->cancel(1));               // b's slot too: only slot 0 is left
+  loop->step();
+  EXPECT_EQ(loop->rows(), 1);
+  while (loop->live() > 0) loop->step();
+  EXPECT_EQ(done_[0].ids, want_a.ids);
+  EXPECT_EQ(done_[2].ids, want_c.ids);
+  const std::vector<int32_t> b_prefix(want_b.ids.begin(), want_b.ids.begin() + done_[1].ids.size());
+  EXPECT_EQ(done_[1].ids, b_prefix);
+  EXPECT_EQ(done_[1].reason, FinishReason::kCaller);
+}
+
 TEST_F(DecodeLoopTest, CancelFreesTheSlotForTheNextRequest) {
   const GenRequest a = request({1, 2, 3}, 30), b = request({4, 5}, 8);
   const GenResult want_a = alone(a), want_b = alone(b);

@@ -7,7 +7,11 @@
 // (generator.h) drives it over a fixed request list; `forge serve` (serve/scheduler.h) over
 // requests arriving from HTTP clients.
 //
-// A slot with no request still runs through the step (the graph has S rows): its position is
+// A step decodes rows 0 .. n−1 only (Model::set_decode_rows), n the smallest power of two (at
+// most S) that covers the highest live slot; admit() fills the lowest free slot, so n follows the
+// load (one request alone steps one row, not S: a step's time grows with its rows). Each n has
+// its own step graph, captured the first time it is needed; the slots above n are not touched.
+// A slot with no request below n still runs through the step: its position is
 // clamped to decode_context() − 1 by decode_step(), it writes only its own cache rows and its
 // own row of tokens, and a later prefill of that slot overwrites both, so it changes nothing.
 // It reads only cache rows it wrote itself (from position 0 up, or a former request's), so its
@@ -23,6 +27,7 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -120,6 +125,9 @@ class DecodeLoop final : public DecodeSession {
     }
     slots_.resize(S_);
     ids_.resize(S_);
+    int g = 1;
+    while ((1 << (g - 1)) < S_) ++g;
+    graphs_.resize(g);
   }
   ~DecodeLoop() override { be_.synchronize(); }
 
@@ -127,6 +135,8 @@ class DecodeLoop final : public DecodeSession {
   int context() const override { return context_; }
   int live() const override { return live_; }
   bool has_free_slot() const override { return live_ < S_; }
+  // Rows the last step decoded (0 before the first).
+  int rows() const { return rows_; }
 
   // Why `q` cannot run here ("" when it can): empty prompt, ids outside the vocabulary, negative
   // max_new_tokens, a prompt longer than the context, a penalty without its memory.
@@ -181,21 +191,28 @@ class DecodeLoop final : public DecodeSession {
   void step() override {
     if (live_ == 0) return;
     const auto ts = Clock::now();
+    int hi = S_;
+    while (!slots_[hi - 1].live) --hi;
+    int n = 1, g = 0;  // rows, and their graph: graphs_[log2(n)]
+    while (n < hi) n *= 2, ++g;
+    n = std::min(n, S_);
+    rows_ = n;
     if (!opt_.graph) {
-      run_step();
-    } else if (!captured_) {
-      run_step();  // eagerly once: every one-time setup happens before the capture (cuda/graph.h)
-      be_.capture(graph_, [this] { run_step(); });
-      captured_ = true;
+      run_step(n);
+    } else if (!graphs_[g]) {
+      run_step(n);  // eagerly once: every one-time setup happens before the capture (cuda/graph.h)
+      graphs_[g] = std::make_unique<typename Backend::StepGraph>();
+      be_.capture(*graphs_[g], [this, n] { run_step(n); });
     } else {
-      be_.launch(graph_);
+      model_.set_decode_rows(n);
+      be_.launch(*graphs_[g]);
     }
-    be_.download(ids_.data(), model_.decode_tokens(), S_);
+    be_.download(ids_.data(), model_.decode_tokens(), n);
     if (stats_) {
       stats_->decode_s += since(ts);
       ++stats_->steps;
     }
-    for (int s = 0; s < S_; ++s) {
+    for (int s = 0; s < n; ++s) {
       if (!slots_[s].live) continue;
       if (stats_) ++stats_->decode_tokens;
       accept(s, ids_[s]);
@@ -223,10 +240,11 @@ class DecodeLoop final : public DecodeSession {
   };
   static double since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
-  void run_step() {
+  void run_step(int n) {
+    model_.set_decode_rows(n);
     model_.decode_step();
     be_.sample(model_.decode_tokens(), model_.decode_logits(), settings_.data(), seen_p_, model_.decode_positions(),
-               S_, V_, Vp_);
+               n, V_, Vp_);
   }
 
   void finish(int s, FinishReason reason) {
@@ -268,8 +286,8 @@ class DecodeLoop final : public DecodeSession {
   uint8_t* seen_p_ = nullptr;
   std::vector<Slot> slots_;
   std::vector<int32_t> ids_;
-  typename Backend::StepGraph graph_;
-  bool captured_ = false;
+  std::vector<std::unique_ptr<typename Backend::StepGraph>> graphs_;  // by log2(rows); null until needed
+  int rows_ = 0;
   bool first_seen_ = false;
 };
 

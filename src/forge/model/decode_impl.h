@@ -35,6 +35,7 @@ void Model<B>::plan_decode(int slots, int capacity) {
     throw Error(str("decode: cache capacity ", capacity, " outside [1, max_seq_len = ", cfg_.max_seq_len, "]"));
   const bool ring = cfg_.sliding_window > 0 && cfg_.sliding_window < capacity;
   const int cap = ring ? cfg_.sliding_window : capacity;
+  rows_ = slots;
   if (slots == S_ && cap == cap_ && ring == ring_) return;
   be_.synchronize();
   S_ = slots;
@@ -48,6 +49,8 @@ void Model<B>::plan_decode(int slots, int capacity) {
     cache_k_.push_back(be_.act_buf(S * cap * NKV * HS));
     cache_v_.push_back(be_.act_buf(S * cap * NKV * HS));
   }
+  if constexpr (requires(B& b, const DecodeShape& d) { b.reserve_decode(d); })
+    be_.reserve_decode(DecodeShape{slots, cfg_.n_head, cfg_.n_kv_head, cfg_.head_dim(), cap});
   dec_tokens_ = be_.template buf<int32_t>(S);
   dec_pos_ = be_.template buf<int32_t>(S);
   const std::vector<int32_t> zeros(S, 0);
@@ -110,7 +113,7 @@ void Model<B>::prefill(int slot, const int32_t* tokens, int Tn) {
 // GPT-2: ln1 comes from the previous block's fused residual + norm (or the embedding's norm).
 template <class B>
 void Model<B>::decode_block_gpt2(int l) {
-  const int S = S_, C = cfg_.n_embd, NH = cfg_.n_head, HS = cfg_.head_dim(), FF = cfg_.ffn_hidden;
+  const int S = rows_, C = cfg_.n_embd, NH = cfg_.n_head, HS = cfg_.head_dim(), FF = cfg_.ffn_hidden;
   const WeightLayout lay = layout();
   const LayerOffsets& o = table_.layer(l);
   const DecodeShape shape{S, NH, cfg_.n_kv_head, HS, cap_};
@@ -138,7 +141,7 @@ void Model<B>::decode_block_gpt2(int l) {
 // is updated in place; ln, rstd, tmp and fc are the unfused paths' scratch.
 template <class B>
 void Model<B>::decode_block_llama(int l) {
-  const int S = S_, C = cfg_.n_embd, NH = cfg_.n_head, NKV = cfg_.n_kv_head, HS = cfg_.head_dim();
+  const int S = rows_, C = cfg_.n_embd, NH = cfg_.n_head, NKV = cfg_.n_kv_head, HS = cfg_.head_dim();
   const int FF = cfg_.ffn_hidden;
   const float eps = cfg_.norm_eps;
   const LayerOffsets& o = table_.layer(l);
@@ -166,9 +169,16 @@ void Model<B>::decode_block_llama(int l) {
 }
 
 template <class B>
+void Model<B>::set_decode_rows(int n) {
+  FORGE_CHECK(S_ > 0, "set_decode_rows() needs plan_decode() first");
+  FORGE_CHECK(n >= 1 && n <= S_, "decode rows ", n, " outside [1, ", S_, "]");
+  rows_ = n;
+}
+
+template <class B>
 void Model<B>::decode_step() {
   FORGE_CHECK(S_ > 0, "decode_step() needs plan_decode() first");
-  const int S = S_, C = cfg_.n_embd;
+  const int S = rows_, C = cfg_.n_embd;
   be_.embedding_at(dec_x_.data(), dec_tokens_.data(), dec_pos_.data(), w(table_.wte()), w(table_.wpe()), S, C);
   if (gpt2()) {
     const LayerOffsets& o0 = table_.layer(0);

@@ -97,6 +97,12 @@ class Model {
   // the cache holds only the window, as a ring, and sequences may run to max_seq_len.
   void plan_decode(int slots, int capacity);
   int decode_slots() const { return S_; }
+  // Rows of the next decode_step() calls: slots 0 .. n−1 (1 <= n <= decode_slots(); plan_decode
+  // sets all of them). A step then reads, writes and advances only those slots' tokens, positions,
+  // caches and logits rows, so the slots above keep everything; a decode loop whose live slots are
+  // the lowest ones steps only as many rows as it needs (a step's time grows with its rows).
+  void set_decode_rows(int n);
+  int decode_rows() const { return rows_; }
   int decode_capacity() const { return cap_; }
   // The most tokens one slot can hold: capacity, or max_seq_len for a ring.
   int decode_context() const { return ring_ ? cfg_.max_seq_len : cap_; }
@@ -105,7 +111,8 @@ class Model {
   // for a ring), writes the logits of its last position to decode_logits() row `slot` and sets
   // the slot's position to T. Other slots are untouched.
   void prefill(int slot, const int32_t* tokens, int T);
-  // One token for every slot: decode_tokens() at decode_positions() → decode_logits() (S, Vp),
+  // One token for every slot of decode_rows(): decode_tokens() at decode_positions() →
+  // decode_logits() (rows, Vp),
   // then positions += 1 (clamped to decode_context() − 1). Host-sync free, so a backend can
   // capture it (a CUDA graph) and replay it.
   void decode_step();
@@ -231,7 +238,7 @@ class Model {
   // Decoding (plan_decode): the cache per layer, (S, cap, NKV, HS) each, and one step's buffers.
   template <class U>
   using Buf = typename Backend::template Buf<U>;
-  int S_ = 0, cap_ = 0;
+  int S_ = 0, cap_ = 0, rows_ = 0;
   bool ring_ = false;
   int prefill_slot_ = -1;  // >= 0 while prefill() runs: blocks_forward stores k, v there
   std::vector<ActBuf> cache_k_, cache_v_;

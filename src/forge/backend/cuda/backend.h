@@ -223,6 +223,10 @@ class CudaBackend {
   void kv_append(Act ck, Act cv, Act k, Act v, const int32_t* pos, const DecodeShape& s, int64_t k_stride,
                  int64_t v_stride);
   void decode_attention(Act out, Act q, Act ck, Act cv, const int32_t* pos, const DecodeShape& s, int64_t q_stride);
+  // Sizes the decode attention's scratch for every row count 1 .. s.S at once (Model::plan_decode),
+  // so that steps of fewer rows (Model::set_decode_rows) never grow it: a captured step graph holds
+  // its address.
+  void reserve_decode(const DecodeShape& s);
   void rope_kv_append(Act qkv, int64_t stride, Act ck, Act cv, const int32_t* pos,
                       const DecodeShape& s, const Rope& rope);
   // The decode step's fused ops (contracts in backend/cpu/backend.h): one kernel each where the

@@ -62,6 +62,18 @@ void* CudaBackend::decode_scratch(const DecodeShape& s) {
   return decode_scratch_.data();
 }
 
+void CudaBackend::reserve_decode(const DecodeShape& s) {
+  if (!cuda::decode_attention_supported(s.HS)) return;
+  DecodeShape most = s;  // the splits (so the bytes) do not grow with the rows: take the largest
+  size_t need = 0;
+  for (int n = 1; n <= s.S; ++n) {
+    DecodeShape r = s;
+    r.S = n;
+    if (const size_t b = cuda::decode_attention_scratch_bytes(r); b > need) need = b, most = r;
+  }
+  if (need > 0) decode_scratch(most);
+}
+
 void CudaBackend::rope_decode_attention(Act out, Act qkv, int64_t stride, Act ck, Act cv, const int32_t* pos,
                                         const DecodeShape& s, const Rope* rope) {
   cuda::rope_decode_attention(ctx_, dt_, out, qkv, stride, ck, cv, pos, s, rope,
