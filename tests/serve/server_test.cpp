@@ -120,11 +120,15 @@ TEST_F(ServeTest, StreamedChunksJoinToTheAnswer) {
         text += ch["delta"].value("content", "");
       else
         text += ch["text"].get<std::string>();
-      if (i + 2 < ev.size()) EXPECT_TRUE(ch["finish_reason"].is_null()) << ev[i];
+      if (i + 2 < ev.size()) {
+        EXPECT_TRUE(ch["finish_reason"].is_null()) << ev[i];
+      }
     }
     EXPECT_EQ(text, chat ? w["message"]["content"] : w["text"]);
     EXPECT_EQ(json::parse(ev[ev.size() - 2])["choices"][0]["finish_reason"], w["finish_reason"]);
-    if (chat) EXPECT_EQ(json::parse(ev[0])["choices"][0]["delta"]["role"], "assistant");
+    if (chat) {
+      EXPECT_EQ(json::parse(ev[0])["choices"][0]["delta"]["role"], "assistant");
+    }
 
     // stream_options.include_usage: one more chunk before [DONE], no choices, the usage.
     body["stream_options"] = {{"include_usage", true}};
