@@ -23,6 +23,7 @@
 
 #include "forge/data/shard.h"
 #include "testing.h"
+#include "stride_shards.h"
 
 namespace forge {
 namespace {
@@ -73,11 +74,7 @@ class FaultCli : public ::testing::Test {
             ::testing::UnitTest::GetInstance()->current_test_info()->name());
     fs::remove_all(dir_);
     fs::create_directories(dir_ / "data");
-    std::vector<uint32_t> t(6000);
-    for (size_t i = 0; i < t.size(); ++i) t[i] = static_cast<uint32_t>((i * 7 + i / 13) % 50);
-    write_shard((dir_ / "data/train_000000.bin").string(), t);
-    t.resize(800);
-    write_shard((dir_ / "data/val_000000.bin").string(), t);
+    testing::write_stride_shards(dir_ / "data");
   }
   void TearDown() override { fs::remove_all(dir_); }
 

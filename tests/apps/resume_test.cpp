@@ -18,6 +18,7 @@
 #include "forge/backend/cuda/runtime.h"
 #include "forge/data/shard.h"
 #include "testing.h"
+#include "stride_shards.h"
 
 namespace forge {
 namespace {
@@ -32,11 +33,7 @@ class ResumeTest : public ::testing::Test {
             ::testing::UnitTest::GetInstance()->current_test_info()->name());
     fs::remove_all(dir_);
     fs::create_directories(dir_);
-    std::vector<uint32_t> t(6000);
-    for (size_t i = 0; i < t.size(); ++i) t[i] = static_cast<uint32_t>((i * 7 + i / 13) % 50);
-    write_shard((dir_ / "train_000000.bin").string(), t);
-    t.resize(800);
-    write_shard((dir_ / "val_000000.bin").string(), t);
+    testing::write_stride_shards(dir_);
   }
   void TearDown() override { fs::remove_all(dir_); }
 

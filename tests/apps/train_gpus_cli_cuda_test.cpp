@@ -15,6 +15,7 @@
 
 #include "forge/backend/cuda/runtime.h"
 #include "forge/data/shard.h"
+#include "stride_shards.h"
 
 namespace forge {
 namespace {
@@ -30,11 +31,7 @@ class TrainGpusCli : public ::testing::Test {
             ::testing::UnitTest::GetInstance()->current_test_info()->name());
     fs::remove_all(dir_);
     fs::create_directories(dir_ / "data");
-    std::vector<uint32_t> t(20000);
-    for (size_t i = 0; i < t.size(); ++i) t[i] = static_cast<uint32_t>((i * 7 + i / 13) % 50);
-    write_shard(p("data/train_000000.bin"), t);
-    t.resize(2000);
-    write_shard(p("data/val_000000.bin"), t);
+    testing::write_stride_shards(dir_ / "data", 20000, 2000);
   }
   void TearDown() override {
     if (!HasFailure() && !dir_.empty()) fs::remove_all(dir_);

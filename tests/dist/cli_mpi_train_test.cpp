@@ -26,6 +26,7 @@
 #include "forge/model/model_dir.h"
 #include "forge/model/transformer.h"
 #include "forge/tokenizer/tokenizer.h"
+#include "stride_shards.h"
 
 namespace forge {
 namespace {
@@ -50,11 +51,7 @@ class MpiTrainCli : public ::testing::Test {
             ::testing::UnitTest::GetInstance()->current_test_info()->name());
     fs::remove_all(dir_);
     fs::create_directories(dir_ / "data");
-    std::vector<uint32_t> t(6000);
-    for (size_t i = 0; i < t.size(); ++i) t[i] = static_cast<uint32_t>((i * 7 + i / 13) % 50);
-    write_shard(p("data/train_000000.bin"), t);
-    t.resize(800);
-    write_shard(p("data/val_000000.bin"), t);
+    testing::write_stride_shards(dir_ / "data");
   }
   void TearDown() override {
     if (!HasFailure()) fs::remove_all(dir_);
