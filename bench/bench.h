@@ -52,6 +52,7 @@ struct GenerateBenchOptions {
   int repeats = 3;
   bool graph = true;
   bool pdl = true;  // programmatic dependent launch of the decode kernels (cuda/pdl.cuh)
+  bool pipeline = true;  // hand out a step's ids while the next step runs (generate/decode_loop.h)
   std::string json_out;
 };
 void generate_bench(const GenerateBenchOptions& o);
@@ -67,6 +68,7 @@ struct ServeBenchOptions {
   int max_tokens = 128;                  // per request
   int max_batch = 0;                     // the server's decode slots (0: its default)
   int context = 0;                       // KV cache tokens per slot (0: the model's context)
+  bool pipeline = true;                  // the server's decode loop pipelines its steps
   std::string json_out;
 };
 void serve_bench(const ServeBenchOptions& o);

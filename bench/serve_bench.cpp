@@ -11,7 +11,9 @@
 // --max-tokens tokens).
 //
 // Per row: total completion tokens / wall time of the row, per-request latency p50 / p99
-// (send → last byte), time to the first text chunk (streams) p50.
+// (send → last byte), time to the first text chunk (streams) p50, and where the scheduler
+// thread's time went (from /metrics before and after the row): its decode steps' mean time and
+// their share of the row's wall time, and the share spent admitting requests (prefill).
 #include <httplib.h>
 
 #include <algorithm>
@@ -20,6 +22,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <random>
+#include <sstream>
 
 #include "bench.h"
 #include "forge/core/error.h"
@@ -33,6 +36,30 @@ namespace forge::bench {
 namespace {
 
 using nlohmann::json;
+
+// The scheduler's time counters from GET /metrics (serve/metrics.h).
+struct SchedulerTime {
+  double prefill_s = 0, step_s = 0, steps = 0;
+};
+SchedulerTime scheduler_time(int port) {
+  httplib::Client cli("127.0.0.1", port);
+  auto r = cli.Get("/metrics");
+  if (!r || r->status != 200) throw Error("bench serve: GET /metrics failed");
+  SchedulerTime t;
+  std::istringstream in(r->body);
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.empty() || line[0] == '#') continue;
+    const size_t sp = line.rfind(' ');
+    if (sp == std::string::npos) continue;
+    const std::string name = line.substr(0, sp);
+    const double v = std::strtod(line.c_str() + sp + 1, nullptr);
+    if (name == "forge_prefill_seconds_total") t.prefill_s = v;
+    if (name == "forge_decode_step_seconds_total") t.step_s = v;
+    if (name == "forge_decode_steps_total") t.steps = v;
+  }
+  return t;
+}
 
 // GPT-2's byte → printable character map (the ByteLevel pre-tokenizer's alphabet), UTF-8.
 std::string byte_char(int b) {
@@ -127,6 +154,7 @@ void serve_bench(const ServeBenchOptions& o) {
   so.log = false;
   so.max_batch = o.max_batch;
   so.context = o.context;
+  so.pipeline = o.pipeline;
   // Room to wait for every stream of the largest row: the benchmark measures, it must not get 503.
   so.max_queue = *std::max_element(o.streams.begin(), o.streams.end());
   serve::Server server(dir, so);
@@ -164,12 +192,13 @@ void serve_bench(const ServeBenchOptions& o) {
   std::printf("forge bench serve: %s\n", what.c_str());
   std::printf(
       "device %s, %d decode slots, context %d; %d new tokens per request (greedy), half "
-      "streamed, completions and chat\n\n",
-      server.device_name().c_str(), server.max_batch(), server.context(), o.max_tokens);
+      "streamed, completions and chat; pipelined steps %s\n\n",
+      server.device_name().c_str(), server.max_batch(), server.context(), o.max_tokens,
+      o.pipeline ? "on" : "off");
   std::printf(
       "| streams | requests | total tokens/s | latency p50 | latency p99 | TTFT p50 | equal to "
-      "alone |\n");
-  std::printf("| ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n");
+      "alone | step | steps' share | prefill share |\n");
+  std::printf("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n");
   json rows = json::array();
   double one = 0, at32 = 0;
   for (int s : o.streams) {
@@ -179,7 +208,13 @@ void serve_bench(const ServeBenchOptions& o) {
     lo.requests = o.requests > 0 ? o.requests : std::max(8, 2 * s);
     lo.max_tokens = o.max_tokens;
     lo.timeout_s = 3600;
+    const SchedulerTime t0 = scheduler_time(port);
     const serve::LoadResult r = serve::run_load(lo, cases);
+    const SchedulerTime t1 = scheduler_time(port);
+    const double steps = t1.steps - t0.steps;
+    const double step_ms = steps > 0 ? (t1.step_s - t0.step_s) / steps * 1e3 : 0;
+    const double step_share = r.wall_s > 0 ? (t1.step_s - t0.step_s) / r.wall_s : 0;
+    const double prefill_share = r.wall_s > 0 ? (t1.prefill_s - t0.prefill_s) / r.wall_s : 0;
     if (r.failed > r.mismatched) {
       std::string first = "see the server";
       for (const std::string& f : r.failures)
@@ -190,10 +225,10 @@ void serve_bench(const ServeBenchOptions& o) {
       throw Error(str("bench serve: ", s, " streams: ", r.failed - r.mismatched,
                       " requests failed (", first, ")"));
     }
-    std::printf("| %d | %lld | %.1f | %.1f ms | %.1f ms | %.1f ms | %lld/%lld |\n", s,
+    std::printf("| %d | %lld | %.1f | %.1f ms | %.1f ms | %.1f ms | %lld/%lld | %.3f ms | %.0f%% | %.0f%% |\n", s,
                 static_cast<long long>(r.ok + r.failed), r.tokens_per_s, r.latency_p50_ms,
                 r.latency_p99_ms, r.ttft_p50_ms, static_cast<long long>(r.ok),
-                static_cast<long long>(r.ok + r.failed));
+                static_cast<long long>(r.ok + r.failed), step_ms, 100 * step_share, 100 * prefill_share);
     if (s == 1) one = r.tokens_per_s;
     if (s == 32) at32 = r.tokens_per_s;
     rows.push_back({{"streams", s},
@@ -203,7 +238,10 @@ void serve_bench(const ServeBenchOptions& o) {
                     {"latency_p99_ms", r.latency_p99_ms},
                     {"ttft_p50_ms", r.ttft_p50_ms},
                     {"equal_to_alone", r.ok},
-                    {"wall_s", r.wall_s}});
+                    {"wall_s", r.wall_s},
+                    {"step_ms", step_ms},
+                    {"step_share", step_share},
+                    {"prefill_share", prefill_share}});
   }
   if (one > 0 && at32 > 0)
     std::printf(

@@ -24,6 +24,7 @@ const Command kBenchGenerate = {
      {"repeats", "N", "timed runs per row, median reported (default 3)"},
      {"no-graph", "", "launch every decode step's kernels one by one (no step graph)"},
      {"no-pdl", "", "launch each decode kernel after the one before ends (no programmatic dependent launch)"},
+     {"no-pipeline", "", "wait for each step's ids before enqueuing the next step"},
      {"json-out", "FILE", "also write the numbers as JSON"}},
     false,
     "",
@@ -50,6 +51,7 @@ int bench_generate(const Argv& argv) {
   o.repeats = a.get_int("repeats", o.repeats, 1, int_max);
   o.graph = !a.has("no-graph");
   o.pdl = !a.has("no-pdl");
+  o.pipeline = !a.has("no-pipeline");
   o.json_out = a.get("json-out", "");
   if (a.has("batches")) {
     o.batches.clear();

@@ -29,6 +29,7 @@ const Command kBenchServe = {
      {"max-tokens", "N", "tokens generated per request (default 128)"},
      {"max-batch", "N", "the server's decode slots (default: forge serve's, 8 on cpu, 32 on cuda)"},
      {"context", "N", "KV cache tokens per slot (default: the model's context)"},
+     {"no-pipeline", "", "the server waits for each step's ids before enqueuing the next step"},
      {"json-out", "FILE", "also write the numbers as JSON"}},
     false,
     "",
@@ -58,6 +59,7 @@ int bench_serve(const Argv& argv) {
   o.max_tokens = a.get_int("max-tokens", o.max_tokens, 1, 1 << 20);
   o.max_batch = a.get_int("max-batch", 0, 1, 1024);
   o.context = a.get_int("context", 0, 1, 1 << 20);
+  o.pipeline = !a.has("no-pipeline");
   o.json_out = a.get("json-out", "");
   if (a.has("streams")) {
     o.streams.clear();

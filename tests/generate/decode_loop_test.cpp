@@ -1,6 +1,7 @@
 // The joinable decode loop (generate/decode_loop.h) on a tiny random GPT-2: a request admitted
 // while another is decoding, one cancelled, and one admitted into a slot that idled past the
-// cache's capacity all get exactly the ids they get alone (generate_batch with one slot).
+// cache's capacity all get exactly the ids they get alone (generate_batch with one slot) —
+// with the steps pipelined (a step's ids handed out while the next one is enqueued) and without.
 #include <gtest/gtest.h>
 
 #include <map>
@@ -12,7 +13,7 @@
 namespace forge {
 namespace {
 
-class DecodeLoopTest : public ::testing::Test {
+class DecodeLoopTest : public ::testing::TestWithParam<bool> {
  protected:
   DecodeLoopTest() : model_(tiny()) { model_.init_weights(7); }
   static ModelConfig tiny() {
@@ -45,6 +46,7 @@ class DecodeLoopTest : public ::testing::Test {
     DecodeLoopOptions o;
     o.slots = slots;
     o.capacity = capacity;
+    o.pipeline = GetParam();
     return std::make_unique<Loop>(
         model_, o, [this](int tag, int32_t) { return ++tokens_[tag] > 0; },
         [this](int tag, GenResult&& r) { done_[tag] = std::move(r); });
@@ -55,7 +57,7 @@ class DecodeLoopTest : public ::testing::Test {
   std::map<int, GenResult> done_;
 };
 
-TEST_F(DecodeLoopTest, ARequestJoiningMidDecodeGetsItsIdsAlone) {
+TEST_P(DecodeLoopTest, ARequestJoiningMidDecodeGetsItsIdsAlone) {
   const GenRequest a = request({1, 2, 3, 4}, 20), b = request({9, 8}, 12);
   const GenRequest c = request({5, 6, 7}, 10, 0.9f, 1234);  // sampled: keyed by seed and position only
   const GenResult want_a = alone(a), want_b = alone(b), want_c = alone(c);
@@ -79,7 +81,7 @@ TEST_F(DecodeLoopTest, ARequestJoiningMidDecodeGetsItsIdsAlone) {
 
 // A step decodes the rows up to the highest live slot (rounded up to a power of two), and a
 // request's ids do not depend on how many rows ran beside it.
-TEST_F(DecodeLoopTest, StepsOnlyTheRowsUpToTheHighestLiveSlot) {
+TEST_P(DecodeLoopTest, StepsOnlyTheRowsUpToTheHighestLiveSlot) {
   const GenRequest a = request({1, 2, 3, 4}, 30), b = request({9, 8}, 12), c = request({5, 6, 7}, 6);
   const GenResult want_a = alone(a), want_b = alone(b), want_c = alone(c);
   auto loop = open(8, 64);
@@ -106,7 +108,7 @@ TEST_F(DecodeLoopTest, StepsOnlyTheRowsUpToTheHighestLiveSlot) {
   EXPECT_EQ(done_[1].reason, FinishReason::kCaller);
 }
 
-TEST_F(DecodeLoopTest, CancelFreesTheSlotForTheNextRequest) {
+TEST_P(DecodeLoopTest, CancelFreesTheSlotForTheNextRequest) {
   const GenRequest a = request({1, 2, 3}, 30), b = request({4, 5}, 8);
   const GenResult want_a = alone(a), want_b = alone(b);
   auto loop = open(1, 64);
@@ -118,7 +120,8 @@ TEST_F(DecodeLoopTest, CancelFreesTheSlotForTheNextRequest) {
   EXPECT_EQ(loop->live(), 0);
   ASSERT_EQ(done_.count(0), 1u);
   EXPECT_EQ(done_[0].reason, FinishReason::kCaller);
-  ASSERT_EQ(done_[0].ids.size(), 4u);  // the prefill's id and three steps'
+  // The prefill's id and three steps' — pipelined, the third step's id was not handed out yet.
+  ASSERT_EQ(done_[0].ids.size(), GetParam() ? 3u : 4u);
   EXPECT_TRUE(std::equal(done_[0].ids.begin(), done_[0].ids.end(), want_a.ids.begin()));
   loop->admit(b, 1);
   while (loop->live() > 0) loop->step();
@@ -127,7 +130,7 @@ TEST_F(DecodeLoopTest, CancelFreesTheSlotForTheNextRequest) {
 
 // Slot 1 idles through 2 × 14 steps of a 16-token cache (its position clamped at 15, its rows
 // rewritten) before a request takes it.
-TEST_F(DecodeLoopTest, ASlotIdlePastTheCapacityServesTheNextRequestRight) {
+TEST_P(DecodeLoopTest, ASlotIdlePastTheCapacityServesTheNextRequestRight) {
   const GenRequest a = request({1, 2}, 14), c = request({3, 4}, 14), b = request({7, 8, 9}, 20);
   auto loop = open(2, 16);
   EXPECT_EQ(loop->context(), 16);
@@ -147,7 +150,7 @@ TEST_F(DecodeLoopTest, ASlotIdlePastTheCapacityServesTheNextRequestRight) {
   EXPECT_EQ(done_[1].reason, FinishReason::kContext);  // 3 + 13 = the 16-token context
 }
 
-TEST_F(DecodeLoopTest, BadRequestsAndAFullLoopAreErrors) {
+TEST_P(DecodeLoopTest, BadRequestsAndAFullLoopAreErrors) {
   auto loop = open(1, 8);
   EXPECT_THROW(loop->admit(request({}, 4), 0), Error);
   EXPECT_THROW(loop->admit(request({97}, 4), 0), Error);
@@ -157,6 +160,40 @@ TEST_F(DecodeLoopTest, BadRequestsAndAFullLoopAreErrors) {
   loop->admit(request({1}, 0), 2);                         // ends at once: no slot needed
   EXPECT_EQ(done_[2].ids.size(), 0u);
 }
+
+// Pipelined, a step hands out the ids of the step before it; waiting, its own.
+TEST_P(DecodeLoopTest, AStepHandsOutTheIdsOfTheStepBeforeWhenPipelined) {
+  auto loop = open(1, 64);
+  loop->admit(request({1, 2, 3}, 10), 0);
+  EXPECT_EQ(tokens_[0], 1);  // the prefill's
+  loop->step();
+  EXPECT_EQ(tokens_[0], GetParam() ? 1 : 2);
+  loop->step();
+  EXPECT_EQ(tokens_[0], GetParam() ? 2 : 3);
+  while (loop->live() > 0) loop->step();
+  EXPECT_EQ(tokens_[0], 10);
+}
+
+// A request that ends was decoded one step more when pipelined; that id must go to nobody, not
+// to the request admitted into its slot before the step's ids are handed out.
+TEST_P(DecodeLoopTest, AnEndedRequestsLastStepIsNotHandedToItsSlotsNextRequest) {
+  const GenRequest a = request({1, 2, 3, 4}, 30), b = request({9, 8}, 5), d = request({6, 5, 4}, 9, 0.8f, 99);
+  const GenResult want_a = alone(a), want_b = alone(b), want_d = alone(d);
+  auto loop = open(2, 64);
+  loop->admit(a, 0);
+  loop->admit(b, 1);
+  while (done_.count(1) == 0) loop->step();
+  EXPECT_EQ(loop->live(), 1);
+  loop->admit(d, 2);  // into slot 1, at once
+  while (loop->live() > 0) loop->step();
+  EXPECT_EQ(done_[0].ids, want_a.ids);
+  EXPECT_EQ(done_[1].ids, want_b.ids);
+  EXPECT_EQ(done_[2].ids, want_d.ids);
+  EXPECT_EQ(tokens_[2], 9);
+}
+
+INSTANTIATE_TEST_SUITE_P(Steps, DecodeLoopTest, ::testing::Values(false, true),
+                         [](const ::testing::TestParamInfo<bool>& i) { return i.param ? "Pipelined" : "Waiting"; });
 
 }  // namespace
 }  // namespace forge

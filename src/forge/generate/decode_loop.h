@@ -17,6 +17,17 @@
 // It reads only cache rows it wrote itself (from position 0 up, or a former request's), so its
 // logits stay finite and its sampled id (greedy settings until its first request) a valid one.
 //
+// Pipelined steps (DecodeLoopOptions::pipeline, on by default): step() enqueues its step and
+// the copy of its ids to the host (Backend::readback_start), and only then waits for the ids of
+// the step before it and hands them out. The host's work on a step's ids (the callbacks: text,
+// stop strings, a server's writes) then runs while the next step runs on the GPU, and no host
+// wait sits between two steps. The cost: a request that ends is decoded one step more than it
+// needs (that id is dropped: each step remembers which request held each slot when it was
+// enqueued, and ids of a slot whose request changed since are not handed out), and a loop's
+// last step produces nothing. The device computes the same steps in the same order either way
+// (the step reads its input ids from the device), except that a row count can be one step late
+// in shrinking (on the GPU a row's rounding can depend on the row count: README).
+//
 // A request ends after max_new_tokens ids, after emitting one of its stop ids (which is
 // returned, as Hugging Face's generate returns the EOS), when on_token asks it to (stop strings
 // are the caller's: they need the text), when cancel()ed, or when its sequence fills the context
@@ -78,6 +89,7 @@ struct DecodeLoopOptions {
   int capacity = 1;     // cache rows per slot (<= max_seq_len)
   bool penalty = true;  // keep the repetition penalty's memory (S × vocab flags); false: no request may use it
   bool graph = true;    // capture the step once and replay it (CUDA graphs on the GPU)
+  bool pipeline = true;  // hand out a step's ids while the next step runs (above)
 };
 
 // The loop behind one interface, whatever the backend (Engine::open_loop gives one).
@@ -124,7 +136,6 @@ class DecodeLoop final : public DecodeSession {
       be_.upload(seen_p_, none.data(), none.size());
     }
     slots_.resize(S_);
-    ids_.resize(S_);
     int g = 1;
     while ((1 << (g - 1)) < S_) ++g;
     graphs_.resize(g);
@@ -178,6 +189,7 @@ class DecodeLoop final : public DecodeSession {
     be_.download(&id, model_.decode_tokens() + s, 1);
     Slot& sl = slots_[s];
     sl.live = true;
+    sl.request = ++admitted_;
     sl.tag = tag;
     sl.max_new_tokens = q.max_new_tokens;
     sl.stop_ids = q.stop_ids;
@@ -189,7 +201,10 @@ class DecodeLoop final : public DecodeSession {
   }
 
   void step() override {
-    if (live_ == 0) return;
+    if (live_ == 0) {
+      inflight_[prev_].active = false;  // its requests have all ended: nothing to hand out
+      return;
+    }
     const auto ts = Clock::now();
     int hi = S_;
     while (!slots_[hi - 1].live) --hi;
@@ -207,15 +222,20 @@ class DecodeLoop final : public DecodeSession {
       model_.set_decode_rows(n);
       be_.launch(*graphs_[g]);
     }
-    be_.download(ids_.data(), model_.decode_tokens(), n);
+    // This step's ids go to the host behind it; the holders of its rows are remembered.
+    const int cur = prev_ ^ 1;
+    Inflight& now = inflight_[cur];
+    be_.readback_start(now.ids, model_.decode_tokens(), n);
+    now.rows = n;
+    now.holder.resize(n);
+    for (int s = 0; s < n; ++s) now.holder[s] = slots_[s].live ? slots_[s].request : 0;
+    now.active = true;
+    if (!opt_.pipeline) hand_out(now);
+    if (inflight_[prev_].active) hand_out(inflight_[prev_]);
+    prev_ = cur;
     if (stats_) {
       stats_->decode_s += since(ts);
       ++stats_->steps;
-    }
-    for (int s = 0; s < n; ++s) {
-      if (!slots_[s].live) continue;
-      if (stats_) ++stats_->decode_tokens;
-      accept(s, ids_[s]);
     }
   }
 
@@ -232,6 +252,7 @@ class DecodeLoop final : public DecodeSession {
   using Clock = std::chrono::steady_clock;
   struct Slot {
     bool live = false;
+    uint64_t request = 0;  // which admission holds the slot (1, 2, …): tells a step's ids apart
     int tag = -1;
     int max_new_tokens = 0;
     std::vector<int32_t> stop_ids;
@@ -239,6 +260,25 @@ class DecodeLoop final : public DecodeSession {
     GenResult res;
   };
   static double since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+  // One enqueued step and the requests that held its rows then (0: none).
+  struct Inflight {
+    typename Backend::Readback ids;
+    int rows = 0;
+    std::vector<uint64_t> holder;
+    bool active = false;
+  };
+
+  // Waits for step `f`'s ids and gives each to the request that held its row, if it still holds it.
+  void hand_out(Inflight& f) {
+    f.active = false;
+    const int32_t* ids = be_.readback_wait(f.ids);
+    for (int s = 0; s < f.rows; ++s) {
+      if (f.holder[s] == 0 || !slots_[s].live || slots_[s].request != f.holder[s]) continue;
+      if (stats_) ++stats_->decode_tokens;
+      accept(s, ids[s]);
+    }
+  }
 
   void run_step(int n) {
     model_.set_decode_rows(n);
@@ -285,7 +325,9 @@ class DecodeLoop final : public DecodeSession {
   typename Backend::template Buf<int32_t> prompt_ids_;
   uint8_t* seen_p_ = nullptr;
   std::vector<Slot> slots_;
-  std::vector<int32_t> ids_;
+  Inflight inflight_[2];
+  int prev_ = 0;           // inflight_[prev_]: the step enqueued last
+  uint64_t admitted_ = 0;  // admissions so far
   std::vector<std::unique_ptr<typename Backend::StepGraph>> graphs_;  // by log2(rows); null until needed
   int rows_ = 0;
   bool first_seen_ = false;

@@ -19,6 +19,7 @@ struct GenOptions {
   int capacity = 0;    // cache rows per slot; 0: what the longest request needs (<= max_seq_len)
   bool graph = true;   // capture the step once and replay it (CUDA graphs on the GPU)
   bool pdl = true;     // CUDA: decode kernels launch while the one before finishes (cuda/pdl.cuh)
+  bool pipeline = true;  // hand out a step's ids while the next step runs (decode_loop.h)
 };
 
 // on_token(request index, id) after each id; returning false ends that request (kCaller).
@@ -46,6 +47,7 @@ std::vector<GenResult> generate_batch(Model<Backend>& model, const std::vector<G
   lo.capacity = opt.capacity > 0 ? std::min(opt.capacity, cfg.max_seq_len) : need;
   lo.penalty = penalty;
   lo.graph = opt.graph;
+  lo.pipeline = opt.pipeline;
   DecodeLoop<Backend> loop(model, lo, on_token, [&out](int r, GenResult&& res) { out[r] = std::move(res); }, stats);
   for (size_t r = 0; r < reqs.size(); ++r)
     if (static_cast<int>(reqs[r].prompt.size()) > loop.context())

@@ -28,6 +28,17 @@ void Metrics::count_cancelled() {
   ++cancelled_;
 }
 
+void Metrics::add_prefill_time(double s) {
+  std::lock_guard<std::mutex> lock(mu_);
+  prefill_s_ += s;
+}
+
+void Metrics::add_step_time(double s) {
+  std::lock_guard<std::mutex> lock(mu_);
+  step_s_ += s;
+  ++steps_;
+}
+
 void Metrics::set_queue_depth(int64_t n) {
   std::lock_guard<std::mutex> lock(mu_);
   queue_depth_ = n;
@@ -58,6 +69,13 @@ std::string Metrics::render(int slots, Clock::time_point now) const {
   o << "forge_prompt_tokens_total " << prompt_tokens_ << '\n';
   head("forge_generated_tokens_total", "counter", "Tokens generated.");
   o << "forge_generated_tokens_total " << generated_tokens_ << '\n';
+  head("forge_prefill_seconds_total", "counter", "Seconds spent admitting requests (prefill and first token).");
+  o << "forge_prefill_seconds_total " << prefill_s_ << '\n';
+  head("forge_decode_step_seconds_total", "counter",
+       "Seconds spent in decode steps (enqueuing one, handing out the ids of the one before).");
+  o << "forge_decode_step_seconds_total " << step_s_ << '\n';
+  head("forge_decode_steps_total", "counter", "Decode steps.");
+  o << "forge_decode_steps_total " << steps_ << '\n';
   head("forge_queue_depth", "gauge", "Requests waiting for a decode slot.");
   o << "forge_queue_depth " << queue_depth_ << '\n';
   head("forge_active_slots", "gauge", "Decode slots holding a request.");

@@ -29,6 +29,10 @@ class Metrics {
   void count_generated(int64_t tokens, Clock::time_point now = Clock::now());
   // A streaming client hung up before its answer ended (its slot freed at the next step).
   void count_cancelled();
+  // Time the scheduler thread spent admitting requests (prefill and first sample) and in decode
+  // steps (enqueuing one, and handing out the ids of the one before: decode_loop.h).
+  void add_prefill_time(double s);
+  void add_step_time(double s);
   // The gauges: requests waiting for a slot, slots decoding.
   void set_queue_depth(int64_t n);
   void set_active_slots(int64_t n);
@@ -41,6 +45,8 @@ class Metrics {
   std::map<int, int64_t> requests_;  // by status
   int64_t prompt_tokens_ = 0, generated_tokens_ = 0, cancelled_ = 0;
   int64_t queue_depth_ = 0, active_slots_ = 0;
+  double prefill_s_ = 0, step_s_ = 0;
+  int64_t steps_ = 0;
   mutable std::deque<std::pair<Clock::time_point, int64_t>> recent_;  // generated ids in the window
 };
 

@@ -1,5 +1,7 @@
 #include "forge/serve/scheduler.h"
 
+#include <chrono>
+
 #include "forge/core/error.h"
 
 namespace forge::serve {
@@ -42,6 +44,7 @@ Scheduler::Scheduler(Engine& engine, Metrics& metrics, const SchedulerOptions& o
   lo.slots = opt.slots;
   lo.capacity = opt.capacity;
   lo.penalty = true;  // a request may ask for one (generation_config.json's repetition_penalty)
+  lo.pipeline = opt.pipeline;
   loop_ = engine_.open_loop(
       lo, [this](int tag, int32_t id) { return on_token(tag, id); },
       [this](int tag, GenResult&& r) { on_done(tag, std::move(r)); }, opt.pdl);
@@ -160,7 +163,9 @@ void Scheduler::run() {
         if (job->cancelled()) throw Error("the client hung up while its request waited");
         metrics_.count_prompt(static_cast<int64_t>(job->req_.prompt.size()));
         metrics_.set_active_slots(loop_->live() + 1);
+        const auto t0 = std::chrono::steady_clock::now();
         loop_->admit(job->req_, tag);
+        metrics_.add_prefill_time(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
       } catch (const std::exception& e) {
         if (active_.erase(tag) == 0) continue;  // it had ended: the error came after on_done
         {
@@ -173,7 +178,11 @@ void Scheduler::run() {
       }
     }
     try {
-      loop_->step();
+      const auto t0 = std::chrono::steady_clock::now();
+      if (loop_->live() > 0) {
+        loop_->step();
+        metrics_.add_step_time(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+      }
     } catch (const std::exception& e) {
       // The batch's state is unknown: every live request fails, and the loop starts afresh.
       std::vector<std::shared_ptr<Job>> failed;
@@ -189,6 +198,7 @@ void Scheduler::run() {
         DecodeLoopOptions lo;
         lo.slots = slots_;
         lo.capacity = opt_.capacity;
+        lo.pipeline = opt_.pipeline;
         loop_ = engine_.open_loop(
             lo, [this](int tag, int32_t id) { return on_token(tag, id); },
             [this](int tag, GenResult&& r) { on_done(tag, std::move(r)); }, opt_.pdl);

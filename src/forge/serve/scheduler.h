@@ -73,6 +73,7 @@ struct SchedulerOptions {
   int capacity = 0;   // tokens per slot (--context); 0: the model's context
   int max_queue = 64;  // jobs waiting for a slot beyond the busy ones (--max-queue)
   bool pdl = true;    // CUDA
+  bool pipeline = true;  // hand out a step's ids while the next step runs (generate/decode_loop.h)
 };
 
 class Scheduler {

@@ -325,6 +325,7 @@ Server::Server(const std::string& model_dir, ServeOptions opt) : impl_(std::make
   so.slots = m.opt.max_batch > 0 ? m.opt.max_batch : device == Device::kCuda ? 32 : 8;
   so.capacity = m.opt.context;
   so.max_queue = m.opt.max_queue;
+  so.pipeline = m.opt.pipeline;
   m.scheduler = std::make_unique<Scheduler>(*m.engine, m.metrics, so);
   m.routes();
 }

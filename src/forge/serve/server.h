@@ -32,6 +32,7 @@ struct ServeOptions {
   int max_batch = 0;              // slots decoded together; 0: 8 on the CPU, 32 on CUDA
   int max_queue = 64;             // requests waiting for a slot; beyond: 503
   int context = 0;                // KV cache tokens per slot (prompt + answer); 0: the model's context
+  bool pipeline = true;           // hand out a step's ids while the next step runs (generate/decode_loop.h)
 };
 
 class Server {

@@ -282,6 +282,13 @@ class CpuBackend {
   };
   void capture(StepGraph& g, std::function<void()> f) { g.f = std::move(f); }
   void launch(StepGraph& g) { g.f(); }
+  // Ids read back behind the stream (decode_loop.h pipelines its steps on it): the CUDA backend
+  // copies into pinned memory and waits at readback_wait; here the copy is done at start.
+  struct Readback {
+    std::vector<int32_t> host;
+  };
+  void readback_start(Readback& r, const int32_t* src, size_t n) { r.host.assign(src, src + n); }
+  const int32_t* readback_wait(Readback& r) { return r.host.data(); }
 
  private:
   std::vector<T> weights_, grads_;

@@ -251,6 +251,20 @@ class CudaBackend {
   };
   void capture(StepGraph& g, const std::function<void()>& f);
   void launch(StepGraph& g);
+  // Ids copied to the host behind the stream (decode_loop.h pipelines its steps on it):
+  // readback_start enqueues the copy into pinned memory and records an event; readback_wait
+  // waits for that event only, so the steps enqueued after it keep running.
+  struct Readback {
+    Readback();
+    ~Readback();
+    Readback(const Readback&) = delete;
+    Readback& operator=(const Readback&) = delete;
+    int32_t* host = nullptr;  // pinned
+    size_t cap = 0;
+    void* done = nullptr;  // cudaEvent_t
+  };
+  void readback_start(Readback& r, const int32_t* src, size_t n);
+  const int32_t* readback_wait(Readback& r);
 
  private:
   void upload_bytes(void* dst, const void* host, size_t bytes);

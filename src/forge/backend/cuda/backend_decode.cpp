@@ -136,4 +136,32 @@ CudaBackend::StepGraph::~StepGraph() = default;
 void CudaBackend::capture(StepGraph& g, const std::function<void()>& f) { g.g->capture(ctx_, f); }
 void CudaBackend::launch(StepGraph& g) { g.g->launch(); }
 
+CudaBackend::Readback::Readback() = default;
+CudaBackend::Readback::~Readback() {
+  if (done != nullptr) cudaEventDestroy(static_cast<cudaEvent_t>(done));
+  if (host != nullptr) cudaFreeHost(host);
+}
+
+void CudaBackend::readback_start(Readback& r, const int32_t* src, size_t n) {
+  if (r.done == nullptr) {
+    cudaEvent_t e = nullptr;
+    FORGE_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+    r.done = e;
+  }
+  if (n > r.cap) {
+    if (r.host != nullptr) FORGE_CUDA_CHECK(cudaFreeHost(r.host));
+    r.host = nullptr;
+    r.cap = 0;
+    FORGE_CUDA_CHECK(cudaMallocHost(reinterpret_cast<void**>(&r.host), n * sizeof(int32_t)));
+    r.cap = n;
+  }
+  FORGE_CUDA_CHECK(cudaMemcpyAsync(r.host, src, n * sizeof(int32_t), cudaMemcpyDeviceToHost, ctx_.stream()));
+  FORGE_CUDA_CHECK(cudaEventRecord(static_cast<cudaEvent_t>(r.done), ctx_.stream()));
+}
+
+const int32_t* CudaBackend::readback_wait(Readback& r) {
+  FORGE_CUDA_CHECK(cudaEventSynchronize(static_cast<cudaEvent_t>(r.done)));
+  return r.host;
+}
+
 }  // namespace forge
