@@ -2,10 +2,10 @@
 # Prepares the token shards of the training-quality comparison (tools/quality/run.sh), ONCE, on
 # the CPU machine; the directory (~20 MB) then travels to the GPU machine.
 #
-# Corpus: the "fortunes + gcide" text of shared/ANCHORS.md (scripts/make_corpus.sh: every file of
-# Debian's `fortunes`, then the dictionary `dict-gcide`), cut to its first BYTES bytes at a line
-# end (default 25,000,000: ~9.6M GPT-2 tokens, ~23 MB of shards and tokenizer files), one document per line (--format lines), 1% of the
-# lines held out for validation, GPT-2's tokenizer (50,257 ids, uint16 shards).
+# Corpus: the "fortunes + gcide" text of shared/ANCHORS.md (scripts/make_corpus.sh: every file
+# of Debian's `fortunes`, then the dictionary `dict-gcide`), cut to its first BYTES bytes at a
+# line end (default 25,000,000), one document per line (--format lines), 1% of the lines held out
+# for validation, GPT-2's tokenizer (50,257 ids, uint16 shards).
 #
 # usage: tools/quality/prepare.sh FORGE GPT2_TOKENIZER OUT [BYTES]
 #   FORGE           the forge binary (e.g. build/forge)
