@@ -11,8 +11,10 @@
 #   4. torch_train.py B    another window order (--seed SEED_B), otherwise as A -> OUT/torch-B.jsonl
 #   5. plot_svg.py         OUT/quality.svg and the summary (stdout and OUT/summary.txt): final val
 #                          losses, |Forge - A| against the noise |A - B|
-# A stage whose output is already there is skipped (a second call continues where one stopped,
-# as long as WORK survives: it is inside the checkout, ignored by git).
+# Everything is written under WORK (results in WORK/results, copied to OUT at the end, whatever
+# happened). A stage whose result is already in WORK/results is skipped, so a second device call
+# on the still-warm machine continues where the first stopped; other settings than the ones that
+# made WORK/results clear it first (WORK/results/settings.txt).
 #
 # --check: the proof that init and batches are the same, before the long run: a tiny GPT-2
 # (2 layers, width 128, 2 heads, context 64, GPT-2's vocabulary), fp32 on both sides, 20 steps of
@@ -28,7 +30,7 @@
 #
 # usage: tools/quality/run.sh FORGE DATA OUT [--check]
 #   e.g. device run (carry dev-out): bash tools/quality/run.sh dev-out/bin/forge dev-out/quality-data $OUT
-# Environment (defaults): PYTHON=python3 WORK=dev-out/quality-work STEPS=1000 BATCH=32 SEQ=1024
+# Environment (defaults): PYTHON=python3 WORK=/tmp/forge-quality STEPS=1000 BATCH=32 SEQ=1024
 #   EVAL_EVERY=100 EVAL_WINDOWS=64 FORGE_SEED=1337 (forge's seed: its window order) INIT_SEED=1337
 #   SEED_B=1 COMPILE=1 DEVICE=cuda PRECISION=bf16 WINDOW=25 (train-loss smoothing) TAIL=200
 #   (steps compared) INIT_ARGS= (more make_init.py arguments: a smaller model for a dry run, e.g.
@@ -50,7 +52,7 @@ fi
 forge=$1 data=$2 out=$3 check=${4:-}
 here=$(cd "$(dirname "$0")" && pwd)
 py=${PYTHON:-python3}
-work=${WORK:-dev-out/quality-work}
+work=${WORK:-/tmp/forge-quality}
 device=${DEVICE:-cuda}
 for f in "$forge" "$data/train_000000.bin" "$data/val_000000.bin"; do
   [[ -e $f ]] || { echo "$0: $f not found" >&2; exit 2; }
@@ -106,7 +108,19 @@ stages=${STAGES:-init forge torchA torchB plot}
 compile=()
 [[ ${COMPILE:-1} == 1 ]] && compile=(--compile)
 has() { [[ " $stages " == *" $1 "* ]]; }
-stamp() { echo "== $(date -u +%H:%M:%S) $*"; }
+res=$work/results
+settings="steps=$steps batch=$batch seq=$seq eval_every=$eval_every eval_windows=$eval_windows \
+forge_seed=$forge_seed seed_b=$seed_b precision=$precision device=$device \
+init_seed=${INIT_SEED:-1337} init_args=${INIT_ARGS:-} compile=${COMPILE:-1} \
+data=$(cd "$data" && pwd) forge=$(cd "$(dirname "$forge")" && pwd)/$(basename "$forge")"
+if [[ -f $res/settings.txt && $(cat "$res/settings.txt") != "$settings" ]]; then
+  echo "WORK=$work holds a run with other settings; starting afresh"
+  rm -rf "$work/init" "$work/forge-run" "$res"
+fi
+mkdir -p "$res" && echo "$settings" > "$res/settings.txt" || exit 2
+save() { cp -r "$res"/. "$out"/; }  # after every stage: a device call cut short keeps what ran
+trap save EXIT
+stamp() { save; echo "== $(date -u +%H:%M:%S) $*"; }
 
 if has init && [[ ! -f $work/init/model.safetensors ]]; then
   stamp "make_init.py: GPT-2 124M, seed ${INIT_SEED:-1337} ${INIT_ARGS:-}"
@@ -115,47 +129,47 @@ if has init && [[ ! -f $work/init/model.safetensors ]]; then
     exit 1
 fi
 
-if has forge && [[ ! -f $out/forge.jsonl ]]; then
+if has forge && [[ ! -f $res/forge.jsonl ]]; then
   stamp "forge train: $steps steps of $batch x $seq, $device $precision"
   rm -rf "$work/forge-run"
   "$forge" train --init-from "$work/init" --data "$data" --out "$work/forge-run" \
     --device "$device" --precision "$precision" --steps "$steps" batch_size="$batch" seq_len="$seq" \
     eval_every="$eval_every" eval_windows="$eval_windows" seed="$forge_seed" \
-    > "$out/forge.log" 2>&1 || status=1
-  grep -E "^(model|batch|device|done)" "$out/forge.log"
+    > "$res/forge.log" 2>&1 || status=1
+  grep -E "^(model|batch|device|done)" "$res/forge.log"
   if [[ -f $work/forge-run/metrics.jsonl && $status == 0 ]]; then
-    cp "$work/forge-run/metrics.jsonl" "$out/forge.jsonl"
-    cp "$work/forge-run/config.json" "$out/forge-config.json"
+    cp "$work/forge-run/metrics.jsonl" "$res/forge.jsonl"
+    cp "$work/forge-run/config.json" "$res/forge-config.json"
   else
-    tail -5 "$out/forge.log"
+    tail -5 "$res/forge.log"
   fi
 fi
 
 torch_run() {  # name, --seed value
   local name=$1 seed=$2
-  [[ -f $out/torch-$name.jsonl ]] && return 0
+  [[ -f $res/torch-$name.jsonl ]] && return 0
   stamp "torch_train.py $name: --seed $seed, $precision${compile:+, torch.compile}"
-  "$py" "$here/torch_train.py" --init "$work/init" --data "$data" --out "$out/torch-$name.part" \
+  "$py" "$here/torch_train.py" --init "$work/init" --data "$data" --out "$res/torch-$name.part" \
     --steps "$steps" --batch "$batch" --seq-len "$seq" --eval-every "$eval_every" \
     --eval-windows "$eval_windows" --seed "$seed" --forge-seed "$forge_seed" --precision "$precision" \
-    --device "$device" "${compile[@]}" > "$out/torch-$name.log" 2>&1
+    --device "$device" "${compile[@]}" > "$res/torch-$name.log" 2>&1
   local rc=$?
-  tail -3 "$out/torch-$name.log"
+  tail -3 "$res/torch-$name.log"
   # Only a finished run counts as done (a killed one would be taken as complete next time).
-  if [[ $rc == 0 ]]; then mv "$out/torch-$name.part" "$out/torch-$name.jsonl"; else status=1; fi
+  if [[ $rc == 0 ]]; then mv "$res/torch-$name.part" "$res/torch-$name.jsonl"; else status=1; fi
 }
 has torchA && torch_run A forge
 has torchB && torch_run B "$seed_b"
 
 if has plot; then
-  if [[ -f $out/forge.jsonl && -f $out/torch-A.jsonl && -f $out/torch-B.jsonl ]]; then
+  if [[ -f $res/forge.jsonl && -f $res/torch-A.jsonl && -f $res/torch-B.jsonl ]]; then
     stamp "plot_svg.py"
-    "$py" "$here/plot_svg.py" --forge "$out/forge.jsonl" --torch "$out/torch-A.jsonl" \
-      --torch "$out/torch-B.jsonl" --out "$out/quality.svg" --window "${WINDOW:-25}" \
+    "$py" "$here/plot_svg.py" --forge "$res/forge.jsonl" --torch "$res/torch-A.jsonl" \
+      --torch "$res/torch-B.jsonl" --out "$res/quality.svg" --window "${WINDOW:-25}" \
       --tail "${TAIL:-200}" --labels "Forge ($precision)" "PyTorch A (Forge's window order)" \
-      "PyTorch B (window seed $seed_b)" | tee "$out/summary.txt" || status=1
+      "PyTorch B (window seed $seed_b)" | tee "$res/summary.txt" || status=1
   else
-    echo "plot: skipped, a run is missing (forge.jsonl, torch-A.jsonl, torch-B.jsonl in $out)"
+    echo "plot: skipped, a run is missing (forge.jsonl, torch-A.jsonl, torch-B.jsonl in $res)"
     status=1
   fi
 fi
