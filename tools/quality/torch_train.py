@@ -22,8 +22,8 @@ Recipe (src/forge/train/train_config.h, schedule.h, ops/adamw.h, ops/grad_norm.h
 linear warm-up over max(1, steps // 20) steps as lr*(s+1)/warmup, cosine to 0.1*lr at the last
 step, AdamW betas (0.9, 0.95), eps 1e-8, weight decay 0.1 on the tensors with >= 2 dimensions
 (wte, wpe and the four weight matrices of every block; not biases, not LayerNorm), global-norm
-clipping to 1.0 (factor min(1, clip / (norm + 1e-6))), the loss of a step the mean over its
-micro-batches.
+clipping to 1.0 (the norm summed in f64, factor min(1, clip / (norm + 1e-6))), the loss of a
+step the mean over its micro-batches.
 Precision: fp32 (true fp32: TF32 off, as Forge's --precision fp32) or bf16 = f32 weights, Adam
 state and gradients with torch.autocast(bfloat16) around the forward. Forge's bf16 differs in
 one way this script cannot copy: Forge keeps every activation, the residual stream included, in
@@ -319,9 +319,14 @@ def main():
             (loss / GA).backward()
             losses.append(loss.detach())
         loss_sum = float(torch.stack(losses).double().mean())
-        # The global norm; clipping factor min(1, clip / (norm + 1e-6)), none when clip <= 0.
-        norm = float(torch.nn.utils.clip_grad_norm_(
-            params, a.grad_clip if a.grad_clip > 0 else float("inf")))
+        # The global norm accumulated in f64 as Forge does (ops/grad_norm.h; torch's
+        # clip_grad_norm_ sums in f32, 1e-5 to 1e-4 off here on a 2-layer model), then Forge's
+        # clipping factor min(1, clip / (norm + 1e-6)), none when clip <= 0.
+        grads = [p.grad for p in params]
+        norm = float(torch.linalg.vector_norm(torch.stack(
+            [torch.linalg.vector_norm(g, dtype=torch.float64) for g in grads])))
+        if a.grad_clip > 0 and a.grad_clip / (norm + 1e-6) < 1:
+            torch._foreach_mul_(grads, a.grad_clip / (norm + 1e-6))
         lr = lr_at(step, a.lr, warmup, a.steps, a.min_lr_frac)
         for g in opt.param_groups:
             g["lr"] = lr
