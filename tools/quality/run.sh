@@ -11,8 +11,8 @@
 #   4. torch_train.py B    another window order (--seed SEED_B), otherwise as A -> OUT/torch-B.jsonl
 #   5. plot_svg.py         OUT/quality.svg and the summary (stdout and OUT/summary.txt): final val
 #                          losses, |Forge - A| against the noise |A - B|
-# Everything is written under WORK (results in WORK/results, copied to OUT at the end, whatever
-# happened). A stage whose result is already in WORK/results is skipped, so a second device call
+# Everything is written under WORK (results in WORK/results, copied to OUT after every stage and
+# at the end, whatever happened). A stage whose result is already in WORK/results is skipped, so a second device call
 # on the still-warm machine continues where the first stopped; other settings than the ones that
 # made WORK/results clear it first (WORK/results/settings.txt).
 #
@@ -29,7 +29,10 @@
 # (9,647,304 train / 98,121 val tokens).
 #
 # usage: tools/quality/run.sh FORGE DATA OUT [--check]
-#   e.g. device run (carry dev-out): bash tools/quality/run.sh dev-out/bin/forge dev-out/quality-data $OUT
+#   e.g. device run, carrying dev-out (dev-out/bundle.tar.xz from scripts/device-bundle.sh on a
+#   CUDA build, and dev-out/quality-data; ~24 MB + the bundle, under the 64 MiB carry limit):
+#     bash tools/quality/run.sh dev-out/bin/forge dev-out/quality-data $OUT --check
+#     bash tools/quality/run.sh dev-out/bin/forge dev-out/quality-data $OUT
 # Environment (defaults): PYTHON=python3 WORK=/tmp/forge-quality STEPS=1000 BATCH=32 SEQ=1024
 #   EVAL_EVERY=100 EVAL_WINDOWS=64 FORGE_SEED=1337 (forge's seed: its window order) INIT_SEED=1337
 #   SEED_B=1 COMPILE=1 DEVICE=cuda PRECISION=bf16 WINDOW=25 (train-loss smoothing) TAIL=200
@@ -37,8 +40,8 @@
 #   DEVICE=cpu PRECISION=fp32 COMPILE=0 INIT_ARGS="--layers 2 --width 64 --heads 2 --ctx 64"
 #   STEPS=30 BATCH=4 SEQ=64 EVAL_EVERY=10 EVAL_WINDOWS=8 WINDOW=5 TAIL=10)
 #
-# Time on one H200 (estimate, not measured): Forge ~70 s (GPT-2 124M at 32 x 1024 ran at ~290k
-# tokens/s at 16 x 1024 and ~568k at 64 x 1024: ~60-110 ms a step) + 11 evaluations; each
+# Time on one H200 (estimate, not measured): Forge ~70 s (forge bench train, GPT-2 124M: ~290k
+# tokens/s at 16 x 1024, ~568k at 64 x 1024, so ~60-110 ms a step at 32 x 1024); each
 # PyTorch run ~40-90 s of torch.compile + ~70-120 s of steps (torch.compile did ~530k tokens/s at
 # 64 x 1024; this script syncs once a step to log the loss); ~6-8 minutes in all. If one device
 # call cannot hold it, run it twice: the second call skips the stages the first finished (WORK
@@ -54,6 +57,9 @@ here=$(cd "$(dirname "$0")" && pwd)
 py=${PYTHON:-python3}
 work=${WORK:-/tmp/forge-quality}
 device=${DEVICE:-cuda}
+# A forge packed by scripts/device-bundle.sh: unpacked here, with the libraries it brings.
+[[ ! -e $forge && -f dev-out/bundle.tar.xz ]] && tar -xJf dev-out/bundle.tar.xz -C dev-out
+[[ -d dev-out/lib ]] && export LD_LIBRARY_PATH="$PWD/dev-out/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 for f in "$forge" "$data/train_000000.bin" "$data/val_000000.bin"; do
   [[ -e $f ]] || { echo "$0: $f not found" >&2; exit 2; }
 done
