@@ -83,8 +83,8 @@ def open_shard(path):
 
 
 def list_shards(data, split):
-    if os.path.isfile(data):
-        sys.exit("torch_train.py: --data must be a directory of train_*.bin / val_*.bin shards")
+    if not os.path.isdir(data):
+        sys.exit(f"torch_train.py: {data}: not a directory of train_*.bin / val_*.bin shards")
     names = sorted(n for n in os.listdir(data) if n.startswith(split + "_") and n.endswith(".bin"))
     return [open_shard(os.path.join(data, n)) for n in names]
 
@@ -147,6 +147,8 @@ def build_model(init_dir, torch):
     import torch.nn.functional as F
     from safetensors.torch import load_file
 
+    if not os.path.isfile(os.path.join(init_dir, "config.json")):
+        sys.exit(f"torch_train.py: {init_dir}: no config.json (a model directory of make_init.py)")
     cfg = json.load(open(os.path.join(init_dir, "config.json")))
     if cfg.get("model_type") != "gpt2":
         sys.exit(f"torch_train.py: {init_dir}: model_type {cfg.get('model_type')!r}, expected gpt2")
@@ -250,7 +252,7 @@ def main():
     # the GEMMs run in bf16 either way.
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
-    data_seed = a.forge_seed if a.seed == "forge" else int(a.seed)
+    data_seed = a.forge_seed if a.seed == "forge" else (int(a.seed) if a.seed.isdigit() else -1)
     if not 0 <= data_seed < 2 ** 64:
         sys.exit("torch_train.py: --seed must be 'forge' or an integer in [0, 2^64)")
     dev = torch.device(a.device)
@@ -260,7 +262,10 @@ def main():
     if T > cfg["n_positions"]:
         sys.exit(f"torch_train.py: --seq-len {T} exceeds n_positions {cfg['n_positions']}")
     B, GA = a.batch, a.grad_accum
-    windows = TrainWindows(list_shards(a.data, "train"), T, data_seed)
+    train_shards = list_shards(a.data, "train")
+    if not train_shards:
+        sys.exit(f"torch_train.py: {a.data}: no train_*.bin shards")
+    windows = TrainWindows(train_shards, T, data_seed)
     val = torch.from_numpy(val_windows(list_shards(a.data, "val"), T, a.eval_windows))
     warmup = a.warmup_steps if a.warmup_steps >= 0 else max(1, a.steps // 20)
 
@@ -320,7 +325,7 @@ def main():
             losses.append(loss.detach())
         loss_sum = float(torch.stack(losses).double().mean())
         # The global norm accumulated in f64 as Forge does (ops/grad_norm.h; torch's
-        # clip_grad_norm_ sums in f32, 1e-5 to 1e-4 off here on a 2-layer model), then Forge's
+        # clip_grad_norm_ sums in f32: 6e-6 to 1e-4 off on a 2-layer test model), then Forge's
         # clipping factor min(1, clip / (norm + 1e-6)), none when clip <= 0.
         grads = [p.grad for p in params]
         norm = float(torch.linalg.vector_norm(torch.stack(
