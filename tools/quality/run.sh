@@ -176,6 +176,7 @@ if has plot; then
       --torch "$res/torch-B.jsonl" --out "$res/quality.svg" --window "${WINDOW:-25}" \
       --tail "${TAIL:-200}" --labels "Forge ($precision)" "PyTorch A (Forge's window order)" \
       "PyTorch B (window seed $seed_b)" | tee "$res/summary.txt" || status=1
+    echo "results in $out: quality.svg, summary.txt, the runs' JSONL and logs"
   else
     echo "plot: skipped, a run is missing (forge.jsonl, torch-A.jsonl, torch-B.jsonl in $res)"
     status=1
