@@ -192,6 +192,46 @@ TEST_P(DecodeLoopTest, AnEndedRequestsLastStepIsNotHandedToItsSlotsNextRequest) 
   EXPECT_EQ(tokens_[2], 9);
 }
 
+// Requests admitted together are prefilled in packed rows (here 30 + 30 tokens in one, 20 in the
+// next: the 64-token context caps a row) and still get the ids they get alone; one asking for
+// no ids ends at once without a slot, an invalid one and one beyond the free slots are refused
+// by name and the others admitted.
+TEST_P(DecodeLoopTest, RequestsAdmittedTogetherGetTheirIdsAlone) {
+  auto ids = [](int n, int32_t first) {
+    std::vector<int32_t> v(n);
+    for (int i = 0; i < n; ++i) v[i] = (first + 7 * i) % 97;
+    return v;
+  };
+  const GenRequest a = request({1, 2, 3}, 25), b = request(ids(30, 5), 12), c = request(ids(30, 11), 9, 0.9f, 77);
+  const GenRequest d = request(ids(20, 3), 14), zero = request({4, 4}, 0), bad = request({}, 5), e = request({8}, 5);
+  const GenResult want_a = alone(a), want_b = alone(b), want_c = alone(c), want_d = alone(d);
+  auto loop = open(4, 64);
+  loop->admit(a, 0);
+  loop->step();
+  loop->step();
+  const std::vector<std::string> why = loop->admit_batch({&b, &zero, &c, &bad, &d, &e}, {1, 2, 3, 4, 5, 6});
+  ASSERT_EQ(why.size(), 6u);
+  EXPECT_EQ(why[0], "");
+  EXPECT_EQ(why[1], "");
+  EXPECT_EQ(why[2], "");
+  EXPECT_NE(why[3].find("empty"), std::string::npos) << why[3];
+  EXPECT_EQ(why[4], "");
+  EXPECT_NE(why[5].find("busy"), std::string::npos) << why[5];
+  ASSERT_EQ(done_.count(2), 1u);  // no ids asked: ended at once
+  EXPECT_TRUE(done_[2].ids.empty());
+  EXPECT_EQ(loop->live(), 4);
+  EXPECT_EQ(tokens_[1], 1);  // each admitted request has its first id
+  EXPECT_EQ(tokens_[3], 1);
+  EXPECT_EQ(tokens_[5], 1);
+  while (loop->live() > 0) loop->step();
+  EXPECT_EQ(done_[0].ids, want_a.ids);
+  EXPECT_EQ(done_[1].ids, want_b.ids);
+  EXPECT_EQ(done_[3].ids, want_c.ids);
+  EXPECT_EQ(done_[5].ids, want_d.ids);
+  EXPECT_EQ(done_.count(4), 0u);
+  EXPECT_EQ(done_.count(6), 0u);
+}
+
 INSTANTIATE_TEST_SUITE_P(Steps, DecodeLoopTest, ::testing::Values(false, true),
                          [](const ::testing::TestParamInfo<bool>& i) { return i.param ? "Pipelined" : "Waiting"; });
 

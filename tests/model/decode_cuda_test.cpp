@@ -46,7 +46,7 @@ class DecodeCudaTest : public CudaTest {
   }
 
   void expect_matches_cpu(const ModelConfig& cfg, DType dt, testing::Tol tol, const std::vector<int>& prompt_len,
-                          int steps, int capacity, bool perturb = false) {
+                          int steps, int capacity, bool perturb = false, bool packed_gpu = false) {
     Transformer<float> cpu(cfg);
     cpu.init_weights(21);
     if (perturb) testing::perturb_weights(cpu.weights(), cpu.table(), 22);
@@ -56,11 +56,28 @@ class DecodeCudaTest : public CudaTest {
     cpu.plan_decode(S, capacity);
     gpu.plan_decode(S, capacity);
     std::vector<std::vector<int32_t>> seq(S);
+    std::vector<PrefillSeg> segs;
+    std::vector<int32_t> tokens, pos_in, seg_in;  // packed_gpu: all prompts in one row, last slot first
     for (int s = 0; s < S; ++s) {
       seq[s] = testing::random_ids(prompt_len[s] + steps, cfg.vocab_size, 300 + s);
       cpu.prefill(s, seq[s].data(), prompt_len[s]);
-      auto d = upload(seq[s]);
-      gpu.prefill(s, d.data(), prompt_len[s]);
+      if (!packed_gpu) {
+        auto d = upload(seq[s]);
+        gpu.prefill(s, d.data(), prompt_len[s]);
+      }
+    }
+    if (packed_gpu) {
+      for (int s = S - 1; s >= 0; --s) {
+        segs.push_back({s, prompt_len[s]});
+        for (int t = 0; t < prompt_len[s]; ++t) {
+          tokens.push_back(seq[s][t]);
+          pos_in.push_back(t);
+          seg_in.push_back(S - 1 - s);
+        }
+      }
+      auto dt_ = upload(tokens), dp = upload(pos_in), ds = upload(seg_in);
+      gpu.prefill_packed(segs.data(), S, dt_.data(), TokenLayout{dp.data(), ds.data()});
+      ctx().synchronize();
     }
     auto check = [&](const std::string& what) {
       for (int s = 0; s < S; ++s) {
@@ -119,6 +136,19 @@ TEST_F(DecodeCudaTest, HfFamilyVariantsMatchCpu) {
     expect_matches_cpu(cfg, DType::kF32, kTolF32Decode, {5, 2, 12}, 10, 32, true);
     expect_matches_cpu(cfg, DType::kBF16, cuda::testing::kTolBf16, {5, 2, 12}, 10, 32, true);
   }
+}
+
+// Several prompts prefilled in one packed row (Model::prefill_packed: segment masks in the
+// training attention, each prompt's keys and values to its own slot) against the CPU's prompts
+// prefilled one by one; then decode steps from those caches.
+TEST_F(DecodeCudaTest, PackedPrefillMatchesCpu) {
+  expect_matches_cpu(decode_config(Family::kGpt2), DType::kF32, kTolF32Decode, {3, 9, 1}, 6, 32, false, true);
+  expect_matches_cpu(decode_config(Family::kGpt2), DType::kBF16, cuda::testing::kTolBf16, {3, 9, 1}, 6, 32, false,
+                     true);
+  ModelConfig cfg = decode_config(Family::kLlama);
+  expect_matches_cpu(cfg, DType::kBF16, cuda::testing::kTolBf16, {5, 2, 12, 7}, 6, 32, false, true);
+  cfg.sliding_window = 6;
+  expect_matches_cpu(cfg, DType::kBF16, cuda::testing::kTolBf16, {9, 3}, 8, 32, false, true);
 }
 
 }  // namespace

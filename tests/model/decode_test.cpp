@@ -2,7 +2,8 @@
 // at different positions decoded together, each slot's logits compared with forward_logits over
 // that slot's whole sequence. GPT-2 (learned positions, fused strided q|k|v), Llama with GQA in
 // both RoPE styles and with scaled RoPE, and a sliding window whose cache is a ring (prompts
-// longer than the window).
+// longer than the window). Every case twice: the prompts prefilled one by one, and all at once
+// packed into one row (Model::prefill_packed, what a decode loop admitting several requests runs).
 #include <gtest/gtest.h>
 
 #include <vector>
@@ -22,6 +23,8 @@ using testing::small_config;
 // next tokens (teacher forcing, so the reference is the full forward over the same ids).
 void expect_decode_matches_full(const ModelConfig& cfg, const std::vector<int>& prompt_len, int steps,
                                 int capacity, uint64_t seed, bool perturb = false) {
+  for (const bool packed : {false, true}) {
+  SCOPED_TRACE(packed ? "packed prefill" : "one prefill per slot");
   Transformer<double> model(cfg);
   model.init_weights(seed);
   if (perturb) testing::perturb_weights(model.weights(), model.table(), seed + 7);
@@ -45,9 +48,24 @@ void expect_decode_matches_full(const ModelConfig& cfg, const std::vector<int>& 
   };
   model.plan_decode(S, capacity);
   // Prefill in reverse slot order: a prefill must leave the other slots' caches alone.
-  for (int s = S - 1; s >= 0; --s) {
-    model.prefill(s, seq[s].data(), prompt_len[s]);
-    EXPECT_EQ(model.decode_positions()[s], prompt_len[s]);
+  if (!packed) {
+    for (int s = S - 1; s >= 0; --s) {
+      model.prefill(s, seq[s].data(), prompt_len[s]);
+      EXPECT_EQ(model.decode_positions()[s], prompt_len[s]);
+    }
+  } else {  // one row: slot S−1's prompt first, with positions from 0 and its own segment id
+    std::vector<PrefillSeg> segs;
+    std::vector<int32_t> tokens, pos, seg;
+    for (int s = S - 1; s >= 0; --s) {
+      segs.push_back({s, prompt_len[s]});
+      for (int t = 0; t < prompt_len[s]; ++t) {
+        tokens.push_back(seq[s][t]);
+        pos.push_back(t);
+        seg.push_back(S - 1 - s);
+      }
+    }
+    model.prefill_packed(segs.data(), S, tokens.data(), TokenLayout{pos.data(), seg.data()});
+    for (int s = 0; s < S; ++s) EXPECT_EQ(model.decode_positions()[s], prompt_len[s]);
   }
   for (int s = 0; s < S; ++s)
     EXPECT_TRUE(all_close(decoded(s), row(s, prompt_len[s] - 1), testing::kTolF64)) << "prefill, slot " << s;
@@ -60,6 +78,7 @@ void expect_decode_matches_full(const ModelConfig& cfg, const std::vector<int>& 
       EXPECT_TRUE(all_close(decoded(s), row(s, prompt_len[s] + i), testing::kTolF64))
           << "step " << i << ", slot " << s;
     }
+  }
   }
 }
 
@@ -123,6 +142,29 @@ TEST(ModelDecodeTest, HfFamilyVariantsMatchFullRecomputation) {
     SCOPED_TRACE(name);
     expect_decode_matches_full(cfg, {5, 1, 9}, 8, 32, 5, true);
   }
+}
+
+TEST(ModelDecodeTest, PackedPrefillRefusesBadPacks) {
+  const ModelConfig cfg = small_config(Family::kLlama);
+  Transformer<float> model(cfg);
+  model.init_weights(3);
+  model.plan_decode(3, 16);
+  const std::vector<int32_t> ids = testing::random_ids(cfg.max_seq_len + 1, cfg.vocab_size, 4);
+  std::vector<int32_t> pos(ids.size()), seg(ids.size(), 0);
+  for (size_t t = 0; t < pos.size(); ++t) pos[t] = static_cast<int32_t>(t % 8);
+  const TokenLayout lay{pos.data(), seg.data()};
+  const PrefillSeg twice[] = {{1, 4}, {1, 4}}, outside[] = {{0, 4}, {3, 4}}, empty[] = {{0, 4}, {2, 0}};
+  EXPECT_THROW(model.prefill_packed(twice, 2, ids.data(), lay), Error);
+  EXPECT_THROW(model.prefill_packed(outside, 2, ids.data(), lay), Error);
+  EXPECT_THROW(model.prefill_packed(empty, 2, ids.data(), lay), Error);
+  const PrefillSeg two[] = {{0, 4}, {1, 4}};
+  EXPECT_THROW(model.prefill_packed(two, 2, ids.data(), TokenLayout{}), Error);  // no positions or segments
+  // Prompts of 16 tokens, each fitting its slot, one more than the context (max_seq_len) holds.
+  const int each = 16, k = cfg.max_seq_len / each + 1;
+  ASSERT_LE(k, 3);
+  std::vector<PrefillSeg> over;
+  for (int i = 0; i < k; ++i) over.push_back({i, each});
+  EXPECT_THROW(model.prefill_packed(over.data(), k, ids.data(), lay), Error);
 }
 
 TEST(ModelDecodeTest, FloatModelMatchesFullRecomputation) {

@@ -40,6 +40,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "forge/core/error.h"
@@ -103,6 +104,12 @@ class DecodeSession {
   // Prefills `q` into a free slot (forge::Error when there is none or the request is invalid) and
   // samples its first id; the request may end at once (on_done is called before this returns).
   virtual void admit(const GenRequest& q, int tag) = 0;
+  // Admits several requests at once, their prompts prefilled together (packed into rows of at
+  // most max_seq_len tokens: Model::prefill_packed, one forward's launches for many prompts).
+  // Returns per request "" when admitted (it may have ended at once) or why it was not (invalid,
+  // or no free slot left for it); forge::Error when the prefill itself fails.
+  virtual std::vector<std::string> admit_batch(const std::vector<const GenRequest*>& qs,
+                                               const std::vector<int>& tags) = 0;
   // One decode step when any slot is live: every live request gets one id; those that end free
   // their slot.
   virtual void step() = 0;
@@ -125,12 +132,13 @@ class DecodeLoop final : public DecodeSession {
     context_ = model.decode_context();
     settings_ = be_.template buf<SamplerSettings>(S_);
     seen_ = be_.template buf<uint8_t>(opt.penalty ? static_cast<size_t>(S_) * V_ : 0);
-    prompt_ids_ = be_.template buf<int32_t>(static_cast<size_t>(context_));
+    // A packed prefill's tokens, positions and segment ids, one after another.
+    prompt_ids_ = be_.template buf<int32_t>(3 * static_cast<size_t>(cfg.max_seq_len));
     seen_p_ = opt.penalty ? seen_.data() : nullptr;
     // A slot that never held a request still samples each step: greedy on its own finite logits
     // (device memory starts as garbage, and a garbage top_k or temperature is no setting).
-    const std::vector<SamplerSettings> greedy(S_);
-    be_.upload(settings_.data(), greedy.data(), S_);
+    settings_host_.assign(S_, SamplerSettings{});
+    be_.upload(settings_.data(), settings_host_.data(), S_);
     if (seen_p_) {
       const std::vector<uint8_t> none(static_cast<size_t>(S_) * V_, 0);
       be_.upload(seen_p_, none.data(), none.size());
@@ -164,40 +172,47 @@ class DecodeLoop final : public DecodeSession {
   }
 
   void admit(const GenRequest& q, int tag) override {
-    if (const std::string why = invalid(q); !why.empty()) throw Error(why);
-    if (q.max_new_tokens == 0) {  // ends before it needs a slot
-      if (on_done_) on_done_(tag, GenResult{});
-      return;
-    }
+    const std::vector<std::string> why = admit_batch({&q}, {tag});
+    if (!why[0].empty()) throw Error(why[0]);
+  }
+
+  std::vector<std::string> admit_batch(const std::vector<const GenRequest*>& qs,
+                                       const std::vector<int>& tags) override {
+    FORGE_CHECK(qs.size() == tags.size(), "admit_batch: ", qs.size(), " requests, ", tags.size(), " tags");
+    std::vector<std::string> why(qs.size());
+    std::vector<std::pair<size_t, int>> take;  // (request, slot)
+    std::vector<bool> taken(S_, false);
     int s = 0;
-    while (s < S_ && slots_[s].live) ++s;
-    if (s == S_) throw Error(str("decode loop: all ", S_, " slots are busy"));
-    const auto tp = Clock::now();
-    const int T = static_cast<int>(q.prompt.size());
-    be_.upload(prompt_ids_.data(), q.prompt.data(), T);
-    be_.upload(settings_.data() + s, &q.sampling, 1);
-    if (seen_p_) {
-      std::vector<uint8_t> row(V_, 0);
-      for (int32_t id : q.prompt) row[id] = 1;
-      be_.upload(seen_p_ + static_cast<size_t>(s) * V_, row.data(), V_);
+    for (size_t i = 0; i < qs.size(); ++i) {
+      why[i] = invalid(*qs[i]);
+      if (!why[i].empty()) continue;
+      if (qs[i]->max_new_tokens == 0) {  // ends before it needs a slot
+        if (on_done_) on_done_(tags[i], GenResult{});
+        continue;
+      }
+      while (s < S_ && (slots_[s].live || taken[s])) ++s;
+      if (s == S_) {
+        why[i] = str("decode loop: all ", S_, " slots are busy");
+        continue;
+      }
+      taken[s] = true;
+      take.emplace_back(i, s);
     }
-    model_.prefill(s, prompt_ids_.data(), T);
-    be_.sample(model_.decode_tokens() + s, be_.at(model_.decode_logits(), static_cast<int64_t>(s) * Vp_),
-               settings_.data() + s, seen_p_ ? seen_p_ + static_cast<size_t>(s) * V_ : nullptr,
-               model_.decode_positions() + s, 1, V_, Vp_);
-    int32_t id = 0;
-    be_.download(&id, model_.decode_tokens() + s, 1);
-    Slot& sl = slots_[s];
-    sl.live = true;
-    sl.request = ++admitted_;
-    sl.tag = tag;
-    sl.max_new_tokens = q.max_new_tokens;
-    sl.stop_ids = q.stop_ids;
-    sl.length = T;
-    sl.res = GenResult{};
-    ++live_;
-    accept(s, id);
-    if (stats_) stats_->prefill_s += since(tp);
+    const auto tp = Clock::now();
+    const int64_t row = model_.config().max_seq_len;
+    size_t first = 0;
+    int64_t tokens = 0;
+    for (size_t j = 0; j <= take.size(); ++j) {  // packs of consecutive requests, <= row tokens each
+      const int64_t len = j < take.size() ? static_cast<int64_t>(qs[take[j].first]->prompt.size()) : 0;
+      if (j > first && (j == take.size() || tokens + len > row)) {
+        prefill_pack(qs, tags, take, first, j);
+        first = j;
+        tokens = 0;
+      }
+      tokens += len;
+    }
+    if (stats_ && !take.empty()) stats_->prefill_s += since(tp);
+    return why;
   }
 
   void step() override {
@@ -261,6 +276,61 @@ class DecodeLoop final : public DecodeSession {
   };
   static double since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
+  // Prefills requests take[first, last) (their slots free and reserved) in one packed forward,
+  // samples each one's first id and hands it out.
+  void prefill_pack(const std::vector<const GenRequest*>& qs, const std::vector<int>& tags,
+                    const std::vector<std::pair<size_t, int>>& take, size_t first, size_t last) {
+    const int k = static_cast<int>(last - first);
+    std::vector<PrefillSeg> segs(k);
+    std::vector<int32_t> host;  // tokens, then (k > 1) positions and segment ids
+    for (int i = 0; i < k; ++i) {
+      const GenRequest& q = *qs[take[first + i].first];
+      const int s = take[first + i].second;
+      segs[i] = {s, static_cast<int>(q.prompt.size())};
+      host.insert(host.end(), q.prompt.begin(), q.prompt.end());
+      settings_host_[s] = q.sampling;
+      if (seen_p_) {
+        std::vector<uint8_t> seen(V_, 0);
+        for (int32_t id : q.prompt) seen[id] = 1;
+        be_.upload(seen_p_ + static_cast<size_t>(s) * V_, seen.data(), V_);
+      }
+    }
+    const size_t T = host.size();
+    if (k > 1) {
+      host.resize(3 * T);
+      size_t t = 0;
+      for (int i = 0; i < k; ++i)
+        for (int p = 0; p < segs[i].len; ++p, ++t) {
+          host[T + t] = p;
+          host[2 * T + t] = i;
+        }
+    }
+    be_.upload(prompt_ids_.data(), host.data(), host.size());
+    be_.upload(settings_.data(), settings_host_.data(), S_);
+    const TokenLayout layout = k > 1 ? TokenLayout{prompt_ids_.data() + T, prompt_ids_.data() + 2 * T} : TokenLayout{};
+    model_.prefill_packed(segs.data(), k, prompt_ids_.data(), layout);
+    for (const PrefillSeg& sg : segs)
+      be_.sample(model_.decode_tokens() + sg.slot, be_.at(model_.decode_logits(), static_cast<int64_t>(sg.slot) * Vp_),
+                 settings_.data() + sg.slot, seen_p_ ? seen_p_ + static_cast<size_t>(sg.slot) * V_ : nullptr,
+                 model_.decode_positions() + sg.slot, 1, V_, Vp_);
+    std::vector<int32_t> ids(S_);
+    be_.download(ids.data(), model_.decode_tokens(), S_);
+    for (int i = 0; i < k; ++i) {
+      const GenRequest& q = *qs[take[first + i].first];
+      const int s = segs[i].slot;
+      Slot& sl = slots_[s];
+      sl.live = true;
+      sl.request = ++admitted_;
+      sl.tag = tags[take[first + i].first];
+      sl.max_new_tokens = q.max_new_tokens;
+      sl.stop_ids = q.stop_ids;
+      sl.length = segs[i].len;
+      sl.res = GenResult{};
+      ++live_;
+    }
+    for (int i = 0; i < k; ++i) accept(segs[i].slot, ids[segs[i].slot]);
+  }
+
   // One enqueued step and the requests that held its rows then (0: none).
   struct Inflight {
     typename Backend::Readback ids;
@@ -321,6 +391,7 @@ class DecodeLoop final : public DecodeSession {
   Clock::time_point t0_;
   int V_ = 0, Vp_ = 0, S_ = 0, context_ = 0, live_ = 0;
   typename Backend::template Buf<SamplerSettings> settings_;
+  std::vector<SamplerSettings> settings_host_;  // what settings_ holds
   typename Backend::template Buf<uint8_t> seen_;
   typename Backend::template Buf<int32_t> prompt_ids_;
   uint8_t* seen_p_ = nullptr;

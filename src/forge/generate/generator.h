@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "forge/core/error.h"
@@ -54,10 +55,21 @@ std::vector<GenResult> generate_batch(Model<Backend>& model, const std::vector<G
       throw Error(str("request ", r, ": a prompt of ", reqs[r].prompt.size(), " tokens does not fit the context of ",
                       loop.context()));
   size_t next = 0;
+  // Waiting requests fill the free slots, prefilled together (DecodeLoop::admit_batch); one
+  // asking for no ids takes no slot, so the filling goes on while slots stay free.
+  std::vector<const GenRequest*> qs;
+  std::vector<int> tags;
   auto fill = [&] {
     while (next < reqs.size() && loop.has_free_slot()) {
-      loop.admit(reqs[next], static_cast<int>(next));
-      ++next;
+      qs.clear();
+      tags.clear();
+      for (const int free = loop.slots() - loop.live(); next < reqs.size() && static_cast<int>(qs.size()) < free; ++next) {
+        qs.push_back(&reqs[next]);
+        tags.push_back(static_cast<int>(next));
+      }
+      const std::vector<std::string> why = loop.admit_batch(qs, tags);
+      for (size_t i = 0; i < why.size(); ++i)
+        if (!why[i].empty()) throw Error(str("request ", tags[i], ": ", why[i]));
     }
   };
   fill();

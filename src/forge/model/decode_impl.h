@@ -69,45 +69,79 @@ void Model<B>::plan_decode(int slots, int capacity) {
   dec_logits_ = be_.act_buf(S * Vp);
 }
 
-// Keys and values of positions [max(0, T − cap), T) of the prompt to cache rows p % cap of the
-// prefilling slot: at most two contiguous runs of rows.
+// Keys and values of positions [max(0, len − cap), len) of each prompt to cache rows p % cap of
+// its slot: at most two contiguous runs of rows per prompt.
 template <class B>
 void Model<B>::store_prefill_kv(int l, const QkvView& in) {
   const int64_t kvw = static_cast<int64_t>(cfg_.n_kv_head) * cfg_.head_dim();
   const int64_t ks = in.st.k ? in.st.k : kvw, vs = in.st.v ? in.st.v : kvw;
-  const int64_t slot_row = static_cast<int64_t>(prefill_slot_) * cap_;
-  for (int p = std::max(0, T_ - cap_); p < T_;) {
-    const int r = p % cap_, n = std::min(T_ - p, cap_ - r);
-    be_.copy_rows(be_.at(cache_k_[l].data(), (slot_row + r) * kvw), kvw, be_.at(in.k, p * ks), ks, n, kvw);
-    be_.copy_rows(be_.at(cache_v_[l].data(), (slot_row + r) * kvw), kvw, be_.at(in.v, p * vs), vs, n, kvw);
-    p += n;
+  int64_t off = 0;  // the prompt's first token in the packed row
+  for (const PrefillSeg& sg : prefill_segs_) {
+    const int64_t slot_row = static_cast<int64_t>(sg.slot) * cap_;
+    for (int p = std::max(0, sg.len - cap_); p < sg.len;) {
+      const int r = p % cap_, n = std::min(sg.len - p, cap_ - r);
+      be_.copy_rows(be_.at(cache_k_[l].data(), (slot_row + r) * kvw), kvw, be_.at(in.k, (off + p) * ks), ks, n, kvw);
+      be_.copy_rows(be_.at(cache_v_[l].data(), (slot_row + r) * kvw), kvw, be_.at(in.v, (off + p) * vs), vs, n, kvw);
+      p += n;
+    }
+    off += sg.len;
   }
 }
 
 template <class B>
 void Model<B>::prefill(int slot, const int32_t* tokens, int Tn) {
+  const PrefillSeg one{slot, Tn};
+  prefill_packed(&one, 1, tokens, TokenLayout{});
+}
+
+template <class B>
+void Model<B>::prefill_packed(const PrefillSeg* segs, int k, const int32_t* tokens, TokenLayout layout) {
   FORGE_CHECK(S_ > 0, "prefill() needs plan_decode() first");
-  if (slot < 0 || slot >= S_) throw Error(str("prefill: slot ", slot, " outside [0, ", S_, ")"));
-  if (Tn < 1 || Tn > decode_context())
-    throw Error(str("prefill: a prompt of ", Tn, " tokens (expected 1 to ", decode_context(), ")"));
+  if (k < 1) throw Error("prefill: no prompt");
+  if (k > 1 && (layout.pos == nullptr || layout.seg == nullptr))
+    throw Error(str("prefill: ", k, " packed prompts need their positions and segment ids"));
+  int64_t total = 0;
+  for (int i = 0; i < k; ++i) {
+    const PrefillSeg& sg = segs[i];
+    if (sg.slot < 0 || sg.slot >= S_) throw Error(str("prefill: slot ", sg.slot, " outside [0, ", S_, ")"));
+    if (sg.len < 1 || sg.len > decode_context())
+      throw Error(str("prefill: a prompt of ", sg.len, " tokens (expected 1 to ", decode_context(), ")"));
+    for (int j = 0; j < i; ++j)
+      if (segs[j].slot == sg.slot) throw Error(str("prefill: slot ", sg.slot, " named twice"));
+    total += sg.len;
+  }
+  if (total > cfg_.max_seq_len)
+    throw Error(str("prefill: ", total, " packed prompt tokens, more than the context of ", cfg_.max_seq_len));
+  const int Tn = static_cast<int>(total);
   check_shape(1, Tn);
   plan(1, Tn);
-  layout_ = {};  // one prompt: positions t, one segment
-  prefill_slot_ = slot;
+  layout_ = layout;
+  prefill_segs_.assign(segs, segs + k);
   try {
     embed(tokens);
     blocks_forward();
   } catch (...) {
-    prefill_slot_ = -1;
+    prefill_segs_.clear();
     throw;
   }
-  prefill_slot_ = -1;
+  prefill_segs_.clear();
   have_head_grad_ = false;
   const int C = cfg_.n_embd, Vp = cfg_.padded_vocab();
-  be_.linear_fwd(be_.at(dec_logits_.data(), static_cast<int64_t>(slot) * Vp), be_.at(lnf_.data(), (Tn - 1) * C),
-                 w(table_.lm_head()), nullptr, 1, C, Vp, WeightLayout::kOutIn);
-  const int32_t pos = Tn;
-  be_.upload(dec_pos_.data() + slot, &pos, 1);
+  std::vector<int32_t> pos(S_, 0);
+  int64_t last = -1;  // each prompt's last token in the packed row
+  for (int i = 0; i < k; ++i) {
+    last += segs[i].len;
+    be_.linear_fwd(be_.at(dec_logits_.data(), static_cast<int64_t>(segs[i].slot) * Vp), be_.at(lnf_.data(), last * C),
+                   w(table_.lm_head()), nullptr, 1, C, Vp, WeightLayout::kOutIn);
+  }
+  if (k == 1) {
+    be_.upload(dec_pos_.data() + segs[0].slot, &segs[0].len, 1);
+    return;
+  }
+  // The positions of all slots in one copy: the others' read back first (the stream orders it).
+  be_.download(pos.data(), dec_pos_.data(), S_);
+  for (int i = 0; i < k; ++i) pos[segs[i].slot] = segs[i].len;
+  be_.upload(dec_pos_.data(), pos.data(), S_);
 }
 
 // GPT-2: ln1 comes from the previous block's fused residual + norm (or the embedding's norm).

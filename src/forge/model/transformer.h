@@ -47,6 +47,12 @@ struct TokenLayout {
   const int32_t* seg = nullptr;
 };
 
+// One prompt of a packed prefill (Model::prefill_packed): its decode slot and its length.
+struct PrefillSeg {
+  int slot = 0;
+  int len = 0;
+};
+
 template <class Backend>
 class Model {
  public:
@@ -111,6 +117,12 @@ class Model {
   // for a ring), writes the logits of its last position to decode_logits() row `slot` and sets
   // the slot's position to T. Other slots are untouched.
   void prefill(int slot, const int32_t* tokens, int T);
+  // The same for k prompts at once, packed into one row of the training forward (its launches
+  // paid once, not k times): segs[i] names prompt i's slot (all distinct) and length; `tokens`
+  // (backend memory) holds the prompts one after another, and `layout` their positions (0, 1, …
+  // per prompt) and segment ids (i for prompt i), so that no prompt attends to another. The
+  // total is at most max_seq_len. k = 1 may leave `layout` empty (prefill() does).
+  void prefill_packed(const PrefillSeg* segs, int k, const int32_t* tokens, TokenLayout layout);
   // One token for every slot of decode_rows(): decode_tokens() at decode_positions() →
   // decode_logits() (rows, Vp),
   // then positions += 1 (clamped to decode_context() − 1). Host-sync free, so a backend can
@@ -240,7 +252,7 @@ class Model {
   using Buf = typename Backend::template Buf<U>;
   int S_ = 0, cap_ = 0, rows_ = 0;
   bool ring_ = false;
-  int prefill_slot_ = -1;  // >= 0 while prefill() runs: blocks_forward stores k, v there
+  std::vector<PrefillSeg> prefill_segs_;  // while prefill_packed() runs: blocks_forward stores k, v there
   std::vector<ActBuf> cache_k_, cache_v_;
   Buf<int32_t> dec_tokens_, dec_pos_;  // (S)
   ActBuf dec_x_, dec_mid_, dec_ln_, dec_tmp_;  // (S, C)

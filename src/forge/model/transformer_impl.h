@@ -226,7 +226,7 @@ void Model<B>::blocks_forward() {
       }
     }
     const QkvView in = qkv_view(a);
-    if (prefill_slot_ >= 0) store_prefill_kv(l, in);
+    if (!prefill_segs_.empty()) store_prefill_kv(l, in);
     be_.attention_fwd(a.atty.data(), a.att, in.q, in.k, in.v, attention_shape(), in.st, layout_.seg);
     be_.linear_fwd(tmp_.data(), a.atty.data(), w(o.attn_out_w), w(o.attn_out_b), N, NH * HS, C, lay);
     lora_fwd(l, LoraTarget::kO, tmp_.data(), a.atty.data());

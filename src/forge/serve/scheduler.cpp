@@ -98,6 +98,7 @@ bool Scheduler::on_token(int tag, int32_t id) {
 
 void Scheduler::on_done(int tag, GenResult&& r) {
   auto it = active_.find(tag);
+  if (it == active_.end()) return;  // failed already (a prefill error: run())
   std::shared_ptr<Job> job = std::move(it->second);
   active_.erase(it);
   std::string rest = job->stream_.finish();
@@ -155,27 +156,49 @@ void Scheduler::run() {
       }
       metrics_.set_queue_depth(static_cast<int64_t>(queue_.size()));
     }
+    // The waiting jobs are prefilled together (DecodeLoop::admit_batch); a job that cannot be
+    // admitted fails alone.
+    auto fail = [this](int tag, const std::string& why) {
+      const auto it = active_.find(tag);
+      if (it == active_.end()) return;  // it had ended: the error came after on_done
+      const std::shared_ptr<Job> job = it->second;
+      active_.erase(it);
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        --in_server_;
+      }
+      JobResult res;
+      res.error = why;
+      job->finish(std::move(res));
+    };
+    std::vector<const GenRequest*> qs;
+    std::vector<int> tags;
     for (const auto& job : admit) {
       const int tag = next_tag_;
       next_tag_ = (next_tag_ + 1) & 0x3fffffff;
       active_[tag] = job;
-      try {
-        if (job->cancelled()) throw Error("the client hung up while its request waited");
-        metrics_.count_prompt(static_cast<int64_t>(job->req_.prompt.size()));
-        metrics_.set_active_slots(loop_->live() + 1);
-        const auto t0 = std::chrono::steady_clock::now();
-        loop_->admit(job->req_, tag);
-        metrics_.add_prefill_time(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-      } catch (const std::exception& e) {
-        if (active_.erase(tag) == 0) continue;  // it had ended: the error came after on_done
-        {
-          std::lock_guard<std::mutex> lock(mu_);
-          --in_server_;
-        }
-        JobResult res;
-        res.error = e.what();
-        job->finish(std::move(res));
+      if (job->cancelled()) {
+        fail(tag, "the client hung up while its request waited");
+        continue;
       }
+      metrics_.count_prompt(static_cast<int64_t>(job->req_.prompt.size()));
+      qs.push_back(&job->req_);
+      tags.push_back(tag);
+    }
+    if (!qs.empty()) {
+      metrics_.set_active_slots(loop_->live() + static_cast<int64_t>(qs.size()));
+      const auto t0 = std::chrono::steady_clock::now();
+      try {
+        const std::vector<std::string> why = loop_->admit_batch(qs, tags);
+        for (size_t i = 0; i < why.size(); ++i)
+          if (!why[i].empty()) fail(tags[i], why[i]);
+      } catch (const std::exception& e) {
+        for (int tag : tags) {  // those admitted before the failure leave the loop too
+          fail(tag, e.what());
+          loop_->cancel(tag);
+        }
+      }
+      metrics_.add_prefill_time(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
     }
     try {
       const auto t0 = std::chrono::steady_clock::now();
