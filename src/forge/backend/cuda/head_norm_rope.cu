@@ -4,13 +4,14 @@
 // Why fused: unfused, the forward was rmsnorm_fwd (read x_raw, write x) then rope_fwd (read and
 // write x again), and the backward rope_bwd (read/write dx), a memset of d(x_raw), rmsnorm_bwd
 // (read dx, x_raw, d(x_raw); write d(x_raw)) and the weight gradient's channel_grad pass (read dx
-// and x_raw once more) — per element of q and k, 4 forward and 11 backward 16-bit accesses plus
-// 5 launches per tensor. Here the forward reads x_raw and writes x (2 accesses), the backward
-// reads dx and x_raw and writes d(x_raw) in place over dx (3), and the weight gradient's per-block
-// partial sums come out of the same kernel, followed by one small fixed-order finishing kernel.
+// and x_raw once more) — per element of q and k, 4 forward and 9 backward 16-bit accesses, and
+// 2 forward and 5 backward launches per tensor. Here the forward reads x_raw and writes x (2
+// accesses, 1 launch), the backward reads dx and x_raw and writes d(x_raw) in place over dx (3),
+// and the weight gradient's per-block partial sums come out of the same kernel, followed by one
+// small fixed-order finishing kernel (2 launches).
 //
 // Work split: a group of G lanes per head (G = the power of two ≥ the head's chunk count, ≤ 32;
-// HS 128 bf16: 8 lanes, 4 heads per warp), each lane owning up to kJ chunks of kN pairs: for
+// HS 128 bf16: 8 lanes, 4 heads a warp; HS 64: 4 lanes, 8 heads), each lane owning up to kJ chunks of kN pairs: for
 // kRotateHalf, kN elements from each half (pair i is (i, i + HS/2)), for interleaved 2·kN
 // consecutive elements (pair i is (2i, 2i + 1)), so both members of every pair are in the lane's
 // registers and the rotation needs no shuffle. Σx² (forward) and Σ dnorm·norm (backward) are
