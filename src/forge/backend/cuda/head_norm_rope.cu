@@ -52,7 +52,10 @@ namespace {
 using namespace kernels;
 
 constexpr int kThreads = 256;
-constexpr int kMaxSplits = 1024, kMinRowsPerSplit = 64;  // backward blocks (dweight partials)
+// Backward blocks (dweight partial rows): channel_grad's rule, so the finishing kernel's serial
+// sum over splits (2 blocks for HS 64, each thread adding splits/8 partials) costs what the
+// unfused weight gradient's did; 512 blocks of 256 threads are ~2 waves on an H200 at 2 a SM.
+constexpr int kMaxSplits = 512, kMinRowsPerSplit = 64;
 
 // Chunks per lane the registers hold: HS/2 ≤ kRopeMaxHalf pairs over ≤ 32 lanes of kN pairs.
 template <int kN>
