@@ -332,7 +332,7 @@ void Model<B>::block_backward(int l) {
     // Qwen2's q/k biases: their gradient comes out of the backward rotation's pass over dq, dk
     // (rope_bias_bwd), so the projections' backward below skips it.
     const bool bias_in_rope = rope_l && !cfg_.qk_norm && o.q_b >= 0 && o.k_b >= 0;
-    if (cfg_.qk_norm) {  // through RoPE and the per-head RMSNorm, in place: d.q, d.k become d(q_raw), d(k_raw)
+    if (cfg_.qk_norm) {  // through RoPE and the head RMSNorm, in place: d.q, d.k become d(q_raw), d(k_raw)
       be_.head_norm_rope_bwd(d.q, g(o.q_norm_w), d.q, a.q_raw.data(), w(o.q_norm_w), a.q_rstd.data(), B_, T_, NH,
                              HS, rope_l, layout_.pos);
       be_.head_norm_rope_bwd(d.k, g(o.k_norm_w), d.k, a.k_raw.data(), w(o.k_norm_w), a.k_rstd.data(), B_, T_, NKV,
@@ -345,9 +345,11 @@ void Model<B>::block_backward(int l) {
       be_.rope_bwd(d.k, B_, T_, NKV, HS, rope, layout_.pos);
     }
     const Act dq = d.q, dk = d.k;
-    be_.linear_bwd(d_ln_.data(), g(o.q_w), bias_in_rope ? nullptr : g(o.q_b), dq, a.ln1.data(), w(o.q_w), N, C, NH * HS, lay, false);
+    be_.linear_bwd(d_ln_.data(), g(o.q_w), bias_in_rope ? nullptr : g(o.q_b), dq, a.ln1.data(), w(o.q_w), N, C,
+                   NH * HS, lay, false);
     lora_bwd(l, LoraTarget::kQ, d_ln_.data(), dq, a.ln1.data());
-    be_.linear_bwd(d_ln_.data(), g(o.k_w), bias_in_rope ? nullptr : g(o.k_b), dk, a.ln1.data(), w(o.k_w), N, C, NKV * HS, lay, true);
+    be_.linear_bwd(d_ln_.data(), g(o.k_w), bias_in_rope ? nullptr : g(o.k_b), dk, a.ln1.data(), w(o.k_w), N, C,
+                   NKV * HS, lay, true);
     lora_bwd(l, LoraTarget::kK, d_ln_.data(), dk, a.ln1.data());
     be_.linear_bwd(d_ln_.data(), g(o.v_w), g(o.v_b), d.v, a.ln1.data(), w(o.v_w), N, C, NKV * HS, lay, true);
     lora_bwd(l, LoraTarget::kV, d_ln_.data(), d.v, a.ln1.data());

@@ -26,7 +26,8 @@ class HeadNormRopeTest : public DtypeTest<CudaTest> {};
 struct Shape {
   int B, T, H, HS;
 };
-const Shape kShapes[] = {{2, 37, 3, 64}, {4, 256, 4, 128}, {3, 5, 2, 20}, {1, 6, 2, 500}, {1, 4, 3, 512}};
+const Shape kShapes[] = {
+    {2, 37, 3, 64}, {4, 256, 4, 128}, {3, 5, 2, 20}, {1, 6, 2, 500}, {1, 4, 3, 512}};
 
 // rstd is f32 on both sides; the GPU sums Σx² in f32 in another order than the CPU's double.
 constexpr Tol kTolRstd{1e-6, 1e-5};
@@ -37,8 +38,9 @@ struct Case {
   bool rope, packed;
 };
 std::string where(const Case& c) {
-  return "B=" + std::to_string(c.s.B) + " T=" + std::to_string(c.s.T) + " H=" + std::to_string(c.s.H) +
-         " HS=" + std::to_string(c.s.HS) + (c.style == RopeStyle::kRotateHalf ? " rotate_half" : " interleaved") +
+  return "B=" + std::to_string(c.s.B) + " T=" + std::to_string(c.s.T) +
+         " H=" + std::to_string(c.s.H) + " HS=" + std::to_string(c.s.HS) +
+         (c.style == RopeStyle::kRotateHalf ? " rotate_half" : " interleaved") +
          (c.rope ? "" : " no-rope") + (c.packed ? " packed" : "");
 }
 
@@ -72,19 +74,19 @@ TEST_P(HeadNormRopeTest, FwdBwdMatchCpuAndAreDeterministic) {
     const auto dw0 = random_normal<float>(s.HS, seed++);
 
     std::vector<float> ref_x(n), ref_rstd(rows);
-    cpu::head_norm_rope_fwd<float>(ref_x.data(), ref_rstd.data(), x_raw.data(), w.data(), s.B, s.T, s.H, s.HS,
-                                   1e-6f, r, hpos);
+    cpu::head_norm_rope_fwd<float>(ref_x.data(), ref_rstd.data(), x_raw.data(), w.data(), s.B, s.T,
+                                   s.H, s.HS, 1e-6f, r, hpos);
     std::vector<float> ref_dx_raw(n), ref_dw = dw0;
-    cpu::head_norm_rope_bwd<float>(ref_dx_raw.data(), ref_dw.data(), dx.data(), x_raw.data(), w.data(),
-                                   ref_rstd.data(), s.B, s.T, s.H, s.HS, r, hpos);
+    cpu::head_norm_rope_bwd<float>(ref_dx_raw.data(), ref_dw.data(), dx.data(), x_raw.data(),
+                                   w.data(), ref_rstd.data(), s.B, s.T, s.H, s.HS, r, hpos);
 
     auto dpos = upload(lay.pos);
     const int32_t* pos = c.packed ? dpos.data() : nullptr;
     auto d_x_raw = up(x_raw), d_w = up(w), d_dx = up(dx);
     auto d_x = poison(n);
     auto d_rstd = poisoned<float>(rows);
-    head_norm_rope_fwd(ctx(), dt(), d_x.data(), d_rstd.data(), d_x_raw.data(), d_w.data(), s.B, s.T, s.H, s.HS,
-                       1e-6f, r, pos);
+    head_norm_rope_fwd(ctx(), dt(), d_x.data(), d_rstd.data(), d_x_raw.data(), d_w.data(), s.B, s.T,
+                       s.H, s.HS, 1e-6f, r, pos);
     // One rounding of the output to dt (the normalised value is rotated in f32).
     EXPECT_TRUE(all_close(down(d_x), ref_x, tol_for(dt()))) << "x " << where(c);
     EXPECT_TRUE(all_close(download(d_rstd), ref_rstd, kTolRstd)) << "rstd " << where(c);
@@ -94,8 +96,8 @@ TEST_P(HeadNormRopeTest, FwdBwdMatchCpuAndAreDeterministic) {
     for (int run = 0; run < 2; ++run) {
       auto d_dx_raw = poison(n);
       auto d_dw = upload(dw0);
-      head_norm_rope_bwd(ctx(), dt(), d_dx_raw.data(), d_dw.data(), d_dx.data(), d_x_raw.data(), d_w.data(),
-                         d_ref_rstd.data(), s.B, s.T, s.H, s.HS, r, pos);
+      head_norm_rope_bwd(ctx(), dt(), d_dx_raw.data(), d_dw.data(), d_dx.data(), d_x_raw.data(),
+                         d_w.data(), d_ref_rstd.data(), s.B, s.T, s.H, s.HS, r, pos);
       got_dx_raw[run] = down(d_dx_raw);
       got_dw[run] = download(d_dw);
     }
@@ -108,8 +110,8 @@ TEST_P(HeadNormRopeTest, FwdBwdMatchCpuAndAreDeterministic) {
 
     // In place over dx (the model's call) without dweight (a frozen gain): the same d(x_raw).
     auto d_inplace = up(dx);
-    head_norm_rope_bwd(ctx(), dt(), d_inplace.data(), nullptr, d_inplace.data(), d_x_raw.data(), d_w.data(),
-                       d_ref_rstd.data(), s.B, s.T, s.H, s.HS, r, pos);
+    head_norm_rope_bwd(ctx(), dt(), d_inplace.data(), nullptr, d_inplace.data(), d_x_raw.data(),
+                       d_w.data(), d_ref_rstd.data(), s.B, s.T, s.H, s.HS, r, pos);
     EXPECT_TRUE(same_bits(down(d_inplace), got_dx_raw[0])) << "in place " << where(c);
   }
 }
@@ -122,16 +124,19 @@ TEST_P(HeadNormRopeTest, RejectsBadShapes) {
   auto a = up(std::vector<float>(8 * 1024, 1.0f)), b = up(std::vector<float>(8 * 1024, 1.0f));
   auto w = up(std::vector<float>(1024, 1.0f));
   auto rstd = poisoned<float>(16);
-  EXPECT_DEATH(head_norm_rope_fwd(ctx(), dt(), a.data(), rstd.data(), b.data(), w.data(), 1, 2, 2, 7, 1e-6f, &rope),
+  EXPECT_DEATH(head_norm_rope_fwd(ctx(), dt(), a.data(), rstd.data(), b.data(), w.data(), 1, 2, 2,
+                                  7, 1e-6f, &rope),
                "head_norm_rope_fwd.*even");
-  EXPECT_DEATH(
-      head_norm_rope_fwd(ctx(), dt(), a.data(), rstd.data(), b.data(), w.data(), 1, 2, 2, 1024, 1e-6f, &rope),
-      "head_norm_rope_fwd.*above the supported");
-  EXPECT_DEATH(head_norm_rope_fwd(ctx(), dt(), a.data(), rstd.data(), a.data(), w.data(), 1, 2, 2, 64, 1e-6f, &rope),
+  EXPECT_DEATH(head_norm_rope_fwd(ctx(), dt(), a.data(), rstd.data(), b.data(), w.data(), 1, 2, 2,
+                                  1024, 1e-6f, &rope),
+               "head_norm_rope_fwd.*above the supported");
+  EXPECT_DEATH(head_norm_rope_fwd(ctx(), dt(), a.data(), rstd.data(), a.data(), w.data(), 1, 2, 2,
+                                  64, 1e-6f, &rope),
                "head_norm_rope_fwd.*alias");
 }
 
-INSTANTIATE_TEST_SUITE_P(Dtypes, HeadNormRopeTest, ::testing::Values(DType::kF32, DType::kBF16, DType::kF16),
+INSTANTIATE_TEST_SUITE_P(Dtypes, HeadNormRopeTest,
+                         ::testing::Values(DType::kF32, DType::kBF16, DType::kF16),
                          [](const auto& info) { return std::string(dt_name(info.param)); });
 
 }  // namespace

@@ -167,13 +167,15 @@ TEST_P(RopeTest, BiasBwdMatchesCpuAndIsDeterministic) {
   struct Case {
     int B, T, H, HS;
   };
-  const Case cases[] = {{4, 256, 12, 64}, {4, 256, 4, 64}, {2, 37, 3, 20}, {2, 16, 40, 128}, {2, 37, 5, 64}};
+  const Case cases[] = {
+      {4, 256, 12, 64}, {4, 256, 4, 64}, {2, 37, 3, 20}, {2, 16, 40, 128}, {2, 37, 5, 64}};
   uint64_t seed = 90;
   for (RopeStyle style : {RopeStyle::kRotateHalf, RopeStyle::kInterleaved})
     for (const Case& c : cases)
       for (bool packed : {false, true}) {
         const Rope rope{1000000.0f, style};
-        forge::testing::PackedLayout lay = forge::testing::random_packed_layout(c.B, c.T, 11, seed++);
+        forge::testing::PackedLayout lay =
+            forge::testing::random_packed_layout(c.B, c.T, 11, seed++);
         for (int32_t& p : lay.pos) p += 2000;
         const size_t n = static_cast<size_t>(c.B) * c.T * c.H * c.HS;
         const size_t C = static_cast<size_t>(c.H) * c.HS;
@@ -182,10 +184,10 @@ TEST_P(RopeTest, BiasBwdMatchesCpuAndIsDeterministic) {
         std::vector<float> ref = x, ref_db = db0;
         cpu::rope_bias_bwd<float>(ref.data(), ref_db.data(), c.B, c.T, c.H, c.HS, rope,
                                   packed ? lay.pos.data() : nullptr);
-        const std::string where = std::string(style == RopeStyle::kRotateHalf ? "rotate_half" : "interleaved") +
-                                  " B=" + std::to_string(c.B) + " T=" + std::to_string(c.T) +
-                                  " H=" + std::to_string(c.H) + " HS=" + std::to_string(c.HS) +
-                                  (packed ? " packed" : "");
+        const std::string where =
+            std::string(style == RopeStyle::kRotateHalf ? "rotate_half" : "interleaved") +
+            " B=" + std::to_string(c.B) + " T=" + std::to_string(c.T) +
+            " H=" + std::to_string(c.H) + " HS=" + std::to_string(c.HS) + (packed ? " packed" : "");
         auto dpos = upload(lay.pos);
         const int32_t* pos = packed ? dpos.data() : nullptr;
         std::vector<float> got[2], got_db[2];

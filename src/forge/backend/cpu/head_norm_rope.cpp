@@ -15,24 +15,27 @@
 namespace forge::cpu {
 
 template <typename T>
-void head_norm_rope_fwd(T* x, T* rstd, const T* x_raw, const T* weight, int B, int T_, int H, int HS,
-                        float eps, const Rope* rope, const int32_t* pos) {
-  FORGE_CHECK(B >= 0 && T_ >= 0 && H > 0 && HS > 0, "[head_norm_rope_fwd] bad shape B=", B, " T=", T_,
-              " H=", H, " HS=", HS);
+void head_norm_rope_fwd(T* x, T* rstd, const T* x_raw, const T* weight, int B, int T_, int H,
+                        int HS, float eps, const Rope* rope, const int32_t* pos) {
+  FORGE_CHECK(B >= 0 && T_ >= 0 && H > 0 && HS > 0, "[head_norm_rope_fwd] bad shape B=", B,
+              " T=", T_, " H=", H, " HS=", HS);
   FORGE_CHECK(x != x_raw, "[head_norm_rope_fwd] x must not alias x_raw (the backward reads x_raw)");
   const int64_t rows = static_cast<int64_t>(B) * T_ * H;
-  FORGE_CHECK(rows < (int64_t{1} << 31), "[head_norm_rope_fwd] B·T·H = ", rows, " exceeds int32 rows");
+  FORGE_CHECK(rows < (int64_t{1} << 31), "[head_norm_rope_fwd] B·T·H = ", rows,
+              " exceeds int32 rows");
   rmsnorm_fwd<T>(x, rstd, x_raw, weight, static_cast<int>(rows), HS, eps);
   if (rope != nullptr) rope_fwd<T>(x, B, T_, H, HS, *rope, 0, pos);
 }
 
 template <typename T>
-void head_norm_rope_bwd(T* dx_raw, T* dweight, const T* dx, const T* x_raw, const T* weight, const T* rstd,
-                        int B, int T_, int H, int HS, const Rope* rope, const int32_t* pos) {
-  FORGE_CHECK(B >= 0 && T_ >= 0 && H > 0 && HS > 0, "[head_norm_rope_bwd] bad shape B=", B, " T=", T_,
-              " H=", H, " HS=", HS);
+void head_norm_rope_bwd(T* dx_raw, T* dweight, const T* dx, const T* x_raw, const T* weight,
+                        const T* rstd, int B, int T_, int H, int HS, const Rope* rope,
+                        const int32_t* pos) {
+  FORGE_CHECK(B >= 0 && T_ >= 0 && H > 0 && HS > 0, "[head_norm_rope_bwd] bad shape B=", B,
+              " T=", T_, " H=", H, " HS=", HS);
   const int64_t rows = static_cast<int64_t>(B) * T_ * H;
-  FORGE_CHECK(rows < (int64_t{1} << 31), "[head_norm_rope_bwd] B·T·H = ", rows, " exceeds int32 rows");
+  FORGE_CHECK(rows < (int64_t{1} << 31), "[head_norm_rope_bwd] B·T·H = ", rows,
+              " exceeds int32 rows");
   const size_t n = static_cast<size_t>(rows) * HS;
   std::vector<T> dnorm(dx, dx + n);  // (B, T, H, HS): the gradient of the norm's output
   if (rope != nullptr) rope_bwd<T>(dnorm.data(), B, T_, H, HS, *rope, 0, pos);
@@ -40,11 +43,11 @@ void head_norm_rope_bwd(T* dx_raw, T* dweight, const T* dx, const T* x_raw, cons
   rmsnorm_bwd<T>(dx_raw, dweight, dnorm.data(), x_raw, weight, rstd, static_cast<int>(rows), HS);
 }
 
-#define FORGE_INSTANTIATE(T)                                                                          \
-  template void head_norm_rope_fwd<T>(T*, T*, const T*, const T*, int, int, int, int, float, const Rope*, \
-                                      const int32_t*);                                                \
-  template void head_norm_rope_bwd<T>(T*, T*, const T*, const T*, const T*, const T*, int, int, int, int, \
-                                      const Rope*, const int32_t*);
+#define FORGE_INSTANTIATE(T)                                                                    \
+  template void head_norm_rope_fwd<T>(T*, T*, const T*, const T*, int, int, int, int, float,    \
+                                      const Rope*, const int32_t*);                             \
+  template void head_norm_rope_bwd<T>(T*, T*, const T*, const T*, const T*, const T*, int, int, \
+                                      int, int, const Rope*, const int32_t*);
 FORGE_INSTANTIATE(float)
 FORGE_INSTANTIATE(double)
 #undef FORGE_INSTANTIATE

@@ -11,12 +11,12 @@
 // small fixed-order finishing kernel (2 launches).
 //
 // Work split: a group of G lanes per head (G = the power of two ≥ the head's chunk count, ≤ 32;
-// HS 128 bf16: 8 lanes, 4 heads a warp; HS 64: 4 lanes, 8 heads), each lane owning up to kJ chunks of kN pairs: for
-// kRotateHalf, kN elements from each half (pair i is (i, i + HS/2)), for interleaved 2·kN
-// consecutive elements (pair i is (2i, 2i + 1)), so both members of every pair are in the lane's
-// registers and the rotation needs no shuffle. Σx² (forward) and Σ dnorm·norm (backward) are
-// summed over the group with xor shuffles. 16-byte accesses (kN = kVec<T>) when HS/2 is a
-// multiple of kVec<T> and the pointers are 16-byte aligned, else kN = 1.
+// HS 128 bf16: 8 lanes, 4 heads a warp; HS 64: 4 lanes, 8 heads), each lane owning up to kJ chunks
+// of kN pairs: for kRotateHalf, kN elements from each half (pair i is (i, i + HS/2)), for
+// interleaved 2·kN consecutive elements (pair i is (2i, 2i + 1)), so both members of every pair are
+// in the lane's registers and the rotation needs no shuffle. Σx² (forward) and Σ dnorm·norm
+// (backward) are summed over the group with xor shuffles. 16-byte accesses (kN = kVec<T>) when HS/2
+// is a multiple of kVec<T> and the pointers are 16-byte aligned, else kN = 1.
 //
 // Arithmetic: as rmsnorm.cu (f32, s = 1/sqrt(Σx²/HS + eps), y = x·s·w) and rope.cu (rope_sincos's
 // angles, (x0, x1) → (x0·c − x1·s, x0·s + x1·c)), except that the normalised value is rotated in
@@ -66,7 +66,7 @@ struct Params {
   const void* in;     // forward: x_raw; backward: dx
   const void* x_raw;  // backward
   const void* weight;
-  float* rstd;  // forward: written; backward: read
+  float* rstd;     // forward: written; backward: read
   float* partial;  // backward: (splits, HS) per-block weight-gradient sums, or null
   const int32_t* pos;
   RopeFreqs freqs;
@@ -90,7 +90,8 @@ __device__ __forceinline__ double row_position(const Params& p, int row) {
 // block, so every lane reaches the shuffles; rows past the end compute on the last row and store
 // nothing.
 template <typename T, int kN, bool kRotateHalf>
-__global__ void __launch_bounds__(kThreads) head_norm_rope_fwd_kernel(const __grid_constant__ Params p) {
+__global__ void __launch_bounds__(kThreads)
+    head_norm_rope_fwd_kernel(const __grid_constant__ Params p) {
   constexpr int kJ = kChunksPerLane<kN>;
   const int lanes = p.lanes, lane = threadIdx.x & (lanes - 1), group = threadIdx.x / lanes;
   const int heads_per_step = kThreads / lanes;
@@ -109,7 +110,8 @@ __global__ void __launch_bounds__(kThreads) head_norm_rope_fwd_kernel(const __gr
 #pragma unroll
     for (int j = 0; j < kJ; ++j) {
       if (lane + j * lanes >= chunks) continue;
-      load_chunk<T, kN, kRotateHalf>(static_cast<const T*>(p.in) + off, lane + j * lanes, half, u[j]);
+      load_chunk<T, kN, kRotateHalf>(static_cast<const T*>(p.in) + off, lane + j * lanes, half,
+                                     u[j]);
 #pragma unroll
       for (int i = 0; i < 2 * kN; ++i) sq += u[j][i] * u[j][i];
     }
@@ -133,9 +135,11 @@ __global__ void __launch_bounds__(kThreads) head_norm_rope_fwd_kernel(const __gr
 // dx_raw may alias dx: each lane reads its elements of a head before it writes them, and no
 // other lane touches them.
 template <typename T, int kN, bool kRotateHalf>
-__global__ void __launch_bounds__(kThreads) head_norm_rope_bwd_kernel(const __grid_constant__ Params p) {
+__global__ void __launch_bounds__(kThreads)
+    head_norm_rope_bwd_kernel(const __grid_constant__ Params p) {
   constexpr int kJ = kChunksPerLane<kN>;
-  __shared__ __align__(16) float sh[kThreads * 2 * kN * kJ];  // (groups, HS) partial dweight per group
+  // (groups, HS): each group's dweight sums.
+  __shared__ __align__(16) float sh[kThreads * 2 * kN * kJ];
   const int lanes = p.lanes, lane = threadIdx.x & (lanes - 1), group = threadIdx.x / lanes;
   const int heads_per_step = kThreads / lanes;
   const int half = p.HS / 2, chunks = half / kN;
@@ -183,8 +187,9 @@ __global__ void __launch_bounds__(kThreads) head_norm_rope_bwd_kernel(const __gr
       store_chunk<T, kN, kRotateHalf>(static_cast<T*>(p.out) + off, c, half, d);
     }
   }
-  if (p.partial == nullptr) return;  // a frozen gain (uniform: the whole block returns)
-  // Each (group, channel) has one owner lane: its sums go to sh[group·HS + channel].
+  // A frozen gain returns here (uniform: the whole block). Each (group, channel) has one owner
+  // lane: its sums go to sh[group·HS + channel].
+  if (p.partial == nullptr) return;
 #pragma unroll
   for (int j = 0; j < kJ; ++j) {
     const int c = lane + j * lanes;
@@ -207,17 +212,19 @@ int lanes_for(int chunks) {
 }
 
 void check_shape(int B, int T_, int H, int HS, const char* op) {
-  FORGE_CHECK(B >= 0 && T_ >= 0 && H > 0 && HS > 0, "[", op, "] bad shape B=", B, " T=", T_, " H=", H,
-              " HS=", HS);
+  FORGE_CHECK(B >= 0 && T_ >= 0 && H > 0 && HS > 0, "[", op, "] bad shape B=", B, " T=", T_,
+              " H=", H, " HS=", HS);
   FORGE_CHECK(HS % 2 == 0, "[", op, "] head size must be even, got HS=", HS);
-  FORGE_CHECK(HS / 2 <= kRopeMaxHalf, "[", op, "] head size ", HS, " above the supported ", 2 * kRopeMaxHalf);
-  FORGE_CHECK(static_cast<int64_t>(B) * T_ * H * HS < (int64_t{1} << 31), "[", op, "] B·T·H·HS = ",
-              static_cast<int64_t>(B) * T_ * H * HS, " exceeds int32 indexing");
+  FORGE_CHECK(HS / 2 <= kRopeMaxHalf, "[", op, "] head size ", HS, " above the supported ",
+              2 * kRopeMaxHalf);
+  FORGE_CHECK(static_cast<int64_t>(B) * T_ * H * HS < (int64_t{1} << 31), "[", op,
+              "] B·T·H·HS = ", static_cast<int64_t>(B) * T_ * H * HS, " exceeds int32 indexing");
 }
 
 // Picks the instantiation (vector or element path, rope style) and launches it.
 template <bool kForward>
-void launch(Context& ctx, DType dt, Params& p, RopeStyle style, bool vec_ptrs, int grid, const char* op) {
+void launch(Context& ctx, DType dt, Params& p, RopeStyle style, bool vec_ptrs, int grid,
+            const char* op) {
   dispatch_dtype(dt, op, [&](auto tag) {
     using T = decltype(tag);
     const int half = p.HS / 2;
@@ -270,7 +277,8 @@ void head_norm_rope_fwd(Context& ctx, DType dt, void* x, float* rstd, const void
   if (p.rows == 0) return;
   p.out = x, p.in = x_raw, p.weight = weight, p.rstd = rstd, p.eps = eps;
   const bool vec_ptrs = aligned16(x) && aligned16(x_raw) && aligned16(weight);
-  launch<true>(ctx, dt, p, rope ? rope->style : RopeStyle::kRotateHalf, vec_ptrs, 0, "head_norm_rope_fwd");
+  launch<true>(ctx, dt, p, rope ? rope->style : RopeStyle::kRotateHalf, vec_ptrs, 0,
+               "head_norm_rope_fwd");
 }
 
 void head_norm_rope_bwd(Context& ctx, DType dt, void* dx_raw, float* dweight, const void* dx,
@@ -289,7 +297,8 @@ void head_norm_rope_bwd(Context& ctx, DType dt, void* dx_raw, float* dweight, co
   p.rstd = const_cast<float*>(rstd);  // read only in the backward
   p.partial = dweight ? partial.data() : nullptr;
   const bool vec_ptrs = aligned16(dx_raw) && aligned16(dx) && aligned16(x_raw) && aligned16(weight);
-  launch<false>(ctx, dt, p, rope ? rope->style : RopeStyle::kRotateHalf, vec_ptrs, splits, "head_norm_rope_bwd");
+  launch<false>(ctx, dt, p, rope ? rope->style : RopeStyle::kRotateHalf, vec_ptrs, splits,
+                "head_norm_rope_bwd");
   if (dweight == nullptr) return;
   channel_grad_finish_kernel<1><<<(HS + 31) / 32, dim3(32, kWgradRows), 0, ctx.stream()>>>(
       dweight, nullptr, partial.data(), splits, HS, 1);

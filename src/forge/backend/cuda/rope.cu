@@ -130,10 +130,10 @@ void rope_rotate(Context& ctx, DType dt, void* x, int B, int T_, int H, int HS, 
 // channel_grad_finish_kernel reduces in a fixed order. No atomics: bit-identical reruns.
 template <typename T, int kN, bool kRotateHalf>
 __global__ void __launch_bounds__(kThreads)
-    rope_bias_bwd_kernel(T* dx, float* __restrict__ partial, const __grid_constant__ RopeFreqs freqs,
-                         const int32_t* __restrict__ pos, int N, int T_, int H, int HS, int strip,
-                         int rows_per_split) {
-  constexpr int kE = 2 * kN;                 // elements per chunk
+    rope_bias_bwd_kernel(T* dx, float* __restrict__ partial,
+                         const __grid_constant__ RopeFreqs freqs, const int32_t* __restrict__ pos,
+                         int N, int T_, int H, int HS, int strip, int rows_per_split) {
+  constexpr int kE = 2 * kN;                         // elements per chunk
   __shared__ __align__(16) float sh[kThreads * kE];  // (rows_per_step, strip·kE)
   const int half = HS / 2, head_chunks = half / kN, P = H * head_chunks;
   const int rows_per_step = kThreads / strip;
@@ -166,7 +166,8 @@ __global__ void __launch_bounds__(kThreads)
     float t = 0.0f;
     for (int y = 0; y < rows_per_step; ++y) t += sh[(y * strip + cl2) * kE + i];
     const int h2 = chunk2 / head_chunks, c2 = chunk2 % head_chunks;
-    const int ch = kRotateHalf ? (i < kN ? c2 * kN + i : half + c2 * kN + (i - kN)) : 2 * c2 * kN + i;
+    const int ch =
+        kRotateHalf ? (i < kN ? c2 * kN + i : half + c2 * kN + (i - kN)) : 2 * c2 * kN + i;
     partial[static_cast<int64_t>(blockIdx.y) * H * HS + h2 * HS + ch] = t;
   }
 }
@@ -176,12 +177,13 @@ __global__ void __launch_bounds__(kThreads)
 void rope_bias_bwd(Context& ctx, DType dt, void* dx, float* dbias, int B, int T_, int H, int HS,
                    const Rope& rope, const int32_t* pos) {
   constexpr char kOp[] = "rope_bias_bwd";
-  FORGE_CHECK(B >= 0 && T_ >= 0 && H > 0 && HS > 0, "[", kOp, "] bad shape B=", B, " T=", T_, " H=", H,
-              " HS=", HS);
+  FORGE_CHECK(B >= 0 && T_ >= 0 && H > 0 && HS > 0, "[", kOp, "] bad shape B=", B, " T=", T_,
+              " H=", H, " HS=", HS);
   FORGE_CHECK(HS % 2 == 0, "[", kOp, "] head size must be even, got HS=", HS);
-  FORGE_CHECK(HS / 2 <= kRopeMaxHalf, "[", kOp, "] head size ", HS, " above the supported ", 2 * kRopeMaxHalf);
-  FORGE_CHECK(static_cast<int64_t>(B) * T_ * H * HS < (int64_t{1} << 31), "[", kOp, "] B·T·H·HS = ",
-              static_cast<int64_t>(B) * T_ * H * HS, " exceeds int32 indexing");
+  FORGE_CHECK(HS / 2 <= kRopeMaxHalf, "[", kOp, "] head size ", HS, " above the supported ",
+              2 * kRopeMaxHalf);
+  FORGE_CHECK(static_cast<int64_t>(B) * T_ * H * HS < (int64_t{1} << 31), "[", kOp,
+              "] B·T·H·HS = ", static_cast<int64_t>(B) * T_ * H * HS, " exceeds int32 indexing");
   const int N = B * T_;
   if (N == 0) return;
   if (dbias == nullptr) {  // a frozen bias: the rotation alone
@@ -203,8 +205,9 @@ void rope_bias_bwd(Context& ctx, DType dt, void* dx, float* dbias, int B, int T_
       const int P = H * (HS / 2 / kN);
       const int strip = P < kThreads ? P : kThreads;
       const dim3 grid((P + strip - 1) / strip, splits);
-      rope_bias_bwd_kernel<T, kN, decltype(rotate_half)::value><<<grid, kThreads, 0, ctx.stream()>>>(
-          xt, partial.data(), f, pos, N, T_, H, HS, strip, rows_per_split);
+      rope_bias_bwd_kernel<T, kN, decltype(rotate_half)::value>
+          <<<grid, kThreads, 0, ctx.stream()>>>(xt, partial.data(), f, pos, N, T_, H, HS, strip,
+                                                rows_per_split);
     };
     using Vec = std::integral_constant<int, kVec<T>>;
     using One = std::integral_constant<int, 1>;

@@ -101,8 +101,8 @@ __device__ __forceinline__ void store_chunk(T* h, int c, int half, const float (
 
 // Rotates the kN pairs of chunk c by sign·θ(at, pair).
 template <int kN, bool kRotateHalf>
-__device__ __forceinline__ void rotate_chunk(float (&u)[2 * kN], int c, double at, const RopeFreqs& f,
-                                             float sign) {
+__device__ __forceinline__ void rotate_chunk(float (&u)[2 * kN], int c, double at,
+                                             const RopeFreqs& f, float sign) {
 #pragma unroll
   for (int k = 0; k < kN; ++k) {
     float sn, cs;
