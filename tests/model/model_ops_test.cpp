@@ -45,6 +45,9 @@ class RecordingBackend : public CpuBackend<T> {
   FORGE_RECORD(swiglu_bwd)
   FORGE_RECORD(rope_fwd)
   FORGE_RECORD(rope_bwd)
+  FORGE_RECORD(head_norm_rope_fwd)
+  FORGE_RECORD(head_norm_rope_bwd)
+  FORGE_RECORD(rope_bias_bwd)
   FORGE_RECORD(lm_head_cross_entropy)
 #undef FORGE_RECORD
 
@@ -111,6 +114,38 @@ TEST(ModelOps, LlamaStepRunsTheFusedSequence) {
       "rmsnorm_bwd", "linear_bwd" /* o_proj */, "attention_bwd", "rope_bwd", "rope_bwd", "linear_bwd",
       "linear_bwd", "linear_bwd" /* q, k, v */, "rmsnorm_bwd", "embedding_bwd"};
   EXPECT_EQ(record_step(one_layer(Family::kLlama)), want);
+}
+
+// Qwen3: the per-head q/k norm and RoPE are one op each way (no separate norm or rotation; the
+// backward writes d(q_raw), d(k_raw) in place over dq, dk, so nothing is zeroed for it either).
+TEST(ModelOps, Qwen3StepFusesTheHeadNormWithRope) {
+  ModelConfig cfg = one_layer(Family::kLlama);
+  cfg.variant = LlamaVariant::kQwen3;
+  cfg.qk_norm = true;
+  const std::vector<std::string> want = {
+      // forward
+      "embedding_fwd", "rmsnorm_fwd", "linear_fwd", "linear_fwd", "linear_fwd" /* q, k, v */,
+      "head_norm_rope_fwd", "head_norm_rope_fwd" /* q, k */, "attention_fwd", "linear_fwd" /* o_proj */,
+      "residual_rmsnorm_fwd", "linear_fwd", "linear_fwd" /* gate, up */, "swiglu_fwd", "linear_fwd" /* down */,
+      "residual_rmsnorm_fwd" /* + norm */, "lm_head_cross_entropy",
+      // backward
+      "rmsnorm_bwd", "linear_bwd" /* down */, "swiglu_bwd",
+      "linear_bwd", "linear_bwd" /* gate, up */, "rmsnorm_bwd", "linear_bwd" /* o_proj */, "attention_bwd",
+      "head_norm_rope_bwd", "head_norm_rope_bwd" /* q, k */, "linear_bwd", "linear_bwd",
+      "linear_bwd" /* q, k, v */, "rmsnorm_bwd", "embedding_bwd"};
+  EXPECT_EQ(record_step(cfg), want);
+}
+
+// Qwen2: the q/k bias gradients come out of the backward rotation (rope_bias_bwd); v's is
+// linear_bwd's. The sequence is plain Llama's with the two rope_bwd replaced.
+TEST(ModelOps, Qwen2StepTakesTheQkBiasGradientFromTheRotation) {
+  ModelConfig cfg = one_layer(Family::kLlama);
+  cfg.variant = LlamaVariant::kQwen2;
+  cfg.qkv_bias = true;
+  const auto calls = record_step(cfg);
+  EXPECT_EQ(std::count(calls.begin(), calls.end(), "rope_bias_bwd"), 2);
+  EXPECT_EQ(std::count(calls.begin(), calls.end(), "rope_bwd"), 0);
+  EXPECT_EQ(std::count(calls.begin(), calls.end(), "rope_fwd"), 2);
 }
 
 // Two layers: the second layer's ln1 comes from the first block's fused residual + norm, so

@@ -244,7 +244,6 @@ class Model {
   int logits_rows_ = 0;
   // Backward scratch, (B, T, ·); tmp_ also holds each block's projection outputs forward.
   ActBuf tmp_, d_res_, d_ln_, d_atty_, d_q_, d_k_, d_v_, d_qkv_, d_fc_, d_up_, d_hidden_;
-  ActBuf d_q_raw_, d_k_raw_;  // qk_norm: gradients of the projections before the head norm
   std::vector<int32_t> host_targets_;  // host conveniences: the targets of the last loss()
 
   // Decoding (plan_decode): the cache per layer, (S, cap, NKV, HS) each, and one step's buffers.

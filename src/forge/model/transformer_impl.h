@@ -120,10 +120,6 @@ void Model<B>::plan(int Bn, int Tn) {
     d_q_ = be_.act_buf(N * NH * HS);
     d_k_ = be_.act_buf(N * NKV * HS);
     d_v_ = be_.act_buf(N * NKV * HS);
-    if (cfg_.qk_norm) {
-      d_q_raw_ = be_.act_buf(N * NH * HS);
-      d_k_raw_ = be_.act_buf(N * NKV * HS);
-    }
   }
   d_fc_ = be_.act_buf(N * FF);
   if (!gpt2()) d_up_ = be_.act_buf(N * FF);
@@ -206,8 +202,8 @@ void Model<B>::blocks_forward() {
     if (gpt2()) {
       be_.linear_fwd(a.qkv.data(), a.ln1.data(), w(o.qkv_w), w(o.qkv_b), N, C, 3 * C, lay);
     } else {
-      // qk_norm (Qwen3): the projections land in q_raw / k_raw and an RMSNorm over each head
-      // (N·NH rows of HS) writes q / k, which RoPE then rotates in place.
+      // qk_norm (Qwen3): the projections land in q_raw / k_raw, and one op writes q / k as the
+      // RMSNorm over each head (N·NH rows of HS) followed by RoPE.
       const bool qkn = cfg_.qk_norm;
       Act q = qkn ? a.q_raw.data() : a.q.data(), k = qkn ? a.k_raw.data() : a.k.data();
       be_.linear_fwd(q, a.ln1.data(), w(o.q_w), w(o.q_b), N, C, NH * HS, lay);
@@ -216,13 +212,16 @@ void Model<B>::blocks_forward() {
       lora_fwd(l, LoraTarget::kK, k, a.ln1.data());
       be_.linear_fwd(a.v.data(), a.ln1.data(), w(o.v_w), w(o.v_b), N, C, NKV * HS, lay);
       lora_fwd(l, LoraTarget::kV, a.v.data(), a.ln1.data());
+      const Rope rope = cfg_.rope();
+      const Rope* rope_l = cfg_.layer_uses_rope(l) ? &rope : nullptr;  // SmolLM3's NoPE layers: none
       if (qkn) {
-        be_.rmsnorm_fwd(a.q.data(), a.q_rstd.data(), a.q_raw.data(), w(o.q_norm_w), N * NH, HS, cfg_.norm_eps);
-        be_.rmsnorm_fwd(a.k.data(), a.k_rstd.data(), a.k_raw.data(), w(o.k_norm_w), N * NKV, HS, cfg_.norm_eps);
-      }
-      if (cfg_.layer_uses_rope(l)) {  // SmolLM3's NoPE layers attend without positions
-        be_.rope_fwd(a.q.data(), B_, T_, NH, HS, cfg_.rope(), layout_.pos);
-        be_.rope_fwd(a.k.data(), B_, T_, NKV, HS, cfg_.rope(), layout_.pos);
+        be_.head_norm_rope_fwd(a.q.data(), a.q_rstd.data(), a.q_raw.data(), w(o.q_norm_w), B_, T_, NH, HS,
+                               cfg_.norm_eps, rope_l, layout_.pos);
+        be_.head_norm_rope_fwd(a.k.data(), a.k_rstd.data(), a.k_raw.data(), w(o.k_norm_w), B_, T_, NKV, HS,
+                               cfg_.norm_eps, rope_l, layout_.pos);
+      } else if (rope_l) {
+        be_.rope_fwd(a.q.data(), B_, T_, NH, HS, rope, layout_.pos);
+        be_.rope_fwd(a.k.data(), B_, T_, NKV, HS, rope, layout_.pos);
       }
     }
     const QkvView in = qkv_view(a);
@@ -328,22 +327,29 @@ void Model<B>::block_backward(int l) {
     be_.linear_bwd(d_ln_.data(), g(o.qkv_w), g(o.qkv_b), d_qkv_.data(), a.ln1.data(), w(o.qkv_w), N, C, 3 * C,
                    lay, false);
   } else {
-    if (cfg_.layer_uses_rope(l)) {
-      be_.rope_bwd(d.q, B_, T_, NH, HS, cfg_.rope(), layout_.pos);
-      be_.rope_bwd(d.k, B_, T_, NKV, HS, cfg_.rope(), layout_.pos);
+    const Rope rope = cfg_.rope();
+    const Rope* rope_l = cfg_.layer_uses_rope(l) ? &rope : nullptr;
+    // Qwen2's q/k biases: their gradient comes out of the backward rotation's pass over dq, dk
+    // (rope_bias_bwd), so the projections' backward below skips it.
+    const bool bias_in_rope = rope_l && !cfg_.qk_norm && o.q_b >= 0 && o.k_b >= 0;
+    if (cfg_.qk_norm) {  // through RoPE and the head RMSNorm, in place: d.q, d.k become d(q_raw), d(k_raw)
+      be_.head_norm_rope_bwd(d.q, g(o.q_norm_w), d.q, a.q_raw.data(), w(o.q_norm_w), a.q_rstd.data(), B_, T_, NH,
+                             HS, rope_l, layout_.pos);
+      be_.head_norm_rope_bwd(d.k, g(o.k_norm_w), d.k, a.k_raw.data(), w(o.k_norm_w), a.k_rstd.data(), B_, T_, NKV,
+                             HS, rope_l, layout_.pos);
+    } else if (bias_in_rope) {
+      be_.rope_bias_bwd(d.q, g(o.q_b), B_, T_, NH, HS, rope, layout_.pos);
+      be_.rope_bias_bwd(d.k, g(o.k_b), B_, T_, NKV, HS, rope, layout_.pos);
+    } else if (rope_l) {
+      be_.rope_bwd(d.q, B_, T_, NH, HS, rope, layout_.pos);
+      be_.rope_bwd(d.k, B_, T_, NKV, HS, rope, layout_.pos);
     }
-    Act dq = d.q, dk = d.k;
-    if (cfg_.qk_norm) {  // through the per-head RMSNorm (its backward accumulates into dinp)
-      dq = d_q_raw_.data();
-      dk = d_k_raw_.data();
-      be_.zero(dq, static_cast<size_t>(N) * NH * HS);
-      be_.zero(dk, static_cast<size_t>(N) * NKV * HS);
-      be_.rmsnorm_bwd(dq, g(o.q_norm_w), d.q, a.q_raw.data(), w(o.q_norm_w), a.q_rstd.data(), N * NH, HS);
-      be_.rmsnorm_bwd(dk, g(o.k_norm_w), d.k, a.k_raw.data(), w(o.k_norm_w), a.k_rstd.data(), N * NKV, HS);
-    }
-    be_.linear_bwd(d_ln_.data(), g(o.q_w), g(o.q_b), dq, a.ln1.data(), w(o.q_w), N, C, NH * HS, lay, false);
+    const Act dq = d.q, dk = d.k;
+    be_.linear_bwd(d_ln_.data(), g(o.q_w), bias_in_rope ? nullptr : g(o.q_b), dq, a.ln1.data(), w(o.q_w), N, C,
+                   NH * HS, lay, false);
     lora_bwd(l, LoraTarget::kQ, d_ln_.data(), dq, a.ln1.data());
-    be_.linear_bwd(d_ln_.data(), g(o.k_w), g(o.k_b), dk, a.ln1.data(), w(o.k_w), N, C, NKV * HS, lay, true);
+    be_.linear_bwd(d_ln_.data(), g(o.k_w), bias_in_rope ? nullptr : g(o.k_b), dk, a.ln1.data(), w(o.k_w), N, C,
+                   NKV * HS, lay, true);
     lora_bwd(l, LoraTarget::kK, d_ln_.data(), dk, a.ln1.data());
     be_.linear_bwd(d_ln_.data(), g(o.v_w), g(o.v_b), d.v, a.ln1.data(), w(o.v_w), N, C, NKV * HS, lay, true);
     lora_bwd(l, LoraTarget::kV, d_ln_.data(), d.v, a.ln1.data());

@@ -51,4 +51,11 @@ template <typename T>
 void rope_bwd(T* dx, int B, int T_, int H, int HS, const Rope& rope, int pos0 = 0,
               const int32_t* pos = nullptr);
 
+// rope_bwd of dx (B, T, H, HS) in place (pos0 = 0), then dbias (H·HS) += Σ_(b,t) dx[b, t, :]: the
+// bias gradient of the q or k projection (Qwen2), one op with the rotation so that the GPU
+// takes it from the rotation's pass (cuda::rope_bias_bwd). dbias nullptr: rope_bwd alone.
+template <typename T>
+void rope_bias_bwd(T* dx, T* dbias, int B, int T_, int H, int HS, const Rope& rope,
+                   const int32_t* pos = nullptr);
+
 }  // namespace forge::cpu

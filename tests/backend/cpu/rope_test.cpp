@@ -171,6 +171,38 @@ TEST(Rope, BackwardMatchesFiniteDifferences) {
   }
 }
 
+// rope_bias_bwd (Qwen2's q/k bias gradient from the rotation): loss = Σ rope(y + bias)·u with
+// the bias (H·HS) broadcast over the (b, t) rows; the rotated gradient and dbias (accumulated onto
+// a nonzero start) against central differences, plain and packed positions.
+TEST(Rope, BiasBackwardMatchesFiniteDifferences) {
+  const int B = 2, T = 3, H = 2, HS = 6;
+  const std::vector<int32_t> pos = {4, 0, 1, 0, 7, 8};  // (B, T)
+  for (RopeStyle style : kStyles)
+    for (const int32_t* p : {static_cast<const int32_t*>(nullptr), pos.data()}) {
+      const Rope rope{100.0f, style};
+      auto y = random_normal<double>(B * T * H * HS, 16);
+      auto bias = random_normal<double>(H * HS, 17);
+      const auto u = random_normal<double>(y.size(), 18);
+      auto loss = [&] {
+        auto x = y;
+        for (size_t i = 0; i < x.size(); ++i) x[i] += bias[i % (H * HS)];
+        rope_fwd<double>(x.data(), B, T, H, HS, rope, 0, p);
+        return forge::testing::dot(x, u);
+      };
+      const auto fd_y = forge::testing::finite_diff(y, loss), fd_bias = forge::testing::finite_diff(bias, loss);
+      auto dx = u;
+      const auto db0 = random_normal<double>(H * HS, 19);
+      auto db = db0;
+      rope_bias_bwd<double>(dx.data(), db.data(), B, T, H, HS, rope, p);
+      for (int c = 0; c < H * HS; ++c) db[c] -= db0[c];
+      EXPECT_TRUE(all_close(dx, fd_y, forge::testing::kTolFiniteDiff)) << name(style);
+      EXPECT_TRUE(all_close(db, fd_bias, forge::testing::kTolFiniteDiff)) << name(style);
+      auto plain = u;  // without dbias it is rope_bwd
+      rope_bias_bwd<double>(plain.data(), nullptr, B, T, H, HS, rope, p);
+      EXPECT_EQ(plain, dx) << name(style);
+    }
+}
+
 // The float instantiation on float-rounded inputs against the double one on the same values.
 // Large positions: the angle table is double in both, so only the final rotation rounds.
 TEST(Rope, FloatMatchesDouble) {

@@ -21,6 +21,7 @@
 #include "forge/ops/cross_entropy.h"
 #include "forge/ops/decode.h"
 #include "forge/ops/embedding.h"
+#include "forge/ops/head_norm_rope.h"
 #include "forge/ops/layernorm.h"
 #include "forge/ops/linear.h"
 #include "forge/ops/matmul.h"
@@ -128,6 +129,16 @@ class CpuBackend {
   void head_rmsnorm(Act x, Act w, int N, int H, int HS, int64_t stride, float eps) {
     cpu::head_rmsnorm<T>(x, w, N, H, HS, stride, eps);
   }
+  // Qwen3's q/k head norm + RoPE (rope null: none), one op on every backend; the backward writes
+  // dx_raw (may alias dx) and accumulates dw.
+  void head_norm_rope_fwd(Act x, Stat rstd, Act x_raw, Act w, int B, int T_, int H, int HS, float eps,
+                          const Rope* rope, const int32_t* pos) {
+    cpu::head_norm_rope_fwd<T>(x, rstd, x_raw, w, B, T_, H, HS, eps, rope, pos);
+  }
+  void head_norm_rope_bwd(Act dx_raw, Grad dw, Act dx, Act x_raw, Act w, Stat rstd, int B, int T_, int H, int HS,
+                          const Rope* rope, const int32_t* pos) {
+    cpu::head_norm_rope_bwd<T>(dx_raw, dw, dx, x_raw, w, rstd, B, T_, H, HS, rope, pos);
+  }
   void linear_fwd(Act out, Act inp, Act w, Act bias, int N, int C, int OC, WeightLayout layout) {
     cpu::linear_fwd<T>(out, inp, w, bias, N, C, OC, layout);
   }
@@ -174,6 +185,11 @@ class CpuBackend {
   }
   void rope_bwd(Act dx, int B, int T_, int H, int HS, const Rope& rope, const int32_t* pos) {
     cpu::rope_bwd<T>(dx, B, T_, H, HS, rope, 0, pos);
+  }
+  // rope_bwd in place, then db (H·HS) += the column sums of the result (Qwen2's q/k bias gradient
+  // in the rotation's pass on the GPU).
+  void rope_bias_bwd(Act dx, Grad db, int B, int T_, int H, int HS, const Rope& rope, const int32_t* pos) {
+    cpu::rope_bias_bwd<T>(dx, db, B, T_, H, HS, rope, pos);
   }
   void attention_fwd(Act out, AttnSaved& saved, Act q, Act k, Act v, const AttentionShape& s,
                      const AttentionStrides& st, const int32_t* seg) {

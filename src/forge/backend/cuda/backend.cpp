@@ -291,6 +291,14 @@ void CudaBackend::rmsnorm_bwd(Act dinp, Grad dw, Act dout, Act inp, Act w, Stat 
 void CudaBackend::head_rmsnorm(Act x, Act w, int N, int H, int HS, int64_t stride, float eps) {
   cuda::head_rmsnorm(ctx_, dt_, x, w, N, H, HS, stride, eps);
 }
+void CudaBackend::head_norm_rope_fwd(Act x, Stat rstd, Act x_raw, Act w, int B, int T_, int H, int HS, float eps,
+                                     const Rope* rope, const int32_t* pos) {
+  cuda::head_norm_rope_fwd(ctx_, dt_, x, rstd, x_raw, w, B, T_, H, HS, eps, rope, pos);
+}
+void CudaBackend::head_norm_rope_bwd(Act dx_raw, Grad dw, Act dx, Act x_raw, Act w, Stat rstd, int B, int T_, int H,
+                                     int HS, const Rope* rope, const int32_t* pos) {
+  cuda::head_norm_rope_bwd(ctx_, dt_, dx_raw, dw, dx, x_raw, w, rstd, B, T_, H, HS, rope, pos);
+}
 
 // out (N, OC) = inp (N, C) · op(W) (+ bias in the GEMM's epilogue); W is (OC, C) (kOutIn) or (C, OC).
 // A few rows (decoding: one per sequence) go to the small-N kernels where they beat cuBLASLt,
@@ -425,6 +433,10 @@ void CudaBackend::rope_fwd(Act x, int B, int T_, int H, int HS, const Rope& rope
 }
 void CudaBackend::rope_bwd(Act dx, int B, int T_, int H, int HS, const Rope& rope, const int32_t* pos) {
   cuda::rope_bwd(ctx_, dt_, dx, B, T_, H, HS, rope, 0, pos);
+}
+void CudaBackend::rope_bias_bwd(Act dx, Grad db, int B, int T_, int H, int HS, const Rope& rope,
+                                const int32_t* pos) {
+  cuda::rope_bias_bwd(ctx_, dt_, dx, db, B, T_, H, HS, rope, pos);
 }
 
 // ---- attention ----------------------------------------------------------------------------------

@@ -174,6 +174,10 @@ class CudaBackend {
   void residual_rmsnorm_fwd(Act res, Act out, Stat rstd, Act a, Act b, Act w, int N, int C, float eps);
   void rmsnorm_bwd(Act dinp, Grad dw, Act dout, Act inp, Act w, Stat rstd, int N, int C);
   void head_rmsnorm(Act x, Act w, int N, int H, int HS, int64_t stride, float eps);
+  void head_norm_rope_fwd(Act x, Stat rstd, Act x_raw, Act w, int B, int T_, int H, int HS, float eps,
+                          const Rope* rope, const int32_t* pos);
+  void head_norm_rope_bwd(Act dx_raw, Grad dw, Act dx, Act x_raw, Act w, Stat rstd, int B, int T_, int H, int HS,
+                          const Rope* rope, const int32_t* pos);
   void linear_fwd(Act out, Act inp, Act w, Act bias, int N, int C, int OC, WeightLayout layout);
   void linear_gelu_fwd(Act hidden, Act fc, Act inp, Act w, Act bias, int N, int C, int OC, WeightLayout layout);
   // dw (and rmsnorm_bwd's dw) may be null: a frozen weight (LoRA's base), its product skipped.
@@ -193,6 +197,7 @@ class CudaBackend {
   void swiglu_bwd(Act dgate, Act dup, Act dout, Act gate, Act up, int64_t n);
   void rope_fwd(Act x, int B, int T_, int H, int HS, const Rope& rope, const int32_t* pos);
   void rope_bwd(Act dx, int B, int T_, int H, int HS, const Rope& rope, const int32_t* pos);
+  void rope_bias_bwd(Act dx, Grad db, int B, int T_, int H, int HS, const Rope& rope, const int32_t* pos);
   void attention_fwd(Act out, AttnSaved& saved, Act q, Act k, Act v, const AttentionShape& s,
                      const AttentionStrides& st, const int32_t* seg);
   void attention_bwd(Act dq, Act dk, Act dv, Act dout, Act q, Act k, Act v, Act out, AttnSaved& saved,

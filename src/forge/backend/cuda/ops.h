@@ -73,6 +73,17 @@ void residual_rmsnorm_fwd(Context& ctx, DType dt, void* res, void* out, float* r
 // In place over H heads of HS per row, rows `stride` elements apart (cpu::head_rmsnorm).
 void head_rmsnorm(Context& ctx, DType dt, void* x, const void* weight, int N, int H, int HS,
                   int64_t stride, float eps);
+// Qwen3's q/k head norm + RoPE in one pass each way (cpu::head_norm_rope_fwd / _bwd's contract,
+// ops/head_norm_rope.h): x (B, T, H, HS) = rope(rmsnorm per head of x_raw · weight), rstd
+// (B, T, H) f32; rope null: no rotation; pos (B, T, device) or null (positions t). The backward
+// WRITES dx_raw (may alias dx) and accumulates dweight (f32, HS; null: not computed),
+// deterministically (fixed row splits, then a fixed-order sum).
+void head_norm_rope_fwd(Context& ctx, DType dt, void* x, float* rstd, const void* x_raw,
+                        const void* weight, int B, int T_, int H, int HS, float eps,
+                        const Rope* rope, const int32_t* pos = nullptr);
+void head_norm_rope_bwd(Context& ctx, DType dt, void* dx_raw, float* dweight, const void* dx,
+                        const void* x_raw, const void* weight, const float* rstd, int B, int T_,
+                        int H, int HS, const Rope* rope, const int32_t* pos = nullptr);
 // dweight nullptr: not computed (a frozen gain, LoRA's base).
 void rmsnorm_bwd(Context& ctx, DType dt, void* dinp, float* dweight, const void* dout,
                  const void* inp, const void* weight, const float* rstd, int N, int C);
@@ -88,6 +99,12 @@ void rope_fwd(Context& ctx, DType dt, void* x, int B, int T_, int H, int HS, con
               int pos0 = 0, const int32_t* pos = nullptr);
 void rope_bwd(Context& ctx, DType dt, void* dx, int B, int T_, int H, int HS, const Rope& rope,
               int pos0 = 0, const int32_t* pos = nullptr);
+
+// rope_bwd of dx (B, T, H, HS) in place (pos0 = 0), and dbias (H·HS, f32) += Σ_(b,t) of the
+// rotated result: the bias gradient of the q or k projection (Qwen2) from the rotation's pass,
+// deterministic (fixed row splits, fixed-order sum; cpu::rope_bias_bwd). dbias null: rope_bwd.
+void rope_bias_bwd(Context& ctx, DType dt, void* dx, float* dbias, int B, int T_, int H, int HS,
+                   const Rope& rope, const int32_t* pos = nullptr);
 
 // ---- attention (unfused: batched GEMMs + softmax kernels) ----------------------------------
 // Same contract as cpu::attention_fwd/bwd; att (B, NH, T, T) holds the probabilities in dt.

@@ -23,6 +23,10 @@
 // Packed rows: the position of row (b, t) is pos[b, t] (device (B, T)) instead of pos0 + t, read
 // once per thread; the same angle method, so at pos[b, t] = t the result is bit-identical.
 //
+// rope_bias_bwd (Qwen2's q/k bias gradient) is the backward rotation with the column sums of its
+// result kept on the way, instead of bias_grad's second pass over dq and dk: its work split is
+// described at the kernel.
+//
 // ptxas (sm_90a, CUDA 13.0, -Xptxas=-v): registers, spill stores, stack frame per kernel
 // (<T, kN, ...>: kN = 1 is the element-by-element instantiation):
 //   rope_kernel<bf16, 1, false>                           29 regs, 0 spill, 0 stack
@@ -33,7 +37,13 @@
 //   rope_kernel<float, 1, true>                           30 regs, 0 spill, 0 stack
 //   rope_kernel<float, 4, false>                          32 regs, 0 spill, 0 stack
 //   rope_kernel<float, 4, true>                           32 regs, 0 spill, 0 stack
+//   rope_bias_bwd_kernel<bf16 / f16, 8, false / true>     64 / 71 regs, 0 spill, 16 KB shared
+//   rope_bias_bwd_kernel<bf16 / f16, 1, false / true>     32 / 38 regs, 0 spill, 2 KB shared
+//   rope_bias_bwd_kernel<float, 4, false / true>          53 / 58 regs, 0 spill, 8 KB shared
+//   rope_bias_bwd_kernel<float, 1, false / true>          40 / 43 regs, 0 spill, 2 KB shared
 #include <cuda_runtime.h>
+
+#include <type_traits>
 
 #include "forge/backend/cuda/context.h"
 #include "forge/backend/cuda/kernel_utils.cuh"
@@ -110,7 +120,110 @@ void rope_rotate(Context& ctx, DType dt, void* x, int B, int T_, int H, int HS, 
   });
 }
 
+// rope_bias_bwd: the backward rotation of dx (N = B·T rows of H·HS) in place, and the column
+// sums of the result (the bias gradient of the projection that produced it). The row is cut into
+// P = H·HS/(2·kN) chunks of kN pairs (load_chunk: both members of each pair in one thread); a
+// block of 256 threads takes a strip of Ps ≤ 256 chunks and rows_per_step = 256 / Ps rows at a
+// time (q of llama-100m: P = 48, 5 rows a step; k: P = 16, 16 rows), over the fixed row range of
+// its split (blockIdx.y). Each thread sums its chunk's channels over its rows; the row-threads of
+// a chunk are then added in order through shared memory into partial (splits, H·HS), which
+// channel_grad_finish_kernel reduces in a fixed order. No atomics: bit-identical reruns.
+template <typename T, int kN, bool kRotateHalf>
+__global__ void __launch_bounds__(kThreads)
+    rope_bias_bwd_kernel(T* dx, float* __restrict__ partial,
+                         const __grid_constant__ RopeFreqs freqs, const int32_t* __restrict__ pos,
+                         int N, int T_, int H, int HS, int strip, int rows_per_split) {
+  constexpr int kE = 2 * kN;                         // elements per chunk
+  __shared__ __align__(16) float sh[kThreads * kE];  // (rows_per_step, strip·kE)
+  const int half = HS / 2, head_chunks = half / kN, P = H * head_chunks;
+  const int rows_per_step = kThreads / strip;
+  const int ro = threadIdx.x / strip, cl = threadIdx.x % strip;
+  const int chunk = blockIdx.x * strip + cl;  // over (h, c)
+  const bool active = ro < rows_per_step && chunk < P;
+  const int h = chunk / head_chunks, c = chunk % head_chunks;
+  const int r0 = blockIdx.y * rows_per_split, r1 = min(N, r0 + rows_per_split);
+  float acc[kE];
+#pragma unroll
+  for (int i = 0; i < kE; ++i) acc[i] = 0.0f;
+  if (active) {
+    for (int r = r0 + ro; r < r1; r += rows_per_step) {
+      const double at = static_cast<double>(pos != nullptr ? pos[r] : r % T_);
+      T* head = dx + (static_cast<int64_t>(r) * H + h) * HS;  // (HS)
+      float u[kE];
+      load_chunk<T, kN, kRotateHalf>(head, c, half, u);
+      rotate_chunk<kN, kRotateHalf>(u, c, at, freqs, -1.0f);
+      store_chunk<T, kN, kRotateHalf>(head, c, half, u);
+#pragma unroll
+      for (int i = 0; i < kE; ++i) acc[i] += u[i];
+    }
+#pragma unroll
+    for (int i = 0; i < kE; ++i) sh[(ro * strip + cl) * kE + i] = acc[i];
+  }
+  __syncthreads();
+  for (int e = threadIdx.x; e < strip * kE; e += kThreads) {
+    const int cl2 = e / kE, i = e % kE, chunk2 = blockIdx.x * strip + cl2;
+    if (chunk2 >= P) continue;
+    float t = 0.0f;
+    for (int y = 0; y < rows_per_step; ++y) t += sh[(y * strip + cl2) * kE + i];
+    const int h2 = chunk2 / head_chunks, c2 = chunk2 % head_chunks;
+    const int ch =
+        kRotateHalf ? (i < kN ? c2 * kN + i : half + c2 * kN + (i - kN)) : 2 * c2 * kN + i;
+    partial[static_cast<int64_t>(blockIdx.y) * H * HS + h2 * HS + ch] = t;
+  }
+}
+
 }  // namespace
+
+void rope_bias_bwd(Context& ctx, DType dt, void* dx, float* dbias, int B, int T_, int H, int HS,
+                   const Rope& rope, const int32_t* pos) {
+  constexpr char kOp[] = "rope_bias_bwd";
+  FORGE_CHECK(B >= 0 && T_ >= 0 && H > 0 && HS > 0, "[", kOp, "] bad shape B=", B, " T=", T_,
+              " H=", H, " HS=", HS);
+  FORGE_CHECK(HS % 2 == 0, "[", kOp, "] head size must be even, got HS=", HS);
+  FORGE_CHECK(HS / 2 <= kRopeMaxHalf, "[", kOp, "] head size ", HS, " above the supported ",
+              2 * kRopeMaxHalf);
+  FORGE_CHECK(static_cast<int64_t>(B) * T_ * H * HS < (int64_t{1} << 31), "[", kOp,
+              "] B·T·H·HS = ", static_cast<int64_t>(B) * T_ * H * HS, " exceeds int32 indexing");
+  const int N = B * T_;
+  if (N == 0) return;
+  if (dbias == nullptr) {  // a frozen bias: the rotation alone
+    rope_rotate(ctx, dt, dx, B, T_, H, HS, rope, 0, pos, -1.0f, kOp);
+    return;
+  }
+  const RopeFreqs f = rope_freqs(rope, HS);
+  constexpr int kMaxSplits = 512, kMinRows = 64;  // channel_grad's split rule
+  int splits = (N + kMinRows - 1) / kMinRows;
+  if (splits > kMaxSplits) splits = kMaxSplits;
+  const int rows_per_split = (N + splits - 1) / splits;
+  splits = (N + rows_per_split - 1) / rows_per_split;
+  DeviceBuffer<float> partial(ctx.allocator(), static_cast<size_t>(splits) * H * HS);
+  dispatch_dtype(dt, kOp, [&](auto tag) {
+    using T = decltype(tag);
+    T* xt = static_cast<T*>(dx);
+    auto go = [&](auto kn, auto rotate_half) {
+      constexpr int kN = decltype(kn)::value;
+      const int P = H * (HS / 2 / kN);
+      const int strip = P < kThreads ? P : kThreads;
+      const dim3 grid((P + strip - 1) / strip, splits);
+      rope_bias_bwd_kernel<T, kN, decltype(rotate_half)::value>
+          <<<grid, kThreads, 0, ctx.stream()>>>(xt, partial.data(), f, pos, N, T_, H, HS, strip,
+                                                rows_per_split);
+    };
+    using Vec = std::integral_constant<int, kVec<T>>;
+    using One = std::integral_constant<int, 1>;
+    const bool vec = (HS / 2) % kVec<T> == 0 && aligned16(dx);
+    if (rope.style == RopeStyle::kRotateHalf) {
+      vec ? go(Vec{}, std::true_type{}) : go(One{}, std::true_type{});
+    } else {
+      vec ? go(Vec{}, std::false_type{}) : go(One{}, std::false_type{});
+    }
+    FORGE_CUDA_CHECK_LAUNCH();
+  });
+  channel_grad_finish_kernel<1><<<(H * HS + 31) / 32, dim3(32, kWgradRows), 0, ctx.stream()>>>(
+      dbias, nullptr, partial.data(), splits, H * HS, 1);
+  FORGE_CUDA_CHECK_LAUNCH();
+  // `partial` goes back to the allocator here; only work enqueued later on the stream reuses it.
+}
 
 void rope_fwd(Context& ctx, DType dt, void* x, int B, int T_, int H, int HS, const Rope& rope,
               int pos0, const int32_t* pos) {

@@ -1,6 +1,7 @@
-// RoPE pieces shared by rope.cu (rope_fwd/bwd), decode.cu (rope_at) and decode_fused.cu
-// (rope_kv_append), so the three rotate by the same angles with the same instructions: rope_at
-// at pos = t equals rope_fwd bit for bit, and the fused decode op equals rope_at (both tested).
+// RoPE pieces shared by rope.cu (rope_fwd/bwd, rope_bias_bwd), head_norm_rope.cu, decode.cu
+// (rope_at) and decode_fused.cu (rope_kv_append), so they rotate by the same angles with the
+// same instructions: rope_at at pos = t equals rope_fwd bit for bit, and the fused decode op
+// equals rope_at (both tested).
 // Private to src/forge/backend/cuda/*.cu, like kernel_utils.cuh. The angle method is described
 // in rope.cu's header.
 #pragma once
@@ -72,6 +73,45 @@ __device__ __forceinline__ void rope_rotate_pairs(T* xh, int p0, int half, const
       v[2 * k + 1] = x0 * sn[k] + x1 * cs[k];
     }
     store<T, 2 * kN>(xh + 2 * p0, v);
+  }
+}
+
+// Chunks of a head for the fused ops (head_norm_rope.cu, rope_bias_bwd): the 2·kN elements of
+// chunk c of head h: u[0, kN) and u[kN, 2kN) the two halves' kN elements
+// (kRotateHalf), or 2·kN consecutive ones (interleaved). Pair k is (u[k], u[kN + k]) or
+// (u[2k], u[2k + 1]).
+template <typename T, int kN, bool kRotateHalf>
+__device__ __forceinline__ void load_chunk(const T* h, int c, int half, float (&u)[2 * kN]) {
+  if constexpr (kRotateHalf) {
+    load<T, kN>(h + c * kN, *reinterpret_cast<float(*)[kN]>(u));
+    load<T, kN>(h + half + c * kN, *reinterpret_cast<float(*)[kN]>(u + kN));
+  } else {
+    load<T, 2 * kN>(h + 2 * c * kN, u);
+  }
+}
+template <typename T, int kN, bool kRotateHalf>
+__device__ __forceinline__ void store_chunk(T* h, int c, int half, const float (&u)[2 * kN]) {
+  if constexpr (kRotateHalf) {
+    store<T, kN>(h + c * kN, *reinterpret_cast<const float(*)[kN]>(u));
+    store<T, kN>(h + half + c * kN, *reinterpret_cast<const float(*)[kN]>(u + kN));
+  } else {
+    store<T, 2 * kN>(h + 2 * c * kN, u);
+  }
+}
+
+// Rotates the kN pairs of chunk c by sign·θ(at, pair).
+template <int kN, bool kRotateHalf>
+__device__ __forceinline__ void rotate_chunk(float (&u)[2 * kN], int c, double at,
+                                             const RopeFreqs& f, float sign) {
+#pragma unroll
+  for (int k = 0; k < kN; ++k) {
+    float sn, cs;
+    rope_sincos(at, f.inv_freq_over_pi[c * kN + k], &sn, &cs);
+    sn *= sign;
+    const int i0 = kRotateHalf ? k : 2 * k, i1 = kRotateHalf ? kN + k : 2 * k + 1;
+    const float x0 = u[i0], x1 = u[i1];
+    u[i0] = x0 * cs - x1 * sn;
+    u[i1] = x0 * sn + x1 * cs;
   }
 }
 

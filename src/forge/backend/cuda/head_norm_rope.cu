@@ -1,0 +1,309 @@
+// CUDA per-head RMSNorm + RoPE (Qwen3's q/k norm in the training step), forward and backward; the
+// GPU twin of backend/cpu/head_norm_rope.cpp (ops/head_norm_rope.h), in one pass each way.
+//
+// Why fused: unfused, the forward was rmsnorm_fwd (read x_raw, write x) then rope_fwd (read and
+// write x again), and the backward rope_bwd (read/write dx), a memset of d(x_raw), rmsnorm_bwd
+// (read dx, x_raw, d(x_raw); write d(x_raw)) and the weight gradient's channel_grad pass (read dx
+// and x_raw once more) — per element of q and k, 4 forward and 9 backward 16-bit accesses, and
+// 2 forward and 5 backward launches per tensor. Here the forward reads x_raw and writes x (2
+// accesses, 1 launch), the backward reads dx and x_raw and writes d(x_raw) in place over dx (3),
+// and the weight gradient's per-block partial sums come out of the same kernel, followed by one
+// small fixed-order finishing kernel (2 launches).
+//
+// Work split: a group of G lanes per head (G = the power of two ≥ the head's chunk count, ≤ 32;
+// HS 128 bf16: 8 lanes, 4 heads a warp; HS 64: 4 lanes, 8 heads), each lane owning up to kJ chunks
+// of kN pairs: for kRotateHalf, kN elements from each half (pair i is (i, i + HS/2)), for
+// interleaved 2·kN consecutive elements (pair i is (2i, 2i + 1)), so both members of every pair are
+// in the lane's registers and the rotation needs no shuffle. Σx² (forward) and Σ dnorm·norm
+// (backward) are summed over the group with xor shuffles. 16-byte accesses (kN = kVec<T>) when HS/2
+// is a multiple of kVec<T> and the pointers are 16-byte aligned, else kN = 1.
+//
+// Arithmetic: as rmsnorm.cu (f32, s = 1/sqrt(Σx²/HS + eps), y = x·s·w) and rope.cu (rope_sincos's
+// angles, (x0, x1) → (x0·c − x1·s, x0·s + x1·c)), except that the normalised value is rotated in
+// f32 instead of being rounded to T in between: one rounding of the output instead of two.
+// Backward, with g = the inverse rotation of dx, norm = x·s:
+//   d(x_raw) = (g·w − norm·mean(g·w·norm))·s,   dweight += Σ_rows g·norm.
+//
+// Determinism of dweight: the backward's grid is `splits` blocks over fixed row ranges (a
+// function of the row count only); within a block each lane accumulates its channels over the
+// heads its group visits, in order; the groups are then summed in group order through shared
+// memory into partial (splits, HS), and kernels::channel_grad_finish_kernel adds the splits in a
+// fixed order to dweight. No atomics: two runs are bit-identical.
+//
+// ptxas (sm_90a, CUDA 13.0, -Xptxas=-v): registers per kernel, 0 spill and 0 stack for all
+// (<T, kN, kRotateHalf>; kN = 1 is the element-by-element instantiation, 8 chunks a lane):
+//   head_norm_rope_fwd_kernel   bf16/f16: 57–64 regs; f32: 58–64 regs
+//   head_norm_rope_bwd_kernel   bf16 kN 8: 115–127; f16 kN 8: 125–127; f32 kN 4: 97–99;
+//                               kN 1: 128 (all types); 16 KB static shared memory
+// The backward's 256-thread blocks therefore run 2 to a SM: whether that keeps HBM busy is for
+// the GPU run to show (docs/perf-notes.md).
+#include <cuda_runtime.h>
+
+#include <type_traits>
+
+#include "forge/backend/cuda/context.h"
+#include "forge/backend/cuda/kernel_utils.cuh"
+#include "forge/backend/cuda/ops.h"
+#include "forge/backend/cuda/rope.cuh"
+
+namespace forge::cuda {
+namespace {
+
+using namespace kernels;
+
+constexpr int kThreads = 256;
+// Backward blocks (dweight partial rows): channel_grad's rule, so the finishing kernel's serial
+// sum over splits (2 blocks for HS 64, each thread adding splits/8 partials) costs what the
+// unfused weight gradient's did; 512 blocks of 256 threads are ~2 waves on an H200 at 2 a SM.
+constexpr int kMaxSplits = 512, kMinRowsPerSplit = 64;
+
+// Chunks per lane the registers hold: HS/2 ≤ kRopeMaxHalf pairs over ≤ 32 lanes of kN pairs.
+template <int kN>
+inline constexpr int kChunksPerLane = kRopeMaxHalf / (32 * kN) > 0 ? kRopeMaxHalf / (32 * kN) : 1;
+
+struct Params {
+  void* out;          // forward: x; backward: dx_raw (may alias in)
+  const void* in;     // forward: x_raw; backward: dx
+  const void* x_raw;  // backward
+  const void* weight;
+  float* rstd;     // forward: written; backward: read
+  float* partial;  // backward: (splits, HS) per-block weight-gradient sums, or null
+  const int32_t* pos;
+  RopeFreqs freqs;
+  int rows, T_, H, HS, lanes, rows_per_split;
+  float eps, sign;  // sign: +1 forward rotation, −1 backward
+  bool rope;
+};
+
+// Sum over aligned groups of `lanes` lanes (a power of two ≤ 32); every lane of the warp calls it.
+__device__ __forceinline__ float group_sum(float v, int lanes) {
+  for (int o = lanes / 2; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+
+__device__ __forceinline__ double row_position(const Params& p, int row) {
+  const int bt = row / p.H;  // b·T + t
+  return static_cast<double>(p.pos != nullptr ? p.pos[bt] : bt % p.T_);
+}
+
+// Grid-stride over heads, kThreads / lanes heads per block step. The loop bound is uniform per
+// block, so every lane reaches the shuffles; rows past the end compute on the last row and store
+// nothing.
+template <typename T, int kN, bool kRotateHalf>
+__global__ void __launch_bounds__(kThreads)
+    head_norm_rope_fwd_kernel(const __grid_constant__ Params p) {
+  constexpr int kJ = kChunksPerLane<kN>;
+  const int lanes = p.lanes, lane = threadIdx.x & (lanes - 1), group = threadIdx.x / lanes;
+  const int heads_per_step = kThreads / lanes;
+  const int half = p.HS / 2, chunks = half / kN;
+  float w[kJ][2 * kN];  // this lane's channels of the weight, the same for every head
+#pragma unroll
+  for (int j = 0; j < kJ; ++j)
+    if (lane + j * lanes < chunks)
+      load_chunk<T, kN, kRotateHalf>(static_cast<const T*>(p.weight), lane + j * lanes, half, w[j]);
+  for (int base = blockIdx.x * heads_per_step; base < p.rows; base += gridDim.x * heads_per_step) {
+    const bool valid = base + group < p.rows;
+    const int row = valid ? base + group : p.rows - 1;
+    const int64_t off = static_cast<int64_t>(row) * p.HS;
+    float u[kJ][2 * kN];
+    float sq = 0.0f;
+#pragma unroll
+    for (int j = 0; j < kJ; ++j) {
+      if (lane + j * lanes >= chunks) continue;
+      load_chunk<T, kN, kRotateHalf>(static_cast<const T*>(p.in) + off, lane + j * lanes, half,
+                                     u[j]);
+#pragma unroll
+      for (int i = 0; i < 2 * kN; ++i) sq += u[j][i] * u[j][i];
+    }
+    const float s = 1.0f / sqrtf(group_sum(sq, lanes) / p.HS + p.eps);
+    if (!valid) continue;  // after the shuffle
+    const double at = p.rope ? row_position(p, row) : 0.0;
+#pragma unroll
+    for (int j = 0; j < kJ; ++j) {
+      const int c = lane + j * lanes;
+      if (c >= chunks) continue;
+#pragma unroll
+      for (int i = 0; i < 2 * kN; ++i) u[j][i] = u[j][i] * s * w[j][i];
+      if (p.rope) rotate_chunk<kN, kRotateHalf>(u[j], c, at, p.freqs, p.sign);
+      store_chunk<T, kN, kRotateHalf>(static_cast<T*>(p.out) + off, c, half, u[j]);
+    }
+    if (lane == 0) p.rstd[row] = s;
+  }
+}
+
+// Block b takes rows [b·rows_per_split, (b + 1)·rows_per_split); see the header for dweight.
+// dx_raw may alias dx: each lane reads its elements of a head before it writes them, and no
+// other lane touches them.
+template <typename T, int kN, bool kRotateHalf>
+__global__ void __launch_bounds__(kThreads)
+    head_norm_rope_bwd_kernel(const __grid_constant__ Params p) {
+  constexpr int kJ = kChunksPerLane<kN>;
+  // (groups, HS): each group's dweight sums.
+  __shared__ __align__(16) float sh[kThreads * 2 * kN * kJ];
+  const int lanes = p.lanes, lane = threadIdx.x & (lanes - 1), group = threadIdx.x / lanes;
+  const int heads_per_step = kThreads / lanes;
+  const int half = p.HS / 2, chunks = half / kN;
+  float w[kJ][2 * kN], dw[kJ][2 * kN];
+#pragma unroll
+  for (int j = 0; j < kJ; ++j) {
+#pragma unroll
+    for (int i = 0; i < 2 * kN; ++i) dw[j][i] = 0.0f;
+    if (lane + j * lanes < chunks)
+      load_chunk<T, kN, kRotateHalf>(static_cast<const T*>(p.weight), lane + j * lanes, half, w[j]);
+  }
+  const int r0 = blockIdx.x * p.rows_per_split;
+  const int r1 = min(p.rows, r0 + p.rows_per_split);
+  for (int base = r0; base < r1; base += heads_per_step) {
+    const bool valid = base + group < r1;
+    const int row = valid ? base + group : r1 - 1;
+    const int64_t off = static_cast<int64_t>(row) * p.HS;
+    const float s = p.rstd[row];
+    const double at = p.rope ? row_position(p, row) : 0.0;
+    float g[kJ][2 * kN], x[kJ][2 * kN];
+    float dot = 0.0f;  // Σ (g·w)·(x·s) over this lane's channels
+#pragma unroll
+    for (int j = 0; j < kJ; ++j) {
+      const int c = lane + j * lanes;
+      if (c >= chunks) continue;
+      load_chunk<T, kN, kRotateHalf>(static_cast<const T*>(p.in) + off, c, half, g[j]);
+      load_chunk<T, kN, kRotateHalf>(static_cast<const T*>(p.x_raw) + off, c, half, x[j]);
+      if (p.rope) rotate_chunk<kN, kRotateHalf>(g[j], c, at, p.freqs, p.sign);
+#pragma unroll
+      for (int i = 0; i < 2 * kN; ++i) dot += (g[j][i] * w[j][i]) * (x[j][i] * s);
+    }
+    const float mean = group_sum(dot, lanes) / p.HS;
+    if (!valid) continue;  // after the shuffle
+#pragma unroll
+    for (int j = 0; j < kJ; ++j) {
+      const int c = lane + j * lanes;
+      if (c >= chunks) continue;
+      float d[2 * kN];
+#pragma unroll
+      for (int i = 0; i < 2 * kN; ++i) {
+        const float norm = x[j][i] * s;
+        d[i] = (g[j][i] * w[j][i] - norm * mean) * s;
+        dw[j][i] += g[j][i] * norm;
+      }
+      store_chunk<T, kN, kRotateHalf>(static_cast<T*>(p.out) + off, c, half, d);
+    }
+  }
+  // A frozen gain returns here (uniform: the whole block). Each (group, channel) has one owner
+  // lane: its sums go to sh[group·HS + channel].
+  if (p.partial == nullptr) return;
+#pragma unroll
+  for (int j = 0; j < kJ; ++j) {
+    const int c = lane + j * lanes;
+    if (c >= chunks) continue;
+    store_chunk<float, kN, kRotateHalf>(sh + group * p.HS, c, half, dw[j]);
+  }
+  __syncthreads();
+  for (int ch = threadIdx.x; ch < p.HS; ch += kThreads) {
+    float t = 0.0f;
+    for (int gr = 0; gr < heads_per_step; ++gr) t += sh[gr * p.HS + ch];
+    p.partial[static_cast<int64_t>(blockIdx.x) * p.HS + ch] = t;
+  }
+}
+
+// Lanes per head: the power of two ≥ the chunk count, at most 32.
+int lanes_for(int chunks) {
+  int lanes = 1;
+  while (lanes < chunks && lanes < 32) lanes *= 2;
+  return lanes;
+}
+
+void check_shape(int B, int T_, int H, int HS, const char* op) {
+  FORGE_CHECK(B >= 0 && T_ >= 0 && H > 0 && HS > 0, "[", op, "] bad shape B=", B, " T=", T_,
+              " H=", H, " HS=", HS);
+  FORGE_CHECK(HS % 2 == 0, "[", op, "] head size must be even, got HS=", HS);
+  FORGE_CHECK(HS / 2 <= kRopeMaxHalf, "[", op, "] head size ", HS, " above the supported ",
+              2 * kRopeMaxHalf);
+  FORGE_CHECK(static_cast<int64_t>(B) * T_ * H * HS < (int64_t{1} << 31), "[", op,
+              "] B·T·H·HS = ", static_cast<int64_t>(B) * T_ * H * HS, " exceeds int32 indexing");
+}
+
+// Picks the instantiation (vector or element path, rope style) and launches it.
+template <bool kForward>
+void launch(Context& ctx, DType dt, Params& p, RopeStyle style, bool vec_ptrs, int grid,
+            const char* op) {
+  dispatch_dtype(dt, op, [&](auto tag) {
+    using T = decltype(tag);
+    const int half = p.HS / 2;
+    const bool vec = half % kVec<T> == 0 && vec_ptrs;
+    auto go = [&](auto kn, auto rotate_half) {
+      constexpr int kN = decltype(kn)::value;
+      constexpr bool kRh = decltype(rotate_half)::value;
+      p.lanes = lanes_for(half / kN);
+      FORGE_CHECK((half / kN + p.lanes - 1) / p.lanes <= kChunksPerLane<kN>, "[", op, "] HS ", p.HS,
+                  " needs more chunks per lane than compiled");
+      if constexpr (kForward) {
+        const int g = grid > 0 ? grid : grid_for(p.rows, kThreads / p.lanes, ctx.num_sms());
+        head_norm_rope_fwd_kernel<T, kN, kRh><<<g, kThreads, 0, ctx.stream()>>>(p);
+      } else {
+        head_norm_rope_bwd_kernel<T, kN, kRh><<<grid, kThreads, 0, ctx.stream()>>>(p);
+      }
+    };
+    using Vec = std::integral_constant<int, kVec<T>>;
+    using One = std::integral_constant<int, 1>;
+    using Rh = std::true_type;
+    using Il = std::false_type;
+    if (style == RopeStyle::kRotateHalf) {
+      vec ? go(Vec{}, Rh{}) : go(One{}, Rh{});
+    } else {
+      vec ? go(Vec{}, Il{}) : go(One{}, Il{});
+    }
+    FORGE_CUDA_CHECK_LAUNCH();
+  });
+}
+
+Params make_params(int B, int T_, int H, int HS, const Rope* rope, const int32_t* pos, float sign) {
+  Params p{};
+  p.rows = B * T_ * H;
+  p.T_ = T_, p.H = H, p.HS = HS;
+  p.pos = pos;
+  p.sign = sign;
+  p.rope = rope != nullptr;
+  if (rope != nullptr) p.freqs = rope_freqs(*rope, HS);  // exactly the CPU's inv_freq, then / π
+  return p;
+}
+
+}  // namespace
+
+void head_norm_rope_fwd(Context& ctx, DType dt, void* x, float* rstd, const void* x_raw,
+                        const void* weight, int B, int T_, int H, int HS, float eps,
+                        const Rope* rope, const int32_t* pos) {
+  check_shape(B, T_, H, HS, "head_norm_rope_fwd");
+  FORGE_CHECK(x != x_raw, "[head_norm_rope_fwd] x must not alias x_raw (the backward reads x_raw)");
+  Params p = make_params(B, T_, H, HS, rope, pos, 1.0f);
+  if (p.rows == 0) return;
+  p.out = x, p.in = x_raw, p.weight = weight, p.rstd = rstd, p.eps = eps;
+  const bool vec_ptrs = aligned16(x) && aligned16(x_raw) && aligned16(weight);
+  launch<true>(ctx, dt, p, rope ? rope->style : RopeStyle::kRotateHalf, vec_ptrs, 0,
+               "head_norm_rope_fwd");
+}
+
+void head_norm_rope_bwd(Context& ctx, DType dt, void* dx_raw, float* dweight, const void* dx,
+                        const void* x_raw, const void* weight, const float* rstd, int B, int T_,
+                        int H, int HS, const Rope* rope, const int32_t* pos) {
+  check_shape(B, T_, H, HS, "head_norm_rope_bwd");
+  Params p = make_params(B, T_, H, HS, rope, pos, -1.0f);
+  if (p.rows == 0) return;
+  int splits = (p.rows + kMinRowsPerSplit - 1) / kMinRowsPerSplit;
+  if (splits > kMaxSplits) splits = kMaxSplits;
+  p.rows_per_split = (p.rows + splits - 1) / splits;
+  splits = (p.rows + p.rows_per_split - 1) / p.rows_per_split;  // no empty block
+  DeviceBuffer<float> partial;
+  if (dweight) partial = DeviceBuffer<float>(ctx.allocator(), static_cast<size_t>(splits) * HS);
+  p.out = dx_raw, p.in = dx, p.x_raw = x_raw, p.weight = weight;
+  p.rstd = const_cast<float*>(rstd);  // read only in the backward
+  p.partial = dweight ? partial.data() : nullptr;
+  const bool vec_ptrs = aligned16(dx_raw) && aligned16(dx) && aligned16(x_raw) && aligned16(weight);
+  launch<false>(ctx, dt, p, rope ? rope->style : RopeStyle::kRotateHalf, vec_ptrs, splits,
+                "head_norm_rope_bwd");
+  if (dweight == nullptr) return;
+  channel_grad_finish_kernel<1><<<(HS + 31) / 32, dim3(32, kWgradRows), 0, ctx.stream()>>>(
+      dweight, nullptr, partial.data(), splits, HS, 1);
+  FORGE_CUDA_CHECK_LAUNCH();
+  // `partial` goes back to the allocator here; only work enqueued later on the stream reuses it.
+}
+
+}  // namespace forge::cuda

@@ -1,0 +1,143 @@
+// CUDA head norm + RoPE (backend/cuda/head_norm_rope.cu) against its CPU twin
+// (backend/cpu/head_norm_rope.cpp), f32, bf16 and f16, both RoPE pairings, plain and packed
+// positions, and without RoPE. Shapes (B, T, H, HS): HS 64 and 128 take the vector path (4 or 8
+// lanes per head in bf16, 8 or 16 in f32); HS 20 (HS/2 = 10) and 500 (HS/2 = 250) the
+// element-by-element one, 500 with 8 chunks per lane; HS 512 in f32 two 16-byte chunks per lane;
+// (2, 37, 3, 64) leaves the last group of heads part-filled and the backward's last row split
+// short; (4, 256, 4, 128) is 4096 heads in 64 splits for the weight gradient. The backward takes
+// the CPU forward's rstd, so both sides start from identical statistics; d(x_raw) starts poisoned
+// (it must be written, not accumulated) and dweight starts random (it must accumulate).
+#include "forge/ops/head_norm_rope.h"
+
+#include <string>
+#include <vector>
+
+#include "forge/backend/cuda/ops.h"
+#include "model/packed_layout.h"
+#include "op_testing.h"
+
+namespace forge::cuda {
+namespace {
+
+using namespace forge::cuda::testing;
+
+class HeadNormRopeTest : public DtypeTest<CudaTest> {};
+
+struct Shape {
+  int B, T, H, HS;
+};
+const Shape kShapes[] = {
+    {2, 37, 3, 64}, {4, 256, 4, 128}, {3, 5, 2, 20}, {1, 6, 2, 500}, {1, 4, 3, 512}};
+
+// rstd is f32 on both sides; the GPU sums Σx² in f32 in another order than the CPU's double.
+constexpr Tol kTolRstd{1e-6, 1e-5};
+
+struct Case {
+  Shape s;
+  RopeStyle style;
+  bool rope, packed;
+};
+std::string where(const Case& c) {
+  return "B=" + std::to_string(c.s.B) + " T=" + std::to_string(c.s.T) +
+         " H=" + std::to_string(c.s.H) + " HS=" + std::to_string(c.s.HS) +
+         (c.style == RopeStyle::kRotateHalf ? " rotate_half" : " interleaved") +
+         (c.rope ? "" : " no-rope") + (c.packed ? " packed" : "");
+}
+
+std::vector<Case> cases() {
+  std::vector<Case> out;
+  for (const Shape& s : kShapes)
+    for (RopeStyle style : {RopeStyle::kRotateHalf, RopeStyle::kInterleaved}) {
+      out.push_back({s, style, true, false});
+      out.push_back({s, style, true, true});
+    }
+  out.push_back({kShapes[0], RopeStyle::kRotateHalf, false, false});
+  out.push_back({kShapes[2], RopeStyle::kRotateHalf, false, false});
+  return out;
+}
+
+TEST_P(HeadNormRopeTest, FwdBwdMatchCpuAndAreDeterministic) {
+  uint64_t seed = 300;
+  for (const Case& c : cases()) {
+    const Shape& s = c.s;
+    const Rope rope{1000000.0f, c.style};  // Qwen3's base
+    const Rope* r = c.rope ? &rope : nullptr;
+    const size_t rows = static_cast<size_t>(s.B) * s.T * s.H, n = rows * s.HS;
+    forge::testing::PackedLayout lay = forge::testing::random_packed_layout(s.B, s.T, 9, seed++);
+    for (int32_t& p : lay.pos) p += 3000;  // long positions: the angle's accuracy matters
+    const int32_t* hpos = c.packed ? lay.pos.data() : nullptr;
+    const auto x_raw = as_dt(dt(), random_normal<float>(n, seed++));
+    auto wv = random_normal<float>(s.HS, seed++, 0.3);
+    for (float& v : wv) v += 1.0f;
+    const auto w = as_dt(dt(), wv);
+    const auto dx = as_dt(dt(), random_normal<float>(n, seed++));
+    const auto dw0 = random_normal<float>(s.HS, seed++);
+
+    std::vector<float> ref_x(n), ref_rstd(rows);
+    cpu::head_norm_rope_fwd<float>(ref_x.data(), ref_rstd.data(), x_raw.data(), w.data(), s.B, s.T,
+                                   s.H, s.HS, 1e-6f, r, hpos);
+    std::vector<float> ref_dx_raw(n), ref_dw = dw0;
+    cpu::head_norm_rope_bwd<float>(ref_dx_raw.data(), ref_dw.data(), dx.data(), x_raw.data(),
+                                   w.data(), ref_rstd.data(), s.B, s.T, s.H, s.HS, r, hpos);
+
+    auto dpos = upload(lay.pos);
+    const int32_t* pos = c.packed ? dpos.data() : nullptr;
+    auto d_x_raw = up(x_raw), d_w = up(w), d_dx = up(dx);
+    auto d_x = poison(n);
+    auto d_rstd = poisoned<float>(rows);
+    head_norm_rope_fwd(ctx(), dt(), d_x.data(), d_rstd.data(), d_x_raw.data(), d_w.data(), s.B, s.T,
+                       s.H, s.HS, 1e-6f, r, pos);
+    // One rounding of the output to dt (the normalised value is rotated in f32).
+    EXPECT_TRUE(all_close(down(d_x), ref_x, tol_for(dt()))) << "x " << where(c);
+    EXPECT_TRUE(all_close(download(d_rstd), ref_rstd, kTolRstd)) << "rstd " << where(c);
+
+    auto d_ref_rstd = upload(ref_rstd);
+    std::vector<float> got_dx_raw[2], got_dw[2];
+    for (int run = 0; run < 2; ++run) {
+      auto d_dx_raw = poison(n);
+      auto d_dw = upload(dw0);
+      head_norm_rope_bwd(ctx(), dt(), d_dx_raw.data(), d_dw.data(), d_dx.data(), d_x_raw.data(),
+                         d_w.data(), d_ref_rstd.data(), s.B, s.T, s.H, s.HS, r, pos);
+      got_dx_raw[run] = down(d_dx_raw);
+      got_dw[run] = download(d_dw);
+    }
+    // d(x_raw): one rounding to dt of an f32 computation on the same inputs.
+    EXPECT_TRUE(all_close(got_dx_raw[0], ref_dx_raw, tol_for(dt()))) << "dx_raw " << where(c);
+    // dweight: f32 sums over up to 4096 heads in another order than the CPU's double.
+    EXPECT_TRUE(all_close(got_dw[0], ref_dw, kTolWgrad)) << "dweight " << where(c);
+    EXPECT_TRUE(same_bits(got_dx_raw[1], got_dx_raw[0])) << "dx_raw rerun " << where(c);
+    EXPECT_TRUE(same_bits(got_dw[1], got_dw[0])) << "dweight rerun " << where(c);
+
+    // In place over dx (the model's call) without dweight (a frozen gain): the same d(x_raw).
+    auto d_inplace = up(dx);
+    head_norm_rope_bwd(ctx(), dt(), d_inplace.data(), nullptr, d_inplace.data(), d_x_raw.data(),
+                       d_w.data(), d_ref_rstd.data(), s.B, s.T, s.H, s.HS, r, pos);
+    EXPECT_TRUE(same_bits(down(d_inplace), got_dx_raw[0])) << "in place " << where(c);
+  }
+}
+
+// The shape checks (FORGE_CHECK: the model's invariants) abort naming the op: an odd head size,
+// one above 512, and x over x_raw.
+TEST_P(HeadNormRopeTest, RejectsBadShapes) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  const Rope rope{};
+  auto a = up(std::vector<float>(8 * 1024, 1.0f)), b = up(std::vector<float>(8 * 1024, 1.0f));
+  auto w = up(std::vector<float>(1024, 1.0f));
+  auto rstd = poisoned<float>(16);
+  EXPECT_DEATH(head_norm_rope_fwd(ctx(), dt(), a.data(), rstd.data(), b.data(), w.data(), 1, 2, 2,
+                                  7, 1e-6f, &rope),
+               "head_norm_rope_fwd.*even");
+  EXPECT_DEATH(head_norm_rope_fwd(ctx(), dt(), a.data(), rstd.data(), b.data(), w.data(), 1, 2, 2,
+                                  1024, 1e-6f, &rope),
+               "head_norm_rope_fwd.*above the supported");
+  EXPECT_DEATH(head_norm_rope_fwd(ctx(), dt(), a.data(), rstd.data(), a.data(), w.data(), 1, 2, 2,
+                                  64, 1e-6f, &rope),
+               "head_norm_rope_fwd.*alias");
+}
+
+INSTANTIATE_TEST_SUITE_P(Dtypes, HeadNormRopeTest,
+                         ::testing::Values(DType::kF32, DType::kBF16, DType::kF16),
+                         [](const auto& info) { return std::string(dt_name(info.param)); });
+
+}  // namespace
+}  // namespace forge::cuda
