@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "backend/cuda/cuda_testing.h"
+#include "forge/model/packed_prompts.h"
 #include "forge/model/transformer.h"
 #include "forge/model/transformer_cuda.h"
 #include "model/small_configs.h"
@@ -57,7 +58,7 @@ class DecodeCudaTest : public CudaTest {
     gpu.plan_decode(S, capacity);
     std::vector<std::vector<int32_t>> seq(S);
     std::vector<PrefillSeg> segs;
-    std::vector<int32_t> tokens, pos_in, seg_in;  // packed_gpu: all prompts in one row, last slot first
+    std::vector<int32_t> tokens;  // packed_gpu: all prompts in one row, last slot first
     for (int s = 0; s < S; ++s) {
       seq[s] = testing::random_ids(prompt_len[s] + steps, cfg.vocab_size, 300 + s);
       cpu.prefill(s, seq[s].data(), prompt_len[s]);
@@ -69,14 +70,10 @@ class DecodeCudaTest : public CudaTest {
     if (packed_gpu) {
       for (int s = S - 1; s >= 0; --s) {
         segs.push_back({s, prompt_len[s]});
-        for (int t = 0; t < prompt_len[s]; ++t) {
-          tokens.push_back(seq[s][t]);
-          pos_in.push_back(t);
-          seg_in.push_back(S - 1 - s);
-        }
+        tokens.insert(tokens.end(), seq[s].begin(), seq[s].begin() + prompt_len[s]);
       }
-      auto dt_ = upload(tokens), dp = upload(pos_in), ds = upload(seg_in);
-      gpu.prefill_packed(segs.data(), S, dt_.data(), TokenLayout{dp.data(), ds.data()});
+      auto dt_ = upload(tokens), dl = upload(packed_prompt_layout(segs.data(), S));  // positions, segment ids
+      gpu.prefill_packed(segs.data(), S, dt_.data(), TokenLayout{dl.data(), dl.data() + tokens.size()});
       ctx().synchronize();
     }
     auto check = [&](const std::string& what) {

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "forge/core/error.h"
+#include "forge/model/packed_prompts.h"
 #include "forge/model/transformer.h"
 #include "model/small_configs.h"
 #include "testing.h"
@@ -55,16 +56,13 @@ void expect_decode_matches_full(const ModelConfig& cfg, const std::vector<int>& 
     }
   } else {  // one row: slot S−1's prompt first, with positions from 0 and its own segment id
     std::vector<PrefillSeg> segs;
-    std::vector<int32_t> tokens, pos, seg;
+    std::vector<int32_t> tokens;
     for (int s = S - 1; s >= 0; --s) {
       segs.push_back({s, prompt_len[s]});
-      for (int t = 0; t < prompt_len[s]; ++t) {
-        tokens.push_back(seq[s][t]);
-        pos.push_back(t);
-        seg.push_back(S - 1 - s);
-      }
+      tokens.insert(tokens.end(), seq[s].begin(), seq[s].begin() + prompt_len[s]);
     }
-    model.prefill_packed(segs.data(), S, tokens.data(), TokenLayout{pos.data(), seg.data()});
+    const std::vector<int32_t> lay = packed_prompt_layout(segs.data(), S);  // positions, segment ids
+    model.prefill_packed(segs.data(), S, tokens.data(), TokenLayout{lay.data(), lay.data() + tokens.size()});
     for (int s = 0; s < S; ++s) EXPECT_EQ(model.decode_positions()[s], prompt_len[s]);
   }
   for (int s = 0; s < S; ++s)

@@ -44,6 +44,7 @@
 #include <vector>
 
 #include "forge/core/error.h"
+#include "forge/model/packed_prompts.h"
 #include "forge/model/transformer.h"
 #include "forge/ops/sample.h"
 
@@ -297,13 +298,8 @@ class DecodeLoop final : public DecodeSession {
     }
     const size_t T = host.size();
     if (k > 1) {
-      host.resize(3 * T);
-      size_t t = 0;
-      for (int i = 0; i < k; ++i)
-        for (int p = 0; p < segs[i].len; ++p, ++t) {
-          host[T + t] = p;
-          host[2 * T + t] = i;
-        }
+      const std::vector<int32_t> layout = packed_prompt_layout(segs.data(), k);
+      host.insert(host.end(), layout.begin(), layout.end());
     }
     be_.upload(prompt_ids_.data(), host.data(), host.size());
     be_.upload(settings_.data(), settings_host_.data(), S_);

@@ -211,16 +211,6 @@ int lanes_for(int chunks) {
   return lanes;
 }
 
-void check_shape(int B, int T_, int H, int HS, const char* op) {
-  FORGE_CHECK(B >= 0 && T_ >= 0 && H > 0 && HS > 0, "[", op, "] bad shape B=", B, " T=", T_,
-              " H=", H, " HS=", HS);
-  FORGE_CHECK(HS % 2 == 0, "[", op, "] head size must be even, got HS=", HS);
-  FORGE_CHECK(HS / 2 <= kRopeMaxHalf, "[", op, "] head size ", HS, " above the supported ",
-              2 * kRopeMaxHalf);
-  FORGE_CHECK(static_cast<int64_t>(B) * T_ * H * HS < (int64_t{1} << 31), "[", op,
-              "] B·T·H·HS = ", static_cast<int64_t>(B) * T_ * H * HS, " exceeds int32 indexing");
-}
-
 // Picks the instantiation (vector or element path, rope style) and launches it.
 template <bool kForward>
 void launch(Context& ctx, DType dt, Params& p, RopeStyle style, bool vec_ptrs, int grid,
@@ -271,7 +261,7 @@ Params make_params(int B, int T_, int H, int HS, const Rope* rope, const int32_t
 void head_norm_rope_fwd(Context& ctx, DType dt, void* x, float* rstd, const void* x_raw,
                         const void* weight, int B, int T_, int H, int HS, float eps,
                         const Rope* rope, const int32_t* pos) {
-  check_shape(B, T_, H, HS, "head_norm_rope_fwd");
+  check_rope_shape(B, T_, H, HS, "head_norm_rope_fwd");
   FORGE_CHECK(x != x_raw, "[head_norm_rope_fwd] x must not alias x_raw (the backward reads x_raw)");
   Params p = make_params(B, T_, H, HS, rope, pos, 1.0f);
   if (p.rows == 0) return;
@@ -284,7 +274,7 @@ void head_norm_rope_fwd(Context& ctx, DType dt, void* x, float* rstd, const void
 void head_norm_rope_bwd(Context& ctx, DType dt, void* dx_raw, float* dweight, const void* dx,
                         const void* x_raw, const void* weight, const float* rstd, int B, int T_,
                         int H, int HS, const Rope* rope, const int32_t* pos) {
-  check_shape(B, T_, H, HS, "head_norm_rope_bwd");
+  check_rope_shape(B, T_, H, HS, "head_norm_rope_bwd");
   Params p = make_params(B, T_, H, HS, rope, pos, -1.0f);
   if (p.rows == 0) return;
   int splits = (p.rows + kMinRowsPerSplit - 1) / kMinRowsPerSplit;

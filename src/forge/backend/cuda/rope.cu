@@ -97,14 +97,8 @@ void launch_rope(Context& ctx, T* x, const RopeFreqs& f, const int32_t* pos, int
 
 void rope_rotate(Context& ctx, DType dt, void* x, int B, int T_, int H, int HS, const Rope& rope,
                  int pos0, const int32_t* pos, float sign, const char* op) {
-  FORGE_CHECK(B >= 0 && T_ >= 0 && H >= 0 && HS > 0, "[", op, "] bad shape B=", B, " T=", T_,
-              " H=", H, " HS=", HS);
-  FORGE_CHECK(HS % 2 == 0, "[", op, "] head size must be even, got HS=", HS);
-  FORGE_CHECK(HS / 2 <= kRopeMaxHalf, "[", op, "] head size ", HS, " above the supported ",
-              2 * kRopeMaxHalf);
+  check_rope_shape(B, T_, H, HS, op, /*min_heads=*/0);
   FORGE_CHECK(pos0 >= 0, "[", op, "] negative pos0 ", pos0);
-  FORGE_CHECK(static_cast<int64_t>(B) * T_ * H * HS < (int64_t{1} << 31), "[", op,
-              "] B·T·H·HS = ", static_cast<int64_t>(B) * T_ * H * HS, " exceeds int32 indexing");
   const RopeFreqs f = rope_freqs(rope, HS);  // exactly the CPU's inv_freq, then / π
   const int rows = B * T_ * H;
   if (rows == 0) return;
@@ -177,13 +171,7 @@ __global__ void __launch_bounds__(kThreads)
 void rope_bias_bwd(Context& ctx, DType dt, void* dx, float* dbias, int B, int T_, int H, int HS,
                    const Rope& rope, const int32_t* pos) {
   constexpr char kOp[] = "rope_bias_bwd";
-  FORGE_CHECK(B >= 0 && T_ >= 0 && H > 0 && HS > 0, "[", kOp, "] bad shape B=", B, " T=", T_,
-              " H=", H, " HS=", HS);
-  FORGE_CHECK(HS % 2 == 0, "[", kOp, "] head size must be even, got HS=", HS);
-  FORGE_CHECK(HS / 2 <= kRopeMaxHalf, "[", kOp, "] head size ", HS, " above the supported ",
-              2 * kRopeMaxHalf);
-  FORGE_CHECK(static_cast<int64_t>(B) * T_ * H * HS < (int64_t{1} << 31), "[", kOp,
-              "] B·T·H·HS = ", static_cast<int64_t>(B) * T_ * H * HS, " exceeds int32 indexing");
+  check_rope_shape(B, T_, H, HS, kOp);
   const int N = B * T_;
   if (N == 0) return;
   if (dbias == nullptr) {  // a frozen bias: the rotation alone

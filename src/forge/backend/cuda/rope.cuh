@@ -36,6 +36,19 @@ inline RopeFreqs rope_freqs(const Rope& rope, int HS) {
   return f;
 }
 
+// The shape checks of every RoPE op (rope_rotate, rope_bias_bwd, head_norm_rope_*): B·T rows of
+// H heads of HS channels, HS even and at most 2·kRopeMaxHalf, int32-indexable; H may be 0 only
+// where min_heads is 0.
+inline void check_rope_shape(int B, int T_, int H, int HS, const char* op, int min_heads = 1) {
+  FORGE_CHECK(B >= 0 && T_ >= 0 && H >= min_heads && HS > 0, "[", op, "] bad shape B=", B, " T=", T_,
+              " H=", H, " HS=", HS);
+  FORGE_CHECK(HS % 2 == 0, "[", op, "] head size must be even, got HS=", HS);
+  FORGE_CHECK(HS / 2 <= kRopeMaxHalf, "[", op, "] head size ", HS, " above the supported ",
+              2 * kRopeMaxHalf);
+  FORGE_CHECK(static_cast<int64_t>(B) * T_ * H * HS < (int64_t{1} << 31), "[", op,
+              "] B·T·H·HS = ", static_cast<int64_t>(B) * T_ * H * HS, " exceeds int32 indexing");
+}
+
 // sin and cos of the angle pos·inv_freq: in half-turns in double (one DMUL), reduced exactly to
 // r ∈ [−1, 1], then sincospif(r) in f32 (no large-argument reduction; ~1e-7 at any position).
 __device__ __forceinline__ void rope_sincos(double pos, double inv_freq_over_pi, float* s,
