@@ -8,6 +8,7 @@
 #include <utility>
 #include <vector>
 
+#include "forge/dist/communicator.h"
 #include "forge/train/runner.h"
 
 namespace forge::bench {
@@ -30,6 +31,10 @@ struct BenchOptions {
   // examples of lengths uniform in [sft_min, sft_max] tokens
   bool sft = false;
   int sft_min = 64, sft_max = 1024;
+  // bench train --gpus N (bench/train_gpus_cuda.cpp). On a rank that --gpus started: its NCCL
+  // communicator (nullptr: the plain one-GPU runner) and where rank 0 writes its numbers.
+  Communicator* comm = nullptr;
+  std::string rank_result;
 };
 
 // forge bench attention: flash attention forward and backward timings.
@@ -77,7 +82,11 @@ void serve_bench(const ServeBenchOptions& o);
 void gemm_cuda(const BenchOptions& o);
 void small_gemm_cuda(const BenchOptions& o);  // bench gemm --rows
 void train_cuda(const BenchOptions& o);
-void train_sft_cuda(const BenchOptions& o);  // bench train --sft (bench/train_sft_cuda.cpp)
+void train_sft_cuda(const BenchOptions& o);
+// bench train --gpus N: the supervisor side. Starts `rank_argv` (this bench's command line for a
+// rank, without --gpus and --json-out) first as one plain-runner rank, then as N ranks of the
+// data-parallel (ZeRO-1 over NCCL) runner, and prints the scaling table (bench/train_gpus_cuda.cpp).
+void train_gpus_cuda(const BenchOptions& o, int gpus, const std::vector<std::string>& rank_argv);  // bench train --sft (bench/train_sft_cuda.cpp)
 void attention_cuda(const AttentionBenchOptions& o);
 
 }  // namespace forge::bench

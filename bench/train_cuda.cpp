@@ -46,7 +46,7 @@ ModelConfig train_bench_config(const BenchOptions& o, std::string* shape) {
 }
 
 std::unique_ptr<StepRunner> train_bench_runner(const ModelConfig& cfg, const BenchOptions& o) {
-  std::unique_ptr<StepRunner> runner = make_cuda_runner(cfg, o.precision, o.cuda);
+  std::unique_ptr<StepRunner> runner = make_cuda_runner(cfg, o.precision, o.cuda, o.comm);
   std::vector<float> w(runner->table().total());
   runner->table().init(w.data(), 1337);
   runner->set_weights(w);
@@ -94,10 +94,12 @@ void train_cuda(const BenchOptions& o) {
   const int B = o.batch, T = o.seq_len;
   std::unique_ptr<StepRunner> runner = train_bench_runner(cfg, o);
   const int64_t P = runner->table().total();
+  // Data parallel (--gpus): each rank trains B × T tokens of its own a step.
+  const int ranks = o.comm ? o.comm->size() : 1, rank = o.comm ? o.comm->rank() : 0;
   // Random tokens; targets are the inputs shifted by one.
   const size_t n = static_cast<size_t>(B) * T;
   std::vector<int32_t> x(n + 1);
-  Rng rng(5);
+  Rng rng(5 + rank);
   for (auto& t : x) t = static_cast<int32_t>(rng.below(cfg.vocab_size));
   const int accum = 1;
   StepReport last;
@@ -110,7 +112,7 @@ void train_cuda(const BenchOptions& o) {
   double loss = 0;
   for (double l : last.micro_losses) loss += l / accum;
   const double step_s = ms[ms.size() / 2] * 1e-3;
-  const double tokens = static_cast<double>(n) * accum;
+  const double tokens = static_cast<double>(n) * accum * ranks;
   const double tps = tokens / step_s;
   const double flops_per_token =
       6.0 * static_cast<double>(P) + 6.0 * cfg.n_layer * cfg.n_embd * static_cast<double>(T);
@@ -118,8 +120,10 @@ void train_cuda(const BenchOptions& o) {
   const double peak_gb = runner->peak_device_bytes() / 1e9;
   std::printf(
       "forge bench train: %s (%.1fM parameters), %s, micro-batch %d x %d, %d "
-      "micro-batch(es)/step\n",
-      shape.c_str(), P / 1e6, o.precision.c_str(), B, T, accum);
+      "micro-batch(es)/step%s\n",
+      shape.c_str(), P / 1e6, o.precision.c_str(), B, T, accum,
+      o.comm ? str(", ", ranks, " rank(s), ZeRO-1 over ", o.comm->describe(), " (tokens/s of all ranks)").c_str()
+             : "");
   std::printf(
       "device %s; median of %d steps after %d warm-up\n\n",
       runner->describe().c_str(), o.steps, o.warmup);
@@ -152,8 +156,9 @@ void train_cuda(const BenchOptions& o) {
   std::printf("\nMFU = tokens/s x (6N + 6LCT) / 989 TFLOP/s.%s%s%s\n",
               settings ? " Comparison rows: ANCHORS.md, same GPU model, bf16, " : "",
               settings ? settings : "", settings ? " (measured 2026-11-30, not in this run)." : "");
-  if (!o.json_out.empty())
-    std::ofstream(o.json_out) << nlohmann::json{{"bench", "train"},
+  const std::string json_path = !o.rank_result.empty() ? o.rank_result : o.json_out;
+  if (!json_path.empty() && rank == 0)
+    std::ofstream(json_path) << nlohmann::json{{"bench", "train"},
                                                 {"preset", o.preset},
                                                 {"shape", shape},
                                                 {"precision", o.precision},
@@ -164,6 +169,8 @@ void train_cuda(const BenchOptions& o) {
                                                 {"step_ms", step_s * 1e3},
                                                 {"peak_gb", peak_gb},
                                                 {"loss", loss},
+                                                {"ranks", ranks},
+                                                {"data_parallel", o.comm != nullptr},
                                                 {"device", runner->describe()}}
                                      .dump(2)
                               << "\n";

@@ -6,6 +6,9 @@
 #include <sstream>
 
 #include "args.h"
+#include "forge/dist/bootstrap.h"
+#include "forge/dist/nccl_comm.h"
+#include "world.h"
 #include "bench.h"
 #include "commands.h"
 #include "run_env.h"
@@ -31,10 +34,17 @@ const Command kBenchGpu = {
      {"sft-lengths", "MIN,MAX", "train --sft: the synthetic examples' token counts (default 64,1024)"},
      {"rows", "N", "gemm: the small-N linear kernels vs cuBLASLt at these row counts (1..32)", true},
      {"sweep", "", "gemm --rows: also time every tiling of the small-N kernels"},
+     {"gpus", "N", "train: data-parallel scaling: one GPU, then N ranks (ZeRO-1 over NCCL) of B x T each"},
+     {"rank-result", "FILE", "(set by --gpus for the ranks it starts) rank 0 writes its numbers here"},
+     {"rank-plain", "", "(set by --gpus) this rank runs the plain one-GPU runner"},
      {"device", "cuda", "the only device these benchmarks run on"},
      {"json-out", "FILE", "also write the numbers as JSON"}},
     false,
     "",
+    "train --gpus N starts this command as one rank (the plain one-GPU runner), then as N ranks of\n"
+    "the data-parallel runner (as forge train --gpus does), and prints tokens/s of both and the\n"
+    "scaling efficiency tokens/s(N) / (N x tokens/s(1)); --gpus 1 measures the ZeRO-1 path on\n"
+    "one rank against the plain runner.\n"
     "train reports tokens/s, MFU (6N + 6LCT FLOPs per token over 989 TFLOP/s), step time and\n"
     "peak memory, beside llm.c's and torch.compile's figures on the same GPU model (ANCHORS.md).\n"
     "gemm --rows 1 8 32 times a decode step's linear layers (smollm2-135m and gpt2-124m, or\n"
@@ -101,6 +111,54 @@ int bench_attention(const Argv& argv) {
 #endif
 }
 
+#ifdef FORGE_HAVE_CUDA
+// bench train --gpus N: the command line each rank runs (this one without --gpus and
+// --json-out), after the checks a supervisor makes.
+std::vector<std::string> rank_command(const Argv& argv, int n) {
+  const LaunchInfo launch = detect_launch(process_env());
+  if (launch.launcher != "none")
+    throw Error(str("--gpus starts its own ranks; this process is already rank ", launch.rank, " of ",
+                    launch.size, " under ", launch.launcher, ": drop --gpus"));
+  const int have = gpu_count();
+  if (n > have)
+    throw Error(str("--gpus ", n, ": this machine has ", have, " GPU", have == 1 ? "" : "s"));
+  std::vector<std::string> cmd = {"/proc/self/exe", "bench", "train"};
+  for (size_t i = 0; i < argv.size(); ++i) {
+    if (argv[i] == "--gpus" || argv[i] == "--json-out") {
+      ++i;  // and its value
+      continue;
+    }
+    if (argv[i].starts_with("--gpus=") || argv[i].starts_with("--json-out=")) continue;
+    cmd.push_back(argv[i]);
+  }
+  return cmd;
+}
+
+// A rank that bench train --gpus started: the plain runner on GPU LOCAL_RANK (--rank-plain), or
+// the data-parallel runner over an NCCL communicator of every rank (a world of one: the ZeRO-1
+// path forced on one rank). Ranks other than 0 print only errors.
+void train_rank(bench::BenchOptions o, bool plain) {
+  const LaunchInfo info = detect_launch(process_env());
+  o.cuda.device = info.local_rank;
+  if (info.rank != 0 && !std::freopen("/dev/null", "w", stdout))
+    throw Error("cannot redirect the standard output of a rank other than 0 to /dev/null");
+  if (plain) return bench::train_cuda(o);
+  std::unique_ptr<Communicator> world = open_world();
+  LocalComm one;
+  std::unique_ptr<Communicator> nccl;  // destroyed before world
+  try {
+    nccl = make_nccl_comm(world ? *world : one, info.local_rank, nullptr);
+    o.cuda.zero1_one_rank = true;  // only matters for a world of one
+    o.comm = nccl.get();
+    bench::train_cuda(o);
+  } catch (const std::exception& e) {
+    if (nccl) nccl->abort(str("forge bench train: error: ", e.what()));
+    if (world) world->abort(str("forge bench train: error: ", e.what()));
+    throw;
+  }
+}
+#endif
+
 }  // namespace
 
 int bench_gpu(const std::string& what, const Argv& argv) {
@@ -138,7 +196,21 @@ int bench_gpu(const std::string& what, const Argv& argv) {
   }
   if ((o.sft || a.has("sft-lengths")) && what != "train") throw Error("--sft and --sft-lengths go with bench train");
   if (o.sweep && o.rows.empty()) throw Error("--sweep goes with gemm --rows (e.g. --rows 1 8 32 --sweep)");
+  if ((a.has("gpus") || a.has("rank-result") || a.has("rank-plain")) && what != "train")
+    throw Error("--gpus goes with bench train");
+  if (a.has("gpus") && o.sft) throw Error("bench train: --gpus and --sft do not go together (yet)");
+  if (a.has("rank-plain") && !a.has("rank-result")) throw Error("--rank-plain goes with --rank-result");
 #ifdef FORGE_HAVE_CUDA
+  if (a.has("gpus")) {
+    const int gpus = parse_int("--gpus", a.get("gpus"), 1, 4096);
+    bench::train_gpus_cuda(o, gpus, rank_command(argv, gpus));
+    return 0;
+  }
+  if (a.has("rank-result")) {
+    o.rank_result = a.get("rank-result");
+    train_rank(o, a.has("rank-plain"));
+    return 0;
+  }
   if (what == "gemm" && !o.rows.empty()) bench::small_gemm_cuda(o);
   else if (what == "gemm") bench::gemm_cuda(o);
   else bench::train_cuda(o);

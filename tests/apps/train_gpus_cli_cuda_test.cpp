@@ -104,6 +104,27 @@ TEST_F(TrainGpusCli, MpirunOneRankTrainsAndSaves) {
 #endif
 }
 
+// forge bench train --gpus 1: one plain-runner rank, then one ZeRO-1 rank over NCCL, and the
+// scaling row; the JSON's two runs are the same shape and the ZeRO-1 one says it is.
+TEST_F(TrainGpusCli, BenchTrainGpusOnePrintsBothRunsAndTheEfficiency) {
+  ASSERT_EQ(sh(std::string(FORGE_BIN) + " bench train --preset tiny --batch 4 --seq-len 64 --steps 3 --gpus 1"
+                   " --json-out " + p("b.json")),
+            0)
+      << log();
+  const std::string out = log();
+  EXPECT_NE(out.find("| 1 | plain |"), std::string::npos) << out;
+  EXPECT_NE(out.find("| 1 | ZeRO-1, NCCL |"), std::string::npos) << out;
+  std::ifstream f(p("b.json"));
+  const nlohmann::json j = nlohmann::json::parse(f);
+  EXPECT_FALSE(j.at("one_gpu").at("data_parallel").get<bool>());
+  EXPECT_TRUE(j.at("data_parallel").at("data_parallel").get<bool>());
+  EXPECT_EQ(j.at("data_parallel").at("ranks").get<int>(), 1);
+  const double t1 = j.at("one_gpu").at("tokens_per_s").get<double>(),
+               tn = j.at("data_parallel").at("tokens_per_s").get<double>();
+  EXPECT_GT(t1, 0);
+  EXPECT_NEAR(j.at("efficiency").get<double>(), tn / t1, 1e-9);
+}
+
 TEST_F(TrainGpusCli, TwoGpusFollowOneAndResumeOnOne) {
   int n = 0;
   {
