@@ -1,4 +1,5 @@
-// What forge bench train and forge bench train --sft share (bench/train_cuda.cpp).
+// What forge bench train, forge bench train --sft and dev/train_timeline share
+// (bench/train_bench_cuda.cpp).
 #pragma once
 
 #include <functional>

@@ -7,9 +7,6 @@
 //   build/decode_timeline [--preset smollm2-135m] [--batch 1] [--prompt-len 128]
 //                         [--new-tokens 64] [--no-pdl] [--no-graph]
 // (A development tool, not part of forge: built when CMake finds CUDA and CUPTI.)
-#include <cupti.h>
-#include <cxxabi.h>
-
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -18,74 +15,13 @@
 #include <string>
 #include <vector>
 
+#include "cupti_timeline.h"
 #include "forge/core/rng.h"
 #include "forge/generate/engine.h"
 #include "forge/model/config.h"
 #include "forge/model/params.h"
 
 namespace {
-
-struct KernelRecord {
-  uint64_t start, end;
-  uint32_t graph_id;
-  uint64_t node_id;
-  std::string name;
-};
-
-std::vector<KernelRecord>* g_records = nullptr;
-
-#define CUPTI_CHECK(call)                                                            \
-  do {                                                                               \
-    CUptiResult r_ = (call);                                                         \
-    if (r_ != CUPTI_SUCCESS) {                                                       \
-      const char* m_ = nullptr;                                                      \
-      cuptiGetResultString(r_, &m_);                                                 \
-      std::fprintf(stderr, "decode_timeline: %s: %s\n", #call, m_ ? m_ : "?");       \
-      std::exit(1);                                                                  \
-    }                                                                                \
-  } while (0)
-
-// "void forge::cuda::(anonymous namespace)::out_in_mma_kernel<__nv_bfloat16, 1, ...>(params)"
-// → "out_in_mma_kernel<bfloat16, 1, ...>": no namespaces, no parameter list.
-std::string short_name(const char* mangled) {
-  int status = 0;
-  char* d = abi::__cxa_demangle(mangled, nullptr, nullptr, &status);
-  std::string s = status == 0 && d ? d : mangled;
-  std::free(d);
-  for (const char* cut : {"(anonymous namespace)::", "forge::cuda::kernels::", "forge::cuda::", "__nv_"})
-    for (size_t p; (p = s.find(cut)) != std::string::npos;) s.erase(p, std::strlen(cut));
-  int depth = 0;
-  size_t name_start = 0, end = s.size();
-  for (size_t i = 0; i < s.size(); ++i) {  // the parameter list: the first '(' outside <...>
-    const char c = s[i];
-    if (c == '<') ++depth;
-    if (c == '>') --depth;
-    if (depth == 0 && c == ' ') name_start = i + 1;  // after the return type
-    if (depth == 0 && c == '(') {
-      end = i;
-      break;
-    }
-  }
-  s = s.substr(name_start, end - name_start);
-  return s.size() > 60 ? s.substr(0, 60) : s;
-}
-
-void CUPTIAPI buffer_requested(uint8_t** buffer, size_t* size, size_t* max_records) {
-  *size = 16 << 20;
-  *buffer = static_cast<uint8_t*>(std::aligned_alloc(8, *size));
-  *max_records = 0;
-}
-
-void CUPTIAPI buffer_completed(CUcontext, uint32_t, uint8_t* buffer, size_t, size_t valid) {
-  CUpti_Activity* rec = nullptr;
-  while (cuptiActivityGetNextRecord(buffer, valid, &rec) == CUPTI_SUCCESS) {
-    if (rec->kind != CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL && rec->kind != CUPTI_ACTIVITY_KIND_KERNEL)
-      continue;
-    const auto* k = reinterpret_cast<const CUpti_ActivityKernel10*>(rec);
-    g_records->push_back({k->start, k->end, k->graphId, k->graphNodeId, short_name(k->name)});
-  }
-  std::free(buffer);
-}
 
 const char* arg(int argc, char** argv, const char* key, const char* def) {
   for (int i = 1; i + 1 < argc; ++i)
@@ -124,19 +60,15 @@ int main(int argc, char** argv) {
   g.pdl = !flag(argc, argv, "--no-pdl");
   engine->generate(reqs, g);  // warm-up
 
-  std::vector<KernelRecord> records;
-  g_records = &records;
-  CUPTI_CHECK(cuptiActivityRegisterCallbacks(buffer_requested, buffer_completed));
-  CUPTI_CHECK(cuptiActivityEnable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL));
+  dev::CuptiRecorder recorder;
+  recorder.start();
   GenStats st;
   engine->generate(reqs, g, {}, &st);
-  CUPTI_CHECK(cuptiActivityFlushAll(1));
-  CUPTI_CHECK(cuptiActivityDisable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL));
-  std::sort(records.begin(), records.end(), [](const auto& a, const auto& b) { return a.start < b.start; });
+  const std::vector<dev::ActivityRecord> records = recorder.stop();  // generate() returns synchronized
 
   // Decode steps: kernels of a graph (graph_id != 0; eager: the kernels after the last prefill
   // are cut at every embedding_at) from one repeat of the first node to the next.
-  std::vector<std::vector<KernelRecord>> steps;
+  std::vector<std::vector<dev::ActivityRecord>> steps;
   const bool graphed = std::any_of(records.begin(), records.end(), [](const auto& r) { return r.graph_id != 0; });
   uint64_t first_node = 0;
   for (const auto& r : records) {
