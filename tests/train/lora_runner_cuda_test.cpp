@@ -2,8 +2,10 @@
 // runner track the CPU LoRA runner from the same base and adapters (fp32 tightly, bf16 loosely);
 // the frozen base has no gradient buffer and no Adam state, and its weights are bit-identical
 // after steps; adapters and Adam state carried into a fresh runner continue bit for bit (what a
-// checkpoint and resume rely on); and forge's trainer on --device cuda --lora logs the CPU run's
-// losses and saves the PEFT adapter directory the CPU run saves.
+// checkpoint and resume rely on); the data-parallel path (ZeRO-1 over the adapters, forced on a
+// one-rank NCCL communicator) equals the plain runner bit for bit; and forge's trainer on
+// --device cuda --lora logs the CPU run's losses and saves the PEFT adapter directory the CPU run
+// saves.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -14,6 +16,8 @@
 
 #include "backend/cuda/op_testing.h"
 #include "forge/core/rng.h"
+#include "forge/dist/communicator.h"
+#include "forge/dist/nccl_comm.h"
 #include "forge/model/lora_dir.h"
 #include "forge/model/model_dir.h"
 #include "forge/model/transformer.h"
@@ -52,8 +56,9 @@ Transformer<float> lora_model() {
 
 constexpr int kB = 4, kT = 16;
 
-// Step s of every run here: two micro-batches, lr 1e-2, weight decay 0.1, clipping at 1.
-void run_step(StepRunner& r, const ModelConfig& cfg, int s) {
+// Step s of every run here: two micro-batches, lr 1e-2, weight decay 0.1, clipping at 1; the
+// step `poison` gets a NaN gradient (the guard skips it).
+void run_step(StepRunner& r, const ModelConfig& cfg, int s, int poison = -1) {
   r.zero_grad();
   for (int micro = 0; micro < 2; ++micro) {
     const uint64_t seed = 3000 + 10 * s + 2 * micro;
@@ -61,6 +66,7 @@ void run_step(StepRunner& r, const ModelConfig& cfg, int s) {
     if (micro == 1) y[3] = -1;
     r.micro_step(x.data(), y.data(), kB, kT, 0.5);
   }
+  if (s == poison) r.inject_fault(StepFault::kNanGrad);
   AdamWParams p;
   p.lr = 1e-2f;
   p.weight_decay = 0.1f;
@@ -68,10 +74,10 @@ void run_step(StepRunner& r, const ModelConfig& cfg, int s) {
   r.optimizer_step(p, 1.0);
 }
 
-std::vector<StepReport> run_steps(StepRunner& r, const ModelConfig& cfg, int from, int to) {
+std::vector<StepReport> run_steps(StepRunner& r, const ModelConfig& cfg, int from, int to, int poison = -1) {
   std::vector<StepReport> out;
   for (int s = from; s < to; ++s) {
-    run_step(r, cfg, s);
+    run_step(r, cfg, s, poison);
     while (static_cast<int>(out.size()) < s + 1 - from - r.report_lag()) out.push_back(r.take_report());
   }
   while (static_cast<int>(out.size()) < to - from) out.push_back(r.take_report());
@@ -221,6 +227,63 @@ TEST_F(LoraCudaRunnerTest, AdaptersAndAdamStateCarryIntoAFreshRunner) {
   // Wrong sizes are one-line errors.
   EXPECT_THROW(b->set_weights(std::vector<float>(3)), Error);
   EXPECT_THROW(b->set_adam_state(std::vector<float>(3), std::vector<float>(3)), Error);
+}
+
+// Data-parallel LoRA on the GPU (train/zero1_cuda.h over the adapter buffer): with a ONE-rank
+// NCCL communicator and the ZeRO-1 path forced (CudaSettings::zero1_one_rank) the LoRA runner
+// equals the plain one bit for bit — reports (losses, norm, skip), adapters, Adam's m and v, a
+// poisoned step skipped alike, CUDA graphs on — in fp32, bf16 and fp16; and a fresh ZeRO-1 LoRA
+// runner given the saved adapters and Adam state (a checkpoint's) continues as the plain one does.
+TEST_F(LoraCudaRunnerTest, OneRankNcclEqualsThePlainLoraRunnerBitForBit) {
+  if (!nccl_compiled()) GTEST_SKIP() << "built without NCCL";
+  for (const char* precision : {"fp32", "bf16", "fp16"}) {
+    SCOPED_TRACE(precision);
+    const Transformer<float> host = lora_model();
+    const ModelConfig& cfg = host.config();
+    LocalComm boot;
+    auto nccl = make_nccl_comm(boot, 0, nullptr);
+    CudaSettings dp;
+    dp.zero1_one_rank = true;
+    auto plain = make_lora_cuda_runner(host, precision);
+    auto zero1 = make_lora_cuda_runner(host, precision, dp, nccl.get());
+    EXPECT_NE(zero1->describe().find("zero-1 over nccl rank 0 of 1"), std::string::npos) << zero1->describe();
+    EXPECT_NE(zero1->describe().find("lora r=4"), std::string::npos) << zero1->describe();
+    plain->set_weights(host.adapter_weights());
+    zero1->set_weights(host.adapter_weights());
+    const std::vector<StepReport> ra = run_steps(*plain, cfg, 0, 5, /*poison=*/2),
+                                  rb = run_steps(*zero1, cfg, 0, 5, /*poison=*/2);
+    for (int s = 0; s < 5; ++s) {
+      EXPECT_EQ(rb[s].micro_losses, ra[s].micro_losses) << "step " << s;
+      EXPECT_EQ(rb[s].rank_micro_losses, ra[s].micro_losses) << "step " << s;
+      EXPECT_EQ(rb[s].skipped, ra[s].skipped) << "step " << s;
+      EXPECT_EQ(rb[s].loss_scale, ra[s].loss_scale) << "step " << s;
+      if (std::isfinite(ra[s].grad_norm))
+        EXPECT_EQ(rb[s].grad_norm, ra[s].grad_norm) << "step " << s;
+      else
+        EXPECT_FALSE(std::isfinite(rb[s].grad_norm)) << "step " << s;
+    }
+    EXPECT_TRUE(ra[2].skipped);  // the poisoned step
+    const std::vector<float> wa = plain->weights(), wb = zero1->weights();
+    const std::vector<float> mb = zero1->adam_m(), vb = zero1->adam_v();
+    ASSERT_EQ(wb.size(), host.adapter_weights().size());
+    EXPECT_TRUE(bit_identical(wa, wb));
+    EXPECT_TRUE(bit_identical(plain->adam_m(), mb));
+    EXPECT_TRUE(bit_identical(plain->adam_v(), vb));
+    EXPECT_FALSE(bit_identical(wb, host.adapter_weights()));  // it trained
+
+    if (std::string(precision) == "fp16") continue;  // the loss scale state is another test's
+    auto resumed = make_lora_cuda_runner(host, precision, dp, nccl.get());
+    resumed->set_weights(wb);
+    resumed->set_adam_state(mb, vb);
+    resumed->set_skipped_updates(1);
+    const std::vector<StepReport> rc = run_steps(*plain, cfg, 5, 8), rd = run_steps(*resumed, cfg, 5, 8);
+    for (int s = 0; s < 3; ++s) {
+      EXPECT_EQ(rd[s].micro_losses, rc[s].micro_losses) << "step " << 5 + s;
+      EXPECT_EQ(rd[s].grad_norm, rc[s].grad_norm) << "step " << 5 + s;
+    }
+    EXPECT_TRUE(bit_identical(resumed->weights(), plain->weights()));
+    EXPECT_TRUE(bit_identical(resumed->adam_m(), plain->adam_m()));
+  }
 }
 
 // forge train --init-from BASE --sft FILE --lora ... on --device cuda (fp32): the same losses as

@@ -1,4 +1,4 @@
-// What the CPU runners (runner_cpu.cpp, runner_lora.cpp) share: every call finishes its work
+// The host side of the CPU runner (runner_cpu.cpp, full or LoRA): every call finishes its work
 // before it returns, so a step's report is complete when optimizer_step() ends (report_lag() 0);
 // the numerical guard's state (ops/step_guard.h) decides each step, and Adam's t counts the
 // updates taken.

@@ -110,13 +110,6 @@ template <class Backend>
 class Model;  // model/transformer.h
 template <typename T>
 class CpuBackend;
-
-// The LoRA runner (train/runner_lora.cpp): `model` (which has adapters, model/lora.h) copied,
-// its base frozen; weights(), set_weights(), adam_m() and adam_v() are the adapter buffer's
-// (AdapterTable layout), and so are the gradient norm, clipping and the AdamW update. CPU, one
-// process.
-std::unique_ptr<StepRunner> make_lora_cpu_runner(const Model<CpuBackend<float>>& model);
-
 class Communicator;  // dist/communicator.h
 
 // The CPU runner. With a communicator of 2 or more ranks it trains data-parallel with ZeRO-1
@@ -130,6 +123,13 @@ class Communicator;  // dist/communicator.h
 // eval_loss() is this rank's alone. comm must outlive the runner. nullptr or a world of one:
 // the single-process runner, bit for bit.
 std::unique_ptr<StepRunner> make_cpu_runner(const ModelConfig& cfg, Communicator* comm = nullptr);
+
+// The LoRA runner (the CPU runner of train/runner_cpu.cpp on adapters): `model` (which has
+// adapters, model/lora.h) copied, its base frozen; weights(), set_weights(), adam_m() and
+// adam_v() are the adapter buffer's (AdapterTable layout), and so are the gradient norm,
+// clipping and the AdamW update. With a communicator of 2 or more ranks it trains data-parallel
+// exactly as make_cpu_runner's does (ZeRO-1 over the adapter buffer; the same collective calls).
+std::unique_ptr<StepRunner> make_lora_cpu_runner(const Model<CpuBackend<float>>& model, Communicator* comm = nullptr);
 
 // Settings of a CUDA run. Nothing in the library reads the environment: the CLI fills these from
 // its flags and from FORGE_ATTENTION / FORGE_CUDA_GRAPH (apps/forge/run_env.h).
@@ -166,10 +166,12 @@ std::unique_ptr<StepRunner> make_cuda_runner(const ModelConfig& cfg, const std::
 // The CUDA runner on `model` (which has adapters, model/lora.h): its base uploaded and frozen in
 // `precision` (no base gradients or Adam state; in 16-bit modes no f32 master), the adapters
 // trained as make_lora_cpu_runner's are (same gradient norm, clipping, guard and AdamW, over the
-// adapter buffer; weights(), set_weights(), adam_m() and adam_v() are the adapters'). Throws as
-// make_cuda_runner does.
+// adapter buffer; weights(), set_weights(), adam_m() and adam_v() are the adapters'). Data
+// parallel with `comm` exactly as make_cuda_runner (ZeRO-1 over the adapter buffer; the same
+// collective calls, settings.zero1_one_rank included). Throws as make_cuda_runner does.
 std::unique_ptr<StepRunner> make_lora_cuda_runner(const Model<CpuBackend<float>>& model, const std::string& precision,
-                                                  const CudaSettings& settings = {});
+                                                  const CudaSettings& settings = {},
+                                                  Communicator* comm = nullptr);
 
 // "auto" (or "flash"), "unfused", "flash-mma", "flash-wgmma"; throws forge::Error otherwise.
 AttentionPath parse_attention_path(const std::string& name);

@@ -1,6 +1,12 @@
 // The CPU StepRunner: Transformer<float> (the one model on the CPU backend), f32 AdamW state in
 // host vectors; and parse_attention_path, which every build has.
 //
+// What it trains is a flat buffer: the model's weights, or with LoRA (make_lora_cpu_runner; a
+// model with adapters, model/lora.h) the adapter buffer alone, the base frozen. Gradients, the
+// global norm, clipping, the guard, Adam's m and v and the update then cover the adapters only;
+// weights() and set_weights() are the adapters (the base never changes). Everything below is
+// the same for both.
+//
 // Data parallel (ZeRO-1, with a communicator of W >= 2 ranks): every rank holds the whole model
 // and its gradients; the flat gradient buffer is copied into a zero-padded one
 // (dist/communicator.h's layout), reduce-scattered and divided by W (exact for W a power of
@@ -27,24 +33,23 @@ namespace {
 
 class CpuRunner final : public HostStepRunner {
  public:
-  CpuRunner(const ModelConfig& cfg, Communicator* comm)
-      : model_(cfg), comm_(comm != nullptr && comm->size() > 1 ? comm : nullptr) {
-    const size_t n = model_.num_params();
-    end_ = n;
-    if (comm_) {
-      shard_ = shard_size(n, comm_->size());
-      begin_ = std::min(n, comm_->rank() * shard_);
-      end_ = std::min(n, begin_ + shard_);
-      padded_.resize(padded_size(n, comm_->size()));
-      shard_buf_.resize(shard_);
-    }
-    m_.assign(end_ - begin_, 0.0f);
-    v_.assign(end_ - begin_, 0.0f);
+  CpuRunner(const ModelConfig& cfg, Communicator* comm) : model_(cfg) { init(comm); }
+  // LoRA: `lora` (a model with adapters) copied; its adapters train, its base is frozen.
+  CpuRunner(const Transformer<float>& lora, Communicator* comm) : model_(lora.config()) {
+    const AdapterTable* at = lora.adapter_table();
+    FORGE_CHECK(at != nullptr, "make_lora_cpu_runner: the model has no adapters");
+    model_.weights() = lora.weights();
+    model_.attach_lora(at->lora(), 0);
+    model_.adapter_weights() = lora.adapter_weights();
+    init(comm);
   }
 
   const ParamTable& table() const override { return model_.table(); }
   std::string describe() const override {
-    return comm_ ? "cpu fp32, zero-1 over " + comm_->describe() : "cpu fp32";
+    std::string s = "cpu fp32";
+    if (const AdapterTable* at = model_.adapter_table())
+      s += str(", lora r=", at->lora().r, " alpha=", at->lora().alpha, " (", at->total(), " trainable parameters)");
+    return comm_ ? s + ", zero-1 over " + comm_->describe() : s;
   }
   void zero_grad() override { model_.zero_grad(); }
 
@@ -59,7 +64,7 @@ class CpuRunner final : public HostStepRunner {
   }
 
   void optimizer_step(const AdamWParams& p, double max_norm) override {
-    const float* grad = model_.grads().data();  // indexed by flat offset − grad_base
+    const float* grad = grads().data();  // indexed by flat offset − grad_base
     size_t grad_base = 0;
     double sum_sq = 0;
     if (comm_) {
@@ -68,18 +73,18 @@ class CpuRunner final : public HostStepRunner {
       grad_base = begin_;
       sum_sq = reduce_metrics(cpu::sum_squares(shard_buf_.data(), end_ - begin_));
     } else {
-      sum_sq = cpu::sum_squares(grad, model_.num_params());
+      sum_sq = cpu::sum_squares(grad, static_cast<int64_t>(n_));
     }
     const double norm = std::sqrt(sum_sq);
     if (guard_allows_update(norm)) {
       AdamWParams q = update_params(p, norm, max_norm);
-      for (const auto& info : model_.table().params()) {
+      for (const auto& info : params()) {
         // This rank's part of the tensor: all of it without a communicator.
         const size_t lo = std::max<size_t>(info.offset, begin_);
         const size_t hi = std::min<size_t>(info.offset + info.numel(), end_);
         if (lo >= hi) continue;
         q.weight_decay = info.decay ? p.weight_decay : 0.0f;
-        cpu::adamw_update(model_.weights().data() + lo, m_.data() + (lo - begin_),
+        cpu::adamw_update(trained().data() + lo, m_.data() + (lo - begin_),
                           v_.data() + (lo - begin_), grad + (lo - grad_base),
                           static_cast<int64_t>(hi - lo), q);
       }
@@ -89,32 +94,52 @@ class CpuRunner final : public HostStepRunner {
   }
 
   void inject_fault(StepFault f) override {
-    if (f == StepFault::kNanGrad) model_.grads()[0] = NAN;
+    if (f == StepFault::kNanGrad) grads()[0] = NAN;
     if (f == StepFault::kNanLoss) poison_first_loss();
   }
 
-  std::vector<float> weights() override { return model_.weights(); }
-  void set_weights(const std::vector<float>& w) override { model_.weights() = w; }
+  std::vector<float> weights() override { return trained(); }
+  void set_weights(const std::vector<float>& w) override {
+    FORGE_CHECK(w.size() == n_, "set_weights: ", w.size(), " values for ", n_, " trained parameters");
+    trained() = w;
+  }
   std::vector<float> adam_m() override { return comm_ ? gather_shards(m_) : m_; }
   std::vector<float> adam_v() override { return comm_ ? gather_shards(v_) : v_; }
   void set_adam_state(const std::vector<float>& m, const std::vector<float>& v) override {
-    if (!comm_) {
-      m_ = m;
-      v_ = v;
-      return;
-    }
-    FORGE_CHECK(m.size() == static_cast<size_t>(model_.num_params()) && v.size() == m.size(),
-                "set_adam_state: ", m.size(), " and ", v.size(), " values for ",
-                model_.num_params(), " parameters");
+    FORGE_CHECK(m.size() == n_ && v.size() == n_, "set_adam_state: ", m.size(), " and ", v.size(),
+                " values for ", n_, " trained parameters");
     m_.assign(m.begin() + begin_, m.begin() + end_);
     v_.assign(v.begin() + begin_, v.begin() + end_);
   }
 
  private:
+  // The shard of the trained buffer this rank updates (all of it without a communicator).
+  void init(Communicator* comm) {
+    comm_ = comm != nullptr && comm->size() > 1 ? comm : nullptr;
+    n_ = trained().size();
+    end_ = n_;
+    if (comm_) {
+      shard_ = shard_size(n_, comm_->size());
+      begin_ = std::min(n_, comm_->rank() * shard_);
+      end_ = std::min(n_, begin_ + shard_);
+      padded_.resize(padded_size(n_, comm_->size()));
+      shard_buf_.resize(shard_);
+    }
+    m_.assign(end_ - begin_, 0.0f);
+    v_.assign(end_ - begin_, 0.0f);
+  }
+  bool lora() const { return model_.adapter_table() != nullptr; }
+  // The trained buffer, its gradients and its tensors: the model's, or the adapters'.
+  std::vector<float>& trained() { return lora() ? model_.adapter_weights() : model_.weights(); }
+  std::vector<float>& grads() { return lora() ? model_.adapter_grads() : model_.grads(); }
+  const std::vector<ParamInfo>& params() const {
+    return lora() ? model_.adapter_table()->params() : model_.table().params();
+  }
+
   // Sum of every rank's gradients, ÷ W, for this rank's shard → shard_buf_ (its first
   // end_ − begin_ elements; the rest is padding).
   void reduce_gradients() {
-    const auto& g = model_.grads();
+    const auto& g = grads();
     std::copy(g.begin(), g.end(), padded_.begin());
     std::fill(padded_.begin() + g.size(), padded_.end(), 0.0f);
     comm_->reduce_scatter_sum(padded_.data(), shard_buf_.data(), shard_);
@@ -140,7 +165,7 @@ class CpuRunner final : public HostStepRunner {
 
   // Every rank's updated shard of the weights → the whole weights on every rank.
   void gather_weights() {
-    auto& w = model_.weights();
+    auto& w = trained();
     std::fill(shard_buf_.begin(), shard_buf_.end(), 0.0f);
     std::copy(w.begin() + begin_, w.begin() + end_, shard_buf_.begin());
     comm_->allgather(shard_buf_.data(), padded_.data(), shard_);
@@ -152,16 +177,16 @@ class CpuRunner final : public HostStepRunner {
     std::vector<float> send(shard_, 0.0f), all(padded_.size());
     std::copy(mine.begin(), mine.end(), send.begin());
     comm_->allgather(send.data(), all.data(), shard_);
-    all.resize(model_.num_params());
+    all.resize(n_);
     return all;
   }
 
   Transformer<float> model_;
   TokenLayout layout_;  // of the micro-batches (set_token_layout)
-  Communicator* comm_;  // nullptr: one process
-  // This rank's shard of the flat buffer: [begin_, end_) of the parameters (the whole buffer
+  Communicator* comm_ = nullptr;  // nullptr: one process
+  // This rank's shard of the trained buffer (n_ values): [begin_, end_) (the whole buffer
   // without a communicator); shard_ elements per rank including padding.
-  size_t begin_ = 0, end_ = 0, shard_ = 0;
+  size_t n_ = 0, begin_ = 0, end_ = 0, shard_ = 0;
   std::vector<float> padded_;     // (W · shard_) staging for reduce-scatter and all-gather
   std::vector<float> shard_buf_;  // (shard_) this rank's mean gradients, then its weights
   std::vector<float> m_, v_;      // (end_ − begin_) Adam state of this rank's shard
@@ -171,6 +196,10 @@ class CpuRunner final : public HostStepRunner {
 
 std::unique_ptr<StepRunner> make_cpu_runner(const ModelConfig& cfg, Communicator* comm) {
   return std::make_unique<CpuRunner>(cfg, comm);
+}
+
+std::unique_ptr<StepRunner> make_lora_cpu_runner(const Transformer<float>& model, Communicator* comm) {
+  return std::make_unique<CpuRunner>(model, comm);
 }
 
 AttentionPath parse_attention_path(const std::string& name) {

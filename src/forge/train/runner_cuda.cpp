@@ -58,7 +58,8 @@
 // frozen base in the run's precision. The backend's optimizer then trains the adapter buffer
 // alone (Σ g², clipping, guard, AdamW, Adam's m and v), so the step, its graph and its reports
 // are unchanged; weights(), set_weights(), adam_m() and adam_v() are the adapters', as on the
-// CPU LoRA runner (train/runner_lora.cpp).
+// CPU LoRA runner (train/runner_cpu.cpp). Data parallel LoRA is the ZeRO-1 path above over the
+// adapter buffer (the backend's ZeRO-1 buffers are the adapters' once they are attached).
 #include <cuda_runtime.h>
 
 #include <array>
@@ -564,9 +565,11 @@ std::unique_ptr<StepRunner> make_cuda_runner(const ModelConfig& cfg, const std::
 }
 
 std::unique_ptr<StepRunner> make_lora_cuda_runner(const Transformer<float>& model, const std::string& precision,
-                                                  const CudaSettings& settings) {
+                                                  const CudaSettings& settings, Communicator* comm) {
   if (!cuda::available()) throw Error("--device cuda: " + cuda::device_summary());
-  return std::make_unique<CudaRunner>(model.config(), parse_precision(precision), settings, &model);
+  const bool dp = comm != nullptr && (comm->size() > 1 || settings.zero1_one_rank);
+  return std::make_unique<CudaRunner>(model.config(), parse_precision(precision), settings, &model,
+                                      dp ? comm : nullptr);
 }
 
 }  // namespace forge

@@ -12,7 +12,7 @@ std::unique_ptr<StepRunner> make_cuda_runner(const ModelConfig&, const std::stri
 }
 
 std::unique_ptr<StepRunner> make_lora_cuda_runner(const Model<CpuBackend<float>>&, const std::string&,
-                                                  const CudaSettings&) {
+                                                  const CudaSettings&, Communicator*) {
   throw Error("--device cuda: " + cuda::device_summary());
 }
 

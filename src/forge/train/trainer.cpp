@@ -255,12 +255,12 @@ TrainResult run(Transformer<float>& model, TrainConfig cfg, const std::string& d
   // in the run directory changes, so an unavailable device leaves the run as it was.
   std::unique_ptr<StepRunner> runner;
   try {
-    if (lora && comm)
-      throw Error("--lora trains in one process; data-parallel LoRA (mpirun) is not implemented yet");
+    Communicator* device_comm = comm && device == "cuda" ? opt.device_comm() : nullptr;
     if (lora)
-      runner = device == "cuda" ? make_lora_cuda_runner(model, precision, opt.cuda) : make_lora_cpu_runner(model);
+      runner = device == "cuda" ? make_lora_cuda_runner(model, precision, opt.cuda, device_comm)
+                                : make_lora_cpu_runner(model, comm);
     else
-      runner = device == "cuda" ? make_cuda_runner(mcfg, precision, opt.cuda, comm ? opt.device_comm() : nullptr)
+      runner = device == "cuda" ? make_cuda_runner(mcfg, precision, opt.cuda, device_comm)
                                 : make_cpu_runner(mcfg, comm);
   } catch (const Error& e) {
     if (start.device_hint.empty()) throw;

@@ -126,7 +126,7 @@ std::vector<float> Zero1Cuda::gather(const float* shard) {
 
 std::vector<float> Zero1Cuda::weights() {
   // fp32: the master is all-gathered every step. 16-bit: only this rank's shard is current.
-  if (be_.work_data() == nullptr) return be_.weights_host();
+  if (be_.work_data() == nullptr) return be_.trained_weights_host();
   cuda::DeviceBuffer<float> mine(ctx_.allocator(), s_);
   zero(ctx_, mine.data(), s_ * sizeof(float));
   copy_async(ctx_, mine.data(), be_.master_data() + begin_, (end_ - begin_) * sizeof(float),

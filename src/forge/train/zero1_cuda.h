@@ -25,6 +25,10 @@
 // capture). Not done yet: buckets reduce-scattered while the backward still runs (the issue's
 // overlap); each step reduce-scatters once, after the last micro-batch.
 //
+// LoRA: with adapters (CudaBackend::set_adapter) the backend's ZeRO-1 buffers are the adapter
+// buffer's (master, working copy, gradients, tensors), so the same steps train the adapters over
+// ranks; the frozen base is never reduced or gathered.
+//
 // With a world of one the same code runs (the tests force it): the reduce-scatter and all-gathers
 // are copies, × 1 and + 0 are exact, and the AdamW calls are the single-rank runner's, so the
 // results equal the plain runner's bit for bit.

@@ -232,16 +232,14 @@ void CudaBackend::optimizer_step(const AdamWFactors* factors, float max_norm,
   // With adapters the optimizer trains them alone (the base is frozen).
   const bool lora = has_adapter();
   FORGE_CHECK(lora || grads_.size() > 0, "optimizer_step: a frozen base without adapters has nothing to train");
-  float* master = lora ? a_master_.data() : master_.data();
-  float* grads = lora ? a_grads_.data() : grads_.data();
-  uint8_t* work16 = lora ? a_work_.data() : work_.data();
-  const std::vector<ParamInfo>& params = lora ? a_params_ : table_.params();
-  const int64_t n = lora ? static_cast<int64_t>(a_master_.size()) : table_.total();
-  cuda::sum_squares(ctx_, norm_sq_.data(), grads, n);
+  float* master = master_data();  // what trains: the adapters' buffers with adapters
+  float* grads = grads_data();
+  uint8_t* work16 = work_data();
+  cuda::sum_squares(ctx_, norm_sq_.data(), grads, num_params());
   cuda::step_guard_check(ctx_, guard_.data(), loss_sums, n_losses, norm_sq_.data(),
                          loss_scale() != nullptr);
-  for (const auto& info : params) {
-    void* work = dt_ == DType::kF32 ? nullptr : work16 + info.offset * es_;
+  for (const auto& info : params()) {
+    void* work = work16 == nullptr ? nullptr : work16 + info.offset * es_;
     cuda::adamw_update(
         ctx_, master + info.offset, m_.data() + info.offset, v_.data() + info.offset,
         grads + info.offset, work, dt_, info.numel(), factors + (info.decay ? 0 : 1),

@@ -138,15 +138,25 @@ class CudaBackend {
   StepGuardState step_guard_host() const;
   void set_step_guard(const StepGuardState& s);
 
-  // ---- ZeRO-1 (train/zero1_cuda.h): the raw buffers, for a runner that reduces the gradients
-  // over ranks and updates its shard of the master itself. The master is the f32 weights (P);
-  // the working copy is dt (P) in 16-bit modes and null in fp32 (the master is what kernels
-  // read); the gradients f32 (P). Device-state pointers are the ones optimizer_step() updates.
-  float* master_data() { return master_.data(); }
-  uint8_t* work_data() { return work_.size() > 0 ? work_.data() : nullptr; }
-  float* grads_data() { return grads_.data(); }
-  const std::vector<ParamInfo>& params() const { return table_.params(); }
-  int64_t num_params() const { return table_.total(); }
+  // ---- ZeRO-1 (train/zero1_cuda.h): the raw buffers of what trains, for a runner that reduces
+  // the gradients over ranks and updates its shard of the master itself: the model's weights,
+  // or with adapters (set_adapter) the adapter buffer. The master is the f32 weights (P); the
+  // working copy is dt (P) in 16-bit modes and null in fp32 (the master is what kernels read);
+  // the gradients f32 (P). Device-state pointers are the ones optimizer_step() updates.
+  float* master_data() { return has_adapter() ? a_master_.data() : master_.data(); }
+  uint8_t* work_data() {
+    const auto& w = has_adapter() ? a_work_ : work_;
+    return w.size() > 0 ? w.data() : nullptr;
+  }
+  float* grads_data() { return has_adapter() ? a_grads_.data() : grads_.data(); }
+  const std::vector<ParamInfo>& params() const { return has_adapter() ? a_params_ : table_.params(); }
+  int64_t num_params() const {
+    return has_adapter() ? static_cast<int64_t>(a_master_.size()) : table_.total();
+  }
+  // The f32 master of what trains, on the host (weights_host() or adapter_weights_host()).
+  std::vector<float> trained_weights_host() const {
+    return has_adapter() ? adapter_weights_host() : weights_host();
+  }
   LossScaleState* loss_scale_state_data() { return loss_scale_.size() > 0 ? loss_scale_.data() : nullptr; }
   StepGuardState* step_guard_data() { return guard_.data(); }
 
