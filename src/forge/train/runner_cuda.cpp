@@ -176,6 +176,9 @@ class CudaRunner final : public StepRunner {
         eval_sum_(1) {
     for (Slot& s : slots_)
       FORGE_CUDA_CHECK(cudaEventCreateWithFlags(&s.done, cudaEventDisableTiming));
+    FORGE_CUDA_CHECK(cudaStreamCreateWithFlags(&side_, cudaStreamNonBlocking));
+    FORGE_CUDA_CHECK(cudaEventCreateWithFlags(&losses_ready_, cudaEventDisableTiming));
+    FORGE_CUDA_CHECK(cudaEventCreateWithFlags(&losses_summed_, cudaEventDisableTiming));
     if (lora_host != nullptr) {
       const AdapterTable* at = lora_host->adapter_table();
       FORGE_CHECK(at != nullptr, "make_lora_cuda_runner: the model has no adapters");
@@ -193,6 +196,9 @@ class CudaRunner final : public StepRunner {
     graph_.reset();
     ctx_.synchronize();
     for (Slot& s : slots_) cudaEventDestroy(s.done);
+    cudaEventDestroy(losses_ready_);
+    cudaEventDestroy(losses_summed_);
+    cudaStreamDestroy(side_);
   }
 
   const ParamTable& table() const override { return model_.table(); }
@@ -395,6 +401,9 @@ class CudaRunner final : public StepRunner {
     cudaEvent_t done = nullptr;            // after the step's device→host copies
     bool in_flight = false;                // ended and not yet collected
   };
+  // enqueue_step's fork and join of the loss sum (side stream; captured with the step).
+  cudaStream_t side_ = nullptr;
+  cudaEvent_t losses_ready_ = nullptr, losses_summed_ = nullptr;
 
   // The step between the input and output copies; captured as a graph or run eagerly.
   void enqueue_step(const StepKey& k) {
@@ -409,8 +418,15 @@ class CudaRunner final : public StepRunner {
       model_.forward(reinterpret_cast<const int32_t*>(in + layout_.tokens(i)),
                      reinterpret_cast<const int32_t*>(in + layout_.targets(i)),
                      reinterpret_cast<const float*>(in + layout_.dloss(i)), k.B, k.T, lay);
+      // The loss sum (one thread, in index order: ~0.9 ms at 65,536 positions) runs on the side
+      // stream beside the backward, which does not touch the losses; joined before the next
+      // micro-batch's forward overwrites them and before the optimizer reads the sums.
+      FORGE_CUDA_CHECK(cudaEventRecord(losses_ready_, ctx_.stream()));
+      FORGE_CUDA_CHECK(cudaStreamWaitEvent(side_, losses_ready_, 0));
+      cuda::sum_in_order(side_, loss_sums_dev_.data() + i, model_.losses(), n);
+      FORGE_CUDA_CHECK(cudaEventRecord(losses_summed_, side_));
       model_.backward();
-      cuda::sum_in_order(ctx_, loss_sums_dev_.data() + i, model_.losses(), n);
+      FORGE_CUDA_CHECK(cudaStreamWaitEvent(ctx_.stream(), losses_summed_, 0));
     }
     if (k.faults)
       cuda::inject_step_fault(ctx_, be().has_adapter() ? be().ag(0) : be().g(0), loss_sums_dev_.data(),

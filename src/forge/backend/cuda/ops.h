@@ -23,6 +23,8 @@
 #include "forge/ops/rope.h"
 #include "forge/ops/step_guard.h"
 
+struct CUstream_st;  // cudaStream_t is CUstream_st* (this header stays free of the CUDA headers)
+
 namespace forge::cuda {
 
 class Context;
@@ -200,5 +202,8 @@ void inject_step_fault(Context& ctx, float* grad, double* loss, const int32_t* f
 // out[0] = Σ x[i] in f64, in index order (cpu::sum_in_order's loop, bit for bit): one thread, so
 // use it for short vectors such as the (B·T) per-position losses of a step.
 void sum_in_order(Context& ctx, double* out, const float* x, int64_t n);
+// The same on another stream of ctx's device (the training runner sums a micro-batch's losses on
+// a side stream while its backward runs: the one-thread sum takes ~0.9 ms at 65,536 positions).
+void sum_in_order(CUstream_st* stream, double* out, const float* x, int64_t n);
 
 }  // namespace forge::cuda

@@ -44,11 +44,15 @@ __global__ void __launch_bounds__(32)
 
 }  // namespace
 
-void sum_in_order(Context& ctx, double* out, const float* x, int64_t n) {
+void sum_in_order(CUstream_st* stream, double* out, const float* x, int64_t n) {
   FORGE_CHECK(n >= 0, "[sum_in_order] negative size ", n);
   FORGE_CHECK(n == 0 || x != nullptr, "[sum_in_order] null input of ", n, " elements");
-  sum_in_order_kernel<<<1, 32, 0, ctx.stream()>>>(out, x, n, kernels::aligned16(x));
+  sum_in_order_kernel<<<1, 32, 0, stream>>>(out, x, n, kernels::aligned16(x));
   FORGE_CUDA_CHECK_LAUNCH();
+}
+
+void sum_in_order(Context& ctx, double* out, const float* x, int64_t n) {
+  sum_in_order(ctx.stream(), out, x, n);
 }
 
 }  // namespace forge::cuda
