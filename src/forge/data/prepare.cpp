@@ -134,10 +134,11 @@ class ShardWriter {
   ShardWriter(std::string dir, std::string split, int64_t limit, bool may_be_wide)
       : dir_(std::move(dir)), split_(std::move(split)), limit_(limit), may_be_wide_(may_be_wide) {}
 
-  void add(uint32_t eot, const std::vector<uint32_t>& tokens) {
+  // ids are encode_ordinary's, never negative: read as uint32 (the same bits).
+  void add(uint32_t eot, const std::vector<int32_t>& ids) {
     append(&eot, 1);
-    append(tokens.data(), tokens.size());
-    tokens_ += 1 + static_cast<int64_t>(tokens.size());
+    append(reinterpret_cast<const uint32_t*>(ids.data()), ids.size());
+    tokens_ += 1 + static_cast<int64_t>(ids.size());
     ++documents_;
   }
   void finish() {
@@ -397,7 +398,7 @@ PrepareStats prepare_data(const tok::Tokenizer& tokenizer, const PrepareOptions&
       val(output.staging(), "val", o.shard_tokens, may_be_wide);
   DocReader reader(o);
   std::vector<RawDoc> batch;
-  std::vector<std::vector<uint32_t>> tokens;
+  std::vector<std::vector<int32_t>> tokens;
   std::vector<std::string> errors;
   int64_t bytes_done = 0;
   while (reader.next(batch, &bytes_done)) {
@@ -408,8 +409,7 @@ PrepareStats prepare_data(const tok::Tokenizer& tokenizer, const PrepareOptions&
 #pragma omp parallel for schedule(dynamic, 1) num_threads(threads)
     for (int64_t i = 0; i < n; ++i) {
       try {
-        const std::vector<int32_t> ids = tokenizer.encode_ordinary(document_text(batch[i], o));
-        tokens[i].assign(ids.begin(), ids.end());
+        tokens[i] = tokenizer.encode_ordinary(document_text(batch[i], o));
       } catch (const std::exception& e) {
         errors[i] = e.what();
       }
