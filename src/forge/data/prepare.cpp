@@ -31,9 +31,11 @@
 //    (OpenMP over documents, dynamic schedule since sizes vary), then appended in document order,
 //    so the shards are the same for any thread count. Shards are written as they fill
 //    (ShardFileWriter), not held in memory, so memory stays about one batch (kBatchBytes of
-//    text and its tokens) whatever the corpus or shard size: measured peak RSS 218 MB for a
-//    42.5 MB input and the same for 425 MB (README, "forge bench prepare"). With --format file
-//    a document is a whole file, so the largest input file is held too.
+//    text and its tokens) whatever the corpus or shard size. Measured peak RSS, GPT-2's
+//    tokenizer, --format lines, 2 threads: 147 MB for 42.5 MB of input, 172 MB for 425 MB,
+//    185 MB for 850 MB (a slow rise, not investigated further); holding each shard
+//    until it was full, as before, took 959 MB for 425 MB. With --format file a document is a
+//    whole file, so the largest input file is held too.
 #include "forge/data/prepare.h"
 
 #include <omp.h>
