@@ -6,12 +6,14 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <stdexcept>
+#include <tuple>
 
 #include "forge/core/error.h"
 #include "forge/data/shard.h"
@@ -313,6 +315,47 @@ TEST_F(PrepareTest, RefusesADifferentTokenizerFileInOut) {
         << e.what();
   }
   EXPECT_EQ(files_in(out()), std::vector<std::string>{"tokenizer_config.json"});
+}
+
+// Many small batches (each read while the one before is encoded), shards that end inside a
+// batch and documents that straddle shards: the shards hold every document in order, as one
+// batch would give them, for any thread count; progress comes once a batch, in order.
+TEST_F(PrepareTest, ManyBatchesGiveTheSameShardsAsOne) {
+  std::vector<std::string> lines;
+  std::string text;
+  for (int i = 0; i < 2000; ++i) {
+    lines.push_back("line " + std::to_string(i) + std::string(i % 37, 'x'));
+    text += lines.back() + "\n";
+  }
+  const std::string in = write("l.txt", text);
+  std::vector<std::string> train_docs, val_docs;
+  for (size_t g = 0; g < lines.size(); ++g) (g % 10 == 1 ? val_docs : train_docs).push_back(lines[g]);
+  for (const int threads : {1, 3}) {
+    PrepareOptions o = options({in}, DocFormat::kLines);
+    o.out_dir = (dir_ / "t").string() + std::to_string(threads);
+    o.threads = threads;
+    o.val_fraction = 0.1;
+    o.shard_tokens = 1000;
+    o.batch_bytes = 500;
+    std::vector<int64_t> done;
+    o.progress = [&](const PrepareProgress& p) { done.push_back(p.bytes_done); };
+    const PrepareStats s = prepare_data(byte_tokenizer(), o);
+    EXPECT_GT(done.size(), 50u);
+    EXPECT_TRUE(std::is_sorted(done.begin(), done.end()));
+    EXPECT_EQ(done.back(), static_cast<int64_t>(text.size()));
+    for (const auto& [split, docs, shards] :
+         {std::tuple{"train", &train_docs, s.train_shards}, {"val", &val_docs, s.val_shards}}) {
+      std::vector<uint32_t> got;
+      for (int i = 0; i < shards; ++i) {
+        char name[32];
+        std::snprintf(name, sizeof(name), "/%s_%06d.bin", split, i);
+        const std::vector<uint32_t> part = read_shard(o.out_dir + name);
+        EXPECT_EQ(part.size(), i + 1 < shards ? 1000u : part.size()) << name;
+        got.insert(got.end(), part.begin(), part.end());
+      }
+      EXPECT_EQ(got, bytes_with_eot(*docs)) << split << ", " << threads << " threads";
+    }
+  }
 }
 
 // A vocabulary past 65,536 ids (fillers that no merge makes) streams its shards through a uint32
