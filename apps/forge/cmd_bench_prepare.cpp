@@ -44,6 +44,9 @@ const Command kBenchPrepare = {
      {"shard-tokens", "N", "tokens per shard at most (default 100000000, as forge data prepare)"},
      {"scratch", "DIR",
       "where the shards are written, then removed (default: a new directory in $TMPDIR or /tmp)"},
+     {"no-read-ahead", "",
+      "read each batch only after the one before is written (prepare reads the next batch on "
+      "another thread by default): an A/B of the read-ahead"},
      {"json-out", "FILE", "also write the numbers as JSON"}},
     false,
     "",
@@ -173,6 +176,7 @@ int bench_prepare(const Argv& argv) {
       a.get_int64("shard-tokens", o.shard_tokens, 1, std::numeric_limits<int64_t>::max());
   const std::vector<int> thread_counts = parse_thread_list(a.get("threads", "1,2,4,8,16"));
   const int repeats = a.get_int("repeats", 1, 1, 1000);
+  o.read_ahead = !a.has("no-read-ahead");
   const tok::Tokenizer tokenizer = tok::Tokenizer::load(tokenizer_path);
 
   // Read every input once (a missing one fails here, before any timing) to warm the page cache.
@@ -236,8 +240,9 @@ int bench_prepare(const Argv& argv) {
               shard_files);
   std::printf("tokenizer: %s (%d tokens)\n", tokenizer_path.c_str(), tokenizer.vocab_size());
   std::printf("machine: %u hardware threads, %s\n", cores, cpu_model().c_str());
-  std::printf("each row: the fastest of %d run(s) of prepare_data, shard writing included\n\n",
-              repeats);
+  std::printf("each row: the fastest of %d run(s) of prepare_data, shard writing included; "
+              "read-ahead %s\n\n",
+              repeats, o.read_ahead ? "on" : "off (--no-read-ahead)");
   std::printf("| threads | seconds | input MB/s | tokens/s   | speed-up vs %-2d | peak RSS MB |\n",
               base.threads);
   std::printf("|--------:|--------:|-----------:|-----------:|---------------:|------------:|\n");
@@ -276,6 +281,7 @@ int bench_prepare(const Argv& argv) {
                               {"hardware_threads", cores},
                               {"cpu", cpu_model()},
                               {"repeats", repeats},
+                              {"read_ahead", o.read_ahead},
                               {"peak_rss_per_run", rss_reset},
                               {"shards_identical", true},
                               {"shards_sha256", first_hash},

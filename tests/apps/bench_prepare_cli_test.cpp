@@ -93,6 +93,16 @@ TEST_F(BenchPrepareCli, TableJsonAndIdenticalShards) {
   for (const char* split : {"train", "val"})
     for (const std::string& s : list_shards(p("data"), split)) tokens += Shard::open(s).size();
   EXPECT_EQ(j["tokens"].get<int64_t>(), tokens);
+  EXPECT_TRUE(j["read_ahead"].get<bool>());
+
+  // Without the read-ahead: the same shards.
+  const CmdResult n = forge("bench prepare --tokenizer " + p("tok.json") + " --input " + corpus_ +
+                            " --format lines --threads 2 --no-read-ahead --json-out " + p("n.json"));
+  ASSERT_EQ(n.code, 0) << n.err;
+  EXPECT_NE(n.out.find("read-ahead off"), std::string::npos) << n.out;
+  const json nj = json::parse(slurp(p("n.json")));
+  EXPECT_FALSE(nj["read_ahead"].get<bool>());
+  EXPECT_EQ(nj["shards_sha256"], j["shards_sha256"]);
 }
 
 TEST_F(BenchPrepareCli, BadArgumentsAreOneLineErrors) {

@@ -330,10 +330,11 @@ TEST_F(PrepareTest, ManyBatchesGiveTheSameShardsAsOne) {
   const std::string in = write("l.txt", text);
   std::vector<std::string> train_docs, val_docs;
   for (size_t g = 0; g < lines.size(); ++g) (g % 10 == 1 ? val_docs : train_docs).push_back(lines[g]);
-  for (const int threads : {1, 3}) {
+  for (const int threads : {1, 3, -1}) {  // -1: one thread, no read-ahead
     PrepareOptions o = options({in}, DocFormat::kLines);
-    o.out_dir = (dir_ / "t").string() + std::to_string(threads);
-    o.threads = threads;
+    o.out_dir = (dir_ / "t").string() + std::to_string(threads + 1);
+    o.threads = std::max(threads, 1);
+    o.read_ahead = threads > 0;
     o.val_fraction = 0.1;
     o.shard_tokens = 1000;
     o.batch_bytes = 500;

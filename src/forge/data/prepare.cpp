@@ -411,8 +411,9 @@ PrepareStats prepare_data(const tok::Tokenizer& tokenizer, const PrepareOptions&
     const int64_t bytes_done = bytes_read;  // through this batch
     // The next batch is read on another thread while this one is encoded and appended. The
     // future's destructor waits for it, so an exception below leaves no reader running.
-    std::future<bool> ahead =
-        std::async(std::launch::async, [&] { return reader.next(next, &bytes_read); });
+    std::future<bool> ahead;
+    if (o.read_ahead)
+      ahead = std::async(std::launch::async, [&] { return reader.next(next, &bytes_read); });
     const int64_t n = static_cast<int64_t>(batch.size());
     tokens.assign(n, {});
     errors.assign(n, {});
@@ -434,7 +435,8 @@ PrepareStats prepare_data(const tok::Tokenizer& tokenizer, const PrepareOptions&
     if (o.progress)
       o.progress({bytes_done, stats.bytes, stats.documents, train.tokens() + val.tokens(),
                   timer.seconds()});
-    more = ahead.get();  // a read error surfaces here, after this batch, as before
+    // A read error surfaces here, after this batch, either way.
+    more = o.read_ahead ? ahead.get() : reader.next(next, &bytes_read);
     batch.swap(next);
   }
   if (stats.documents == 0) throw Error("the inputs hold no documents");

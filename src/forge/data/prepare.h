@@ -41,6 +41,7 @@ struct PrepareOptions {
   // Documents are read, encoded and appended in batches of about this many input bytes (the
   // next batch is read while one is encoded): memory is about two batches.
   size_t batch_bytes = size_t{16} << 20;
+  bool read_ahead = true;  // false: read each batch only after the one before is appended
   // The tokenizer's file or directory, as Tokenizer::load takes it: its files are copied into
   // out_dir beside the shards (prepare.cpp says which). "": none.
   std::string tokenizer_path;
