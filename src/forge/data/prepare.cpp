@@ -436,8 +436,12 @@ PrepareStats prepare_data(const tok::Tokenizer& tokenizer, const PrepareOptions&
       o.progress({bytes_done, stats.bytes, stats.documents, train.tokens() + val.tokens(),
                   timer.seconds()});
     // A read error surfaces here, after this batch, either way.
-    more = o.read_ahead ? ahead.get() : reader.next(next, &bytes_read);
-    batch.swap(next);
+    if (o.read_ahead) {
+      more = ahead.get();
+      batch.swap(next);
+    } else {
+      more = reader.next(batch, &bytes_read);  // one batch in memory at a time
+    }
   }
   if (stats.documents == 0) throw Error("the inputs hold no documents");
   train.finish();
