@@ -2,7 +2,8 @@
 // `tokenizer` is here: BPE training time and encode throughput (one thread, then all threads
 // over ~1 MB blocks of the input), beside the reference figures of shared/ANCHORS.md, which were
 // measured on another machine (bench/tokenizer_compare.py measures tiktoken and Hugging Face
-// tokenizers on this one). gemm, attention and train (GPU) are in cmd_bench_gpu.cpp.
+// tokenizers on this one). gemm, attention and train (GPU) are in cmd_bench_gpu.cpp; prepare
+// (forge data prepare by thread count) in cmd_bench_prepare.cpp.
 #include <omp.h>
 
 #include <algorithm>

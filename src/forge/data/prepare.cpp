@@ -29,16 +29,18 @@
 //    milliseconds of renames can leave some of the shards in OUT.
 //  - Streaming: documents are read in batches of about batch_bytes (16 MB), encoded in parallel
 //    (OpenMP over documents, dynamic schedule since sizes vary), then appended in document order,
-//    so the shards are the same for any thread count. The next batch is read on one more thread
-//    meanwhile: reading is ~10% of a one-thread run (0.13 s of 1.42 s for 42.5 MB of lines with
-//    GPT-2's tokenizer, appending 0.06 s), serial work that would cap the speed-up on many
-//    cores. Shards are written as they fill
-//    (ShardFileWriter), not held in memory, so memory stays about two batches (batch_bytes of
-//    text each, and one's tokens) whatever the corpus or shard size. Measured peak RSS, GPT-2's
-//    tokenizer, --format lines, 2 threads: 147 MB for 42.5 MB of input, 172 MB for 425 MB,
-//    185 MB for 850 MB (a slow rise, not investigated further); holding each shard
-//    until it was full, as before, took 959 MB for 425 MB. With --format file a document is a
-//    whole file, so the largest input file is held too.
+//    so the shards are the same for any thread count. With read_ahead (the default) the next
+//    batch is read on one more thread meanwhile: reading is serial work, 0.13 s of a 1.42 s
+//    one-thread run (42.5 MB of lines, GPT-2's tokenizer; appending 0.06 s), which would cap the
+//    speed-up on many cores. Whether hiding it pays on 16 cores is for `forge bench prepare`
+//    with and without --no-read-ahead to say; the 2-core machine could not tell.
+//    Shards are written as they fill (ShardFileWriter), not held in memory, so memory stays
+//    about one batch (two with read_ahead) whatever the corpus or shard size. Measured peak RSS
+//    (GPT-2's tokenizer, --format lines, 2 threads): without read-ahead 147 MB for 42.5 MB of
+//    input, 172 MB for 425 MB, 185 MB for 850 MB (a slow rise, not investigated further); with
+//    it 203, 240 and 242 MB. Holding each shard until it was full, as before,
+//    took 959 MB for 425 MB. With --format file a document is a whole file, so the largest
+//    input file is held too.
 #include "forge/data/prepare.h"
 
 #include <omp.h>
