@@ -2,7 +2,8 @@
 // `tokenizer` is here: BPE training time and encode throughput (one thread, then all threads
 // over ~1 MB blocks of the input), beside the reference figures of shared/ANCHORS.md, which were
 // measured on another machine (bench/tokenizer_compare.py measures tiktoken and Hugging Face
-// tokenizers on this one). gemm, attention and train (GPU) are in cmd_bench_gpu.cpp.
+// tokenizers on this one). gemm, attention and train (GPU) are in cmd_bench_gpu.cpp; prepare
+// (forge data prepare by thread count) in cmd_bench_prepare.cpp.
 #include <omp.h>
 
 #include <algorithm>
@@ -185,8 +186,9 @@ int cmd_bench(const Argv& argv) {
   if (argv.empty() || argv[0] == "--help" || argv[0] == "-h") {
     std::printf(
         "forge bench — benchmarks (a table on stdout; --json-out FILE writes the numbers)\n\n"
-        "usage: forge bench tokenizer|gemm|attention|train|generate|serve [options]\n\n"
+        "usage: forge bench tokenizer|prepare|gemm|attention|train|generate|serve [options]\n\n"
         "  tokenizer  BPE training time and encode throughput\n"
+        "  prepare    forge data prepare's MB/s by thread count, shards checked identical\n"
         "  gemm       cuBLASLt TFLOP/s on a preset's GEMM shapes (CUDA)\n"
         "  attention  flash attention fwd/bwd TFLOP/s beside PyTorch flash and cuDNN (CUDA)\n"
         "  train      training tokens/s, MFU, step time, memory (CUDA)\n"
@@ -197,12 +199,13 @@ int cmd_bench(const Argv& argv) {
   }
   const std::string& what = argv[0];
   if (what == "tokenizer") return bench_tokenizer(Argv(argv.begin() + 1, argv.end()));
+  if (what == "prepare") return bench_prepare(Argv(argv.begin() + 1, argv.end()));
   if (what == "gemm" || what == "train" || what == "attention")
     return bench_gpu(what, Argv(argv.begin() + 1, argv.end()));
   if (what == "generate") return bench_generate(Argv(argv.begin() + 1, argv.end()));
   if (what == "serve") return bench_serve(Argv(argv.begin() + 1, argv.end()));
   throw Error(str("unknown benchmark '", what,
-                  "' (expected tokenizer, gemm, attention, train, generate or serve)"));
+                  "' (expected tokenizer, prepare, gemm, attention, train, generate or serve)"));
 }
 
 }  // namespace forge::cli

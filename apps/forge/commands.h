@@ -18,6 +18,8 @@ int bench_gpu(const std::string& what, const Argv& argv);
 int bench_generate(const Argv& argv);
 // forge bench serve (cmd_bench_serve.cpp).
 int bench_serve(const Argv& argv);
+// forge bench prepare (cmd_bench_prepare.cpp).
+int bench_prepare(const Argv& argv);
 int cmd_tokenizer(const Argv& argv);
 int cmd_data(const Argv& argv);
 int cmd_bench(const Argv& argv);

@@ -6,12 +6,14 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <stdexcept>
+#include <tuple>
 
 #include "forge/core/error.h"
 #include "forge/data/shard.h"
@@ -315,6 +317,85 @@ TEST_F(PrepareTest, RefusesADifferentTokenizerFileInOut) {
   EXPECT_EQ(files_in(out()), std::vector<std::string>{"tokenizer_config.json"});
 }
 
+// Many small batches (each read while the one before is encoded), shards that end inside a
+// batch and documents that straddle shards: the shards hold every document in order, as one
+// batch would give them, for any thread count; progress comes once a batch, in order.
+TEST_F(PrepareTest, ManyBatchesGiveTheSameShardsAsOne) {
+  std::vector<std::string> lines;
+  std::string text;
+  for (int i = 0; i < 2000; ++i) {
+    lines.push_back("line " + std::to_string(i) + std::string(i % 37, 'x'));
+    text += lines.back() + "\n";
+  }
+  const std::string in = write("l.txt", text);
+  std::vector<std::string> train_docs, val_docs;
+  for (size_t g = 0; g < lines.size(); ++g) (g % 10 == 1 ? val_docs : train_docs).push_back(lines[g]);
+  for (const int threads : {1, 3, -1}) {  // -1: one thread, no read-ahead
+    PrepareOptions o = options({in}, DocFormat::kLines);
+    o.out_dir = (dir_ / "t").string() + std::to_string(threads + 1);
+    o.threads = std::max(threads, 1);
+    o.read_ahead = threads > 0;
+    o.val_fraction = 0.1;
+    o.shard_tokens = 1000;
+    o.batch_bytes = 500;
+    std::vector<int64_t> done;
+    o.progress = [&](const PrepareProgress& p) { done.push_back(p.bytes_done); };
+    const PrepareStats s = prepare_data(byte_tokenizer(), o);
+    EXPECT_GT(done.size(), 50u);
+    EXPECT_TRUE(std::is_sorted(done.begin(), done.end()));
+    EXPECT_EQ(done.back(), static_cast<int64_t>(text.size()));
+    for (const auto& [split, docs, shards] :
+         {std::tuple{"train", &train_docs, s.train_shards}, {"val", &val_docs, s.val_shards}}) {
+      std::vector<uint32_t> got;
+      for (int i = 0; i < shards; ++i) {
+        char name[32];
+        std::snprintf(name, sizeof(name), "/%s_%06d.bin", split, i);
+        const std::vector<uint32_t> part = read_shard(o.out_dir + name);
+        EXPECT_EQ(part.size(), i + 1 < shards ? 1000u : part.size()) << name;
+        got.insert(got.end(), part.begin(), part.end());
+      }
+      EXPECT_EQ(got, bytes_with_eot(*docs)) << split << ", " << threads << " threads";
+    }
+  }
+}
+
+// A vocabulary past 65,536 ids (fillers that no merge makes) streams its shards through a uint32
+// spill: they come out uint16 when every id in them fits, as write_shard decides, and uint32
+// when one does not (here the EOT at 70,000), across several shards.
+TEST_F(PrepareTest, ShardWidthFollowsTheIdsWithALargeVocabulary) {
+  auto tokenizer = [](int32_t eot, int32_t other_special) {
+    std::vector<std::string> vocab;
+    for (int b = 0; b < 256; ++b) vocab.push_back(std::string(1, static_cast<char>(b)));
+    while (vocab.size() < 70'000) vocab.push_back("<f" + std::to_string(vocab.size()) + ">");
+    return Tokenizer::from_bpe(vocab, {},
+                               {{"<|endoftext|>", eot}, {"<|other|>", other_special}},
+                               tok::SplitPattern::kGpt2);
+  };
+  const std::string a = write("a.txt", "hello"), b = write("b.txt", "world!");
+  for (const uint32_t eot : {70'000u, 256u}) {
+    fs::remove_all(out());
+    PrepareOptions o = options({a, b});
+    o.val_fraction = 0;
+    o.shard_tokens = 4;
+    const Tokenizer t = eot == 256 ? tokenizer(256, 70'000) : tokenizer(70'000, 70'001);
+    ASSERT_GT(t.vocab_size(), 65'536);
+    const PrepareStats s = prepare_data(t, o);
+    ASSERT_EQ(s.train_shards, 4);  // 13 tokens
+    std::vector<uint32_t> all = bytes_with_eot({"hello", "world!"});
+    for (uint32_t& id : all)
+      if (id == kEot) id = eot;
+    std::vector<uint32_t> got;
+    for (int i = 0; i < 4; ++i) {
+      const std::string name = out() + "/train_00000" + std::to_string(i) + ".bin";
+      const bool has_eot = i == 0 || i == 1;  // EOT h e l | l o EOT w | o r l d | !
+      EXPECT_EQ(Shard::open(name).token_bytes(), eot > 0xFFFF && has_eot ? 4 : 2) << name;
+      const std::vector<uint32_t> part = read_shard(name);
+      got.insert(got.end(), part.begin(), part.end());
+    }
+    EXPECT_EQ(got, all);
+  }
+}
+
 // Nothing half-done stays in --out (prepare.cpp): a bad document after several shards were
 // written leaves no shard, an --out the run created is removed again, an --out that existed
 // keeps what it held, and the rerun with the input fixed works.
@@ -352,7 +433,9 @@ TEST_F(PrepareTest, AnyExceptionLeavesNothing) {
     throw std::runtime_error("interrupted");
   };
   EXPECT_THROW(prepare_data(byte_tokenizer(), o), std::runtime_error);
-  EXPECT_EQ(staged.size(), 6u);  // there was something to clean up
+  // There was something to clean up: six full shards and the seventh being written.
+  EXPECT_EQ(staged.size(), 7u);
+  EXPECT_EQ(std::count(staged.begin(), staged.end(), "train_000006.bin.tmp"), 1);
   EXPECT_FALSE(fs::exists(out()));
 }
 

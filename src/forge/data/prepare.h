@@ -2,6 +2,7 @@
 // llm.c's format (what `forge data prepare` does). See prepare.cpp for the decisions.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <string>
@@ -37,6 +38,10 @@ struct PrepareOptions {
   std::string eot = "<|endoftext|>";   // special token written before every document
   bool allow_invalid_utf8 = false;     // else invalid UTF-8 is an error naming file and offset
   int threads = 0;                     // 0: all cores
+  // Documents are read, encoded and appended in batches of about this many input bytes (the
+  // next batch is read while one is encoded): memory is about two batches.
+  size_t batch_bytes = size_t{16} << 20;
+  bool read_ahead = true;  // false: read each batch only after the one before is appended
   // The tokenizer's file or directory, as Tokenizer::load takes it: its files are copied into
   // out_dir beside the shards (prepare.cpp says which). "": none.
   std::string tokenizer_path;

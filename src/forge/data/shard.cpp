@@ -7,6 +7,8 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <climits>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 
@@ -144,6 +146,106 @@ void write_shard(const std::string& path, const std::vector<uint32_t>& tokens) {
     }
   }
   f.commit();
+}
+
+namespace {
+
+constexpr size_t kWriterChunk = size_t{1} << 20;  // tokens buffered before a write
+
+// The 1024-byte header write_shard writes for `count` tokens of that width.
+std::vector<int32_t> shard_header(bool wide, int64_t count) {
+  std::vector<int32_t> h(kShardHeaderInts, 0);
+  h[0] = wide ? kShardMagicU32 : kShardMagicU16;
+  h[1] = wide ? 7 : 1;
+  h[2] = static_cast<int32_t>(count);
+  return h;
+}
+
+}  // namespace
+
+ShardFileWriter::ShardFileWriter(std::string path, bool may_be_wide)
+    : path_(std::move(path)), may_be_wide_(may_be_wide) {
+  if (may_be_wide_) {
+    const std::string spill = path_ + ".u32";
+    spill_ = std::fopen(spill.c_str(), "w+b");
+    if (!spill_) throw Error(str(path_, ": cannot create ", spill, ": ", std::strerror(errno)));
+    buf32_.reserve(kWriterChunk);
+  } else {
+    file_ = std::make_unique<io::AtomicFile>(path_);
+    const std::vector<int32_t> placeholder(kShardHeaderInts, 0);  // filled in by commit()
+    file_->write(placeholder.data(), placeholder.size() * sizeof(int32_t));
+    buf16_.reserve(kWriterChunk);
+  }
+}
+
+ShardFileWriter::~ShardFileWriter() {
+  if (spill_) {
+    std::fclose(spill_);
+    std::remove((path_ + ".u32").c_str());
+  }
+  // file_'s destructor removes PATH.tmp unless committed.
+}
+
+void ShardFileWriter::append(const uint32_t* tokens, size_t n) {
+  if (count_ + static_cast<int64_t>(n) > INT32_MAX)
+    throw Error(str(path_, ": more than 2^31 - 1 tokens do not fit one shard"));
+  for (size_t i = 0; i < n; ++i) {
+    const uint32_t t = tokens[i];
+    max_ = std::max(max_, t);
+    if (may_be_wide_) {
+      buf32_.push_back(t);
+      if (buf32_.size() == kWriterChunk) flush();
+    } else {
+      if (t > 0xFFFF)
+        throw Error(str(path_, ": token id ", t, " does not fit the uint16 shard it was promised"));
+      buf16_.push_back(static_cast<uint16_t>(t));
+      if (buf16_.size() == kWriterChunk) flush();
+    }
+  }
+  count_ += static_cast<int64_t>(n);
+}
+
+void ShardFileWriter::flush() {
+  if (may_be_wide_) {
+    if (!buf32_.empty() &&
+        std::fwrite(buf32_.data(), 4, buf32_.size(), spill_) != buf32_.size())
+      throw Error(str(path_, ": cannot write ", path_, ".u32: ", std::strerror(errno)));
+    buf32_.clear();
+  } else {
+    file_->write(buf16_.data(), buf16_.size() * 2);
+    buf16_.clear();
+  }
+}
+
+void ShardFileWriter::commit() {
+  flush();
+  const bool wide = max_ > 0xFFFF;
+  const std::vector<int32_t> header = shard_header(wide, count_);
+  if (!may_be_wide_) {
+    file_->write_at(0, header.data(), header.size() * sizeof(int32_t));
+    file_->commit();
+    return;
+  }
+  // Copy the spill into the shard, a chunk at a time, narrowed when every id fits.
+  if (std::fflush(spill_) != 0 || std::fseek(spill_, 0, SEEK_SET) != 0)
+    throw Error(str(path_, ": cannot read back ", path_, ".u32: ", std::strerror(errno)));
+  file_ = std::make_unique<io::AtomicFile>(path_);
+  file_->write(header.data(), header.size() * sizeof(int32_t));
+  std::vector<uint32_t> chunk(kWriterChunk);
+  std::vector<uint16_t> narrow;
+  for (int64_t left = count_; left > 0;) {
+    const size_t n = static_cast<size_t>(std::min<int64_t>(left, kWriterChunk));
+    if (std::fread(chunk.data(), 4, n, spill_) != n)
+      throw Error(str(path_, ": cannot read back ", path_, ".u32"));
+    if (wide) {
+      file_->write(chunk.data(), n * 4);
+    } else {
+      narrow.assign(chunk.begin(), chunk.begin() + static_cast<ptrdiff_t>(n));
+      file_->write(narrow.data(), n * 2);
+    }
+    left -= static_cast<int64_t>(n);
+  }
+  file_->commit();
 }
 
 std::vector<std::string> list_shards(const std::string& data, const std::string& split) {

@@ -8,10 +8,16 @@
 #pragma once
 
 #include <cstdint>
+#include <cstdio>
+#include <memory>
 #include <string>
 #include <vector>
 
 namespace forge {
+
+namespace io {
+class AtomicFile;
+}  // namespace io
 
 inline constexpr int32_t kShardMagicU16 = 20240520;
 inline constexpr int32_t kShardMagicU32 = 20240801;
@@ -48,6 +54,38 @@ class Shard {
 // Writes a shard atomically (io/atomic_file.h: temporary name, fsync, rename). Uses the uint16
 // format when every id fits, else the uint32 one. Throws forge::Error on I/O failure.
 void write_shard(const std::string& path, const std::vector<uint32_t>& tokens);
+
+// Writes one shard a chunk at a time: memory stays one chunk whatever the shard's size, and the
+// bytes equal write_shard's for the same tokens. With may_be_wide false the caller promises ids
+// below 65,536 (a vocabulary that small): tokens go to PATH.tmp as uint16 and the header is
+// filled in at commit(). With may_be_wide true the width is known only at the end (write_shard
+// picks uint16 when every id fits), so tokens are spilled as uint32 to PATH.u32 and copied into
+// the shard at commit(), narrowed when every id fitted. Destroyed without commit() (an exception
+// on the way), it removes what it wrote. Throws forge::Error on I/O failure.
+class ShardFileWriter {
+ public:
+  ShardFileWriter(std::string path, bool may_be_wide);
+  ShardFileWriter(const ShardFileWriter&) = delete;
+  ShardFileWriter& operator=(const ShardFileWriter&) = delete;
+  ~ShardFileWriter();
+
+  void append(const uint32_t* tokens, size_t n);
+  // Writes the header, fsyncs and renames the shard into place (io/atomic_file.h).
+  void commit();
+  int64_t size() const { return count_; }  // tokens appended so far
+
+ private:
+  void flush();
+
+  std::string path_;
+  bool may_be_wide_;
+  std::unique_ptr<io::AtomicFile> file_;  // narrow: the shard; wide: opened at commit()
+  std::FILE* spill_ = nullptr;            // wide: the uint32 tokens so far
+  std::vector<uint16_t> buf16_;
+  std::vector<uint32_t> buf32_;
+  int64_t count_ = 0;
+  uint32_t max_ = 0;
+};
 
 // The shards a --data argument names: a file is itself (for any split); a directory gives its
 // `<split>_*.bin` files in name order (split is "train" or "val"); may be empty for "val".

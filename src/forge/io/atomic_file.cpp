@@ -60,6 +60,23 @@ void AtomicFile::write(const void* data, size_t n) {
   }
 }
 
+void AtomicFile::write_at(uint64_t offset, const void* data, size_t n) {
+  FORGE_CHECK(fd_ >= 0, path_, ": write after commit or failure");
+  const uint8_t* p = static_cast<const uint8_t*>(data);
+  while (n > 0) {
+    const ssize_t w =
+        ::pwrite(fd_, p, std::min<size_t>(n, size_t{1} << 30), static_cast<off_t>(offset));
+    if (w < 0) {
+      if (errno == EINTR) continue;
+      fail("write", errno);
+    }
+    if (w == 0) fail("write", EIO);
+    p += w;
+    offset += static_cast<uint64_t>(w);
+    n -= static_cast<size_t>(w);
+  }
+}
+
 void AtomicFile::commit() {
   FORGE_CHECK(fd_ >= 0, path_, ": commit after commit or failure");
   if (::fsync(fd_) != 0) fail("fsync", errno);

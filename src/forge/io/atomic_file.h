@@ -13,6 +13,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <string>
 #include <string_view>
 
@@ -32,6 +33,9 @@ class AtomicFile {
   // file is then already removed.
   void write(const void* data, size_t n);
   void write(std::string_view bytes) { write(bytes.data(), bytes.size()); }
+  // Overwrites n bytes at `offset` (a header filled in once the rest is written); appending
+  // with write() goes on at the end. Throws forge::Error as write() does.
+  void write_at(uint64_t offset, const void* data, size_t n);
   // fsync, close, rename over PATH, fsync the directory. Throws forge::Error (temp removed).
   void commit();
 
