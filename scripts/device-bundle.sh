@@ -11,10 +11,11 @@ mkdir -p "$stage/bin" "$stage/lib" dev-out
 cp "$build/forge" "$stage/bin/"
 [[ -x $build/tests/forge_cuda_tests ]] && cp "$build/tests/forge_cuda_tests" "$stage/bin/"
 [[ -x $build/forge_base ]] && cp "$build/forge_base" "$stage/bin/"
-if [[ -x $build/decode_timeline ]]; then  # dev/decode_timeline.cpp and the CUPTI it loads
-  cp "$build/decode_timeline" "$stage/bin/"
-  ldd "$build/decode_timeline" | awk '/=> \// {print $3}' | grep -E 'cupti' | while read -r lib; do cp -L "$lib" "$stage/lib/"; done
-fi
+for tool in decode_timeline train_timeline; do  # dev/*_timeline.cpp and the CUPTI they load
+  [[ -x $build/$tool ]] || continue
+  cp "$build/$tool" "$stage/bin/"
+  ldd "$build/$tool" | awk '/=> \// {print $3}' | grep -E 'cupti' | while read -r lib; do cp -L "$lib" "$stage/lib/"; done
+done
 ldd "$build/forge" | awk '/=> \// {print $3}' | grep -E 'openblas|gfortran|quadmath|pcre2|gomp|httplib' \
   | while read -r lib; do cp -L "$lib" "$stage/lib/"; done
 tar -cJf dev-out/bundle.tar.xz -C "$stage" bin lib

@@ -25,18 +25,23 @@
 //   d(x_raw) = (g·w − norm·mean(g·w·norm))·s,   dweight += Σ_rows g·norm.
 //
 // Determinism of dweight: the backward's grid is `splits` blocks over fixed row ranges (a
-// function of the row count only); within a block each lane accumulates its channels over the
-// heads its group visits, in order; the groups are then summed in group order through shared
-// memory into partial (splits, HS), and kernels::channel_grad_finish_kernel adds the splits in a
-// fixed order to dweight. No atomics: two runs are bit-identical.
+// function of the row count only); within a block each lane accumulates its channels (in shared
+// memory) over the heads its group visits, in order; the groups are then summed in group order
+// into partial (splits, HS), and kernels::channel_grad_finish_kernel adds the splits in a fixed
+// order to dweight. No atomics: two runs are bit-identical.
 //
 // ptxas (sm_90a, CUDA 13.0, -Xptxas=-v): registers per kernel, 0 spill and 0 stack for all
 // (<T, kN, kRotateHalf>; kN = 1 is the element-by-element instantiation, 8 chunks a lane):
-//   head_norm_rope_fwd_kernel   bf16/f16: 57–64 regs; f32: 58–64 regs
-//   head_norm_rope_bwd_kernel   bf16 kN 8: 115–127; f16 kN 8: 125–127; f32 kN 4: 97–99;
-//                               kN 1: 128 (all types); 16 KB static shared memory
-// The backward's 256-thread blocks therefore run 2 to a SM: whether that keeps HBM busy is for
-// the GPU run to show (docs/perf-notes.md).
+//   head_norm_rope_fwd_kernel   two rows a group per step (kRows): bf16/f16 kN 8: 80 regs (3
+//                               blocks a SM); f32 kN 4: 80–92; kN 1: 128. (One row a step: 57–64,
+//                               4 blocks a SM with two thirds of the loads in flight.)
+//   head_norm_rope_bwd_kernel   two rows a group per step (kRows): bf16 kN 8: 121–124; f16 kN 8:
+//                               125–127; f32 kN 4: 118–121; kN 1: 109–127; 18 KB static shared
+//                               memory. (One row a step, the weight and the dweight sums held in
+//                               registers: 115–128, the same two blocks a SM with half the loads
+//                               in flight.)
+// The backward's 256-thread blocks therefore run 2 to a SM; each thread has two rows' dx and
+// x_raw loads in flight (docs/perf-notes.md has the step's timeline).
 #include <cuda_runtime.h>
 
 #include <type_traits>
@@ -86,13 +91,15 @@ __device__ __forceinline__ double row_position(const Params& p, int row) {
   return static_cast<double>(p.pos != nullptr ? p.pos[bt] : bt % p.T_);
 }
 
-// Grid-stride over heads, kThreads / lanes heads per block step. The loop bound is uniform per
-// block, so every lane reaches the shuffles; rows past the end compute on the last row and store
-// nothing.
+// Grid-stride over heads, kRows · kThreads / lanes heads per block step: a group takes kRows
+// heads `heads_per_step` apart and issues all their loads before using any (twice the bytes in
+// flight per thread of one head a step). The loop bound is uniform per block, so every lane
+// reaches the shuffles; rows past the end compute on the last row and store nothing.
 template <typename T, int kN, bool kRotateHalf>
 __global__ void __launch_bounds__(kThreads)
     head_norm_rope_fwd_kernel(const __grid_constant__ Params p) {
   constexpr int kJ = kChunksPerLane<kN>;
+  constexpr int kRows = 2;
   const int lanes = p.lanes, lane = threadIdx.x & (lanes - 1), group = threadIdx.x / lanes;
   const int heads_per_step = kThreads / lanes;
   const int half = p.HS / 2, chunks = half / kN;
@@ -101,101 +108,146 @@ __global__ void __launch_bounds__(kThreads)
   for (int j = 0; j < kJ; ++j)
     if (lane + j * lanes < chunks)
       load_chunk<T, kN, kRotateHalf>(static_cast<const T*>(p.weight), lane + j * lanes, half, w[j]);
-  for (int base = blockIdx.x * heads_per_step; base < p.rows; base += gridDim.x * heads_per_step) {
-    const bool valid = base + group < p.rows;
-    const int row = valid ? base + group : p.rows - 1;
-    const int64_t off = static_cast<int64_t>(row) * p.HS;
-    float u[kJ][2 * kN];
-    float sq = 0.0f;
+  for (int base = blockIdx.x * kRows * heads_per_step; base < p.rows;
+       base += gridDim.x * kRows * heads_per_step) {
+    int row[kRows];
+    bool valid[kRows];
+    float u[kRows][kJ][2 * kN];
 #pragma unroll
-    for (int j = 0; j < kJ; ++j) {
-      if (lane + j * lanes >= chunks) continue;
-      load_chunk<T, kN, kRotateHalf>(static_cast<const T*>(p.in) + off, lane + j * lanes, half,
-                                     u[j]);
+    for (int r = 0; r < kRows; ++r) {
+      valid[r] = base + r * heads_per_step + group < p.rows;
+      row[r] = valid[r] ? base + r * heads_per_step + group : p.rows - 1;
+      const int64_t off = static_cast<int64_t>(row[r]) * p.HS;
 #pragma unroll
-      for (int i = 0; i < 2 * kN; ++i) sq += u[j][i] * u[j][i];
+      for (int j = 0; j < kJ; ++j)
+        if (lane + j * lanes < chunks)
+          load_chunk<T, kN, kRotateHalf>(static_cast<const T*>(p.in) + off, lane + j * lanes, half, u[r][j]);
     }
-    const float s = 1.0f / sqrtf(group_sum(sq, lanes) / p.HS + p.eps);
-    if (!valid) continue;  // after the shuffle
-    const double at = p.rope ? row_position(p, row) : 0.0;
+    float s[kRows];
 #pragma unroll
-    for (int j = 0; j < kJ; ++j) {
-      const int c = lane + j * lanes;
-      if (c >= chunks) continue;
+    for (int r = 0; r < kRows; ++r) {
+      float sq = 0.0f;
 #pragma unroll
-      for (int i = 0; i < 2 * kN; ++i) u[j][i] = u[j][i] * s * w[j][i];
-      if (p.rope) rotate_chunk<kN, kRotateHalf>(u[j], c, at, p.freqs, p.sign);
-      store_chunk<T, kN, kRotateHalf>(static_cast<T*>(p.out) + off, c, half, u[j]);
+      for (int j = 0; j < kJ; ++j) {
+        if (lane + j * lanes >= chunks) continue;
+#pragma unroll
+        for (int i = 0; i < 2 * kN; ++i) sq += u[r][j][i] * u[r][j][i];
+      }
+      s[r] = 1.0f / sqrtf(group_sum(sq, lanes) / p.HS + p.eps);
     }
-    if (lane == 0) p.rstd[row] = s;
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) {
+      if (!valid[r]) continue;  // after the shuffles
+      const int64_t off = static_cast<int64_t>(row[r]) * p.HS;
+      const double at = p.rope ? row_position(p, row[r]) : 0.0;
+#pragma unroll
+      for (int j = 0; j < kJ; ++j) {
+        const int c = lane + j * lanes;
+        if (c >= chunks) continue;
+#pragma unroll
+        for (int i = 0; i < 2 * kN; ++i) u[r][j][i] = u[r][j][i] * s[r] * w[j][i];
+        if (p.rope) rotate_chunk<kN, kRotateHalf>(u[r][j], c, at, p.freqs, p.sign);
+        store_chunk<T, kN, kRotateHalf>(static_cast<T*>(p.out) + off, c, half, u[r][j]);
+      }
+      if (lane == 0) p.rstd[row[r]] = s[r];
+    }
   }
 }
 
 // Block b takes rows [b·rows_per_split, (b + 1)·rows_per_split); see the header for dweight.
 // dx_raw may alias dx: each lane reads its elements of a head before it writes them, and no
 // other lane touches them.
+//
+// Memory-level parallelism: a group takes kRows heads per step (heads `heads_per_step` apart) and
+// issues all their loads before using any, so a thread has 2·kRows chunks of dx and x_raw in
+// flight. The weight (read from shared memory where used) and the dweight sums (accumulated in
+// shared memory by their owner lane, in the same row order as before) are not held in registers,
+// which keeps two rows' data in about the registers one row took with them.
 template <typename T, int kN, bool kRotateHalf>
 __global__ void __launch_bounds__(kThreads)
     head_norm_rope_bwd_kernel(const __grid_constant__ Params p) {
   constexpr int kJ = kChunksPerLane<kN>;
-  // (groups, HS): each group's dweight sums.
+  constexpr int kRows = 2;
+  // (groups, HS): each group's dweight sums, then the weight (HS) in f32.
   __shared__ __align__(16) float sh[kThreads * 2 * kN * kJ];
+  __shared__ __align__(16) float sw[2 * kRopeMaxHalf];
   const int lanes = p.lanes, lane = threadIdx.x & (lanes - 1), group = threadIdx.x / lanes;
   const int heads_per_step = kThreads / lanes;
   const int half = p.HS / 2, chunks = half / kN;
-  float w[kJ][2 * kN], dw[kJ][2 * kN];
+  const bool wgrad = p.partial != nullptr;  // uniform: a frozen gain has none
+  for (int ch = threadIdx.x; ch < p.HS; ch += kThreads) sw[ch] = to_f32(static_cast<const T*>(p.weight)[ch]);
+  if (wgrad) {
+    float zero[2 * kN] = {};
 #pragma unroll
-  for (int j = 0; j < kJ; ++j) {
-#pragma unroll
-    for (int i = 0; i < 2 * kN; ++i) dw[j][i] = 0.0f;
-    if (lane + j * lanes < chunks)
-      load_chunk<T, kN, kRotateHalf>(static_cast<const T*>(p.weight), lane + j * lanes, half, w[j]);
+    for (int j = 0; j < kJ; ++j)
+      if (lane + j * lanes < chunks) store_chunk<float, kN, kRotateHalf>(sh + group * p.HS, lane + j * lanes, half, zero);
   }
+  __syncthreads();
   const int r0 = blockIdx.x * p.rows_per_split;
   const int r1 = min(p.rows, r0 + p.rows_per_split);
-  for (int base = r0; base < r1; base += heads_per_step) {
-    const bool valid = base + group < r1;
-    const int row = valid ? base + group : r1 - 1;
-    const int64_t off = static_cast<int64_t>(row) * p.HS;
-    const float s = p.rstd[row];
-    const double at = p.rope ? row_position(p, row) : 0.0;
-    float g[kJ][2 * kN], x[kJ][2 * kN];
-    float dot = 0.0f;  // Σ (g·w)·(x·s) over this lane's channels
+  for (int base = r0; base < r1; base += kRows * heads_per_step) {
+    int row[kRows];
+    bool valid[kRows];
+    float s[kRows], g[kRows][kJ][2 * kN], x[kRows][kJ][2 * kN];
 #pragma unroll
-    for (int j = 0; j < kJ; ++j) {
-      const int c = lane + j * lanes;
-      if (c >= chunks) continue;
-      load_chunk<T, kN, kRotateHalf>(static_cast<const T*>(p.in) + off, c, half, g[j]);
-      load_chunk<T, kN, kRotateHalf>(static_cast<const T*>(p.x_raw) + off, c, half, x[j]);
-      if (p.rope) rotate_chunk<kN, kRotateHalf>(g[j], c, at, p.freqs, p.sign);
+    for (int r = 0; r < kRows; ++r) {
+      valid[r] = base + r * heads_per_step + group < r1;
+      row[r] = valid[r] ? base + r * heads_per_step + group : r1 - 1;
+      const int64_t off = static_cast<int64_t>(row[r]) * p.HS;
+      s[r] = p.rstd[row[r]];
 #pragma unroll
-      for (int i = 0; i < 2 * kN; ++i) dot += (g[j][i] * w[j][i]) * (x[j][i] * s);
-    }
-    const float mean = group_sum(dot, lanes) / p.HS;
-    if (!valid) continue;  // after the shuffle
-#pragma unroll
-    for (int j = 0; j < kJ; ++j) {
-      const int c = lane + j * lanes;
-      if (c >= chunks) continue;
-      float d[2 * kN];
-#pragma unroll
-      for (int i = 0; i < 2 * kN; ++i) {
-        const float norm = x[j][i] * s;
-        d[i] = (g[j][i] * w[j][i] - norm * mean) * s;
-        dw[j][i] += g[j][i] * norm;
+      for (int j = 0; j < kJ; ++j) {
+        const int c = lane + j * lanes;
+        if (c >= chunks) continue;
+        load_chunk<T, kN, kRotateHalf>(static_cast<const T*>(p.in) + off, c, half, g[r][j]);
+        load_chunk<T, kN, kRotateHalf>(static_cast<const T*>(p.x_raw) + off, c, half, x[r][j]);
       }
-      store_chunk<T, kN, kRotateHalf>(static_cast<T*>(p.out) + off, c, half, d);
+    }
+    float mean[kRows];
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) {
+      const double at = p.rope ? row_position(p, row[r]) : 0.0;
+      float dot = 0.0f;  // Σ (g·w)·(x·s) over this lane's channels
+#pragma unroll
+      for (int j = 0; j < kJ; ++j) {
+        const int c = lane + j * lanes;
+        if (c >= chunks) continue;
+        if (p.rope) rotate_chunk<kN, kRotateHalf>(g[r][j], c, at, p.freqs, p.sign);
+        float w[2 * kN];
+        load_chunk<float, kN, kRotateHalf>(sw, c, half, w);
+#pragma unroll
+        for (int i = 0; i < 2 * kN; ++i) dot += (g[r][j][i] * w[i]) * (x[r][j][i] * s[r]);
+      }
+      mean[r] = group_sum(dot, lanes) / p.HS;
+    }
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) {
+      if (!valid[r]) continue;  // after the shuffles
+      const int64_t off = static_cast<int64_t>(row[r]) * p.HS;
+#pragma unroll
+      for (int j = 0; j < kJ; ++j) {
+        const int c = lane + j * lanes;
+        if (c >= chunks) continue;
+        float w[2 * kN], d[2 * kN];
+        load_chunk<float, kN, kRotateHalf>(sw, c, half, w);
+#pragma unroll
+        for (int i = 0; i < 2 * kN; ++i) {
+          const float norm = x[r][j][i] * s[r];
+          d[i] = (g[r][j][i] * w[i] - norm * mean[r]) * s[r];
+          x[r][j][i] = g[r][j][i] * norm;  // x is dead: its dweight term
+        }
+        store_chunk<T, kN, kRotateHalf>(static_cast<T*>(p.out) + off, c, half, d);
+        if (wgrad) {
+          float acc[2 * kN];
+          load_chunk<float, kN, kRotateHalf>(sh + group * p.HS, c, half, acc);
+#pragma unroll
+          for (int i = 0; i < 2 * kN; ++i) acc[i] += x[r][j][i];
+          store_chunk<float, kN, kRotateHalf>(sh + group * p.HS, c, half, acc);
+        }
+      }
     }
   }
-  // A frozen gain returns here (uniform: the whole block). Each (group, channel) has one owner
-  // lane: its sums go to sh[group·HS + channel].
-  if (p.partial == nullptr) return;
-#pragma unroll
-  for (int j = 0; j < kJ; ++j) {
-    const int c = lane + j * lanes;
-    if (c >= chunks) continue;
-    store_chunk<float, kN, kRotateHalf>(sh + group * p.HS, c, half, dw[j]);
-  }
+  if (!wgrad) return;
   __syncthreads();
   for (int ch = threadIdx.x; ch < p.HS; ch += kThreads) {
     float t = 0.0f;
@@ -226,7 +278,7 @@ void launch(Context& ctx, DType dt, Params& p, RopeStyle style, bool vec_ptrs, i
       FORGE_CHECK((half / kN + p.lanes - 1) / p.lanes <= kChunksPerLane<kN>, "[", op, "] HS ", p.HS,
                   " needs more chunks per lane than compiled");
       if constexpr (kForward) {
-        const int g = grid > 0 ? grid : grid_for(p.rows, kThreads / p.lanes, ctx.num_sms());
+        const int g = grid > 0 ? grid : grid_for(p.rows, 2 * kThreads / p.lanes, ctx.num_sms());  // kRows = 2
         head_norm_rope_fwd_kernel<T, kN, kRh><<<g, kThreads, 0, ctx.stream()>>>(p);
       } else {
         head_norm_rope_bwd_kernel<T, kN, kRh><<<grid, kThreads, 0, ctx.stream()>>>(p);

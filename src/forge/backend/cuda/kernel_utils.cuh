@@ -281,8 +281,8 @@ inline int grid_for(int64_t work, int threads, int num_sms, int per_sm = 8) {
 // Each warp reads 32 · 16 contiguous bytes of one row per step, fully coalesced. Result:
 // partial (splits, kAcc, C) f32, scratch from the context's allocator.
 // Pass 2 (channel_grad_finish_kernel): 32 channels × 8 split-groups per block; group y sums
-// splits y, y + 8, ... in order, then the 8 groups are added in order and the total is added
-// (+=) to the outputs.
+// splits y, y + 8, ... in order (its loads issued 8 at a time), then the 8 groups are added in
+// order and the total is added (+=) to the outputs.
 // The split sizes depend only on N, so the summation order (and result) is a function of the
 // inputs alone. For the norms, pass 1 re-reads dout and inp after the row kernel that computed
 // dinp; at the sizes of a training step (a few MB per tensor) those reads are mostly L2 hits on
@@ -373,34 +373,26 @@ __global__ void __launch_bounds__(32 * kWgradRows)
   float acc[kAcc];
 #pragma unroll
   for (int a = 0; a < kAcc; ++a) acc[a] = 0.0f;
-  if (c < C && group == 1) {
-    // The same order as the loop below, with kAhead splits' loads issued before their adds: one
-    // load at a time made this kernel a chain of `splits / 8` DRAM round trips per thread
-    // (20-50 µs a call at 512 splits in a training step's timeline, for ~1.5 MB of partials).
-    constexpr int kAhead = 16;
-    int s = ty;
-    for (; s + (kAhead - 1) * kWgradRows < splits; s += kAhead * kWgradRows) {
-      float v[kAhead][kAcc];
+  if (c < C) {
+    // This row-thread's terms, in summation order: splits ty, ty + 8, ..., each its `group`
+    // values. They are loaded kLoads at a time before any is added, so the loads overlap instead
+    // of forming one chain of dependent L2 round trips (64 of them at 512 splits: ~25 µs a
+    // call, measured); the additions keep their order, so the sums are the same bits.
+    constexpr int kLoads = 16;
+    const int terms = (ty < splits ? (splits - 1 - ty) / kWgradRows + 1 : 0) * group;
 #pragma unroll
-      for (int u = 0; u < kAhead; ++u)
+    for (int a = 0; a < kAcc; ++a)
+      for (int t0 = 0; t0 < terms; t0 += kLoads) {
+        float v[kLoads];
 #pragma unroll
-        for (int a = 0; a < kAcc; ++a)
-          v[u][a] = partial[(static_cast<int64_t>(s + u * kWgradRows) * kAcc + a) * width + c];
+        for (int u = 0; u < kLoads; ++u) {
+          const int t = t0 + u, s = ty + (t / group) * kWgradRows, g = t % group;
+          v[u] = t < terms ? partial[(static_cast<int64_t>(s) * kAcc + a) * width + g * C + c] : 0.0f;
+        }
 #pragma unroll
-      for (int u = 0; u < kAhead; ++u)
-#pragma unroll
-        for (int a = 0; a < kAcc; ++a) acc[a] += v[u][a];
-    }
-    for (; s < splits; s += kWgradRows)
-#pragma unroll
-      for (int a = 0; a < kAcc; ++a) acc[a] += partial[(static_cast<int64_t>(s) * kAcc + a) * width + c];
-  } else if (c < C) {
-    for (int s = ty; s < splits; s += kWgradRows) {
-#pragma unroll
-      for (int a = 0; a < kAcc; ++a)
-        for (int g = 0; g < group; ++g)
-          acc[a] += partial[(static_cast<int64_t>(s) * kAcc + a) * width + g * C + c];
-    }
+        for (int u = 0; u < kLoads; ++u)
+          if (t0 + u < terms) acc[a] += v[u];
+      }
   }
 #pragma unroll
   for (int a = 0; a < kAcc; ++a) sh[a][ty][tx] = acc[a];
