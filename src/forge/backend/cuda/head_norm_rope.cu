@@ -32,9 +32,7 @@
 //
 // ptxas (sm_90a, CUDA 13.0, -Xptxas=-v): registers per kernel, 0 spill and 0 stack for all
 // (<T, kN, kRotateHalf>; kN = 1 is the element-by-element instantiation, 8 chunks a lane):
-//   head_norm_rope_fwd_kernel   two rows a group per step (kRows): bf16/f16 kN 8: 80 regs (3
-//                               blocks a SM); f32 kN 4: 80–92; kN 1: 128. (One row a step: 57–64,
-//                               4 blocks a SM with two thirds of the loads in flight.)
+//   head_norm_rope_fwd_kernel   bf16/f16: 57–64 regs; f32: 58–64 regs
 //   head_norm_rope_bwd_kernel   two rows a group per step (kRows): bf16 kN 8: 121–124; f16 kN 8:
 //                               125–127; f32 kN 4: 118–121; kN 1: 109–127; 18 KB static shared
 //                               memory. (One row a step, the weight and the dweight sums held in
@@ -91,15 +89,13 @@ __device__ __forceinline__ double row_position(const Params& p, int row) {
   return static_cast<double>(p.pos != nullptr ? p.pos[bt] : bt % p.T_);
 }
 
-// Grid-stride over heads, kRows · kThreads / lanes heads per block step: a group takes kRows
-// heads `heads_per_step` apart and issues all their loads before using any (twice the bytes in
-// flight per thread of one head a step). The loop bound is uniform per block, so every lane
-// reaches the shuffles; rows past the end compute on the last row and store nothing.
+// Grid-stride over heads, kThreads / lanes heads per block step. The loop bound is uniform per
+// block, so every lane reaches the shuffles; rows past the end compute on the last row and store
+// nothing.
 template <typename T, int kN, bool kRotateHalf>
 __global__ void __launch_bounds__(kThreads)
     head_norm_rope_fwd_kernel(const __grid_constant__ Params p) {
   constexpr int kJ = kChunksPerLane<kN>;
-  constexpr int kRows = 2;
   const int lanes = p.lanes, lane = threadIdx.x & (lanes - 1), group = threadIdx.x / lanes;
   const int heads_per_step = kThreads / lanes;
   const int half = p.HS / 2, chunks = half / kN;
@@ -108,49 +104,33 @@ __global__ void __launch_bounds__(kThreads)
   for (int j = 0; j < kJ; ++j)
     if (lane + j * lanes < chunks)
       load_chunk<T, kN, kRotateHalf>(static_cast<const T*>(p.weight), lane + j * lanes, half, w[j]);
-  for (int base = blockIdx.x * kRows * heads_per_step; base < p.rows;
-       base += gridDim.x * kRows * heads_per_step) {
-    int row[kRows];
-    bool valid[kRows];
-    float u[kRows][kJ][2 * kN];
+  for (int base = blockIdx.x * heads_per_step; base < p.rows; base += gridDim.x * heads_per_step) {
+    const bool valid = base + group < p.rows;
+    const int row = valid ? base + group : p.rows - 1;
+    const int64_t off = static_cast<int64_t>(row) * p.HS;
+    float u[kJ][2 * kN];
+    float sq = 0.0f;
 #pragma unroll
-    for (int r = 0; r < kRows; ++r) {
-      valid[r] = base + r * heads_per_step + group < p.rows;
-      row[r] = valid[r] ? base + r * heads_per_step + group : p.rows - 1;
-      const int64_t off = static_cast<int64_t>(row[r]) * p.HS;
+    for (int j = 0; j < kJ; ++j) {
+      if (lane + j * lanes >= chunks) continue;
+      load_chunk<T, kN, kRotateHalf>(static_cast<const T*>(p.in) + off, lane + j * lanes, half,
+                                     u[j]);
 #pragma unroll
-      for (int j = 0; j < kJ; ++j)
-        if (lane + j * lanes < chunks)
-          load_chunk<T, kN, kRotateHalf>(static_cast<const T*>(p.in) + off, lane + j * lanes, half, u[r][j]);
+      for (int i = 0; i < 2 * kN; ++i) sq += u[j][i] * u[j][i];
     }
-    float s[kRows];
+    const float s = 1.0f / sqrtf(group_sum(sq, lanes) / p.HS + p.eps);
+    if (!valid) continue;  // after the shuffle
+    const double at = p.rope ? row_position(p, row) : 0.0;
 #pragma unroll
-    for (int r = 0; r < kRows; ++r) {
-      float sq = 0.0f;
+    for (int j = 0; j < kJ; ++j) {
+      const int c = lane + j * lanes;
+      if (c >= chunks) continue;
 #pragma unroll
-      for (int j = 0; j < kJ; ++j) {
-        if (lane + j * lanes >= chunks) continue;
-#pragma unroll
-        for (int i = 0; i < 2 * kN; ++i) sq += u[r][j][i] * u[r][j][i];
-      }
-      s[r] = 1.0f / sqrtf(group_sum(sq, lanes) / p.HS + p.eps);
+      for (int i = 0; i < 2 * kN; ++i) u[j][i] = u[j][i] * s * w[j][i];
+      if (p.rope) rotate_chunk<kN, kRotateHalf>(u[j], c, at, p.freqs, p.sign);
+      store_chunk<T, kN, kRotateHalf>(static_cast<T*>(p.out) + off, c, half, u[j]);
     }
-#pragma unroll
-    for (int r = 0; r < kRows; ++r) {
-      if (!valid[r]) continue;  // after the shuffles
-      const int64_t off = static_cast<int64_t>(row[r]) * p.HS;
-      const double at = p.rope ? row_position(p, row[r]) : 0.0;
-#pragma unroll
-      for (int j = 0; j < kJ; ++j) {
-        const int c = lane + j * lanes;
-        if (c >= chunks) continue;
-#pragma unroll
-        for (int i = 0; i < 2 * kN; ++i) u[r][j][i] = u[r][j][i] * s[r] * w[j][i];
-        if (p.rope) rotate_chunk<kN, kRotateHalf>(u[r][j], c, at, p.freqs, p.sign);
-        store_chunk<T, kN, kRotateHalf>(static_cast<T*>(p.out) + off, c, half, u[r][j]);
-      }
-      if (lane == 0) p.rstd[row[r]] = s[r];
-    }
+    if (lane == 0) p.rstd[row] = s;
   }
 }
 
@@ -278,7 +258,7 @@ void launch(Context& ctx, DType dt, Params& p, RopeStyle style, bool vec_ptrs, i
       FORGE_CHECK((half / kN + p.lanes - 1) / p.lanes <= kChunksPerLane<kN>, "[", op, "] HS ", p.HS,
                   " needs more chunks per lane than compiled");
       if constexpr (kForward) {
-        const int g = grid > 0 ? grid : grid_for(p.rows, 2 * kThreads / p.lanes, ctx.num_sms());  // kRows = 2
+        const int g = grid > 0 ? grid : grid_for(p.rows, kThreads / p.lanes, ctx.num_sms());
         head_norm_rope_fwd_kernel<T, kN, kRh><<<g, kThreads, 0, ctx.stream()>>>(p);
       } else {
         head_norm_rope_bwd_kernel<T, kN, kRh><<<grid, kThreads, 0, ctx.stream()>>>(p);
