@@ -25,21 +25,18 @@
 //   d(x_raw) = (g·w − norm·mean(g·w·norm))·s,   dweight += Σ_rows g·norm.
 //
 // Determinism of dweight: the backward's grid is `splits` blocks over fixed row ranges (a
-// function of the row count only); within a block each lane accumulates its channels (in shared
-// memory) over the heads its group visits, in order; the groups are then summed in group order
-// into partial (splits, HS), and kernels::channel_grad_finish_kernel adds the splits in a fixed
-// order to dweight. No atomics: two runs are bit-identical.
+// function of the row count only); within a block each lane accumulates its channels over the
+// heads its group visits, in order; the groups are then summed in group order through shared
+// memory into partial (splits, HS), and kernels::channel_grad_finish_kernel adds the splits in a
+// fixed order to dweight. No atomics: two runs are bit-identical.
 //
 // ptxas (sm_90a, CUDA 13.0, -Xptxas=-v): registers per kernel, 0 spill and 0 stack for all
 // (<T, kN, kRotateHalf>; kN = 1 is the element-by-element instantiation, 8 chunks a lane):
 //   head_norm_rope_fwd_kernel   bf16/f16: 57–64 regs; f32: 58–64 regs
-//   head_norm_rope_bwd_kernel   two rows a group per step (kRows): bf16 kN 8: 121–124; f16 kN 8:
-//                               125–127; f32 kN 4: 118–121; kN 1: 109–127; 18 KB static shared
-//                               memory. (One row a step, the weight and the dweight sums held in
-//                               registers: 115–128, the same two blocks a SM with half the loads
-//                               in flight.)
-// The backward's 256-thread blocks therefore run 2 to a SM; each thread has two rows' dx and
-// x_raw loads in flight (docs/perf-notes.md has the step's timeline).
+//   head_norm_rope_bwd_kernel   bf16 kN 8: 115–127; f16 kN 8: 125–127; f32 kN 4: 97–99;
+//                               kN 1: 128 (all types); 16 KB static shared memory
+// The backward's 256-thread blocks therefore run 2 to a SM: whether that keeps HBM busy is for
+// the GPU run to show (docs/perf-notes.md).
 #include <cuda_runtime.h>
 
 #include <type_traits>
@@ -137,97 +134,68 @@ __global__ void __launch_bounds__(kThreads)
 // Block b takes rows [b·rows_per_split, (b + 1)·rows_per_split); see the header for dweight.
 // dx_raw may alias dx: each lane reads its elements of a head before it writes them, and no
 // other lane touches them.
-//
-// Memory-level parallelism: a group takes kRows heads per step (heads `heads_per_step` apart) and
-// issues all their loads before using any, so a thread has 2·kRows chunks of dx and x_raw in
-// flight. The weight (read from shared memory where used) and the dweight sums (accumulated in
-// shared memory by their owner lane, in the same row order as before) are not held in registers,
-// which keeps two rows' data in about the registers one row took with them.
 template <typename T, int kN, bool kRotateHalf>
 __global__ void __launch_bounds__(kThreads)
     head_norm_rope_bwd_kernel(const __grid_constant__ Params p) {
   constexpr int kJ = kChunksPerLane<kN>;
-  constexpr int kRows = 2;
-  // (groups, HS): each group's dweight sums, then the weight (HS) in f32.
+  // (groups, HS): each group's dweight sums.
   __shared__ __align__(16) float sh[kThreads * 2 * kN * kJ];
-  __shared__ __align__(16) float sw[2 * kRopeMaxHalf];
   const int lanes = p.lanes, lane = threadIdx.x & (lanes - 1), group = threadIdx.x / lanes;
   const int heads_per_step = kThreads / lanes;
   const int half = p.HS / 2, chunks = half / kN;
-  const bool wgrad = p.partial != nullptr;  // uniform: a frozen gain has none
-  for (int ch = threadIdx.x; ch < p.HS; ch += kThreads) sw[ch] = to_f32(static_cast<const T*>(p.weight)[ch]);
-  if (wgrad) {
-    float zero[2 * kN] = {};
+  float w[kJ][2 * kN], dw[kJ][2 * kN];
 #pragma unroll
-    for (int j = 0; j < kJ; ++j)
-      if (lane + j * lanes < chunks) store_chunk<float, kN, kRotateHalf>(sh + group * p.HS, lane + j * lanes, half, zero);
+  for (int j = 0; j < kJ; ++j) {
+#pragma unroll
+    for (int i = 0; i < 2 * kN; ++i) dw[j][i] = 0.0f;
+    if (lane + j * lanes < chunks)
+      load_chunk<T, kN, kRotateHalf>(static_cast<const T*>(p.weight), lane + j * lanes, half, w[j]);
   }
-  __syncthreads();
   const int r0 = blockIdx.x * p.rows_per_split;
   const int r1 = min(p.rows, r0 + p.rows_per_split);
-  for (int base = r0; base < r1; base += kRows * heads_per_step) {
-    int row[kRows];
-    bool valid[kRows];
-    float s[kRows], g[kRows][kJ][2 * kN], x[kRows][kJ][2 * kN];
+  for (int base = r0; base < r1; base += heads_per_step) {
+    const bool valid = base + group < r1;
+    const int row = valid ? base + group : r1 - 1;
+    const int64_t off = static_cast<int64_t>(row) * p.HS;
+    const float s = p.rstd[row];
+    const double at = p.rope ? row_position(p, row) : 0.0;
+    float g[kJ][2 * kN], x[kJ][2 * kN];
+    float dot = 0.0f;  // Σ (g·w)·(x·s) over this lane's channels
 #pragma unroll
-    for (int r = 0; r < kRows; ++r) {
-      valid[r] = base + r * heads_per_step + group < r1;
-      row[r] = valid[r] ? base + r * heads_per_step + group : r1 - 1;
-      const int64_t off = static_cast<int64_t>(row[r]) * p.HS;
-      s[r] = p.rstd[row[r]];
+    for (int j = 0; j < kJ; ++j) {
+      const int c = lane + j * lanes;
+      if (c >= chunks) continue;
+      load_chunk<T, kN, kRotateHalf>(static_cast<const T*>(p.in) + off, c, half, g[j]);
+      load_chunk<T, kN, kRotateHalf>(static_cast<const T*>(p.x_raw) + off, c, half, x[j]);
+      if (p.rope) rotate_chunk<kN, kRotateHalf>(g[j], c, at, p.freqs, p.sign);
 #pragma unroll
-      for (int j = 0; j < kJ; ++j) {
-        const int c = lane + j * lanes;
-        if (c >= chunks) continue;
-        load_chunk<T, kN, kRotateHalf>(static_cast<const T*>(p.in) + off, c, half, g[r][j]);
-        load_chunk<T, kN, kRotateHalf>(static_cast<const T*>(p.x_raw) + off, c, half, x[r][j]);
-      }
+      for (int i = 0; i < 2 * kN; ++i) dot += (g[j][i] * w[j][i]) * (x[j][i] * s);
     }
-    float mean[kRows];
+    const float mean = group_sum(dot, lanes) / p.HS;
+    if (!valid) continue;  // after the shuffle
 #pragma unroll
-    for (int r = 0; r < kRows; ++r) {
-      const double at = p.rope ? row_position(p, row[r]) : 0.0;
-      float dot = 0.0f;  // Σ (g·w)·(x·s) over this lane's channels
+    for (int j = 0; j < kJ; ++j) {
+      const int c = lane + j * lanes;
+      if (c >= chunks) continue;
+      float d[2 * kN];
 #pragma unroll
-      for (int j = 0; j < kJ; ++j) {
-        const int c = lane + j * lanes;
-        if (c >= chunks) continue;
-        if (p.rope) rotate_chunk<kN, kRotateHalf>(g[r][j], c, at, p.freqs, p.sign);
-        float w[2 * kN];
-        load_chunk<float, kN, kRotateHalf>(sw, c, half, w);
-#pragma unroll
-        for (int i = 0; i < 2 * kN; ++i) dot += (g[r][j][i] * w[i]) * (x[r][j][i] * s[r]);
+      for (int i = 0; i < 2 * kN; ++i) {
+        const float norm = x[j][i] * s;
+        d[i] = (g[j][i] * w[j][i] - norm * mean) * s;
+        dw[j][i] += g[j][i] * norm;
       }
-      mean[r] = group_sum(dot, lanes) / p.HS;
-    }
-#pragma unroll
-    for (int r = 0; r < kRows; ++r) {
-      if (!valid[r]) continue;  // after the shuffles
-      const int64_t off = static_cast<int64_t>(row[r]) * p.HS;
-#pragma unroll
-      for (int j = 0; j < kJ; ++j) {
-        const int c = lane + j * lanes;
-        if (c >= chunks) continue;
-        float w[2 * kN], d[2 * kN];
-        load_chunk<float, kN, kRotateHalf>(sw, c, half, w);
-#pragma unroll
-        for (int i = 0; i < 2 * kN; ++i) {
-          const float norm = x[r][j][i] * s[r];
-          d[i] = (g[r][j][i] * w[i] - norm * mean[r]) * s[r];
-          x[r][j][i] = g[r][j][i] * norm;  // x is dead: its dweight term
-        }
-        store_chunk<T, kN, kRotateHalf>(static_cast<T*>(p.out) + off, c, half, d);
-        if (wgrad) {
-          float acc[2 * kN];
-          load_chunk<float, kN, kRotateHalf>(sh + group * p.HS, c, half, acc);
-#pragma unroll
-          for (int i = 0; i < 2 * kN; ++i) acc[i] += x[r][j][i];
-          store_chunk<float, kN, kRotateHalf>(sh + group * p.HS, c, half, acc);
-        }
-      }
+      store_chunk<T, kN, kRotateHalf>(static_cast<T*>(p.out) + off, c, half, d);
     }
   }
-  if (!wgrad) return;
+  // A frozen gain returns here (uniform: the whole block). Each (group, channel) has one owner
+  // lane: its sums go to sh[group·HS + channel].
+  if (p.partial == nullptr) return;
+#pragma unroll
+  for (int j = 0; j < kJ; ++j) {
+    const int c = lane + j * lanes;
+    if (c >= chunks) continue;
+    store_chunk<float, kN, kRotateHalf>(sh + group * p.HS, c, half, dw[j]);
+  }
   __syncthreads();
   for (int ch = threadIdx.x; ch < p.HS; ch += kThreads) {
     float t = 0.0f;
