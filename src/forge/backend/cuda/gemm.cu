@@ -170,10 +170,8 @@ Plan make_plan(Context& ctx, const GemmArgs& g, const Stored& st, const Alignmen
   const cublasStatus_t st_h = cublasLtMatmulAlgoGetHeuristic(ctx.lt(), p.op, p.la, p.lb, p.lc, p.lc, pref, 1,
                                                              &result, &found);
   cublasLtMatmulPreferenceDestroy(pref);
-  // An epilogue cuBLASLt does not offer here comes back as NOT_SUPPORTED (or, for the
-  // bias-gradient epilogues, whose constraints the documentation leaves open, any error) or as no
-  // result: try_gemm's caller then takes the unfused path.
-  if (st_h != CUBLAS_STATUS_NOT_SUPPORTED && !is_bias_grad(g.epilogue)) FORGE_CUBLAS_CHECK(st_h);
+  // An epilogue cuBLASLt does not offer here comes back as NOT_SUPPORTED or as no result.
+  if (st_h != CUBLAS_STATUS_NOT_SUPPORTED) FORGE_CUBLAS_CHECK(st_h);
   p.found = st_h == CUBLAS_STATUS_SUCCESS && found > 0;
   p.algo = result.algo;
   return p;
