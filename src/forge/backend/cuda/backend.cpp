@@ -330,36 +330,17 @@ void CudaBackend::linear_gelu_fwd(Act hidden, Act fc, Act inp, Act w, Act bias, 
 }
 
 // dW (f32, W's layout) += and dbias (f32, when non-null) += the products of dout and inp.
-//
-// dbias = Σ_n dout comes out of the dW product's epilogue (cuBLASLt's bias-gradient epilogue on
-// the operand that is dout), which reads dout anyway, instead of bias_grad's own pass over it
-// (Qwen2's dv: N × 256 per layer, GPT-2's four biased projections). The epilogue writes, and
-// gradients accumulate over micro-batches, so it writes OC floats of scratch that one small add
-// puts into dbias. Where cuBLASLt offers no such algorithm (try_gemm false), or the weight is
-// frozen, bias_grad's pass it is. Both sum in a fixed order (bit-identical reruns); the two
-// orders differ in the last bits (tests/backend/cuda/gemm_test.cpp's tolerance).
 void CudaBackend::weight_grads(Grad dw, Grad db, Act dout, Act inp, int N, int C, int OC, WeightLayout layout) {
   GemmArgs g;
   g.trans_a = true, g.beta = 1.0f, g.ab_type = dt_, g.c_type = DType::kF32, g.K = N;
-  const Act a = layout == WeightLayout::kInOut ? inp : dout, b = layout == WeightLayout::kInOut ? dout : inp;
-  if (layout == WeightLayout::kInOut)  // dW (C, OC) += inpᵀ · dout
-    g.M = C, g.N = OC;
-  else  // dW (OC, C) += doutᵀ · inp
-    g.M = OC, g.N = C;
   if (dw == nullptr) {
     // A frozen weight (LoRA's base, model/lora.h): its gradient is not computed.
-  } else if (db != nullptr && N > 0) {
-    cuda::DeviceBuffer<float> part(ctx_.allocator(), OC);  // (OC) Σ_n dout of this call
-    GemmArgs f = g;
-    f.epilogue = layout == WeightLayout::kInOut ? cuda::GemmEpilogue::kBiasGradB : cuda::GemmEpilogue::kBiasGradA;
-    f.bias_grad = part.data();
-    if (cuda::try_gemm(ctx_, f, a, b, dw)) {
-      cuda::add_inplace(ctx_, DType::kF32, db, part.data(), OC);
-      return;
-    }
-    cuda::gemm(ctx_, g, a, b, dw);
-  } else {
-    cuda::gemm(ctx_, g, a, b, dw);
+  } else if (layout == WeightLayout::kInOut) {  // dW (C, OC) += inpᵀ · dout
+    g.M = C, g.N = OC;
+    cuda::gemm(ctx_, g, inp, dout, dw);
+  } else {  // dW (OC, C) += doutᵀ · inp
+    g.M = OC, g.N = C;
+    cuda::gemm(ctx_, g, dout, inp, dw);
   }
   if (db) cuda::bias_grad(ctx_, dt_, db, dout, N, OC);  // dbias += Σ_n dout
 }

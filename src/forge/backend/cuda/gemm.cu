@@ -41,10 +41,7 @@ cudaDataType_t to_cuda(DType t) {
   return CUDA_R_32F;
 }
 
-bool is_bias_grad(GemmEpilogue e) { return e == GemmEpilogue::kBiasGradA || e == GemmEpilogue::kBiasGradB; }
-
 struct Plan {
-  bool found = false;  // the heuristic offered an algorithm (try_gemm)
   cublasLtMatmulDesc_t op = nullptr;
   cublasLtMatrixLayout_t la = nullptr, lb = nullptr, lc = nullptr;
   cublasLtMatmulAlgo_t algo{};
@@ -127,12 +124,6 @@ Plan make_plan(Context& ctx, const GemmArgs& g, const Stored& st, const Alignmen
     case GemmEpilogue::kDGelu:
       ep = CUBLASLT_EPILOGUE_DGELU;
       break;
-    case GemmEpilogue::kBiasGradA:  // our A is cuBLASLt's B (the operands swap, gemm.h)
-      ep = CUBLASLT_EPILOGUE_BGRADB;
-      break;
-    case GemmEpilogue::kBiasGradB:
-      ep = CUBLASLT_EPILOGUE_BGRADA;
-      break;
   }
   FORGE_CUBLAS_CHECK(
       cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_EPILOGUE, &ep, sizeof(ep)));
@@ -141,7 +132,7 @@ Plan make_plan(Context& ctx, const GemmArgs& g, const Stored& st, const Alignmen
     FORGE_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD,
                                                       &ld, sizeof(ld)));
   }
-  if (uses_bias(g.epilogue) || is_bias_grad(g.epilogue)) {
+  if (uses_bias(g.epilogue)) {
     const cudaDataType_t bt = to_cuda(g.c_type);
     FORGE_CUBLAS_CHECK(
         cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bt, sizeof(bt)));
@@ -162,17 +153,13 @@ Plan make_plan(Context& ctx, const GemmArgs& g, const Stored& st, const Alignmen
       {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, al.c}};
   for (const auto& [attr, bytes] : aligns)
     FORGE_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, attr, &bytes, sizeof(bytes)));
-  if (is_bias_grad(g.epilogue))  // the heuristic reads its alignment (always 256: the allocator's)
-    FORGE_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
-                                                      &g.bias_grad, sizeof(g.bias_grad)));
   cublasLtMatmulHeuristicResult_t result{};
   int found = 0;
-  const cublasStatus_t st_h = cublasLtMatmulAlgoGetHeuristic(ctx.lt(), p.op, p.la, p.lb, p.lc, p.lc, pref, 1,
-                                                             &result, &found);
+  FORGE_CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(ctx.lt(), p.op, p.la, p.lb, p.lc, p.lc, pref, 1,
+                                                    &result, &found));
   cublasLtMatmulPreferenceDestroy(pref);
-  // An epilogue cuBLASLt does not offer here comes back as NOT_SUPPORTED or as no result.
-  if (st_h != CUBLAS_STATUS_NOT_SUPPORTED) FORGE_CUBLAS_CHECK(st_h);
-  p.found = st_h == CUBLAS_STATUS_SUCCESS && found > 0;
+  FORGE_CHECK(found > 0, "[gemm] cuBLASLt has no algorithm for M=", g.M, " N=", g.N, " K=", g.K,
+              " alignments ", al.b, "/", al.a, "/", al.c, " bytes");
   p.algo = result.algo;
   return p;
 }
@@ -197,16 +184,9 @@ GemmPlanCache* new_gemm_plan_cache() { return new GemmPlanCache(); }
 void Context::GemmPlanCacheDeleter::operator()(GemmPlanCache* p) const { delete p; }
 
 void gemm(Context& ctx, const GemmArgs& g, const void* a, const void* b, void* c) {
-  FORGE_CHECK(try_gemm(ctx, g, a, b, c), "[gemm] cuBLASLt has no algorithm for M=", g.M, " N=", g.N, " K=", g.K,
-              " epilogue ", static_cast<int>(g.epilogue));
-}
-
-bool try_gemm(Context& ctx, const GemmArgs& g, const void* a, const void* b, void* c) {
   FORGE_CHECK(g.M > 0 && g.N > 0 && g.K > 0 && g.batch > 0, "[gemm] bad shape M=", g.M, " N=", g.N,
               " K=", g.K);
   FORGE_CHECK(!uses_bias(g.epilogue) || g.bias != nullptr, "[gemm] bias epilogue without a bias");
-  FORGE_CHECK(!is_bias_grad(g.epilogue) || (g.bias_grad != nullptr && g.batch == 1),
-              "[gemm] bias-gradient epilogue without a bias_grad buffer, or batched");
   const bool needs_aux = g.epilogue == GemmEpilogue::kBiasGeluAux || g.epilogue == GemmEpilogue::kDGelu;
   FORGE_CHECK(!needs_aux || g.aux != nullptr, "[gemm] GELU aux epilogue without an aux buffer");
   FORGE_CHECK(g.epilogue != GemmEpilogue::kDGelu || (g.beta == 0.0f && g.batch == 1),
@@ -242,10 +222,6 @@ bool try_gemm(Context& ctx, const GemmArgs& g, const void* a, const void* b, voi
   auto it = cache.plans.find(key);
   if (it == cache.plans.end()) it = cache.plans.emplace(key, make_plan(ctx, g, st, al)).first;
   Plan* plan = &it->second;
-  if (!plan->found) return false;
-  if (is_bias_grad(g.epilogue))
-    FORGE_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
-                                                      &g.bias_grad, sizeof(g.bias_grad)));
   if (g.bias)
     FORGE_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
                                                       &g.bias, sizeof(g.bias)));
@@ -255,7 +231,6 @@ bool try_gemm(Context& ctx, const GemmArgs& g, const void* a, const void* b, voi
   FORGE_CUBLAS_CHECK(cublasLtMatmul(ctx.lt(), plan->op, &g.alpha, b, plan->la, a, plan->lb, &g.beta,
                                     c, plan->lc, c, plan->lc, &plan->algo, ctx.workspace(),
                                     ctx.workspace_bytes(), ctx.stream()));
-  return true;
 }
 
 }  // namespace forge::cuda

@@ -31,11 +31,6 @@ enum class GemmEpilogue {
   kBiasGeluAux,  // as kBiasGelu, and the pre-GELU values go to `aux` (for the backward)
   kDGelu,        // C = (αAB) ∘ gelu'(aux): the GELU backward fused into the dX product; aux
                  // (M, N) of c_type holds the pre-GELU values kBiasGeluAux saved; beta must be 0
-  // A linear layer's bias gradient out of its weight-gradient product, which reads dout anyway:
-  // C = αAB + βC as kNone, and bias_grad = Σ_k of the operand that dout is, WRITTEN (cuBLASLt has
-  // no accumulating form; callers that accumulate add it themselves).
-  kBiasGradA,    // bias_grad (M)[m] = Σ_k op(A)[m, k]  (cuBLASLt's BGRADB: its "B" is our A)
-  kBiasGradB,    // bias_grad (N)[n] = Σ_k op(B)[k, n]  (cuBLASLt's BGRADA)
 };
 
 struct GemmArgs {
@@ -47,7 +42,6 @@ struct GemmArgs {
   GemmEpilogue epilogue = GemmEpilogue::kNone;
   const void* bias = nullptr;  // (N), of c_type
   void* aux = nullptr;         // (M, N) of c_type, for kBiasGeluAux and kDGelu
-  void* bias_grad = nullptr;   // (M) or (N) of c_type, written by kBiasGradA / kBiasGradB
   int batch = 1;
   int64_t stride_a = 0, stride_b = 0, stride_c = 0;  // elements, for batch > 1
   int64_t lda = 0, ldb = 0, ldc = 0;  // row strides in elements of the stored A, B, C; 0 = packed
@@ -56,10 +50,5 @@ struct GemmArgs {
 // Enqueues C = op(A)·op(B) on the context's stream. Algorithms are chosen once per shape by
 // cuBLASLt's heuristic and cached.
 void gemm(Context& ctx, const GemmArgs& g, const void* a, const void* b, void* c);
-
-// As gemm(), but returns false (enqueuing nothing) where cuBLASLt's heuristic has no algorithm
-// for these arguments — a fused epilogue is not offered for every type, layout and alignment —
-// so that the caller can take an unfused path. The answer is cached with the plan.
-bool try_gemm(Context& ctx, const GemmArgs& g, const void* a, const void* b, void* c);
 
 }  // namespace forge::cuda
