@@ -4,7 +4,8 @@
 // lanes per head in bf16, 8 or 16 in f32); HS 20 (HS/2 = 10) and 500 (HS/2 = 250) the
 // element-by-element one, 500 with 8 chunks per lane; HS 512 in f32 two 16-byte chunks per lane;
 // (2, 37, 3, 64) leaves the last group of heads part-filled and the backward's last row split
-// short; (4, 256, 4, 128) is 4096 heads in 64 splits for the weight gradient. The backward takes
+// short; (4, 256, 4, 128) is 4096 heads in 64 splits for the weight gradient; (16, 1024, 8, 64)
+// (rotate_half only) 512 splits of 256 heads, several backward steps a block. The backward takes
 // the CPU forward's rstd, so both sides start from identical statistics; d(x_raw) starts poisoned
 // (it must be written, not accumulated) and dweight starts random (it must accumulate).
 #include "forge/ops/head_norm_rope.h"
@@ -53,6 +54,9 @@ std::vector<Case> cases() {
     }
   out.push_back({kShapes[0], RopeStyle::kRotateHalf, false, false});
   out.push_back({kShapes[2], RopeStyle::kRotateHalf, false, false});
+  // 131,072 heads of 64 (a 16 × 1024 batch of 8 heads): 512 splits of 256 rows, so every
+  // backward block steps several times with both of its rows a step valid (kRows = 2).
+  out.push_back({{16, 1024, 8, 64}, RopeStyle::kRotateHalf, true, false});
   return out;
 }
 
@@ -103,8 +107,10 @@ TEST_P(HeadNormRopeTest, FwdBwdMatchCpuAndAreDeterministic) {
     }
     // d(x_raw): one rounding to dt of an f32 computation on the same inputs.
     EXPECT_TRUE(all_close(got_dx_raw[0], ref_dx_raw, tol_for(dt()))) << "dx_raw " << where(c);
-    // dweight: f32 sums over up to 4096 heads in another order than the CPU's double.
-    EXPECT_TRUE(all_close(got_dw[0], ref_dw, kTolWgrad)) << "dweight " << where(c);
+    // dweight: f32 sums over up to 4096 heads in another order than the CPU's. Over 131,072
+    // heads (the CPU twin sums in f32 too) the rounding walk of sums of ~362 is ~eps·n ≈ 8e-3.
+    const Tol tol_dw = rows > 4096 ? Tol{2e-2, 1e-4} : kTolWgrad;
+    EXPECT_TRUE(all_close(got_dw[0], ref_dw, tol_dw)) << "dweight " << where(c);
     EXPECT_TRUE(same_bits(got_dx_raw[1], got_dx_raw[0])) << "dx_raw rerun " << where(c);
     EXPECT_TRUE(same_bits(got_dw[1], got_dw[0])) << "dweight rerun " << where(c);
 
