@@ -12,10 +12,13 @@
 
 namespace forge::bench {
 
-// The preset with --set overrides (shape: its name and the overrides) and max_seq_len ≥ --seq-len;
+// The preset with --set overrides (shape: its name and the overrides; recompute=LEVEL, a training
+// setting, is checked and left to train_bench_runner) and max_seq_len ≥ --seq-len;
 // throws forge::Error without a GPU.
 ModelConfig train_bench_config(const BenchOptions& o, std::string* shape);
-// A CUDA runner of o.precision with the table's seeded initial weights.
+// The recompute level of --set recompute=LEVEL (the last one; none without).
+Recompute train_bench_recompute(const BenchOptions& o);
+// A CUDA runner of o.precision with the table's seeded initial weights and that recompute level.
 std::unique_ptr<StepRunner> train_bench_runner(const ModelConfig& cfg, const BenchOptions& o);
 // warmup + steps optimizer steps (micro_steps(s) queues step s's micro-batches), one step in
 // flight as in training; returns the timed steps' wall times (ms, sorted) and the last report.

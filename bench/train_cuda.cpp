@@ -37,7 +37,8 @@ ModelConfig train_bench_config(const BenchOptions& o, std::string* shape) {
   ModelConfig cfg = preset_config(o.preset);
   *shape = o.preset;
   for (const auto& [key, value] : o.overrides) {
-    if (!apply_model_override(cfg, key, value)) throw Error("--set: unknown model setting '" + key + "'");
+    if (key == "recompute") parse_recompute(value);  // a training setting: train_bench_runner's
+    else if (!apply_model_override(cfg, key, value)) throw Error("--set: unknown model setting '" + key + "'");
     *shape += " " + key + "=" + value;
   }
   if (o.seq_len > cfg.max_seq_len) cfg.max_seq_len = o.seq_len;
@@ -45,8 +46,16 @@ ModelConfig train_bench_config(const BenchOptions& o, std::string* shape) {
   return cfg;
 }
 
+Recompute train_bench_recompute(const BenchOptions& o) {
+  Recompute r = Recompute::kNone;
+  for (const auto& [key, value] : o.overrides)
+    if (key == "recompute") r = parse_recompute(value);
+  return r;
+}
+
 std::unique_ptr<StepRunner> train_bench_runner(const ModelConfig& cfg, const BenchOptions& o) {
   std::unique_ptr<StepRunner> runner = make_cuda_runner(cfg, o.precision, o.cuda);
+  runner->set_recompute(train_bench_recompute(o));
   std::vector<float> w(runner->table().total());
   runner->table().init(w.data(), 1337);
   runner->set_weights(w);
@@ -116,17 +125,18 @@ void train_cuda(const BenchOptions& o) {
       6.0 * static_cast<double>(P) + 6.0 * cfg.n_layer * cfg.n_embd * static_cast<double>(T);
   const double mfu = tps * flops_per_token / 989e12;
   const double peak_gb = runner->peak_device_bytes() / 1e9;
+  const char* recompute = recompute_name(train_bench_recompute(o));
   std::printf(
       "forge bench train: %s (%.1fM parameters), %s, micro-batch %d x %d, %d "
-      "micro-batch(es)/step\n",
-      shape.c_str(), P / 1e6, o.precision.c_str(), B, T, accum);
+      "micro-batch(es)/step, recompute %s\n",
+      shape.c_str(), P / 1e6, o.precision.c_str(), B, T, accum, recompute);
   std::printf(
       "device %s; median of %d steps after %d warm-up\n\n",
       runner->describe().c_str(), o.steps, o.warmup);
-  std::printf("%-14s %12s %8s %14s %12s %10s\n", "", "tokens/s", "MFU", "step (ms)", "peak (GB)",
-              "loss");
-  std::printf("%-14s %12.0f %7.1f%% %14.1f %12.1f %10.4f\n", "forge", tps, 100 * mfu, step_s * 1e3,
-              peak_gb, loss);
+  std::printf("%-14s %12s %8s %14s %12s %10s %10s\n", "", "tokens/s", "MFU", "step (ms)", "peak (GB)",
+              "loss", "recompute");
+  std::printf("%-14s %12.0f %7.1f%% %14.1f %12.1f %10.4f %10s\n", "forge", tps, 100 * mfu, step_s * 1e3,
+              peak_gb, loss, recompute);
   // Comparison rows: ANCHORS.md, measured on the same GPU model (not in this run).
   struct Anchor {
     const char* preset;
@@ -164,6 +174,7 @@ void train_cuda(const BenchOptions& o) {
                                                 {"step_ms", step_s * 1e3},
                                                 {"peak_gb", peak_gb},
                                                 {"loss", loss},
+                                                {"recompute", recompute},
                                                 {"device", runner->describe()}}
                                      .dump(2)
                               << "\n";

@@ -33,6 +33,7 @@ class LoraCpuRunner final : public HostStepRunner {
                " trainable parameters)");
   }
   void zero_grad() override { model_.zero_grad(); }
+  void set_recompute(Recompute r) override { model_.set_recompute(r); }
   void micro_step(const int32_t* x, const int32_t* y, int B, int T_, double scale) override {
     report_.micro_losses.push_back(model_.loss_and_grad(x, y, B, T_, scale, layout_));
   }
