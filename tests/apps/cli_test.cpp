@@ -269,6 +269,9 @@ TEST_F(CliTest, TrainSettingsHaveRangesAndAreAllListedInHelp) {
   std::ofstream(p("cfg.json")) << R"({"eps": 0})";
   expect_user_error(forge(train + " --config " + p("cfg.json")),
                     "eps: expected a number > 0, got '0'");
+  std::ofstream(p("cfg2.json")) << R"({"recompute": "all"})";
+  expect_user_error(forge(train + " --config " + p("cfg2.json")),
+                    "recompute: expected none, attn, mlp or full, got 'all'");
   EXPECT_FALSE(fs::exists(p("run/metrics.jsonl")));
 }
 
