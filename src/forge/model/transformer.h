@@ -197,9 +197,14 @@ class Model {
   // layer's own at every level (r columns: small). Per layer and token, in elements (e bytes
   // each; statistics f32 on the GPU, the CPU's T), with A = NH·HS, K = NKV·HS:
   //   x_in C | norms 3C + 2 stats (GPT-2: 4) | attention GPT-2 3C + C, Llama A + 2K + A
-  //   (+ qk_norm: A + K + NH + NKV stats) + the saved state (lse: NH; CPU also its T probs a
-  //   row where small; unfused CUDA: T probs a row) | MLP GPT-2 2FF, Llama 3FF.
-  // So none keeps all four, attn and mlp drop one group each, full keeps C elements a token.
+  //   (+ qk_norm: A + K + NH + NKV stats) + the saved state (flash: NH log-sum-exps; the CPU
+  //   also NH·T probabilities where small; unfused CUDA: NH·T probabilities) | MLP GPT-2 2FF,
+  //   Llama 3FF.
+  // So none keeps all four groups a layer, attn and mlp one group fewer, full C elements a token
+  // a layer; the shared set (one layer's worth of what is shared) and, under full, one (B, T, C)
+  // buffer of −0 (ln1_refwd) are allocated once. E.g. SmolLM2-135M (C 576, A 576, K 192,
+  // FF 1536), elements a token a layer without statistics: none 8,448, attn 6,912, mlp 3,840,
+  // full 576.
   struct LayerActs {
     ActBuf x_in;     // (B, T, C) residual stream entering the block
     ActBuf ln1;      // (B, T, C)
