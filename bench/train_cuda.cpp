@@ -4,7 +4,9 @@
 // through the CUDA StepRunner exactly as `forge train --device cuda` runs it: tokens staged in
 // pinned memory, the step queued without host syncs and replayed as a CUDA graph once its
 // shapes repeat (FORGE_CUDA_GRAPH=0: eager), the loss read one step late.
-// Reported: tokens/s, MFU, step time, peak memory.
+// Reported: tokens/s, MFU, step time, peak memory; one row per activation recomputation level
+// given (--set recompute=LEVEL, repeatable: each level on a fresh runner, one after another, so
+// each row's peak is that level's alone).
 //
 // Step time: the median over the timed steps of the wall time between two consecutive step
 // reports. With one step queued behind the running one the GPU never waits for the host, so
@@ -37,8 +39,11 @@ ModelConfig train_bench_config(const BenchOptions& o, std::string* shape) {
   ModelConfig cfg = preset_config(o.preset);
   *shape = o.preset;
   for (const auto& [key, value] : o.overrides) {
-    if (key == "recompute") parse_recompute(value);  // a training setting: train_bench_runner's
-    else if (!apply_model_override(cfg, key, value)) throw Error("--set: unknown model setting '" + key + "'");
+    if (key == "recompute") {  // a training setting: train_bench_levels' (each row states it)
+      parse_recompute(value);
+      continue;
+    }
+    if (!apply_model_override(cfg, key, value)) throw Error("--set: unknown model setting '" + key + "'");
     *shape += " " + key + "=" + value;
   }
   if (o.seq_len > cfg.max_seq_len) cfg.max_seq_len = o.seq_len;
@@ -46,16 +51,17 @@ ModelConfig train_bench_config(const BenchOptions& o, std::string* shape) {
   return cfg;
 }
 
-Recompute train_bench_recompute(const BenchOptions& o) {
-  Recompute r = Recompute::kNone;
+std::vector<Recompute> train_bench_levels(const BenchOptions& o) {
+  std::vector<Recompute> levels;
   for (const auto& [key, value] : o.overrides)
-    if (key == "recompute") r = parse_recompute(value);
-  return r;
+    if (key == "recompute") levels.push_back(parse_recompute(value));
+  if (levels.empty()) levels.push_back(Recompute::kNone);
+  return levels;
 }
 
-std::unique_ptr<StepRunner> train_bench_runner(const ModelConfig& cfg, const BenchOptions& o) {
+std::unique_ptr<StepRunner> train_bench_runner(const ModelConfig& cfg, const BenchOptions& o, Recompute level) {
   std::unique_ptr<StepRunner> runner = make_cuda_runner(cfg, o.precision, o.cuda);
-  runner->set_recompute(train_bench_recompute(o));
+  runner->set_recompute(level);
   std::vector<float> w(runner->table().total());
   runner->table().init(w.data(), 1337);
   runner->set_weights(w);
@@ -96,13 +102,18 @@ std::vector<double> time_train_steps(StepRunner& runner, const std::function<voi
   return ms;
 }
 
-void train_cuda(const BenchOptions& o) {
-  if (o.sft) return train_sft_cuda(o);
-  std::string shape;
-  const ModelConfig cfg = train_bench_config(o, &shape);
+// One timed run at one recompute level: a fresh runner (its own allocator, so its own peak).
+struct LevelResult {
+  Recompute level = Recompute::kNone;
+  double tps = 0, mfu = 0, step_ms = 0, peak_gb = 0, loss = 0;
+  std::string device;
+};
+
+LevelResult time_level(const ModelConfig& cfg, const BenchOptions& o, Recompute level, int64_t* params) {
   const int B = o.batch, T = o.seq_len;
-  std::unique_ptr<StepRunner> runner = train_bench_runner(cfg, o);
+  std::unique_ptr<StepRunner> runner = train_bench_runner(cfg, o, level);
   const int64_t P = runner->table().total();
+  *params = P;
   // Random tokens; targets are the inputs shifted by one.
   const size_t n = static_cast<size_t>(B) * T;
   std::vector<int32_t> x(n + 1);
@@ -116,27 +127,39 @@ void train_cuda(const BenchOptions& o) {
         for (int a = 0; a < accum; ++a) runner->micro_step(x.data(), x.data() + 1, B, T, 1.0 / accum);
       },
       o.warmup, o.steps, &last);
-  double loss = 0;
-  for (double l : last.micro_losses) loss += l / accum;
+  LevelResult r;
+  r.level = level;
+  for (double l : last.micro_losses) r.loss += l / accum;
   const double step_s = ms[ms.size() / 2] * 1e-3;
-  const double tokens = static_cast<double>(n) * accum;
-  const double tps = tokens / step_s;
+  r.step_ms = step_s * 1e3;
+  r.tps = static_cast<double>(n) * accum / step_s;
   const double flops_per_token =
       6.0 * static_cast<double>(P) + 6.0 * cfg.n_layer * cfg.n_embd * static_cast<double>(T);
-  const double mfu = tps * flops_per_token / 989e12;
-  const double peak_gb = runner->peak_device_bytes() / 1e9;
-  const char* recompute = recompute_name(train_bench_recompute(o));
+  r.mfu = r.tps * flops_per_token / 989e12;
+  r.peak_gb = runner->peak_device_bytes() / 1e9;
+  r.device = runner->describe();
+  return r;
+}
+
+void train_cuda(const BenchOptions& o) {
+  if (o.sft) return train_sft_cuda(o);
+  std::string shape;
+  const ModelConfig cfg = train_bench_config(o, &shape);
+  const int B = o.batch, T = o.seq_len;
+  const std::vector<Recompute> levels = train_bench_levels(o);
+  int64_t P = 0;
+  std::vector<LevelResult> results;
+  for (Recompute level : levels) results.push_back(time_level(cfg, o, level, &P));
   std::printf(
-      "forge bench train: %s (%.1fM parameters), %s, micro-batch %d x %d, %d "
-      "micro-batch(es)/step, recompute %s\n",
-      shape.c_str(), P / 1e6, o.precision.c_str(), B, T, accum, recompute);
-  std::printf(
-      "device %s; median of %d steps after %d warm-up\n\n",
-      runner->describe().c_str(), o.steps, o.warmup);
-  std::printf("%-14s %12s %8s %14s %12s %10s %10s\n", "", "tokens/s", "MFU", "step (ms)", "peak (GB)",
-              "loss", "recompute");
-  std::printf("%-14s %12.0f %7.1f%% %14.1f %12.1f %10.4f %10s\n", "forge", tps, 100 * mfu, step_s * 1e3,
-              peak_gb, loss, recompute);
+      "forge bench train: %s (%.1fM parameters), %s, micro-batch %d x %d, 1 micro-batch/step\n",
+      shape.c_str(), P / 1e6, o.precision.c_str(), B, T);
+  std::printf("device %s; median of %d steps after %d warm-up%s\n\n", results[0].device.c_str(), o.steps,
+              o.warmup, results.size() > 1 ? "; one runner per recompute level, one after another" : "");
+  std::printf("%-14s %10s %12s %8s %14s %12s %10s\n", "", "recompute", "tokens/s", "MFU", "step (ms)", "peak (GB)",
+              "loss");
+  for (const LevelResult& r : results)
+    std::printf("%-14s %10s %12.0f %7.1f%% %14.1f %12.1f %10.4f\n", "forge", recompute_name(r.level), r.tps,
+                100 * r.mfu, r.step_ms, r.peak_gb, r.loss);
   // Comparison rows: ANCHORS.md, measured on the same GPU model (not in this run).
   struct Anchor {
     const char* preset;
@@ -162,22 +185,19 @@ void train_cuda(const BenchOptions& o) {
   std::printf("\nMFU = tokens/s x (6N + 6LCT) / 989 TFLOP/s.%s%s%s\n",
               settings ? " Comparison rows: ANCHORS.md, same GPU model, bf16, " : "",
               settings ? settings : "", settings ? " (measured 2026-11-30, not in this run)." : "");
-  if (!o.json_out.empty())
-    std::ofstream(o.json_out) << nlohmann::json{{"bench", "train"},
-                                                {"preset", o.preset},
-                                                {"shape", shape},
-                                                {"precision", o.precision},
-                                                {"batch", B},
-                                                {"seq_len", T},
-                                                {"tokens_per_s", tps},
-                                                {"mfu", mfu},
-                                                {"step_ms", step_s * 1e3},
-                                                {"peak_gb", peak_gb},
-                                                {"loss", loss},
-                                                {"recompute", recompute},
-                                                {"device", runner->describe()}}
-                                     .dump(2)
-                              << "\n";
+  if (!o.json_out.empty()) {
+    // The first level's figures at the top level (the format of before), every level in "levels".
+    const LevelResult& f = results[0];
+    nlohmann::json j{{"bench", "train"},     {"preset", o.preset},       {"shape", shape},
+                     {"precision", o.precision}, {"batch", B},            {"seq_len", T},
+                     {"tokens_per_s", f.tps}, {"mfu", f.mfu},             {"step_ms", f.step_ms},
+                     {"peak_gb", f.peak_gb},  {"loss", f.loss},           {"recompute", recompute_name(f.level)},
+                     {"device", f.device}};
+    for (const LevelResult& r : results)
+      j["levels"].push_back({{"recompute", recompute_name(r.level)}, {"tokens_per_s", r.tps}, {"mfu", r.mfu},
+                             {"step_ms", r.step_ms}, {"peak_gb", r.peak_gb}, {"loss", r.loss}});
+    std::ofstream(o.json_out) << j.dump(2) << "\n";
+  }
 }
 
 }  // namespace forge::bench
