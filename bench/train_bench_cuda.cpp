@@ -18,6 +18,10 @@ ModelConfig train_bench_config(const BenchOptions& o, std::string* shape) {
   ModelConfig cfg = preset_config(o.preset);
   *shape = o.preset;
   for (const auto& [key, value] : o.overrides) {
+    if (key == "recompute") {  // a training setting: train_bench_levels' (each row states it)
+      parse_recompute(value);
+      continue;
+    }
     if (!apply_model_override(cfg, key, value)) throw Error("--set: unknown model setting '" + key + "'");
     *shape += " " + key + "=" + value;
   }
@@ -26,8 +30,17 @@ ModelConfig train_bench_config(const BenchOptions& o, std::string* shape) {
   return cfg;
 }
 
-std::unique_ptr<StepRunner> train_bench_runner(const ModelConfig& cfg, const BenchOptions& o) {
+std::vector<Recompute> train_bench_levels(const BenchOptions& o) {
+  std::vector<Recompute> levels;
+  for (const auto& [key, value] : o.overrides)
+    if (key == "recompute") levels.push_back(parse_recompute(value));
+  if (levels.empty()) levels.push_back(Recompute::kNone);
+  return levels;
+}
+
+std::unique_ptr<StepRunner> train_bench_runner(const ModelConfig& cfg, const BenchOptions& o, Recompute level) {
   std::unique_ptr<StepRunner> runner = make_cuda_runner(cfg, o.precision, o.cuda, o.comm);
+  runner->set_recompute(level);
   std::vector<float> w(runner->table().total());
   runner->table().init(w.data(), 1337);
   runner->set_weights(w);

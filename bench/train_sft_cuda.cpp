@@ -71,7 +71,7 @@ std::vector<Batch> make_batches(SftData& data, int count, int B, int T, int32_t 
 LayoutResult run_layout(const std::string& name, const ModelConfig& cfg, const BenchOptions& o,
                         const std::vector<Batch>& batches) {
   const int B = o.batch, T = o.seq_len;
-  std::unique_ptr<StepRunner> runner = train_bench_runner(cfg, o);
+  std::unique_ptr<StepRunner> runner = train_bench_runner(cfg, o, train_bench_levels(o)[0]);
   StepReport last;
   const std::vector<double> ms = time_train_steps(
       *runner,
@@ -111,10 +111,10 @@ void train_sft_cuda(const BenchOptions& o) {
   const int64_t per_row = std::max<int64_t>(1, (T + hi - 1) / std::max(1, lo));
   const int64_t examples = static_cast<int64_t>(B) * (count + 1) * per_row;
   const std::vector<SftRow> rows = synthetic_examples(examples, lo, hi, cfg.vocab_size, 7);
-  std::printf("forge bench train --sft: %s, %s, micro-batch %d x %d, %lld synthetic examples of "
-              "%d..%d tokens (a quarter prompt); median of %d steps after %d warm-up\n",
-              shape.c_str(), o.precision.c_str(), B, T, static_cast<long long>(examples), lo, hi,
-              o.steps, o.warmup);
+  std::printf("forge bench train --sft: %s, %s, micro-batch %d x %d, recompute %s, %lld synthetic "
+              "examples of %d..%d tokens (a quarter prompt); median of %d steps after %d warm-up\n",
+              shape.c_str(), o.precision.c_str(), B, T, recompute_name(train_bench_levels(o)[0]),
+              static_cast<long long>(examples), lo, hi, o.steps, o.warmup);
   std::fflush(stdout);
 
   std::vector<LayoutResult> results;
@@ -151,6 +151,7 @@ void train_sft_cuda(const BenchOptions& o) {
   if (!o.json_out.empty()) {
     nlohmann::json j{{"bench", "train --sft"}, {"preset", o.preset}, {"shape", shape},
                      {"precision", o.precision}, {"batch", B}, {"seq_len", T},
+                     {"recompute", recompute_name(train_bench_levels(o)[0])},
                      {"sft_lengths", {lo, hi}}};
     for (const LayoutResult& r : results)
       j["layouts"][r.name] = {{"rows_tokens_per_s", r.row_tps}, {"example_tokens_per_s", r.example_tps},

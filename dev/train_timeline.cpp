@@ -129,7 +129,7 @@ int run(const Options& o) {
   // warm-up steps' records are dropped by time below.
   dev::CuptiRecorder recorder(/*name_len=*/100, /*copies=*/true);
   recorder.start();
-  std::unique_ptr<StepRunner> runner = bench::train_bench_runner(cfg, o.bench);
+  std::unique_ptr<StepRunner> runner = bench::train_bench_runner(cfg, o.bench, bench::train_bench_levels(o.bench)[0]);
   const int B = o.bench.batch, T = o.bench.seq_len, accum = o.grad_accum;
   const size_t n = static_cast<size_t>(B) * T;
   std::vector<int32_t> x(n + 1);  // random tokens; targets are the inputs shifted by one

@@ -29,7 +29,7 @@ const Command kBenchGpu = {
      {"steps", "N", "timed steps for train (default 20)"},
      {"precision", "bf16|fp32|fp16", "train precision (default bf16)"},
      {"set", "KEY=VALUE", "train: a model setting over the preset (forge train --help lists them), "
-      "e.g. --set variant=qwen3", true},
+      "e.g. --set variant=qwen3; --set recompute=none|attn|mlp|full, repeated: one row per level", true},
      {"sft", "", "train: SFT rows padded and packed (forge train --sft [--pack]) beside pretraining rows"},
      {"sft-lengths", "MIN,MAX", "train --sft: the synthetic examples' token counts (default 64,1024)"},
      {"rows", "N", "gemm: the small-N linear kernels vs cuBLASLt at these row counts (1..32)", true},
@@ -46,7 +46,8 @@ const Command kBenchGpu = {
     "scaling efficiency tokens/s(N) / (N x tokens/s(1)); --gpus 1 measures the ZeRO-1 path on\n"
     "one rank against the plain runner.\n"
     "train reports tokens/s, MFU (6N + 6LCT FLOPs per token over 989 TFLOP/s), step time and\n"
-    "peak memory, beside llm.c's and torch.compile's figures on the same GPU model (ANCHORS.md).\n"
+    "peak memory, beside llm.c's and torch.compile's figures on the same GPU model (ANCHORS.md),\n"
+    "one row per --set recompute=LEVEL given (default none).\n"
     "gemm --rows 1 8 32 times a decode step's linear layers (smollm2-135m and gpt2-124m, or\n"
     "--preset) with the small-N kernels and with cuBLASLt, weights read from HBM.\n"
     "train --sft times the same model on SFT rows, padded and packed, built from synthetic examples\n"

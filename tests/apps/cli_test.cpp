@@ -265,9 +265,13 @@ TEST_F(CliTest, TrainSettingsHaveRangesAndAreAllListedInHelp) {
                     "eval_windows: expected an integer in [1, 2147483647], got '0'");
   expect_user_error(forge(train + " warmup_steps=-2"), "warmup_steps: expected an integer in [-1,");
   expect_user_error(forge(train + " min_lr_frac=1.5"), "min_lr_frac: expected a number in [0, 1]");
+  expect_user_error(forge(train + " recompute=some"), "recompute: expected none, attn, mlp or full, got 'some'");
   std::ofstream(p("cfg.json")) << R"({"eps": 0})";
   expect_user_error(forge(train + " --config " + p("cfg.json")),
                     "eps: expected a number > 0, got '0'");
+  std::ofstream(p("cfg2.json")) << R"({"recompute": "all"})";
+  expect_user_error(forge(train + " --config " + p("cfg2.json")),
+                    "recompute: expected none, attn, mlp or full, got 'all'");
   EXPECT_FALSE(fs::exists(p("run/metrics.jsonl")));
 }
 

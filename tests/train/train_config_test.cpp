@@ -53,6 +53,7 @@ const std::map<std::string, std::function<std::string(const TrainConfig&)>>& rea
       {"sft_val_frac", d(&TrainConfig::sft_val_frac)},
       {"sft_overlong", [](const TrainConfig& c) { return c.sft_overlong; }},
       {"sft_layout", [](const TrainConfig& c) { return c.sft_layout; }},
+      {"recompute", [](const TrainConfig& c) { return c.recompute; }},
   };
   return m;
 }
@@ -91,14 +92,14 @@ TEST(TrainConfig, TableListsEveryFieldOnce) {
 
 // config.json exactly as the hand-written train_config_json wrote it before the table: same
 // keys, same JSON types, same text (plus the keys added since: save_dtype, save_shard_size,
-// max_bad_steps, loss_spike_z, epochs, sft_val_frac, sft_overlong, sft_layout).
+// max_bad_steps, loss_spike_z, epochs, sft_val_frac, sft_overlong, sft_layout, recompute).
 // Old run directories are read with these keys.
 TEST(TrainConfig, JsonIsTheFormatOldRunsHave) {
   EXPECT_EQ(train_config_json(TrainConfig{}).dump(),
             R"({"batch_size":8,"beta1":0.9,"beta2":0.95,"epochs":0,"eps":1e-08,"eval_every":100,)"
             R"("eval_windows":64,"grad_accum":1,"grad_clip":1.0,"keep_checkpoints":3,)"
             R"("loss_spike_z":5.0,"lr":0.0006,"max_bad_steps":5,)"
-            R"("min_lr_frac":0.1,"save_dtype":"f32","save_every":0,"save_shard_size":5000000000,)"
+            R"("min_lr_frac":0.1,"recompute":"none","save_dtype":"f32","save_every":0,"save_shard_size":5000000000,)"
             R"("seed":1337,"seq_len":0,"sft_layout":"pad","sft_overlong":"truncate","sft_val_frac":0.05,)"
             R"("steps":1000,"warmup_steps":-1,"weight_decay":0.1})");
   EXPECT_TRUE(train_config_json(TrainConfig{})["seed"].is_number_unsigned());
@@ -140,6 +141,7 @@ TEST(TrainConfig, OldRunConfigReadsBackExactly) {
   EXPECT_EQ(c.sft_val_frac, 0.05);
   EXPECT_EQ(c.sft_overlong, "truncate");
   EXPECT_EQ(c.sft_layout, "pad");
+  EXPECT_EQ(c.recompute, "none");
   nlohmann::json back = j;  // and writes back the same object, with those keys added
   back["save_dtype"] = "f32";
   back["save_shard_size"] = 5'000'000'000;
@@ -149,6 +151,7 @@ TEST(TrainConfig, OldRunConfigReadsBackExactly) {
   back["sft_val_frac"] = 0.05;
   back["sft_overlong"] = "truncate";
   back["sft_layout"] = "pad";
+  back["recompute"] = "none";
   EXPECT_EQ(train_config_json(c), back);
 }
 
@@ -309,6 +312,35 @@ TEST(TrainConfig, SaveSettingsParseSizesAndDtypes) {
   EXPECT_THROW(train_config_from_json(nlohmann::json::parse(R"({"save_dtype": 16})"), "c.json"),
                Error);
   EXPECT_EQ(train_field_range(*find_train_field("save_dtype")), "f32 or bf16");
+}
+
+// recompute: the four levels, kept in config.json (what --resume reads); anything else is one
+// line naming the key and the levels.
+TEST(TrainConfig, RecomputeTakesTheFourLevels) {
+  for (const char* level : {"none", "attn", "mlp", "full"}) {
+    TrainConfig c;
+    ASSERT_TRUE(c.apply_override("recompute", level));
+    EXPECT_EQ(c.recompute, level);
+    EXPECT_EQ(train_config_json(c)["recompute"], level);
+    EXPECT_EQ(train_config_from_json(train_config_json(c), "config.json").recompute, level);
+  }
+  TrainConfig c;
+  try {
+    c.apply_override("recompute", "everything");
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_EQ(std::string(e.what()), "recompute: expected none, attn, mlp or full, got 'everything'");
+  }
+  EXPECT_EQ(c.recompute, "none");
+  nlohmann::json j = train_config_json(TrainConfig{});
+  j["recompute"] = "some";
+  try {
+    train_config_from_json(j, "run/config.json");
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_EQ(std::string(e.what()),
+              "run/config.json: train.recompute: expected none, attn, mlp or full, got 'some'");
+  }
 }
 
 }  // namespace

@@ -243,6 +243,41 @@ TEST_F(TrainerTest, InterleavedRopeRunResumesInterleaved) {
       }
 }
 
+// recompute=full (two layers: the second's ln1 is recomputed through the fused residual norm)
+// trains what recompute=none trains, bit for bit, and the run records the level, so a resumed run
+// keeps it.
+TEST_F(TrainerTest, RecomputeTrainsBitIdenticallyAndIsKeptOnResume) {
+  ModelConfig m = model();
+  m.n_layer = 2;
+  TrainConfig c = config();
+  c.steps = 6;
+  c.save_every = 3;
+  c.eval_every = 3;
+  c.eval_windows = 8;
+  const std::string data = (dir_ / "data").string();
+  train(m, c, data, (dir_ / "none").string());
+  ASSERT_TRUE(c.apply_override("recompute", "full"));
+  const fs::path run = dir_ / "full";
+  train(m, c, data, run.string());
+  nlohmann::json rc = nlohmann::json::parse(std::ifstream(run / "config.json"));
+  EXPECT_EQ(rc["train"]["recompute"], "full");
+  fs::remove_all(run / "checkpoints/step_000006");
+  fs::remove_all(run / "model");
+  RunOptions opt;
+  opt.quiet = true;
+  resume(run.string(), 0, "", opt);
+  rc = nlohmann::json::parse(std::ifstream(run / "config.json"));
+  EXPECT_EQ(rc["train"]["recompute"], "full");
+  const auto a = read_metrics(dir_ / "none"), b = read_metrics(run);
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); ++i)
+    for (const char* k : {"loss", "grad_norm", "val_loss"})
+      if (a[i].contains(k)) {
+        EXPECT_EQ(b[i][k].get<double>(), a[i][k].get<double>()) << "line " << i << " " << k;
+      }
+  EXPECT_EQ(file_bytes(dir_ / "none/model/model.safetensors"), file_bytes(run / "model/model.safetensors"));
+}
+
 // A checkpoint whose run configuration records no device (an older forge wrote it) is not
 // guessed at: resume() asks for one, and continues where it is told.
 TEST_F(TrainerTest, ResumeOfARunWithoutARecordedDeviceNeedsOne) {

@@ -25,7 +25,8 @@ std::string out_of_memory_message(const DeviceMemoryReport& r) {
              gib(r.total_bytes), " in use",
              r.forge_bytes > 0 ? str(" (forge holds ", gib(r.forge_bytes), ")") : std::string(),
              "; lower batch_size / --batch or seq_len / --seq-len (grad_accum keeps the tokens "
-             "per step), or train in --precision bf16 instead of fp32");
+             "per step), train with recompute=mlp, attn or full (the backward recomputes "
+             "activations), or train in --precision bf16 instead of fp32");
 }
 
 }  // namespace forge

@@ -6,9 +6,9 @@
 //
 // What the user can lower, for every command that allocates on the GPU: the batch (train's
 // batch_size, eval's --batch), the sequence length (seq_len, --seq-len) and, for a run in fp32,
-// the precision (--precision bf16 halves the activations). Forge keeps every activation for
-// backward (there is no activation recomputation setting to turn on); grad_accum keeps the
-// tokens per step when the batch shrinks.
+// the precision (--precision bf16 halves the activations); for training, the recompute setting
+// (model/recompute.h: fewer activations kept, the same results); grad_accum keeps the tokens per
+// step when the batch shrinks.
 #pragma once
 
 #include <cstddef>
@@ -27,7 +27,8 @@ struct DeviceMemoryReport {
 
 // "CUDA out of memory on device 0: asked for 2.00 GiB (2147483648 bytes); 139.10 GiB of
 // 139.81 GiB in use (forge holds 120.50 GiB); lower batch_size / --batch or seq_len /
-// --seq-len (grad_accum keeps the tokens per step), or train in --precision bf16 instead of fp32"
+// --seq-len (grad_accum keeps the tokens per step), train with recompute=mlp, attn or full (the
+// backward recomputes activations), or train in --precision bf16 instead of fp32"
 std::string out_of_memory_message(const DeviceMemoryReport& r);
 
 }  // namespace forge

@@ -13,6 +13,10 @@
 //     weights), so gradient accumulation is several micro-batches between zero_grad()s.
 //   - Activations kept for the backward are planned once per (B, T) (plan_generation() changes
 //     when they are allocated anew, which makes a captured CUDA graph stale).
+//   - Recomputation (set_recompute, model/recompute.h): at a level above none some groups of a
+//     layer's activations are one shared set instead of one set per layer, and block_backward(l)
+//     recomputes them from what the layer kept, with the forward's own ops on the same inputs,
+//     so losses and gradients are bit-identical to none's; only memory and time change.
 //   - LoRA (model/lora.h, CPU and CUDA backends): attach_lora() adds low-rank adapters in a second flat
 //     buffer and freezes the base. Every targeted projection's output gains
 //     (alpha / r)·(x·Aᵀ)·Bᵀ in the same orchestration (lora_fwd / lora_bwd after the base
@@ -34,6 +38,7 @@
 #include "forge/model/config.h"
 #include "forge/model/lora.h"
 #include "forge/model/params.h"
+#include "forge/model/recompute.h"
 
 namespace forge {
 
@@ -96,6 +101,18 @@ class Model {
   Act logits() { return logits_.data(); }
 
   int64_t plan_generation() const { return plan_generation_; }
+
+  // Activation recomputation (model/recompute.h); the next forward plans the buffers anew.
+  void set_recompute(Recompute r) {
+    if (r == recompute_) return;
+    recompute_ = r;
+    B_ = T_ = 0;
+  }
+  Recompute recompute() const { return recompute_; }
+  // Bytes of the buffers the last plan allocated for a forward and backward of (B, T): the
+  // layers' activations, the shared recomputation set, the backward scratch and the attention's
+  // saved state (not the backend's own attention scratch, nor the logits of forward_logits).
+  size_t activation_bytes() const { return act_bytes_; }
 
   // ---- inference over a KV cache (ops/decode.h; the loop is generate/generator.h) ------------
   // Allocates the cache for `slots` sequences of up to `capacity` tokens each (1 <= capacity <=
@@ -174,6 +191,20 @@ class Model {
  private:
   using ActBuf = typename Backend::ActBuf;
   using StatBuf = typename Backend::StatBuf;
+  // One layer's activations, in four groups: x_in (always the layer's own); the norms (ln1, x_mid,
+  // ln2 and their statistics: shared under recompute=full); the attention's (qkv .. atty: shared
+  // under attn and full); the MLP's (fc, up, hidden: shared under mlp and full). lora_h stays the
+  // layer's own at every level (r columns: small). Per layer and token, in elements (e bytes
+  // each; statistics f32 on the GPU, the CPU's T), with A = NH·HS, K = NKV·HS:
+  //   x_in C | norms 3C + 2 stats (GPT-2: 4) | attention GPT-2 3C + C, Llama A + 2K + A
+  //   (+ qk_norm: A + K + NH + NKV stats) + the saved state (flash: NH log-sum-exps; the CPU
+  //   also NH·T probabilities where small; unfused CUDA: NH·T probabilities) | MLP GPT-2 2FF,
+  //   Llama 3FF.
+  // So none keeps all four groups a layer, attn and mlp one group fewer, full C elements a token
+  // a layer; the shared set (one layer's worth of what is shared) and, under full, one (B, T, C)
+  // buffer of −0 (ln1_refwd) are allocated once. E.g. SmolLM2-135M (C 576, A 576, K 192,
+  // FF 1536), elements a token a layer without statistics: none 8,448, attn 6,912, mlp 3,840,
+  // full 576.
   struct LayerActs {
     ActBuf x_in;     // (B, T, C) residual stream entering the block
     ActBuf ln1;      // (B, T, C)
@@ -206,7 +237,21 @@ class Model {
   void plan_logits(int N);
   QkvView qkv_view(LayerActs& a);
   QkvView dqkv_view();
+  // Where layer l's groups live (LayerActs): its own set, or shared_ at a recompute level.
+  bool full() const { return recompute_ == Recompute::kFull; }
+  bool shares_attn() const { return full() || recompute_ == Recompute::kAttn; }
+  bool shares_mlp() const { return full() || recompute_ == Recompute::kMlp; }
+  LayerActs& norm_acts(int l) { return full() ? shared_ : acts_[l]; }
+  LayerActs& attn_acts(int l) { return shares_attn() ? shared_ : acts_[l]; }
+  LayerActs& mlp_acts(int l) { return shares_mlp() ? shared_ : acts_[l]; }
   void embed(const int32_t* tokens);
+  // The block's forward in the pieces a recomputation re-runs: ln1 → atty (store_kv: a packed
+  // prefill's keys and values to the cache too); atty → tmp_ → x_mid, ln2; ln2 → hidden.
+  void attn_fwd(int l, bool store_kv);
+  void attn_out_fwd(int l);
+  void mlp_fwd(int l);
+  // recompute=full: layer l's ln1 again from its x_in, by the op that made it in the forward.
+  void ln1_refwd(int l);
   void blocks_forward();
   void block_backward(int l);
   void norm_fwd(Act out, Stat mean, Stat rstd, Act inp, int64_t w_off, int64_t b_off, int N);
@@ -233,10 +278,14 @@ class Model {
 
   int B_ = 0, T_ = 0;
   int64_t plan_generation_ = 0;
+  Recompute recompute_ = Recompute::kNone;
+  size_t act_bytes_ = 0;
   const int32_t* tokens_ = nullptr;
   TokenLayout layout_;  // of the last forward
   bool have_head_grad_ = false;
   std::vector<LayerActs> acts_;
+  LayerActs shared_;  // the groups a recompute level shares (norm_acts, attn_acts, mlp_acts)
+  ActBuf neg_zero_;   // recompute=full: (B, T, C) of −0, the identity addend (ln1_refwd)
   ActBuf x_out_, lnf_;               // (B, T, C) after the last block; final norm
   StatBuf lnf_mean_, lnf_rstd_;      // (B, T)
   StatBuf losses_;                   // (B, T)

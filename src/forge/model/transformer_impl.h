@@ -14,6 +14,9 @@
 // and accumulates into dinp. A frozen base passes null gradients (g()) to every op.
 // Backward: gradient buffers are overwritten by the first product into them (no memset) and
 // accumulated after; every norm backward accumulates into d_res_, the residual stream's gradient.
+// Recomputation (model/recompute.h): the forward of a block is attn_fwd (ln1 → atty), attn_out_fwd
+// (→ x_mid, ln2) and mlp_fwd (→ hidden), and block_backward(l) re-runs the ones whose outputs the
+// level shares (full: ln1 too, ln1_refwd) into the shared set: the same ops, the same inputs.
 #pragma once
 
 #include <algorithm>
@@ -60,6 +63,24 @@ void Model<B>::check_shape(int Bn, int Tn) const {
     throw Error(str("[forward] sequence length ", Tn, " exceeds the model's max_seq_len ", cfg_.max_seq_len));
 }
 
+namespace detail {
+
+// Bytes of a backend buffer (std::vector on the CPU, DeviceBuffer on the GPU) and of the
+// attention's saved state (the CPU's lse and probs, the GPU's lse or att).
+template <class Buf>
+size_t buf_bytes(const Buf& b) {
+  return b.size() * sizeof(*b.data());
+}
+template <class Saved>
+size_t saved_bytes(const Saved& s) {
+  size_t n = buf_bytes(s.lse);
+  if constexpr (requires { s.probs; }) n += buf_bytes(s.probs);
+  if constexpr (requires { s.att; }) n += buf_bytes(s.att);
+  return n;
+}
+
+}  // namespace detail
+
 template <class B>
 void Model<B>::plan(int Bn, int Tn) {
   if (Bn == B_ && Tn == T_) return;
@@ -70,60 +91,91 @@ void Model<B>::plan(int Bn, int Tn) {
   const size_t N = static_cast<size_t>(Bn) * Tn, C = cfg_.n_embd, FF = cfg_.ffn_hidden;
   const size_t HS = cfg_.head_dim(), NH = cfg_.n_head, NKV = cfg_.n_kv_head;
   const AttentionShape shape = attention_shape();
-  acts_.clear();
-  acts_.resize(cfg_.n_layer);
-  for (LayerActs& a : acts_) {
-    a.x_in = be_.act_buf(N * C);
-    a.ln1 = be_.act_buf(N * C);
-    if (gpt2()) a.ln1_mean = be_.stat_buf(N);
-    a.ln1_rstd = be_.stat_buf(N);
+  act_bytes_ = 0;
+  auto act = [&](size_t n) {
+    ActBuf b = be_.act_buf(n);
+    act_bytes_ += detail::buf_bytes(b);
+    return b;
+  };
+  auto stat = [&](size_t n) {
+    StatBuf b = be_.stat_buf(n);
+    act_bytes_ += detail::buf_bytes(b);
+    return b;
+  };
+  // The groups of LayerActs (transformer.h), each allocated per layer or once in shared_.
+  auto norms = [&](LayerActs& a) {
+    a.ln1 = act(N * C);
+    if (gpt2()) a.ln1_mean = stat(N);
+    a.ln1_rstd = stat(N);
+    a.x_mid = act(N * C);
+    a.ln2 = act(N * C);
+    if (gpt2()) a.ln2_mean = stat(N);
+    a.ln2_rstd = stat(N);
+  };
+  auto attention = [&](LayerActs& a) {
     if (gpt2()) {
-      a.qkv = be_.act_buf(N * 3 * C);
+      a.qkv = act(N * 3 * C);
     } else {
-      a.q = be_.act_buf(N * NH * HS);
-      a.k = be_.act_buf(N * NKV * HS);
-      a.v = be_.act_buf(N * NKV * HS);
+      a.q = act(N * NH * HS);
+      a.k = act(N * NKV * HS);
+      a.v = act(N * NKV * HS);
       if (cfg_.qk_norm) {
-        a.q_raw = be_.act_buf(N * NH * HS);
-        a.k_raw = be_.act_buf(N * NKV * HS);
-        a.q_rstd = be_.stat_buf(N * NH);
-        a.k_rstd = be_.stat_buf(N * NKV);
+        a.q_raw = act(N * NH * HS);
+        a.k_raw = act(N * NKV * HS);
+        a.q_rstd = stat(N * NH);
+        a.k_rstd = stat(N * NKV);
       }
     }
     a.att = be_.attention_saved(shape);
-    a.atty = be_.act_buf(N * NH * HS);
-    a.x_mid = be_.act_buf(N * C);
-    a.ln2 = be_.act_buf(N * C);
-    if (gpt2()) a.ln2_mean = be_.stat_buf(N);
-    a.ln2_rstd = be_.stat_buf(N);
-    a.fc = be_.act_buf(N * FF);
-    if (!gpt2()) a.up = be_.act_buf(N * FF);
-    a.hidden = be_.act_buf(N * FF);
+    act_bytes_ += detail::saved_bytes(a.att);
+    a.atty = act(N * NH * HS);
+  };
+  auto mlp = [&](LayerActs& a) {
+    a.fc = act(N * FF);
+    if (!gpt2()) a.up = act(N * FF);
+    a.hidden = act(N * FF);
+  };
+  acts_.clear();
+  shared_ = LayerActs{};
+  neg_zero_ = ActBuf{};
+  acts_.resize(cfg_.n_layer);
+  for (LayerActs& a : acts_) {
+    a.x_in = act(N * C);
+    if (!full()) norms(a);
+    if (!shares_attn()) attention(a);
+    if (!shares_mlp()) mlp(a);
     if (adapter_)
       for (int t = 0; t < kNumLoraTargets; ++t)
         if (adapter_->lora().targets_has(static_cast<LoraTarget>(t)))
-          a.lora_h[t] = be_.act_buf(N * adapter_->lora().r);
+          a.lora_h[t] = act(N * adapter_->lora().r);
   }
-  if (adapter_) lora_dh_ = be_.act_buf(N * adapter_->lora().r);
-  x_out_ = be_.act_buf(N * C);
-  lnf_ = be_.act_buf(N * C);
-  if (gpt2()) lnf_mean_ = be_.stat_buf(N);
-  lnf_rstd_ = be_.stat_buf(N);
-  losses_ = be_.stat_buf(N);
-  tmp_ = be_.act_buf(N * C);
-  d_res_ = be_.act_buf(N * C);
-  d_ln_ = be_.act_buf(N * C);
-  d_atty_ = be_.act_buf(N * NH * HS);
+  if (full()) {
+    norms(shared_);
+    neg_zero_ = act(N * C);
+    be_.fill_negative_zero(neg_zero_.data(), N * C);
+  }
+  if (shares_attn()) attention(shared_);
+  if (shares_mlp()) mlp(shared_);
+  if (adapter_) lora_dh_ = act(N * adapter_->lora().r);
+  x_out_ = act(N * C);
+  lnf_ = act(N * C);
+  if (gpt2()) lnf_mean_ = stat(N);
+  lnf_rstd_ = stat(N);
+  losses_ = stat(N);
+  tmp_ = act(N * C);
+  d_res_ = act(N * C);
+  d_ln_ = act(N * C);
+  d_atty_ = act(N * NH * HS);
   if (gpt2()) {  // the attention backward writes into the fused (N, 3C) gradient in place
-    d_qkv_ = be_.act_buf(N * 3 * C);
+    d_qkv_ = act(N * 3 * C);
   } else {
-    d_q_ = be_.act_buf(N * NH * HS);
-    d_k_ = be_.act_buf(N * NKV * HS);
-    d_v_ = be_.act_buf(N * NKV * HS);
+    d_q_ = act(N * NH * HS);
+    d_k_ = act(N * NKV * HS);
+    d_v_ = act(N * NKV * HS);
   }
-  d_fc_ = be_.act_buf(N * FF);
-  if (!gpt2()) d_up_ = be_.act_buf(N * FF);
-  if (!gpt2() || !be_.fuses_gelu()) d_hidden_ = be_.act_buf(N * FF);  // a fused DGELU needs none
+  d_fc_ = act(N * FF);
+  if (!gpt2()) d_up_ = act(N * FF);
+  if (!gpt2() || !be_.fuses_gelu()) d_hidden_ = act(N * FF);  // a fused DGELU needs none
   be_.plan_attention(shape);
 }
 
@@ -189,68 +241,116 @@ void Model<B>::embed(const int32_t* tokens) {
                     layout_.pos);
 }
 
+// Layer l's attention, from its ln1 to atty.
+template <class B>
+void Model<B>::attn_fwd(int l, bool store_kv) {
+  const int N = B_ * T_, C = cfg_.n_embd, NH = cfg_.n_head, NKV = cfg_.n_kv_head, HS = cfg_.head_dim();
+  const WeightLayout lay = layout();
+  const LayerOffsets& o = table_.layer(l);
+  const Act ln1 = norm_acts(l).ln1.data();
+  LayerActs& a = attn_acts(l);
+  if (gpt2()) {
+    be_.linear_fwd(a.qkv.data(), ln1, w(o.qkv_w), w(o.qkv_b), N, C, 3 * C, lay);
+  } else {
+    // qk_norm (Qwen3): the projections land in q_raw / k_raw, and one op writes q / k as the
+    // RMSNorm over each head (N·NH rows of HS) followed by RoPE.
+    const bool qkn = cfg_.qk_norm;
+    Act q = qkn ? a.q_raw.data() : a.q.data(), k = qkn ? a.k_raw.data() : a.k.data();
+    be_.linear_fwd(q, ln1, w(o.q_w), w(o.q_b), N, C, NH * HS, lay);
+    lora_fwd(l, LoraTarget::kQ, q, ln1);
+    be_.linear_fwd(k, ln1, w(o.k_w), w(o.k_b), N, C, NKV * HS, lay);
+    lora_fwd(l, LoraTarget::kK, k, ln1);
+    be_.linear_fwd(a.v.data(), ln1, w(o.v_w), w(o.v_b), N, C, NKV * HS, lay);
+    lora_fwd(l, LoraTarget::kV, a.v.data(), ln1);
+    const Rope rope = cfg_.rope();
+    const Rope* rope_l = cfg_.layer_uses_rope(l) ? &rope : nullptr;  // SmolLM3's NoPE layers: none
+    if (qkn) {
+      be_.head_norm_rope_fwd(a.q.data(), a.q_rstd.data(), a.q_raw.data(), w(o.q_norm_w), B_, T_, NH, HS,
+                             cfg_.norm_eps, rope_l, layout_.pos);
+      be_.head_norm_rope_fwd(a.k.data(), a.k_rstd.data(), a.k_raw.data(), w(o.k_norm_w), B_, T_, NKV, HS,
+                             cfg_.norm_eps, rope_l, layout_.pos);
+    } else if (rope_l) {
+      be_.rope_fwd(a.q.data(), B_, T_, NH, HS, rope, layout_.pos);
+      be_.rope_fwd(a.k.data(), B_, T_, NKV, HS, rope, layout_.pos);
+    }
+  }
+  const QkvView in = qkv_view(a);
+  if (store_kv) store_prefill_kv(l, in);
+  be_.attention_fwd(a.atty.data(), a.att, in.q, in.k, in.v, attention_shape(), in.st, layout_.seg);
+}
+
+// atty → output projection (tmp_) → x_mid = x_in + it, and ln2 (one fused op).
+template <class B>
+void Model<B>::attn_out_fwd(int l) {
+  const int N = B_ * T_, C = cfg_.n_embd, NH = cfg_.n_head, HS = cfg_.head_dim();
+  const LayerOffsets& o = table_.layer(l);
+  const Act atty = attn_acts(l).atty.data();
+  LayerActs& n = norm_acts(l);
+  be_.linear_fwd(tmp_.data(), atty, w(o.attn_out_w), w(o.attn_out_b), N, NH * HS, C, layout());
+  lora_fwd(l, LoraTarget::kO, tmp_.data(), atty);
+  residual_norm_fwd(n.x_mid.data(), n.ln2.data(), n.ln2_mean.data(), n.ln2_rstd.data(), acts_[l].x_in.data(),
+                    tmp_.data(), o.ln2_w, o.ln2_b, N);
+}
+
+// ln2 → the MLP's hidden (GPT-2: product with the GELU fused; Llama: gate, up, SwiGLU).
+template <class B>
+void Model<B>::mlp_fwd(int l) {
+  const int N = B_ * T_, C = cfg_.n_embd, FF = cfg_.ffn_hidden;
+  const WeightLayout lay = layout();
+  const LayerOffsets& o = table_.layer(l);
+  const Act ln2 = norm_acts(l).ln2.data();
+  LayerActs& m = mlp_acts(l);
+  if (gpt2()) {
+    be_.linear_gelu_fwd(m.hidden.data(), m.fc.data(), ln2, w(o.fc_w), w(o.fc_b), N, C, FF, lay);
+  } else {
+    be_.linear_fwd(m.fc.data(), ln2, w(o.gate_w), nullptr, N, C, FF, lay);
+    lora_fwd(l, LoraTarget::kGate, m.fc.data(), ln2);
+    be_.linear_fwd(m.up.data(), ln2, w(o.up_w), nullptr, N, C, FF, lay);
+    lora_fwd(l, LoraTarget::kUp, m.up.data(), ln2);
+    be_.swiglu_fwd(m.hidden.data(), m.fc.data(), m.up.data(), static_cast<int64_t>(N) * FF);
+  }
+}
+
+// The forward made layer 0's ln1 with norm_fwd and every later one with residual_norm_fwd, the
+// residual of the layer below fused in: the recomputation runs that same op (a fused kernel need
+// not round like the plain one), on x_in + (−0), which is x_in exactly, −0 elements included.
+// tmp_ takes the sum (the op wants its own buffer for it); nothing reads it afterwards.
+template <class B>
+void Model<B>::ln1_refwd(int l) {
+  const int N = B_ * T_;
+  const LayerOffsets& o = table_.layer(l);
+  LayerActs& n = norm_acts(l);
+  const Act x_in = acts_[l].x_in.data();
+  if (l == 0) norm_fwd(n.ln1.data(), n.ln1_mean.data(), n.ln1_rstd.data(), x_in, o.ln1_w, o.ln1_b, N);
+  else
+    residual_norm_fwd(tmp_.data(), n.ln1.data(), n.ln1_mean.data(), n.ln1_rstd.data(), x_in, neg_zero_.data(),
+                      o.ln1_w, o.ln1_b, N);
+}
+
 template <class B>
 void Model<B>::blocks_forward() {
-  const int N = B_ * T_, C = cfg_.n_embd, NH = cfg_.n_head, NKV = cfg_.n_kv_head, HS = cfg_.head_dim();
-  const int FF = cfg_.ffn_hidden;
-  const WeightLayout lay = layout();
+  const int N = B_ * T_, C = cfg_.n_embd, FF = cfg_.ffn_hidden;
   for (int l = 0; l < cfg_.n_layer; ++l) {
     const LayerOffsets& o = table_.layer(l);
-    LayerActs& a = acts_[l];
-    // Attention.
-    if (l == 0) norm_fwd(a.ln1.data(), a.ln1_mean.data(), a.ln1_rstd.data(), a.x_in.data(), o.ln1_w, o.ln1_b, N);
-    if (gpt2()) {
-      be_.linear_fwd(a.qkv.data(), a.ln1.data(), w(o.qkv_w), w(o.qkv_b), N, C, 3 * C, lay);
-    } else {
-      // qk_norm (Qwen3): the projections land in q_raw / k_raw, and one op writes q / k as the
-      // RMSNorm over each head (N·NH rows of HS) followed by RoPE.
-      const bool qkn = cfg_.qk_norm;
-      Act q = qkn ? a.q_raw.data() : a.q.data(), k = qkn ? a.k_raw.data() : a.k.data();
-      be_.linear_fwd(q, a.ln1.data(), w(o.q_w), w(o.q_b), N, C, NH * HS, lay);
-      lora_fwd(l, LoraTarget::kQ, q, a.ln1.data());
-      be_.linear_fwd(k, a.ln1.data(), w(o.k_w), w(o.k_b), N, C, NKV * HS, lay);
-      lora_fwd(l, LoraTarget::kK, k, a.ln1.data());
-      be_.linear_fwd(a.v.data(), a.ln1.data(), w(o.v_w), w(o.v_b), N, C, NKV * HS, lay);
-      lora_fwd(l, LoraTarget::kV, a.v.data(), a.ln1.data());
-      const Rope rope = cfg_.rope();
-      const Rope* rope_l = cfg_.layer_uses_rope(l) ? &rope : nullptr;  // SmolLM3's NoPE layers: none
-      if (qkn) {
-        be_.head_norm_rope_fwd(a.q.data(), a.q_rstd.data(), a.q_raw.data(), w(o.q_norm_w), B_, T_, NH, HS,
-                               cfg_.norm_eps, rope_l, layout_.pos);
-        be_.head_norm_rope_fwd(a.k.data(), a.k_rstd.data(), a.k_raw.data(), w(o.k_norm_w), B_, T_, NKV, HS,
-                               cfg_.norm_eps, rope_l, layout_.pos);
-      } else if (rope_l) {
-        be_.rope_fwd(a.q.data(), B_, T_, NH, HS, rope, layout_.pos);
-        be_.rope_fwd(a.k.data(), B_, T_, NKV, HS, rope, layout_.pos);
-      }
+    if (l == 0) {
+      LayerActs& n = norm_acts(0);
+      norm_fwd(n.ln1.data(), n.ln1_mean.data(), n.ln1_rstd.data(), acts_[0].x_in.data(), o.ln1_w, o.ln1_b, N);
     }
-    const QkvView in = qkv_view(a);
-    if (!prefill_segs_.empty()) store_prefill_kv(l, in);
-    be_.attention_fwd(a.atty.data(), a.att, in.q, in.k, in.v, attention_shape(), in.st, layout_.seg);
-    be_.linear_fwd(tmp_.data(), a.atty.data(), w(o.attn_out_w), w(o.attn_out_b), N, NH * HS, C, lay);
-    lora_fwd(l, LoraTarget::kO, tmp_.data(), a.atty.data());
-    residual_norm_fwd(a.x_mid.data(), a.ln2.data(), a.ln2_mean.data(), a.ln2_rstd.data(), a.x_in.data(),
-                      tmp_.data(), o.ln2_w, o.ln2_b, N);
-    // MLP.
-    if (gpt2()) {
-      be_.linear_gelu_fwd(a.hidden.data(), a.fc.data(), a.ln2.data(), w(o.fc_w), w(o.fc_b), N, C, FF, lay);
-    } else {
-      be_.linear_fwd(a.fc.data(), a.ln2.data(), w(o.gate_w), nullptr, N, C, FF, lay);
-      lora_fwd(l, LoraTarget::kGate, a.fc.data(), a.ln2.data());
-      be_.linear_fwd(a.up.data(), a.ln2.data(), w(o.up_w), nullptr, N, C, FF, lay);
-      lora_fwd(l, LoraTarget::kUp, a.up.data(), a.ln2.data());
-      be_.swiglu_fwd(a.hidden.data(), a.fc.data(), a.up.data(), static_cast<int64_t>(N) * FF);
-    }
-    be_.linear_fwd(tmp_.data(), a.hidden.data(), w(o.down_w), w(o.down_b), N, FF, C, lay);
-    lora_fwd(l, LoraTarget::kDown, tmp_.data(), a.hidden.data());
+    attn_fwd(l, !prefill_segs_.empty());
+    attn_out_fwd(l);
+    mlp_fwd(l);
+    const Act hidden = mlp_acts(l).hidden.data();
+    be_.linear_fwd(tmp_.data(), hidden, w(o.down_w), w(o.down_b), N, FF, C, layout());
+    lora_fwd(l, LoraTarget::kDown, tmp_.data(), hidden);
+    const Act x_mid = norm_acts(l).x_mid.data();
     if (l + 1 < cfg_.n_layer) {  // the block's output and the next layer's ln1
-      LayerActs& nx = acts_[l + 1];
+      LayerActs& nx = norm_acts(l + 1);
       const LayerOffsets& no = table_.layer(l + 1);
-      residual_norm_fwd(nx.x_in.data(), nx.ln1.data(), nx.ln1_mean.data(), nx.ln1_rstd.data(), a.x_mid.data(),
+      residual_norm_fwd(acts_[l + 1].x_in.data(), nx.ln1.data(), nx.ln1_mean.data(), nx.ln1_rstd.data(), x_mid,
                         tmp_.data(), no.ln1_w, no.ln1_b, N);
     } else {  // the last block's output and the final norm
-      residual_norm_fwd(x_out_.data(), lnf_.data(), lnf_mean_.data(), lnf_rstd_.data(), a.x_mid.data(),
-                        tmp_.data(), table_.lnf_w(), table_.lnf_b(), N);
+      residual_norm_fwd(x_out_.data(), lnf_.data(), lnf_mean_.data(), lnf_rstd_.data(), x_mid, tmp_.data(),
+                        table_.lnf_w(), table_.lnf_b(), N);
     }
   }
 }
@@ -295,28 +395,41 @@ void Model<B>::block_backward(int l) {
   const int FF = cfg_.ffn_hidden;
   const WeightLayout lay = layout();
   const LayerOffsets& o = table_.layer(l);
-  LayerActs& a = acts_[l];
+  // Recomputation writes only the shared set, tmp_ and the layer's own lora_h (the same values
+  // again): never d_res_ (the gradient flowing down) nor d_ln_.
+  if (full()) {  // the block's forward again, up to the MLP's hidden
+    ln1_refwd(l);
+    attn_fwd(l, false);
+    attn_out_fwd(l);
+    mlp_fwd(l);
+  } else if (shares_mlp()) {
+    mlp_fwd(l);
+  }
+  LayerActs& n = norm_acts(l);
+  LayerActs& m = mlp_acts(l);
   // MLP: d_res_ is d(block output).
   if (gpt2()) {  // d_fc = (d_res · W_down) ∘ gelu'(fc), fused where the backend can
-    be_.linear_dgelu_bwd(d_fc_.data(), g(o.down_w), g(o.down_b), d_res_.data(), a.hidden.data(), w(o.down_w),
-                         a.fc.data(), d_hidden_.data(), N, FF, C, lay);
-    be_.linear_bwd(d_ln_.data(), g(o.fc_w), g(o.fc_b), d_fc_.data(), a.ln2.data(), w(o.fc_w), N, C, FF, lay, false);
+    be_.linear_dgelu_bwd(d_fc_.data(), g(o.down_w), g(o.down_b), d_res_.data(), m.hidden.data(), w(o.down_w),
+                         m.fc.data(), d_hidden_.data(), N, FF, C, lay);
+    be_.linear_bwd(d_ln_.data(), g(o.fc_w), g(o.fc_b), d_fc_.data(), n.ln2.data(), w(o.fc_w), N, C, FF, lay, false);
   } else {
     const int64_t nff = static_cast<int64_t>(N) * FF;
-    be_.linear_bwd(d_hidden_.data(), g(o.down_w), nullptr, d_res_.data(), a.hidden.data(), w(o.down_w), N, FF, C,
+    be_.linear_bwd(d_hidden_.data(), g(o.down_w), nullptr, d_res_.data(), m.hidden.data(), w(o.down_w), N, FF, C,
                    lay, false);
-    lora_bwd(l, LoraTarget::kDown, d_hidden_.data(), d_res_.data(), a.hidden.data());
+    lora_bwd(l, LoraTarget::kDown, d_hidden_.data(), d_res_.data(), m.hidden.data());
     be_.zero(d_fc_.data(), nff);
     be_.zero(d_up_.data(), nff);
-    be_.swiglu_bwd(d_fc_.data(), d_up_.data(), d_hidden_.data(), a.fc.data(), a.up.data(), nff);
-    be_.linear_bwd(d_ln_.data(), g(o.gate_w), nullptr, d_fc_.data(), a.ln2.data(), w(o.gate_w), N, C, FF, lay,
+    be_.swiglu_bwd(d_fc_.data(), d_up_.data(), d_hidden_.data(), m.fc.data(), m.up.data(), nff);
+    be_.linear_bwd(d_ln_.data(), g(o.gate_w), nullptr, d_fc_.data(), n.ln2.data(), w(o.gate_w), N, C, FF, lay,
                    false);
-    lora_bwd(l, LoraTarget::kGate, d_ln_.data(), d_fc_.data(), a.ln2.data());
-    be_.linear_bwd(d_ln_.data(), g(o.up_w), nullptr, d_up_.data(), a.ln2.data(), w(o.up_w), N, C, FF, lay, true);
-    lora_bwd(l, LoraTarget::kUp, d_ln_.data(), d_up_.data(), a.ln2.data());
+    lora_bwd(l, LoraTarget::kGate, d_ln_.data(), d_fc_.data(), n.ln2.data());
+    be_.linear_bwd(d_ln_.data(), g(o.up_w), nullptr, d_up_.data(), n.ln2.data(), w(o.up_w), N, C, FF, lay, true);
+    lora_bwd(l, LoraTarget::kUp, d_ln_.data(), d_up_.data(), n.ln2.data());
   }
-  norm_bwd(d_res_.data(), d_ln_.data(), a.x_mid.data(), a.ln2_mean.data(), a.ln2_rstd.data(), o.ln2_w, o.ln2_b);
+  norm_bwd(d_res_.data(), d_ln_.data(), n.x_mid.data(), n.ln2_mean.data(), n.ln2_rstd.data(), o.ln2_w, o.ln2_b);
   // Attention: d_res_ is now d(x_mid).
+  if (shares_attn() && !full()) attn_fwd(l, false);  // recompute=attn: from the layer's ln1
+  LayerActs& a = attn_acts(l);
   be_.linear_bwd(d_atty_.data(), g(o.attn_out_w), g(o.attn_out_b), d_res_.data(), a.atty.data(),
                  w(o.attn_out_w), N, NH * HS, C, lay, false);
   lora_bwd(l, LoraTarget::kO, d_atty_.data(), d_res_.data(), a.atty.data());
@@ -324,7 +437,7 @@ void Model<B>::block_backward(int l) {
   be_.attention_bwd(d.q, d.k, d.v, d_atty_.data(), in.q, in.k, in.v, a.atty.data(), a.att, attention_shape(),
                     in.st, layout_.seg);
   if (gpt2()) {
-    be_.linear_bwd(d_ln_.data(), g(o.qkv_w), g(o.qkv_b), d_qkv_.data(), a.ln1.data(), w(o.qkv_w), N, C, 3 * C,
+    be_.linear_bwd(d_ln_.data(), g(o.qkv_w), g(o.qkv_b), d_qkv_.data(), n.ln1.data(), w(o.qkv_w), N, C, 3 * C,
                    lay, false);
   } else {
     const Rope rope = cfg_.rope();
@@ -345,16 +458,17 @@ void Model<B>::block_backward(int l) {
       be_.rope_bwd(d.k, B_, T_, NKV, HS, rope, layout_.pos);
     }
     const Act dq = d.q, dk = d.k;
-    be_.linear_bwd(d_ln_.data(), g(o.q_w), bias_in_rope ? nullptr : g(o.q_b), dq, a.ln1.data(), w(o.q_w), N, C,
+    be_.linear_bwd(d_ln_.data(), g(o.q_w), bias_in_rope ? nullptr : g(o.q_b), dq, n.ln1.data(), w(o.q_w), N, C,
                    NH * HS, lay, false);
-    lora_bwd(l, LoraTarget::kQ, d_ln_.data(), dq, a.ln1.data());
-    be_.linear_bwd(d_ln_.data(), g(o.k_w), bias_in_rope ? nullptr : g(o.k_b), dk, a.ln1.data(), w(o.k_w), N, C,
+    lora_bwd(l, LoraTarget::kQ, d_ln_.data(), dq, n.ln1.data());
+    be_.linear_bwd(d_ln_.data(), g(o.k_w), bias_in_rope ? nullptr : g(o.k_b), dk, n.ln1.data(), w(o.k_w), N, C,
                    NKV * HS, lay, true);
-    lora_bwd(l, LoraTarget::kK, d_ln_.data(), dk, a.ln1.data());
-    be_.linear_bwd(d_ln_.data(), g(o.v_w), g(o.v_b), d.v, a.ln1.data(), w(o.v_w), N, C, NKV * HS, lay, true);
-    lora_bwd(l, LoraTarget::kV, d_ln_.data(), d.v, a.ln1.data());
+    lora_bwd(l, LoraTarget::kK, d_ln_.data(), dk, n.ln1.data());
+    be_.linear_bwd(d_ln_.data(), g(o.v_w), g(o.v_b), d.v, n.ln1.data(), w(o.v_w), N, C, NKV * HS, lay, true);
+    lora_bwd(l, LoraTarget::kV, d_ln_.data(), d.v, n.ln1.data());
   }
-  norm_bwd(d_res_.data(), d_ln_.data(), a.x_in.data(), a.ln1_mean.data(), a.ln1_rstd.data(), o.ln1_w, o.ln1_b);
+  norm_bwd(d_res_.data(), d_ln_.data(), acts_[l].x_in.data(), n.ln1_mean.data(), n.ln1_rstd.data(), o.ln1_w,
+           o.ln1_b);
 }
 
 template <class B>

@@ -14,6 +14,7 @@
 #include "forge/core/error.h"
 #include "forge/model/config.h"
 #include "forge/model/params.h"
+#include "forge/model/recompute.h"
 #include "forge/ops/adamw.h"
 #include "forge/ops/attention.h"
 #include "forge/ops/loss_scale.h"
@@ -101,6 +102,10 @@ class StepRunner {
   virtual void set_loss_scale_state(const LossScaleState&) {
     FORGE_CHECK(false, describe(), ": set_loss_scale_state() on a runner without loss scaling");
   }
+
+  // Activation recomputation (model/recompute.h) from the next micro_step() on; losses and
+  // gradients are bit-identical at every level, memory and time are not.
+  virtual void set_recompute(Recompute r) = 0;
 
   // Peak bytes of device memory held (0 on the CPU).
   virtual size_t peak_device_bytes() const { return 0; }

@@ -52,6 +52,7 @@ class CpuRunner final : public HostStepRunner {
     return comm_ ? s + ", zero-1 over " + comm_->describe() : s;
   }
   void zero_grad() override { model_.zero_grad(); }
+  void set_recompute(Recompute r) override { model_.set_recompute(r); }
 
   // Every call finishes its work before it returns: the report is ready at once.
   void micro_step(const int32_t* x, const int32_t* y, int B, int T_, double scale) override {

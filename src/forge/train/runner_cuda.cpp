@@ -216,6 +216,16 @@ class CudaRunner final : public StepRunner {
     FORGE_CHECK(micro_ == 0, "zero_grad() in the middle of a step");
     zero_ = true;
   }
+  // The next forward re-plans the activations: the queued steps finish on the old buffers and
+  // the graph goes (its key would still match: the plan generation moves only in that forward).
+  void set_recompute(Recompute r) override {
+    FORGE_CHECK(micro_ == 0, "set_recompute() in the middle of a step");
+    if (r == model_.recompute()) return;
+    ctx_.synchronize();
+    graph_.reset();
+    graph_key_ = eager_key_ = StepKey{};
+    model_.set_recompute(r);
+  }
 
   void micro_step(const int32_t* x, const int32_t* y, int B, int T_, double scale) override {
     const size_t n = static_cast<size_t>(B) * T_;

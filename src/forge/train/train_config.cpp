@@ -20,6 +20,7 @@ constexpr double kInf = std::numeric_limits<double>::infinity();
 constexpr const char* kSaveDtypes[] = {"f32", "bf16"};
 constexpr const char* kSftOverlong[] = {"truncate", "skip"};
 constexpr const char* kSftLayouts[] = {"pad", "pack"};
+constexpr const char* kRecompute[] = {"none", "attn", "mlp", "full"};
 
 // The ranges are those the loop can run with: run() and the optimizer need positive counts,
 // AdamW's bias correction divides by 1 - beta^t (beta < 1), and eps keeps never-updated rows
@@ -75,6 +76,9 @@ constexpr TrainField kTrainFields[] = {
     {"sft_layout", "L",
      "--sft: one example a row, padded, or several packed (attention kept inside each)",
      ChoiceMember{&TrainConfig::sft_layout, kSftLayouts}},
+    {"recompute", "R",
+     "activations the backward recomputes instead of keeping (less memory, same results)",
+     ChoiceMember{&TrainConfig::recompute, kRecompute}},
 };
 
 // "5GB" -> 5'000'000'000 (ByteSizeMember's syntax); throws naming `what` otherwise.

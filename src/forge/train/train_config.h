@@ -58,6 +58,8 @@ struct TrainConfig {
   std::string sft_overlong = "truncate";  // or "skip": examples longer than seq_len + 1 tokens
   // "pad": one example a row; "pack": several (forge train --pack, data/sft_data.h).
   std::string sft_layout = "pad";
+  // Activation recomputation (model/recompute.h): "none", "attn", "mlp" or "full".
+  std::string recompute = "none";
   bool quiet = false;  // no per-step progress lines (not a setting: not in the table)
 
   // Applies one key=value override; returns false if the key is not a training field. A bad

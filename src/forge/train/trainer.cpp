@@ -266,6 +266,7 @@ TrainResult run(Transformer<float>& model, TrainConfig cfg, const std::string& d
     if (start.device_hint.empty()) throw;
     throw Error(str(e.what(), "; ", start.device_hint));
   }
+  runner->set_recompute(parse_recompute(cfg.recompute));
   if (cfg.save_shard_size < 1)
     throw Error(str("save_shard_size must be >= 1 byte, got ", cfg.save_shard_size));
   const ModelSaveOptions final_save{save_dtype_from_name(cfg.save_dtype), cfg.save_shard_size,

@@ -93,6 +93,8 @@ class CpuBackend {
   void synchronize() {}  // every op has finished when it returns
   static Act at(Act p, int64_t n) { return p + n; }
   void zero(Act p, size_t n) { std::fill_n(p, n, T(0)); }
+  // n elements of −0, the exact identity of addition (x + (−0) is x for every x, −0 included).
+  void fill_negative_zero(Act p, size_t n) { std::fill_n(p, n, -T(0)); }
   // The GELU of GPT-2's MLP is a separate pass here: linear_dgelu_bwd needs a (N, FF) scratch.
   bool fuses_gelu() const { return false; }
   const Real* scale_dloss(const Real* dloss) { return dloss; }

@@ -213,6 +213,14 @@ CudaBackend::Act CudaBackend::aw(int64_t off) const {
 
 void CudaBackend::zero(Act p, size_t n) { FORGE_CUDA_CHECK(cudaMemsetAsync(p, 0, n * es_, ctx_.stream())); }
 
+// −0 in f32, bf16 and f16 alike: the sign bit alone, the top bit of the element's last byte
+// (little-endian).
+void CudaBackend::fill_negative_zero(Act p, size_t n) {
+  std::vector<uint8_t> host(n * es_, 0);
+  for (size_t i = 0; i < n; ++i) host[i * es_ + es_ - 1] = 0x80;
+  upload_bytes(p, host.data(), host.size());
+}
+
 const CudaBackend::Real* CudaBackend::scale_dloss(const Real* dloss) {
   if (loss_scale_.size() == 0) return dloss;
   cuda::loss_scale_dloss(ctx_, scaled_dloss_.data(), dloss, loss_scale_.data());

@@ -167,6 +167,8 @@ class CudaBackend {
   void plan_attention(const AttentionShape& s);
   Act at(Act p, int64_t n) const { return static_cast<uint8_t*>(p) + n * static_cast<int64_t>(es_); }
   void zero(Act p, size_t n);
+  // n elements of −0 (the CPU backend's contract); uploads and waits: not for a captured step.
+  void fill_negative_zero(Act p, size_t n);
   bool fuses_gelu() const { return dt_ != DType::kF32; }
   const Real* scale_dloss(const Real* dloss);
   void synchronize() { ctx_.synchronize(); }
