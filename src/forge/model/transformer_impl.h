@@ -417,8 +417,6 @@ void Model<B>::block_backward(int l) {
     be_.linear_bwd(d_hidden_.data(), g(o.down_w), nullptr, d_res_.data(), m.hidden.data(), w(o.down_w), N, FF, C,
                    lay, false);
     lora_bwd(l, LoraTarget::kDown, d_hidden_.data(), d_res_.data(), m.hidden.data());
-    be_.zero(d_fc_.data(), nff);
-    be_.zero(d_up_.data(), nff);
     be_.swiglu_bwd(d_fc_.data(), d_up_.data(), d_hidden_.data(), m.fc.data(), m.up.data(), nff);
     be_.linear_bwd(d_ln_.data(), g(o.gate_w), nullptr, d_fc_.data(), n.ln2.data(), w(o.gate_w), N, C, FF, lay,
                    false);

@@ -15,7 +15,8 @@ void gelu_bwd(T* dinp, const T* inp, const T* dout, int64_t n);
 // SwiGLU gate: out = silu(gate) · up, silu(z) = z·σ(z).
 template <typename T>
 void swiglu_fwd(T* out, const T* gate, const T* up, int64_t n);
-// Accumulates (+=) dgate and dup.
+// Writes dgate and dup (not +=: the model's only caller had zeroed both first, two passes over
+// (N, FF) and a read of each in the op, ~3 ms of a SmolLM2-135M step on the H200).
 template <typename T>
 void swiglu_bwd(T* dgate, T* dup, const T* dout, const T* gate, const T* up, int64_t n);
 

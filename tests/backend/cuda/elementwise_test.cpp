@@ -2,7 +2,7 @@
 // Sizes: 1; 37·201 = 7437 (not a multiple of 8: the element-by-element tail after the 8-wide
 // body); 4096·768 (the vector body, many grid-stride steps). Offset-by-one views force the
 // scalar (misaligned) instantiation. Outputs are poisoned first, backward gradients pre-filled
-// with random values to check +=.
+// with random values: GELU's backward must add to them (+=), SwiGLU's must overwrite them.
 #include <cmath>
 #include <iterator>
 #include <limits>
@@ -72,6 +72,7 @@ TEST_P(ElementwiseTest, SwigluFwdBwdMatchCpu) {
     const auto gate = as_dt(dt(), random_normal<float>(n, seed++, 3.0));
     const auto upv = as_dt(dt(), random_normal<float>(n, seed++));
     const auto dout = as_dt(dt(), random_normal<float>(n, seed++));
+    // Random (not zero) initial gradients: the op writes them, as the CPU twin does.
     const auto dgate0 = as_dt(dt(), random_normal<float>(n, seed++));
     const auto dup0 = as_dt(dt(), random_normal<float>(n, seed++));
     std::vector<float> ref_out(n), ref_dgate = dgate0, ref_dup = dup0;

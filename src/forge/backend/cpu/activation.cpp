@@ -78,8 +78,8 @@ void swiglu_bwd(T* dgate, T* dup, const T* dout, const T* gate, const T* up, int
   for (int64_t i = 0; i < n; ++i) {
     const T g = gate[i];
     const T s = sigmoid(g);
-    dgate[i] += dout[i] * up[i] * s * (T(1) + g * (T(1) - s));
-    dup[i] += dout[i] * g * s;
+    dgate[i] = dout[i] * up[i] * s * (T(1) + g * (T(1) - s));
+    dup[i] = dout[i] * g * s;
   }
 }
 

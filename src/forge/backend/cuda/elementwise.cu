@@ -21,10 +21,10 @@
 //
 // ptxas (sm_90a, CUDA 13.0, -Xptxas=-v): registers, spill stores, stack frame per kernel
 // (map_kernel<kN, TIn, TOut, inputs, outputs, op>; kN = 1 is the element-by-element one):
-//   map_kernel<1, bf16, bf16, 5, 2, SwigluBwd>            22 regs, 0 spill, 0 stack
-//   map_kernel<8, bf16, bf16, 5, 2, SwigluBwd>            60 regs, 0 spill, 0 stack
-//   map_kernel<1, float, float, 5, 2, SwigluBwd>          40 regs, 0 spill, 0 stack
-//   map_kernel<8, float, float, 5, 2, SwigluBwd>          74 regs, 0 spill, 0 stack
+//   map_kernel<1, bf16, bf16, 3, 2, SwigluBwd>            (was 5 inputs: 22 regs; not re-measured)
+//   map_kernel<8, bf16, bf16, 3, 2, SwigluBwd>            (was 5 inputs: 60 regs; not re-measured)
+//   map_kernel<1, float, float, 3, 2, SwigluBwd>          (was 5 inputs: 40 regs; not re-measured)
+//   map_kernel<8, float, float, 3, 2, SwigluBwd>          (was 5 inputs: 74 regs; not re-measured)
 //   map_kernel<1, bf16, bf16, 2, 1, SwigluFwd>            19 regs, 0 spill, 0 stack
 //   map_kernel<8, bf16, bf16, 2, 1, SwigluFwd>            36 regs, 0 spill, 0 stack
 //   map_kernel<1, float, float, 2, 1, SwigluFwd>          30 regs, 0 spill, 0 stack
@@ -98,11 +98,11 @@ struct SwigluFwd {  // x = {gate, up}
     y[0] = g * sigmoid(g) * x[1];
   }
 };
-struct SwigluBwd {  // x = {gate, up, dout, dgate, dup}; y = {dgate, dup}
+struct SwigluBwd {  // x = {gate, up, dout}; y = {dgate, dup} (written, not accumulated)
   __device__ void operator()(const float* x, float* y) const {
     const float g = x[0], s = sigmoid(g);
-    y[0] = x[3] + x[2] * x[1] * s * (1.0f + g * (1.0f - s));
-    y[1] = x[4] + x[2] * g * s;
+    y[0] = x[2] * x[1] * s * (1.0f + g * (1.0f - s));
+    y[1] = x[2] * g * s;
   }
 };
 
@@ -252,9 +252,8 @@ void swiglu_bwd(Context& ctx, DType dt, void* dgate, void* dup, const void* dout
   dispatch_dtype(dt, "swiglu_bwd", [&](auto tag) {
     using T = decltype(tag);
     launch_map(ctx,
-               MapArgs<T, T, 5, 2>{{static_cast<const T*>(gate), static_cast<const T*>(up),
-                                    static_cast<const T*>(dout), static_cast<const T*>(dgate),
-                                    static_cast<const T*>(dup)},
+               MapArgs<T, T, 3, 2>{{static_cast<const T*>(gate), static_cast<const T*>(up),
+                                    static_cast<const T*>(dout)},
                                    {static_cast<T*>(dgate), static_cast<T*>(dup)},
                                    n},
                SwigluBwd{});
