@@ -113,28 +113,6 @@ int bench_attention(const Argv& argv) {
 }
 
 #ifdef FORGE_HAVE_CUDA
-// bench train --gpus N: the command line each rank runs (this one without --gpus and
-// --json-out), after the checks a supervisor makes.
-std::vector<std::string> rank_command(const Argv& argv, int n) {
-  const LaunchInfo launch = detect_launch(process_env());
-  if (launch.launcher != "none")
-    throw Error(str("--gpus starts its own ranks; this process is already rank ", launch.rank, " of ",
-                    launch.size, " under ", launch.launcher, ": drop --gpus"));
-  const int have = gpu_count();
-  if (n > have)
-    throw Error(str("--gpus ", n, ": this machine has ", have, " GPU", have == 1 ? "" : "s"));
-  std::vector<std::string> cmd = {"/proc/self/exe", "bench", "train"};
-  for (size_t i = 0; i < argv.size(); ++i) {
-    if (argv[i] == "--gpus" || argv[i] == "--json-out") {
-      ++i;  // and its value
-      continue;
-    }
-    if (argv[i].starts_with("--gpus=") || argv[i].starts_with("--json-out=")) continue;
-    cmd.push_back(argv[i]);
-  }
-  return cmd;
-}
-
 // A rank that bench train --gpus started: the plain runner on GPU LOCAL_RANK (--rank-plain), or
 // the data-parallel runner over an NCCL communicator of every rank (a world of one: the ZeRO-1
 // path forced on one rank). Ranks other than 0 print only errors.
@@ -204,7 +182,7 @@ int bench_gpu(const std::string& what, const Argv& argv) {
 #ifdef FORGE_HAVE_CUDA
   if (a.has("gpus")) {
     const int gpus = parse_int("--gpus", a.get("gpus"), 1, 4096);
-    bench::train_gpus_cuda(o, gpus, rank_command(argv, gpus));
+    bench::train_gpus_cuda(o, gpus, gpus_rank_command(gpus, {"bench", "train"}, argv, {"json-out"}));
     return 0;
   }
   if (a.has("rank-result")) {

@@ -18,7 +18,6 @@
 #include "commands.h"
 #include "forge/core/dtype.h"
 #include "forge/core/error.h"
-#include "forge/backend/cuda/runtime.h"
 #include "forge/core/parse.h"
 #include "forge/dist/bootstrap.h"
 #include "forge/dist/local_launch.h"
@@ -376,26 +375,14 @@ void run_train(const Args& a, Communicator* world, std::unique_ptr<Communicator>
 int train_on_gpus(const Args& a, const Argv& argv) {
   const int n = parse_int("--gpus", a.get("gpus"), 1, 4096);
   const LaunchInfo launch = detect_launch(process_env());
-  if (launch.launcher != "none")
+  if (launch.launcher != "none")  // before the --device check: gpus_rank_command says it again
     throw Error(str("--gpus starts its own ranks; this process is already rank ", launch.rank,
                     " of ", launch.size, " under ", launch.launcher, ": drop --gpus"));
   if (a.has("device") && a.get("device") != "cuda")
     throw Error(str("--gpus trains on GPUs: drop --device ", a.get("device")));
-  const int have = gpu_count();
-  if (n > have)
-    throw Error(str("--gpus ", n, ": this machine has ", have, " GPU", have == 1 ? "" : "s",
-                    have == 0 ? " (" + cuda::device_summary() + ")" : ""));
   LocalLaunch l;
   l.ranks = n;
-  l.argv = {"/proc/self/exe", "train"};
-  for (size_t i = 0; i < argv.size(); ++i) {
-    if (argv[i] == "--gpus") {
-      ++i;  // and its value
-      continue;
-    }
-    if (argv[i].starts_with("--gpus=")) continue;
-    l.argv.push_back(argv[i]);
-  }
+  l.argv = gpus_rank_command(n, {"train"}, argv);
   if (!a.has("device")) l.argv.insert(l.argv.end(), {"--device", "cuda"});
   const LaunchOutcome o = run_local_ranks(l);
   if (o.status != 0) std::fprintf(stderr, "forge train --gpus %d: %s\n", n, o.message.c_str());

@@ -7,6 +7,8 @@
 #pragma once
 
 #include <memory>
+#include <string>
+#include <vector>
 
 #include "forge/dist/communicator.h"
 
@@ -19,5 +21,13 @@ std::unique_ptr<Communicator> open_world();
 
 // GPUs this process can use (0 without the CUDA backend or a driver).
 int gpu_count();
+
+// `--gpus N` (forge train, forge bench train): the command line each of the N ranks runs —
+// /proc/self/exe, then `command` (e.g. {"train"}), then argv without --gpus and the options in
+// `drop`, each with its value. Throws forge::Error when this process already is a rank under a
+// launcher, or the machine has fewer than n GPUs.
+std::vector<std::string> gpus_rank_command(int n, const std::vector<std::string>& command,
+                                           const std::vector<std::string>& argv,
+                                           const std::vector<std::string>& drop = {});
 
 }  // namespace forge::cli

@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli_runner.h"
+#include "tiny_chat_model.h"
 #include "forge/backend/cuda/runtime.h"
 #include "forge/chat/chat_template.h"
 #include "forge/chat/sft_example.h"
@@ -22,24 +23,14 @@ namespace {
 
 namespace fs = std::filesystem;
 using testing::CmdResult;
-const std::string kTokenizer =
-    std::string(FORGE_SOURCE_DIR) + "/tests/data/chat/tokenizers/bytelevel.json";
+const std::string& kTokenizer = testing::kChatTokenizer;
 
 class SftCliTest : public testing::CliTest {
  protected:
   void SetUp() override {
     CliTest::SetUp();
     // A tiny GPT-2 over the byte-level chat test tokenizer (it has ChatML's special tokens).
-    ModelConfig cfg = preset_config("tiny");
-    cfg.vocab_size = tok::Tokenizer::load(kTokenizer).vocab_size();
-    cfg.max_seq_len = 48;
-    cfg.n_layer = 1;
-    cfg.n_embd = 32;
-    cfg.n_head = cfg.n_kv_head = 2;
-    cfg.ffn_hidden = 64;
-    Transformer<float> model(cfg);
-    model.init_weights(3);
-    save_model_dir(p("model"), model, {.files = {{"tokenizer.json", io::read_file(kTokenizer)}}});
+    testing::save_tiny_chat_model(p("model"));
     std::ofstream(p("ok.jsonl"))
         << R"({"prompt": "Say hi", "response": "hi"})" << "\n"
         << R"({"messages": [{"role": "user", "content": "nothing to answer"}]})" << "\n"

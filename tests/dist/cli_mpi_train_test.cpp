@@ -30,6 +30,7 @@
 #include "forge/model/transformer.h"
 #include "forge/tokenizer/tokenizer.h"
 #include "stride_shards.h"
+#include "tiny_chat_model.h"
 
 namespace forge {
 namespace {
@@ -149,19 +150,7 @@ class MpiTrainCli : public ::testing::Test {
   // so the ranks' halves of a micro-batch hold different numbers of trained tokens and the
   // weighting by the global step's count matters.
   ModelConfig chat_model_and_examples(Family family = Family::kGpt2) const {
-    const std::string tokenizer =
-        std::string(FORGE_SOURCE_DIR) + "/tests/data/chat/tokenizers/bytelevel.json";
-    ModelConfig cfg = preset_config("tiny");
-    cfg.family = family;
-    cfg.vocab_size = tok::Tokenizer::load(tokenizer).vocab_size();
-    cfg.max_seq_len = 48;
-    cfg.n_layer = 1;
-    cfg.n_embd = 32;
-    cfg.n_head = cfg.n_kv_head = 2;
-    cfg.ffn_hidden = 64;
-    Transformer<float> model(cfg);
-    model.init_weights(3);
-    save_model_dir(p("model"), model, {.files = {{"tokenizer.json", io::read_file(tokenizer)}}});
+    const ModelConfig cfg = testing::save_tiny_chat_model(p("model"), family);
     std::ofstream f(p("chat.jsonl"));
     for (int i = 0; i < 24; ++i)
       f << R"({"prompt": "q)" << i << R"(", "response": ")" << std::string(1 + (i * 5) % 17, 'a')
