@@ -78,11 +78,13 @@ class MpiTrainCli : public ::testing::Test {
   }
   static std::string mpirun() { return std::string(FORGE_MPIEXEC) + " --oversubscribe"; }
   // A tiny model on the shards; every run of a test uses the same settings.
-  std::string shard_args(const std::string& run, int steps, int save_every = 3) const {
+  // extra: more settings, e.g. " dp_bucket=1" (a gradient bucket a layer, dist/buckets.h).
+  std::string shard_args(const std::string& run, int steps, int save_every = 3,
+                         const std::string& extra = "") const {
     return "train --device cpu --data " + p("data") + " --out " + p(run) + " --steps " +
            std::to_string(steps) + " --save-every " + std::to_string(save_every) +
            " vocab_size=50 max_seq_len=16 seq_len=16 batch_size=4 grad_accum=2"
-           " n_layer=2 n_embd=32 n_head=4 ffn_hidden=64 eval_every=5 eval_windows=4 lr=3e-3";
+           " n_layer=2 n_embd=32 n_head=4 ffn_hidden=64 eval_every=5 eval_windows=4 lr=3e-3" + extra;
   }
   std::vector<nlohmann::json> metrics(const std::string& run) const {
     std::vector<nlohmann::json> out;
@@ -182,9 +184,12 @@ TEST_F(MpiTrainCli, TwoRanksMatchOneProcessOnTokenShards) {
   EXPECT_TRUE(fs::is_directory(dir_ / "two/checkpoints/step_000006"));
 }
 
+// With a gradient bucket a layer (dp_bucket=1; config.json keeps it for the resumed runs): the
+// 2-rank shards are pieces of three buckets, and checkpoints hold the full buffers in the
+// parameter table's order, so a run resumes on either rank count.
 TEST_F(MpiTrainCli, ResumesAcrossRankCounts) {
-  ASSERT_EQ(forge(shard_args("one", 6), 1).code, 0);
-  ASSERT_EQ(forge(shard_args("two", 6), 2).code, 0);
+  ASSERT_EQ(forge(shard_args("one", 6, 3, " dp_bucket=1"), 1).code, 0);
+  ASSERT_EQ(forge(shard_args("two", 6, 3, " dp_bucket=1"), 2).code, 0);
   expect_resumes_across_rank_counts(
       [this](const std::string& run, const std::string& ref, double rtol) { expect_same_metrics(run, ref, rtol); });
   EXPECT_TRUE(fs::is_regular_file(dir_ / "one_on_two/model/model.safetensors"));
@@ -306,7 +311,7 @@ class MpiLoraCli : public MpiTrainCli {
     return "train --device cpu --init-from " + p("model") + " --sft " + p("chat.jsonl") +
            " --lora r=4,alpha=8,targets=q,k,v,o,gate,up,down --out " + p(run) +
            " --steps 6 --save-every 3 seq_len=32 batch_size=2 grad_accum=2 eval_every=3"
-           " eval_windows=4 sft_val_frac=0.2 lr=1e-2";
+           " eval_windows=4 sft_val_frac=0.2 lr=1e-2 dp_bucket=1";  // a bucket a layer
   }
   // RUN/model's adapters against REF's: ‖b − a‖ ≤ rtol · ‖a‖ over the whole adapter buffer
   // (0: bit-identical). Not per value: Adam divides each gradient by its own running magnitude,

@@ -19,6 +19,8 @@
 #include <cmath>
 #include <memory>
 
+#include "forge/core/error.h"
+#include "forge/dist/buckets.h"
 #include "forge/dist/communicator.h"
 #include "forge/model/transformer.h"
 #include "forge/ops/adamw.h"
@@ -100,14 +102,22 @@ void expect_same_on_every_rank(Communicator& c, const std::vector<float>& w) {
   EXPECT_TRUE(r0 == w) << "rank " << c.rank() << "'s weights differ from rank 0's";
 }
 
+// Buckets: the default (one bucket for these small models: the contiguous shards) and one a
+// layer (bucket size 1 element), the layout the GPU runner reduces during the backward.
+constexpr size_t kDefaultBucket = bucket_elems_of_bytes(kDefaultBucketBytes);
+constexpr size_t kBucketPerLayer = 1;
+
 TEST(Zero1Mpi, RanksWithHalfTheBatchFollowOneRunnerOnTheWholeBatch) {
   Communicator& c = testing::mpi_world();
   const int W = c.size();
+  for (const size_t bucket : {kDefaultBucket, kBucketPerLayer})
   for (const Family f : {Family::kGpt2, Family::kLlama}) {
+    SCOPED_TRACE(::testing::Message() << "bucket " << bucket);
     const RunSetup su = make_setup(testing::small_config(f));
     auto single = make_cpu_runner(su.cfg);
-    auto dist = make_cpu_runner(su.cfg, &c);
-    EXPECT_EQ(dist->describe(), "cpu fp32, zero-1 over " + c.describe());
+    auto dist = make_cpu_runner(su.cfg, &c, bucket);
+    const size_t buckets = bucket == kBucketPerLayer ? su.cfg.n_layer + 1 : 1;  // + the embedding's
+    EXPECT_EQ(dist->describe(), str("cpu fp32, zero-1 over ", c.describe(), " (", buckets, " gradient buckets)"));
     single->set_weights(su.init);
     dist->set_weights(su.init);
     const double max_norm = 1.0;
@@ -153,24 +163,32 @@ ModelConfig odd_gpt2() {
 }
 
 // Test 1 of the header: the sharded step is the unsharded data-parallel step, bit for bit.
+// Parameter: "model" or "model/per-layer" (a bucket a layer).
 class Zero1Exact : public ::testing::TestWithParam<const char*> {};
 
 TEST_P(Zero1Exact, ShardedStepIsTheUnshardedDataParallelStepBitForBit) {
   Communicator& c = testing::mpi_world();
   const int W = c.size();
-  const RunSetup su = make_setup(
-      std::string(GetParam()) == "odd-gpt2" ? odd_gpt2() : testing::small_config(Family::kLlama));
-  auto dist = make_cpu_runner(su.cfg, &c);
+  const std::string param = GetParam();
+  const bool odd = param.rfind("odd-gpt2", 0) == 0;
+  const size_t bucket = param.find("/per-layer") != std::string::npos ? kBucketPerLayer : kDefaultBucket;
+  const RunSetup su = make_setup(odd ? odd_gpt2() : testing::small_config(Family::kLlama));
+  auto dist = make_cpu_runner(su.cfg, &c, bucket);
   dist->set_weights(su.init);
   // The reference: one model per rank for the gradients; weights, m, v over the whole buffer.
   std::vector<std::unique_ptr<Transformer<float>>> ranks;
   for (int r = 0; r < W; ++r) ranks.push_back(std::make_unique<Transformer<float>>(su.cfg));
   const size_t n = ranks[0]->num_params();
-  if (std::string(GetParam()) == "odd-gpt2") {
+  if (odd) {
     EXPECT_EQ(n % 2, 1u) << n << " parameters: the padding goes untested";
   }
   std::vector<float> w = su.init, m(n, 0.0f), v(n, 0.0f), g(n);
-  const size_t shard = shard_size(n, W);
+  // The shards' layout (dist/buckets.h): Σ g² is summed per rank over its shard, in shard order.
+  const BucketPlan plan(n, W, ranks[0]->trained_layer_starts(), bucket);
+  if (bucket == kBucketPerLayer) {
+    EXPECT_EQ(plan.buckets().size(), size_t(su.cfg.n_layer) + 1) << "a bucket a layer + the embedding's";
+  }
+  std::vector<float> shard(plan.shard());
   const double max_norm = 1.0;
   for (int s = 0; s < 5; ++s) {
     std::vector<double> losses(su.micro, 0.0);  // Σ over ranks in rank order, then ÷ W
@@ -191,8 +209,8 @@ TEST_P(Zero1Exact, ShardedStepIsTheUnshardedDataParallelStepBitForBit) {
     for (float& e : g) e *= 1.0f / W;
     double sum_sq = 0;
     for (int r = 0; r < W; ++r) {
-      const size_t lo = std::min(n, r * shard), hi = std::min(n, lo + shard);
-      sum_sq += cpu::sum_squares(g.data() + lo, int64_t(hi - lo));
+      plan.flat_to_shard(g.data(), r, shard.data());
+      sum_sq += cpu::sum_squares(shard.data(), int64_t(plan.valid(r)));
     }
     const double norm = std::sqrt(sum_sq);
     AdamWParams q = params_of_step(s);
@@ -221,7 +239,8 @@ TEST_P(Zero1Exact, ShardedStepIsTheUnshardedDataParallelStepBitForBit) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Models, Zero1Exact, ::testing::Values("llama", "odd-gpt2"));
+INSTANTIATE_TEST_SUITE_P(Models, Zero1Exact,
+                         ::testing::Values("llama", "odd-gpt2", "llama/per-layer", "odd-gpt2/per-layer"));
 
 // A NaN loss (step 1) or a NaN gradient (step 2) on the last rank alone skips the step on every
 // rank; the weights stay bit for bit, and the next update (step 3) uses Adam's t = 2, so the run

@@ -236,14 +236,18 @@ TEST_F(LoraCudaRunnerTest, AdaptersAndAdamStateCarryIntoAFreshRunner) {
 // runner given the saved adapters and Adam state (a checkpoint's) continues as the plain one does.
 TEST_F(LoraCudaRunnerTest, OneRankNcclEqualsThePlainLoraRunnerBitForBit) {
   if (!nccl_compiled()) GTEST_SKIP() << "built without NCCL";
+  // Buckets: the default (one for this model) and one a layer (dist/buckets.h; the adapters of
+  // layer 0 start at 0, so that bucket waits for step()).
+  for (const size_t bucket : {CudaSettings{}.bucket_elems, size_t{1}})
   for (const char* precision : {"fp32", "bf16", "fp16"}) {
-    SCOPED_TRACE(precision);
+    SCOPED_TRACE(::testing::Message() << precision << ", bucket " << bucket);
     const Transformer<float> host = lora_model();
     const ModelConfig& cfg = host.config();
     LocalComm boot;
     auto nccl = make_nccl_comm(boot, 0, nullptr);
     CudaSettings dp;
     dp.zero1_one_rank = true;
+    dp.bucket_elems = bucket;
     auto plain = make_lora_cuda_runner(host, precision);
     auto zero1 = make_lora_cuda_runner(host, precision, dp, nccl.get());
     EXPECT_NE(zero1->describe().find("zero-1 over nccl rank 0 of 1"), std::string::npos) << zero1->describe();

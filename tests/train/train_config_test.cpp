@@ -54,6 +54,7 @@ const std::map<std::string, std::function<std::string(const TrainConfig&)>>& rea
       {"sft_overlong", [](const TrainConfig& c) { return c.sft_overlong; }},
       {"sft_layout", [](const TrainConfig& c) { return c.sft_layout; }},
       {"recompute", [](const TrainConfig& c) { return c.recompute; }},
+      {"dp_bucket", [](const TrainConfig& c) { return std::to_string(c.dp_bucket); }},
   };
   return m;
 }
@@ -92,11 +93,12 @@ TEST(TrainConfig, TableListsEveryFieldOnce) {
 
 // config.json exactly as the hand-written train_config_json wrote it before the table: same
 // keys, same JSON types, same text (plus the keys added since: save_dtype, save_shard_size,
-// max_bad_steps, loss_spike_z, epochs, sft_val_frac, sft_overlong, sft_layout, recompute).
+// max_bad_steps, loss_spike_z, epochs, sft_val_frac, sft_overlong, sft_layout, recompute,
+// dp_bucket).
 // Old run directories are read with these keys.
 TEST(TrainConfig, JsonIsTheFormatOldRunsHave) {
   EXPECT_EQ(train_config_json(TrainConfig{}).dump(),
-            R"({"batch_size":8,"beta1":0.9,"beta2":0.95,"epochs":0,"eps":1e-08,"eval_every":100,)"
+            R"({"batch_size":8,"beta1":0.9,"beta2":0.95,"dp_bucket":16777216,"epochs":0,"eps":1e-08,"eval_every":100,)"
             R"("eval_windows":64,"grad_accum":1,"grad_clip":1.0,"keep_checkpoints":3,)"
             R"("loss_spike_z":5.0,"lr":0.0006,"max_bad_steps":5,)"
             R"("min_lr_frac":0.1,"recompute":"none","save_dtype":"f32","save_every":0,"save_shard_size":5000000000,)"
@@ -152,6 +154,7 @@ TEST(TrainConfig, OldRunConfigReadsBackExactly) {
   back["sft_overlong"] = "truncate";
   back["sft_layout"] = "pad";
   back["recompute"] = "none";
+  back["dp_bucket"] = 16777216;
   EXPECT_EQ(train_config_json(c), back);
 }
 

@@ -78,14 +78,22 @@ class Zero1RunnerTest : public CudaTest {
 
 TEST_F(Zero1RunnerTest, OneRankNcclEqualsThePlainRunnerBitForBit) {
   const ModelConfig cfg = testing::small_config(Family::kGpt2);
+  // Buckets: the default (one for this model) and one a layer, reduce-scattered on their own
+  // stream during the last micro-batch's backward (dist/buckets.h; the top one through the
+  // padded staging buffer): the same results, bit for bit.
+  for (const size_t bucket : {CudaSettings{}.bucket_elems, size_t{1}})
   for (const char* precision : {"fp32", "bf16", "fp16"}) {
+    SCOPED_TRACE(::testing::Message() << precision << ", bucket " << bucket);
     LocalComm boot;
     auto nccl = make_nccl_comm(boot, 0, nullptr);
     CudaSettings dp;
     dp.zero1_one_rank = true;
+    dp.bucket_elems = bucket;
     auto plain = make_cuda_runner(cfg, precision);
     auto zero1 = make_cuda_runner(cfg, precision, dp, nccl.get());
-    EXPECT_NE(zero1->describe().find("zero-1 over nccl rank 0 of 1"), std::string::npos)
+    EXPECT_NE(zero1->describe().find(str("zero-1 over nccl rank 0 of 1 on GPU 0 (",
+                                         bucket == 1 ? cfg.n_layer + 1 : 1, " gradient buckets)")),
+              std::string::npos)
         << zero1->describe();
     EXPECT_EQ(plain->describe().find("zero-1"), std::string::npos) << plain->describe();
     plain->set_weights(init_weights(cfg));
@@ -189,6 +197,7 @@ TEST_F(Zero1RunnerTest, TwoGpusFollowOneGpuOnTheWholeBatch) {
       auto nccl = make_nccl_comm(boot, rank, nullptr);
       CudaSettings s;
       s.device = rank;
+      s.bucket_elems = 1;  // a bucket a layer: reduce-scatters during the backward
       auto r = make_cuda_runner(cfg, "fp32", s, nccl.get());
       r->set_weights(init_weights(cfg));
       run_steps(*r, cfg, 0, 5, 2 * rank, 2, two[rank], -1, /*ignore=*/false);

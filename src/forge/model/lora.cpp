@@ -1,5 +1,6 @@
 #include "forge/model/lora.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "forge/core/error.h"
@@ -154,6 +155,17 @@ AdapterTable::AdapterTable(const ModelConfig& model, const LoraConfig& lora) : l
       }
     }
   }
+}
+
+std::vector<int64_t> AdapterTable::layer_starts() const {
+  std::vector<int64_t> starts;
+  for (const auto& row : slots_) {
+    int64_t lo = total_;
+    for (const LoraSlot& s : row)
+      if (s.a >= 0) lo = std::min({lo, s.a, s.b});
+    starts.push_back(lo);
+  }
+  return starts;
 }
 
 void AdapterTable::init(float* adapter, uint64_t seed) const {

@@ -65,6 +65,9 @@ class AdapterTable {
     return slots_[layer][static_cast<int>(t)];
   }
   int n_layer() const { return static_cast<int>(slots_.size()); }
+  // The first element of each layer's adapters, ascending (data-parallel buckets,
+  // dist/buckets.h).
+  std::vector<int64_t> layer_starts() const;
 
   // A ~ U(−1/sqrt(in), 1/sqrt(in)) from Philox stream kInitStream under `seed`, drawn in table
   // order; B = 0.

@@ -1,5 +1,6 @@
 #include "forge/model/params.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "forge/core/error.h"
@@ -106,6 +107,19 @@ void ParamTable::init(float* w, uint64_t seed) const {
     if (is_embedding)
       for (int64_t i = static_cast<int64_t>(cfg_.vocab_size) * C; i < n; ++i) dst[i] = 0.0f;
   }
+}
+
+std::vector<int64_t> ParamTable::layer_starts() const {
+  std::vector<int64_t> starts;
+  for (const LayerOffsets& o : layers_) {
+    int64_t lo = total_;
+    for (int64_t x : {o.ln1_w, o.ln1_b, o.qkv_w, o.qkv_b, o.q_w, o.k_w, o.v_w, o.q_b, o.k_b, o.v_b,
+                      o.q_norm_w, o.k_norm_w, o.attn_out_w, o.attn_out_b, o.ln2_w, o.ln2_b, o.fc_w,
+                      o.fc_b, o.gate_w, o.up_w, o.down_w, o.down_b})
+      if (x >= 0) lo = std::min(lo, x);
+    starts.push_back(lo);
+  }
+  return starts;
 }
 
 }  // namespace forge

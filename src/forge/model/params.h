@@ -55,6 +55,8 @@ class ParamTable {
   int64_t lnf_b() const { return lnf_b_; }    // -1 for llama
   int64_t lm_head() const { return lm_head_; }  // (Vp, C); == wte() when tied
   const LayerOffsets& layer(int l) const { return layers_[l]; }
+  // The first element of each layer's tensors, ascending (data-parallel buckets, dist/buckets.h).
+  std::vector<int64_t> layer_starts() const;
 
   // normal(0, 0.02) for matrices, /sqrt(2L) for residual output projections, 0 for biases,
   // 1 for norm gains, 0 for the embedding's padding rows. Drawn from Philox stream 0 at the

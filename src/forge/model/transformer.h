@@ -29,6 +29,7 @@
 
 #include <array>
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <utility>
 #include <vector>
@@ -94,6 +95,14 @@ class Model {
   Stat losses() { return losses_.data(); }
   // Continues the backward from the final norm; needs a forward with dloss.
   void backward();
+  // Called by backward() after layer l's backward (l from n_layer − 1 down to 0): every
+  // gradient of the trained buffer at or above trained_layer_starts()[l] is then final (the
+  // data-parallel runner starts reducing those buckets; dist/buckets.h). Empty: no call.
+  void set_layer_grads_hook(std::function<void(int)> hook) { layer_grads_hook_ = std::move(hook); }
+  // The first element of each layer in the trained buffer: the weights', or the adapters'.
+  std::vector<int64_t> trained_layer_starts() const {
+    return adapter_ ? adapter_->layer_starts() : table_.layer_starts();
+  }
 
   // Inference: logits (B, T, Vp) of tokens (backend memory) into logits(); columns >= V are
   // padding. No targets, nothing kept for a backward.
@@ -273,6 +282,7 @@ class Model {
   ModelConfig cfg_;
   ParamTable table_;
   Backend be_;
+  std::function<void(int)> layer_grads_hook_;  // set_layer_grads_hook
   std::optional<AdapterTable> adapter_;  // LoRA: the adapters; the base is frozen
   ActBuf lora_dh_;                       // LoRA backward scratch (B, T, r)
 

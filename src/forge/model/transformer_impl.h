@@ -476,7 +476,10 @@ void Model<B>::backward() {
   be_.zero(d_res_.data(), static_cast<size_t>(N) * C);
   norm_bwd(d_res_.data(), d_ln_.data(), x_out_.data(), lnf_mean_.data(), lnf_rstd_.data(), table_.lnf_w(),
            table_.lnf_b());
-  for (int l = cfg_.n_layer - 1; l >= 0; --l) block_backward(l);
+  for (int l = cfg_.n_layer - 1; l >= 0; --l) {
+    block_backward(l);
+    if (layer_grads_hook_) layer_grads_hook_(l);
+  }
   if (frozen()) return;  // the embedding's gradient is the base's
   be_.embedding_bwd(g(table_.wte()), g(table_.wpe()), d_res_.data(), tokens_, B_, T_, C, layout_.pos);
 }

@@ -12,6 +12,7 @@
 
 #include "forge/core/dtype.h"
 #include "forge/core/error.h"
+#include "forge/dist/buckets.h"
 #include "forge/model/config.h"
 #include "forge/model/params.h"
 #include "forge/model/recompute.h"
@@ -126,15 +127,20 @@ class Communicator;  // dist/communicator.h
 // Then optimizer_step(), adam_m() and adam_v() are collective: every rank calls them, in the
 // same order; set_weights() and set_adam_state() take the full buffers on every rank;
 // eval_loss() is this rank's alone. comm must outlive the runner. nullptr or a world of one:
-// the single-process runner, bit for bit.
-std::unique_ptr<StepRunner> make_cpu_runner(const ModelConfig& cfg, Communicator* comm = nullptr);
+// the single-process runner, bit for bit. bucket_elems: the reduce-scatter's smallest bucket
+// (dist/buckets.h, which also gives the shards' layout); on the CPU the buckets are reduced one
+// after another after the backward.
+std::unique_ptr<StepRunner> make_cpu_runner(const ModelConfig& cfg, Communicator* comm = nullptr,
+                                            size_t bucket_elems = bucket_elems_of_bytes(kDefaultBucketBytes));
 
 // The LoRA runner (the CPU runner of train/runner_cpu.cpp on adapters): `model` (which has
 // adapters, model/lora.h) copied, its base frozen; weights(), set_weights(), adam_m() and
 // adam_v() are the adapter buffer's (AdapterTable layout), and so are the gradient norm,
 // clipping and the AdamW update. With a communicator of 2 or more ranks it trains data-parallel
 // exactly as make_cpu_runner's does (ZeRO-1 over the adapter buffer; the same collective calls).
-std::unique_ptr<StepRunner> make_lora_cpu_runner(const Model<CpuBackend<float>>& model, Communicator* comm = nullptr);
+std::unique_ptr<StepRunner> make_lora_cpu_runner(
+    const Model<CpuBackend<float>>& model, Communicator* comm = nullptr,
+    size_t bucket_elems = bucket_elems_of_bytes(kDefaultBucketBytes));
 
 // Settings of a CUDA run. Nothing in the library reads the environment: the CLI fills these from
 // its flags and from FORGE_ATTENTION / FORGE_CUDA_GRAPH (apps/forge/run_env.h).
@@ -148,6 +154,9 @@ struct CudaSettings {
   // Testing: with a communicator of ONE rank, run the data-parallel (ZeRO-1) step anyway, so
   // that a one-GPU machine tests the NCCL path against the plain runner.
   bool zero1_one_rank = false;
+  // Data parallel: the smallest gradient bucket, in elements (dist/buckets.h); each bucket is
+  // reduce-scattered on a stream of its own as soon as the backward has finished its layers.
+  size_t bucket_elems = bucket_elems_of_bytes(kDefaultBucketBytes);
 };
 
 // precision: "fp32", "bf16" or "fp16" (f16 compute with dynamic loss scaling). Throws

@@ -8,20 +8,23 @@
 // the same for both.
 //
 // Data parallel (ZeRO-1, with a communicator of W >= 2 ranks): every rank holds the whole model
-// and its gradients; the flat gradient buffer is copied into a zero-padded one
-// (dist/communicator.h's layout), reduce-scattered and divided by W (exact for W a power of
-// two), so rank r holds the mean gradient of its shard [r·s, (r+1)·s). Σ g² of the shards and
-// the micro-batch losses are summed over ranks in rank order (allgather_sum_in_rank_order), so
-// every rank computes the same norm, clipping factor and guard decision bit for bit. AdamW
-// updates this rank's shard of the weights with m and v of that shard only (the optimizer state
-// is 1/W of a single rank's), and an all-gather brings every rank the whole updated weights.
-// The copies into padded buffers cost one more flat buffer of host memory and a memcpy per step;
-// no bucketing, no overlap with the backward (the GPU runner is where that pays).
+// and its gradients. The flat gradient buffer is cut into buckets and shards as dist/buckets.h
+// says (the GPU runner's layout); after the backward each bucket is reduce-scattered, from the
+// top of the buffer down, and divided by W (exact for W a power of two), so rank r holds the
+// mean gradient of its shard. Σ g² of the shards and the micro-batch losses are summed over
+// ranks in rank order (allgather_sum_in_rank_order), so every rank computes the same norm,
+// clipping factor and guard decision bit for bit. AdamW updates this rank's parts of the
+// weights with m and v of its shard only (the optimizer state is 1/W of a single rank's), and
+// a bucket-by-bucket all-gather brings every rank the whole updated weights. The buckets are
+// reduced after the whole backward: on the CPU the backward already uses every core, so
+// there is nothing to overlap (the GPU runner reduces them during the backward).
 #include <algorithm>
 #include <cmath>
 #include <memory>
+#include <optional>
 
 #include "forge/core/error.h"
+#include "forge/dist/buckets.h"
 #include "forge/dist/communicator.h"
 #include "forge/model/transformer.h"
 #include "forge/ops/grad_norm.h"
@@ -33,15 +36,18 @@ namespace {
 
 class CpuRunner final : public HostStepRunner {
  public:
-  CpuRunner(const ModelConfig& cfg, Communicator* comm) : model_(cfg) { init(comm); }
+  CpuRunner(const ModelConfig& cfg, Communicator* comm, size_t bucket_elems) : model_(cfg) {
+    init(comm, bucket_elems);
+  }
   // LoRA: `lora` (a model with adapters) copied; its adapters train, its base is frozen.
-  CpuRunner(const Transformer<float>& lora, Communicator* comm) : model_(lora.config()) {
+  CpuRunner(const Transformer<float>& lora, Communicator* comm, size_t bucket_elems)
+      : model_(lora.config()) {
     const AdapterTable* at = lora.adapter_table();
     FORGE_CHECK(at != nullptr, "make_lora_cpu_runner: the model has no adapters");
     model_.weights() = lora.weights();
     model_.attach_lora(at->lora(), 0);
     model_.adapter_weights() = lora.adapter_weights();
-    init(comm);
+    init(comm, bucket_elems);
   }
 
   const ParamTable& table() const override { return model_.table(); }
@@ -49,7 +55,7 @@ class CpuRunner final : public HostStepRunner {
     std::string s = "cpu fp32";
     if (const AdapterTable* at = model_.adapter_table())
       s += str(", lora r=", at->lora().r, " alpha=", at->lora().alpha, " (", at->total(), " trainable parameters)");
-    return comm_ ? s + ", zero-1 over " + comm_->describe() : s;
+    return comm_ ? str(s, ", zero-1 over ", comm_->describe(), " (", plan_->buckets().size(), " gradient buckets)") : s;
   }
   void zero_grad() override { model_.zero_grad(); }
   void set_recompute(Recompute r) override { model_.set_recompute(r); }
@@ -65,30 +71,30 @@ class CpuRunner final : public HostStepRunner {
   }
 
   void optimizer_step(const AdamWParams& p, double max_norm) override {
-    const float* grad = grads().data();  // indexed by flat offset − grad_base
-    size_t grad_base = 0;
     double sum_sq = 0;
     if (comm_) {
       reduce_gradients();
-      grad = shard_buf_.data();
-      grad_base = begin_;
-      sum_sq = reduce_metrics(cpu::sum_squares(shard_buf_.data(), end_ - begin_));
+      sum_sq = reduce_metrics(cpu::sum_squares(shard_buf_.data(), static_cast<int64_t>(plan_->valid(rank()))));
     } else {
-      sum_sq = cpu::sum_squares(grad, static_cast<int64_t>(n_));
+      sum_sq = cpu::sum_squares(grads().data(), static_cast<int64_t>(n_));
     }
     const double norm = std::sqrt(sum_sq);
     if (guard_allows_update(norm)) {
       AdamWParams q = update_params(p, norm, max_norm);
-      for (const auto& info : params()) {
-        // This rank's part of the tensor: all of it without a communicator.
-        const size_t lo = std::max<size_t>(info.offset, begin_);
-        const size_t hi = std::min<size_t>(info.offset + info.numel(), end_);
-        if (lo >= hi) continue;
-        q.weight_decay = info.decay ? p.weight_decay : 0.0f;
-        cpu::adamw_update(trained().data() + lo, m_.data() + (lo - begin_),
-                          v_.data() + (lo - begin_), grad + (lo - grad_base),
-                          static_cast<int64_t>(hi - lo), q);
-      }
+      // This rank's parts of the buffer, each at its shard offset (all of it, at 0, without a
+      // communicator); gradients, m and v are indexed by shard offset.
+      const float* grad = comm_ ? shard_buf_.data() : grads().data();
+      for_each_part([&](size_t part_lo, size_t part_hi, size_t k0) {
+        for (const auto& info : params()) {
+          const size_t lo = std::max<size_t>(info.offset, part_lo);
+          const size_t hi = std::min<size_t>(info.offset + info.numel(), part_hi);
+          if (lo >= hi) continue;
+          const size_t k = k0 + (lo - part_lo);
+          q.weight_decay = info.decay ? p.weight_decay : 0.0f;
+          cpu::adamw_update(trained().data() + lo, m_.data() + k, v_.data() + k, grad + k,
+                            static_cast<int64_t>(hi - lo), q);
+        }
+      });
       if (comm_) gather_weights();
     }
     end_step(norm);
@@ -109,25 +115,40 @@ class CpuRunner final : public HostStepRunner {
   void set_adam_state(const std::vector<float>& m, const std::vector<float>& v) override {
     FORGE_CHECK(m.size() == n_ && v.size() == n_, "set_adam_state: ", m.size(), " and ", v.size(),
                 " values for ", n_, " trained parameters");
-    m_.assign(m.begin() + begin_, m.begin() + end_);
-    v_.assign(v.begin() + begin_, v.begin() + end_);
+    if (!comm_) {
+      m_ = m, v_ = v;
+      return;
+    }
+    plan_->flat_to_shard(m.data(), rank(), m_.data());
+    plan_->flat_to_shard(v.data(), rank(), v_.data());
   }
 
  private:
-  // The shard of the trained buffer this rank updates (all of it without a communicator).
-  void init(Communicator* comm) {
+  // The buckets and this rank's shard of the trained buffer (dist/buckets.h); without a
+  // communicator the whole buffer is the one part.
+  void init(Communicator* comm, size_t bucket_elems) {
     comm_ = comm != nullptr && comm->size() > 1 ? comm : nullptr;
     n_ = trained().size();
-    end_ = n_;
+    size_t state = n_;
     if (comm_) {
-      shard_ = shard_size(n_, comm_->size());
-      begin_ = std::min(n_, comm_->rank() * shard_);
-      end_ = std::min(n_, begin_ + shard_);
-      padded_.resize(padded_size(n_, comm_->size()));
-      shard_buf_.resize(shard_);
+      plan_.emplace(n_, comm_->size(), model_.trained_layer_starts(), bucket_elems);
+      state = plan_->shard();
+      shard_buf_.resize(state);
+      const GradBucket& top = plan_->buckets().back();
+      tail_.resize(top.end - top.begin);
     }
-    m_.assign(end_ - begin_, 0.0f);
-    v_.assign(end_ - begin_, 0.0f);
+    m_.assign(state, 0.0f);
+    v_.assign(state, 0.0f);
+  }
+  int rank() const { return comm_ ? comm_->rank() : 0; }
+  // f(lo, hi, shard offset) for each of this rank's parts [lo, hi) of the trained buffer.
+  template <class F>
+  void for_each_part(F f) const {
+    if (!comm_) return f(size_t{0}, n_, size_t{0});
+    for (const GradBucket& b : plan_->buckets()) {
+      const size_t lo = plan_->part_begin(b, rank()), hi = plan_->part_end(b, rank());
+      if (lo < hi) f(lo, hi, b.offset);
+    }
   }
   bool lora() const { return model_.adapter_table() != nullptr; }
   // The trained buffer, its gradients and its tensors: the model's, or the adapters'.
@@ -138,12 +159,19 @@ class CpuRunner final : public HostStepRunner {
   }
 
   // Sum of every rank's gradients, ÷ W, for this rank's shard → shard_buf_ (its first
-  // end_ − begin_ elements; the rest is padding).
+  // valid(rank) elements; the rest is padding), bucket by bucket from the top down. The top
+  // bucket reaches into the padding: it goes through tail_.
   void reduce_gradients() {
     const auto& g = grads();
-    std::copy(g.begin(), g.end(), padded_.begin());
-    std::fill(padded_.begin() + g.size(), padded_.end(), 0.0f);
-    comm_->reduce_scatter_sum(padded_.data(), shard_buf_.data(), shard_);
+    const auto& buckets = plan_->buckets();
+    for (auto b = buckets.rbegin(); b != buckets.rend(); ++b) {
+      const float* in = g.data() + b->begin;
+      if (b->end > n_) {
+        std::fill(std::copy(g.begin() + b->begin, g.end(), tail_.begin()), tail_.end(), 0.0f);
+        in = tail_.data();
+      }
+      comm_->reduce_scatter_sum(in, shard_buf_.data() + b->offset, b->piece);
+    }
     const float inv_world = 1.0f / static_cast<float>(comm_->size());
     for (float& x : shard_buf_) x *= inv_world;
   }
@@ -164,43 +192,48 @@ class CpuRunner final : public HostStepRunner {
     return head[1];
   }
 
-  // Every rank's updated shard of the weights → the whole weights on every rank.
+  // Every rank's updated parts of the weights → the whole weights on every rank, a bucket at a
+  // time (the top one through tail_).
   void gather_weights() {
     auto& w = trained();
-    std::fill(shard_buf_.begin(), shard_buf_.end(), 0.0f);
-    std::copy(w.begin() + begin_, w.begin() + end_, shard_buf_.begin());
-    comm_->allgather(shard_buf_.data(), padded_.data(), shard_);
-    std::copy(padded_.begin(), padded_.begin() + w.size(), w.begin());
+    for (const GradBucket& b : plan_->buckets()) {
+      const size_t lo = plan_->part_begin(b, rank()), hi = plan_->part_end(b, rank());
+      std::fill(std::copy(w.begin() + lo, w.begin() + hi, shard_buf_.begin()),
+                shard_buf_.begin() + b.piece, 0.0f);
+      float* out = b.end > n_ ? tail_.data() : w.data() + b.begin;
+      comm_->allgather(shard_buf_.data(), out, b.piece);
+      if (b.end > n_) std::copy(tail_.begin(), tail_.begin() + (n_ - b.begin), w.begin() + b.begin);
+    }
   }
 
   // A per-shard buffer (m or v) of every rank → the full buffer.
   std::vector<float> gather_shards(const std::vector<float>& mine) {
-    std::vector<float> send(shard_, 0.0f), all(padded_.size());
-    std::copy(mine.begin(), mine.end(), send.begin());
-    comm_->allgather(send.data(), all.data(), shard_);
-    all.resize(n_);
-    return all;
+    std::vector<float> all(plan_->padded()), full(n_);
+    comm_->allgather(mine.data(), all.data(), plan_->shard());
+    plan_->shards_to_flat(all.data(), full.data());
+    return full;
   }
 
   Transformer<float> model_;
   TokenLayout layout_;  // of the micro-batches (set_token_layout)
   Communicator* comm_ = nullptr;  // nullptr: one process
-  // This rank's shard of the trained buffer (n_ values): [begin_, end_) (the whole buffer
-  // without a communicator); shard_ elements per rank including padding.
-  size_t n_ = 0, begin_ = 0, end_ = 0, shard_ = 0;
-  std::vector<float> padded_;     // (W · shard_) staging for reduce-scatter and all-gather
-  std::vector<float> shard_buf_;  // (shard_) this rank's mean gradients, then its weights
-  std::vector<float> m_, v_;      // (end_ − begin_) Adam state of this rank's shard
+  size_t n_ = 0;                  // trained parameters
+  std::optional<BucketPlan> plan_;  // with a communicator
+  std::vector<float> shard_buf_;  // (shard) this rank's mean gradients; then a part to all-gather
+  std::vector<float> tail_;       // (the top bucket) its padded gradients, then its gathered weights
+  std::vector<float> m_, v_;      // Adam state: of this rank's shard (shard layout), or of all
 };
 
 }  // namespace
 
-std::unique_ptr<StepRunner> make_cpu_runner(const ModelConfig& cfg, Communicator* comm) {
-  return std::make_unique<CpuRunner>(cfg, comm);
+std::unique_ptr<StepRunner> make_cpu_runner(const ModelConfig& cfg, Communicator* comm,
+                                            size_t bucket_elems) {
+  return std::make_unique<CpuRunner>(cfg, comm, bucket_elems);
 }
 
-std::unique_ptr<StepRunner> make_lora_cpu_runner(const Transformer<float>& model, Communicator* comm) {
-  return std::make_unique<CpuRunner>(model, comm);
+std::unique_ptr<StepRunner> make_lora_cpu_runner(const Transformer<float>& model, Communicator* comm,
+                                                 size_t bucket_elems) {
+  return std::make_unique<CpuRunner>(model, comm, bucket_elems);
 }
 
 AttentionPath parse_attention_path(const std::string& name) {

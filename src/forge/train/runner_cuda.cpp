@@ -47,8 +47,9 @@
 //
 // Data parallel (a communicator of 2 or more GPU ranks, NcclComm): the step's optimizer part is
 // train/zero1_cuda.h's ZeRO-1 instead of the backend's optimizer_step() (gradients
-// reduce-scattered, AdamW on this rank's shard, the updated shard all-gathered), enqueued inside
-// the same step and captured in the same graph. The slot then also carries the micro-batches'
+// reduce-scattered in buckets, those of the upper layers on a stream of their own while the last
+// micro-batch's backward goes on below them; AdamW on this rank's shard, the updated shard
+// all-gathered), enqueued inside the same step and captured in the same graph. The slot then also carries the micro-batches'
 // target counts up (every rank's record holds them) and every rank's record down, from which
 // take_report computes the losses over ranks as the CPU runner does; the norm and the guard's
 // decision are the global ones, identical on every rank. A world of one is the runner above,
@@ -189,7 +190,9 @@ class CudaRunner final : public StepRunner {
     if (comm != nullptr) {
       set_nccl_stream(*comm, ctx_.stream());
       comm_ = comm;
-      dp_ = std::make_unique<Zero1Cuda>(ctx_, be(), *comm);
+      dp_ = std::make_unique<Zero1Cuda>(ctx_, be(), *comm, model_.trained_layer_starts(),
+                                        s.bucket_elems);
+      model_.set_layer_grads_hook([this](int l) { dp_->layer_done(l); });
     }
   }
   ~CudaRunner() override {
@@ -210,7 +213,9 @@ class CudaRunner final : public StepRunner {
     return str("cuda ", dt == DType::kF32 ? "fp32" : dt == DType::kBF16 ? "bf16" : "fp16", " on ",
                cuda::device_summary(), graphs_ ? ", CUDA graph" : ", eager",
                be().flash_attention() ? ", flash attention" : ", unfused attention", lora,
-               dp_ ? ", zero-1 over " + comm_->describe() : "");
+               dp_ ? str(", zero-1 over ", comm_->describe(), " (", dp_->plan().buckets().size(),
+                         " gradient buckets)")
+                   : "");
   }
   void zero_grad() override {
     FORGE_CHECK(micro_ == 0, "zero_grad() in the middle of a step");
@@ -435,6 +440,7 @@ class CudaRunner final : public StepRunner {
       FORGE_CUDA_CHECK(cudaStreamWaitEvent(side_, losses_ready_, 0));
       cuda::sum_in_order(side_, loss_sums_dev_.data() + i, model_.losses(), n);
       FORGE_CUDA_CHECK(cudaEventRecord(losses_summed_, side_));
+      if (dp_ && i == k.micros - 1) dp_->arm();  // its buckets start during this backward
       model_.backward();
       FORGE_CUDA_CHECK(cudaStreamWaitEvent(ctx_.stream(), losses_summed_, 0));
     }

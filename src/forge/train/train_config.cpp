@@ -79,6 +79,9 @@ constexpr TrainField kTrainFields[] = {
     {"recompute", "R",
      "activations the backward recomputes instead of keeping (less memory, same results)",
      ChoiceMember{&TrainConfig::recompute, kRecompute}},
+    {"dp_bucket", "BYTES",
+     "data parallel: smallest gradient bucket (f32) reduce-scattered during the backward",
+     ByteSizeMember{&TrainConfig::dp_bucket}},
 };
 
 // "5GB" -> 5'000'000'000 (ByteSizeMember's syntax); throws naming `what` otherwise.

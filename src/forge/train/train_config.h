@@ -18,6 +18,7 @@
 #include <variant>
 
 #include "forge/core/parse.h"
+#include "forge/dist/buckets.h"
 
 namespace forge {
 
@@ -60,6 +61,11 @@ struct TrainConfig {
   std::string sft_layout = "pad";
   // Activation recomputation (model/recompute.h): "none", "attn", "mlp" or "full".
   std::string recompute = "none";
+  // Data parallel (ZeRO-1): the smallest bucket of f32 gradients that is reduce-scattered on
+  // its own, as soon as the backward has finished its layers (dist/buckets.h; 16 MiB). Any
+  // size trains the same (a sum of each element over ranks either way); it moves only how much
+  // of the reduction overlaps the backward and how many collectives a step makes.
+  int64_t dp_bucket = kDefaultBucketBytes;
   bool quiet = false;  // no per-step progress lines (not a setting: not in the table)
 
   // Applies one key=value override; returns false if the key is not a training field. A bad

@@ -256,12 +256,14 @@ TrainResult run(Transformer<float>& model, TrainConfig cfg, const std::string& d
   std::unique_ptr<StepRunner> runner;
   try {
     Communicator* device_comm = comm && device == "cuda" ? opt.device_comm() : nullptr;
+    CudaSettings cuda = opt.cuda;
+    cuda.bucket_elems = bucket_elems_of_bytes(cfg.dp_bucket);
     if (lora)
-      runner = device == "cuda" ? make_lora_cuda_runner(model, precision, opt.cuda, device_comm)
-                                : make_lora_cpu_runner(model, comm);
+      runner = device == "cuda" ? make_lora_cuda_runner(model, precision, cuda, device_comm)
+                                : make_lora_cpu_runner(model, comm, cuda.bucket_elems);
     else
-      runner = device == "cuda" ? make_cuda_runner(mcfg, precision, opt.cuda, device_comm)
-                                : make_cpu_runner(mcfg, comm);
+      runner = device == "cuda" ? make_cuda_runner(mcfg, precision, cuda, device_comm)
+                                : make_cpu_runner(mcfg, comm, cuda.bucket_elems);
   } catch (const Error& e) {
     if (start.device_hint.empty()) throw;
     throw Error(str(e.what(), "; ", start.device_hint));
