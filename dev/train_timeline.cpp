@@ -13,11 +13,15 @@
 //   python3 dev/timeline_diff.py plain.csv qwen3.csv
 //
 // Options: --preset (llama-100m) --batch (32) --seq-len (2048) --grad-accum (1) --set KEY=VALUE
-// (repeatable) --steps (3) --warmup (3) --precision (bf16) --csv FILE --top (40).
+// (repeatable) --steps (3) --warmup (3) --precision (bf16) --csv FILE --top (40); --zero1 BYTES:
+// the data-parallel runner (ZeRO-1) on one NCCL rank with gradient buckets of BYTES
+// (dist/buckets.h), and a table of its collectives and copies: time per step, and how much of it
+// ran beside other kernels (the reduce-scatters started during the backward).
 // (A development tool, not part of forge: built when CMake finds CUDA and CUPTI.)
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
@@ -31,6 +35,10 @@
 #include "forge/backend/cuda/check.h"
 #include "forge/core/error.h"
 #include "forge/core/rng.h"
+#include "forge/dist/buckets.h"
+#include "forge/dist/communicator.h"
+#include "forge/dist/nccl_comm.h"
+#include "forge/train/train_config.h"
 
 namespace {
 
@@ -42,6 +50,7 @@ struct Options {
   int grad_accum = 1;
   int top = 40;
   std::string csv;
+  int64_t zero1 = 0;  // --zero1 BYTES: the bucket size; 0: the plain runner
 };
 
 int positive(const std::string& key, const std::string& v) {
@@ -76,6 +85,11 @@ Options parse(int argc, char** argv) {
     else if (key == "--precision") o.bench.precision = v;
     else if (key == "--csv") o.csv = v;
     else if (key == "--top") o.top = positive(key, v);
+    else if (key == "--zero1") {
+      forge::TrainConfig tc;  // the dp_bucket setting's syntax ("16MiB", "1")
+      tc.apply_override("dp_bucket", v);
+      o.zero1 = tc.dp_bucket;
+    }
     else if (key == "--set") {
       const size_t eq = v.find('=');
       if (eq == std::string::npos || eq == 0) throw Error("--set: expected KEY=VALUE, got '" + v + "'");
@@ -121,6 +135,60 @@ std::string csv_quoted(const std::string& s) {
   return q + "\"";
 }
 
+// --zero1: NCCL's kernels and the copies (the collectives of a one-rank world, the top bucket's
+// staging), per name: µs per step, and the part of it during which some other kernel ran.
+void print_comm_overlap(const std::vector<std::vector<ActivityRecord>>& steps,
+                        const std::vector<ActivityRecord>& copies, int N) {
+  auto is_comm = [](const ActivityRecord& r) {
+    return r.kind != ActivityRecord::kKernel || r.name.find("nccl") != std::string::npos;
+  };
+  std::vector<std::pair<uint64_t, uint64_t>> busy;  // other kernels' intervals, merged
+  std::vector<const ActivityRecord*> comm;
+  for (const auto& k : steps)
+    for (const ActivityRecord& r : k) {
+      if (is_comm(r)) comm.push_back(&r);
+      else busy.emplace_back(r.start, r.end);
+    }
+  for (const ActivityRecord& r : copies) comm.push_back(&r);
+  std::sort(busy.begin(), busy.end());
+  std::vector<std::pair<uint64_t, uint64_t>> merged;
+  for (const auto& b : busy) {
+    if (!merged.empty() && b.first <= merged.back().second) merged.back().second = std::max(merged.back().second, b.second);
+    else merged.push_back(b);
+  }
+  std::map<std::string, std::pair<double, double>> by;  // name → (µs, µs beside other kernels)
+  std::map<std::string, std::vector<double>> starts;    // name → ms into its step, first step
+  const uint64_t step0 = steps[0].front().start, step1 = steps.size() > 1 ? steps[1].front().start : ~uint64_t{0};
+  for (const ActivityRecord* r : comm) {
+    double beside = 0;
+    auto it = std::lower_bound(merged.begin(), merged.end(), std::make_pair(r->start, uint64_t{0}));
+    if (it != merged.begin()) --it;
+    for (; it != merged.end() && it->first < r->end; ++it)
+      if (it->second > r->start) beside += (std::min(it->second, r->end) - std::max(it->first, r->start)) * 1e-3;
+    const std::string name = (r->kind == ActivityRecord::kKernel ? "" : "copy: ") + r->name;
+    auto& e = by[name];
+    e.first += r->us() / N;
+    e.second += beside / N;
+    if (r->start >= step0 && r->start < step1) starts[name].push_back((r->start - step0) * 1e-6);
+  }
+  for (const ActivityRecord& r : steps[0])
+    if (r.name.find("adamw") != std::string::npos) {
+      std::printf("\nfirst step: the optimizer's first kernel starts %.1f ms into it (span %.1f ms)\n",
+                  (r.start - step0) * 1e-6, (steps[0].back().end - step0) * 1e-6);
+      break;
+    }
+  std::printf("\n| ZeRO-1 collective or copy | µs/step | beside other kernels | starts (ms into the first step) |\n"
+              "| --- | ---: | ---: | --- |\n");
+  for (const auto& [name, e] : by) {
+    std::string at;
+    auto& v = starts[name];
+    std::sort(v.begin(), v.end());
+    for (size_t i = 0; i < v.size() && i < 16; ++i) at += forge::str(i ? " " : "", std::lround(v[i] * 10) / 10.0);
+    std::printf("| %s | %.1f | %.1f (%.0f%%) | %s |\n", name.c_str(), e.first, e.second,
+                e.first > 0 ? 100 * e.second / e.first : 0.0, at.c_str());
+  }
+}
+
 int run(const Options& o) {
   using namespace forge;
   std::string shape;
@@ -129,7 +197,16 @@ int run(const Options& o) {
   // warm-up steps' records are dropped by time below.
   dev::CuptiRecorder recorder(/*name_len=*/100, /*copies=*/true);
   recorder.start();
-  std::unique_ptr<StepRunner> runner = bench::train_bench_runner(cfg, o.bench, bench::train_bench_levels(o.bench)[0]);
+  bench::BenchOptions bo = o.bench;
+  LocalComm boot;
+  std::unique_ptr<Communicator> nccl;
+  if (o.zero1 > 0) {
+    nccl = make_nccl_comm(boot, bo.cuda.device, nullptr);
+    bo.comm = nccl.get();
+    bo.cuda.zero1_one_rank = true;
+    bo.cuda.bucket_elems = bucket_elems_of_bytes(o.zero1);
+  }
+  std::unique_ptr<StepRunner> runner = bench::train_bench_runner(cfg, bo, bench::train_bench_levels(bo)[0]);
   const int B = o.bench.batch, T = o.bench.seq_len, accum = o.grad_accum;
   const size_t n = static_cast<size_t>(B) * T;
   std::vector<int32_t> x(n + 1);  // random tokens; targets are the inputs shifted by one
@@ -223,6 +300,8 @@ int run(const Options& o) {
   for (const Row& r : rows)
     if (r.kind != "kernel")
       std::printf("| %s | %g | %.0f | %.1f |\n", r.name.c_str(), r.calls, r.bytes / r.calls, r.us);
+
+  if (o.zero1 > 0) print_comm_overlap(steps, copies, N);
 
   if (!o.csv.empty()) {
     std::ofstream f(o.csv);

@@ -45,10 +45,17 @@ void check_plan(const Case& c) {
   EXPECT_EQ(off, plan.shard());
   EXPECT_GE(plan.padded(), c.n);
   EXPECT_LT(plan.padded() - c.n, c.world * align);
+  // The padding: only in the top bucket, which is then a single unit; when it was split off the
+  // bucket below it, it has that bucket's readiness and is left out of the checks below.
+  const size_t unit = c.world * align;
+  for (size_t i = 0; i + 1 < bs.size(); ++i) EXPECT_LE(bs[i].end, c.n);
+  if (bs.back().end > c.n) EXPECT_EQ(bs.back().end - bs.back().begin, unit);
+  size_t m = bs.size();
+  if (m > 1 && bs.back().end > c.n && bs.back().ready_after_layer == bs[m - 2].ready_after_layer) --m;
   // Ready layers: every element of a bucket that waits for layer l is at or above l's start;
   // only the bottom bucket may wait for the whole backward (not when layer 0 starts at 0, as
-  // adapters do); each layer completes at most one.
-  for (size_t i = 0; i < bs.size(); ++i) {
+  // adapters do); each layer completes at most one and it holds at least min_elems.
+  for (size_t i = 0; i < m; ++i) {
     const int l = bs[i].ready_after_layer;
     if (l < 0) {
       EXPECT_EQ(l, -1);
@@ -56,8 +63,9 @@ void check_plan(const Case& c) {
       continue;
     }
     EXPECT_GE(static_cast<int64_t>(bs[i].begin), c.starts[l]);
-    if (i + 1 < bs.size()) EXPECT_LT(l, bs[i + 1].ready_after_layer);
-    EXPECT_GE(bs[i].end - bs[i].begin, c.min_elems);  // a bucket a layer closes is big enough
+    if (i + 1 < m) EXPECT_LT(l, bs[i + 1].ready_after_layer);
+    const bool split_below = m < bs.size() && i == m - 1;  // the padding's unit came off it
+    EXPECT_GE(bs[i].end - bs[i].begin + (split_below ? unit : 0), c.min_elems);
   }
   // Every real element owned exactly once; a rank's real elements are its shard's first valid().
   std::vector<int> owners(c.n, 0);
@@ -97,25 +105,35 @@ TEST(BucketPlanTest, PartitionsOwnsEveryElementOnceAndRoundTrips) {
   check_plan({100, 3, {0}, 1});  // a layer at 0: nothing below it
 }
 
-// min_elems >= n: one bucket, rank r owning [r·s, (r + 1)·s): the plain contiguous shards.
+// min_elems >= n: one bucket, rank r owning [r·s, (r + 1)·s): the plain contiguous shards (when n
+// needs no padding).
 TEST(BucketPlanTest, OneBucketIsTheContiguousLayout) {
-  const BucketPlan plan(10'000, 4, {100, 5000}, size_t{1} << 40, 64);
+  const BucketPlan plan(10'240, 4, {100, 5000}, size_t{1} << 40, 64);  // 10240 = 40 units of 256
   ASSERT_EQ(plan.buckets().size(), 1u);
-  EXPECT_EQ(plan.shard(), 2560u);  // ceil(10000 / 256) · 64
-  for (int r = 0; r < 4; ++r) EXPECT_EQ(plan.part_begin(plan.buckets()[0], r), std::min<size_t>(10'000, r * 2560u));
+  EXPECT_EQ(plan.shard(), 2560u);
+  for (int r = 0; r < 4; ++r) EXPECT_EQ(plan.part_begin(plan.buckets()[0], r), r * 2560u);
+  // With padding: the one bucket and the padding's (the unit holding elements 9984 .. 9999).
+  const BucketPlan padded(10'000, 4, {100, 5000}, size_t{1} << 40, 64);
+  ASSERT_EQ(padded.buckets().size(), 2u);
+  EXPECT_EQ(padded.buckets()[0].end, 9984u);
+  EXPECT_EQ(padded.buckets()[1].end, 10'240u);
+  EXPECT_EQ(padded.shard(), 2560u);
 }
 
 // Small buckets: a bucket per layer, each beginning at its layer's start rounded up to W·align.
 TEST(BucketPlanTest, ABucketPerLayerWhenEveryLayerIsBigEnough) {
   const BucketPlan plan(20'000, 2, {1000, 5000, 9000, 13000}, 1, 64);
   const auto& bs = plan.buckets();
-  ASSERT_EQ(bs.size(), 5u);
-  const size_t want[] = {0, 1024, 5120, 9088, 13056};  // multiples of 128 at or above the starts
+  ASSERT_EQ(bs.size(), 6u);
+  // Multiples of 128 at or above the starts, then the padding's bucket from 19968 (20000 rounded
+  // down to 128) to 20096 (rounded up), ready with the layer below it.
+  const size_t want[] = {0, 1024, 5120, 9088, 13056, 19968};
+  const int ready[] = {-1, 0, 1, 2, 3, 3};
   for (size_t i = 0; i < bs.size(); ++i) {
     EXPECT_EQ(bs[i].begin, want[i]);
-    EXPECT_EQ(bs[i].ready_after_layer, static_cast<int>(i) - 1);
+    EXPECT_EQ(bs[i].ready_after_layer, ready[i]);
   }
-  EXPECT_EQ(bs.back().end, 20'096u);  // 20000 rounded up to 128
+  EXPECT_EQ(bs.back().end, 20'096u);
 }
 
 // Arguments come from the parameter tables, never from a user: a bad one is a bug, and stops.

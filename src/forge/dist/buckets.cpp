@@ -32,6 +32,15 @@ BucketPlan::BucketPlan(size_t n, int world, const std::vector<int64_t>& layer_st
     }
   }
   if (end > 0) down.push_back(GradBucket{0, end, 0, 0, -1});
+  // The padding [n, P) goes through staging buffers: split it off into a bucket of one unit (same
+  // readiness) so that the rest of the top bucket is reduced in place.
+  const size_t floor_n = n / unit * unit;
+  GradBucket& top = down.front();
+  if (floor_n < P && floor_n > top.begin) {
+    const GradBucket tail{floor_n, P, 0, 0, top.ready_after_layer};
+    top.end = floor_n;
+    down.insert(down.begin(), tail);
+  }
   buckets_.assign(down.rbegin(), down.rend());
   size_t off = 0;
   for (GradBucket& b : buckets_) {

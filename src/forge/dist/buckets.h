@@ -13,7 +13,9 @@
 // elements; bucket boundaries are layer starts rounded up to multiples of W·align. Walking the
 // layers from the top, a bucket ends where it first holds at least min_elems elements; what is
 // left at the bottom (the embedding, and the lowest layers if they are small) is one last
-// bucket, reduced after the whole backward. Each bucket has W·piece elements and is
+// bucket, reduced after the whole backward. The padding [n, P) is split off into a top bucket of
+// its own (W·align elements, the only one that runners stage through padded buffers), with the
+// readiness of the bucket it came from. Each bucket has W·piece elements and is
 // reduce-scattered on its own: rank r gets piece r, the bucket's elements
 // [begin + r·piece, begin + (r + 1)·piece).
 //

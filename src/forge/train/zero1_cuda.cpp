@@ -57,7 +57,11 @@ Zero1Cuda::Zero1Cuda(cuda::Context& ctx, CudaBackend& be, Communicator& comm,
   zero(ctx_, send_.data(), send_.size());
   zero(ctx_, sq_.data(), sizeof(float));
   zero(ctx_, global_sq_.data(), sizeof(float));
-  FORGE_CUDA_CHECK(cudaStreamCreateWithFlags(&comm_stream_, cudaStreamNonBlocking));
+  // The highest priority: when a backward kernel's blocks retire, the block scheduler gives the
+  // freed SMs to a waiting collective first, instead of letting it wait for the kernel's last wave.
+  int least = 0, greatest = 0;
+  FORGE_CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&least, &greatest));
+  FORGE_CUDA_CHECK(cudaStreamCreateWithPriority(&comm_stream_, cudaStreamNonBlocking, greatest));
   ready_.resize(plan_.buckets().size());
   for (cudaEvent_t& e : ready_) FORGE_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
   FORGE_CUDA_CHECK(cudaEventCreateWithFlags(&reduced_, cudaEventDisableTiming));
