@@ -9,8 +9,22 @@
 #include "forge/core/timer.h"
 #include "forge/model/config.h"
 #include "forge/train/runner.h"
+#include "forge/train/train_config.h"
 
 namespace forge::bench {
+
+namespace {
+
+// --set dp_bucket=BYTES (forge train's syntax), the last one given; 0 without.
+int64_t bucket_bytes(const BenchOptions& o) {
+  TrainConfig tc;
+  bool given = false;
+  for (const auto& [key, value] : o.overrides)
+    if (key == "dp_bucket") given = tc.apply_override(key, value);
+  return given ? tc.dp_bucket : 0;
+}
+
+}  // namespace
 
 ModelConfig train_bench_config(const BenchOptions& o, std::string* shape) {
   if (!cuda::available())
@@ -20,6 +34,11 @@ ModelConfig train_bench_config(const BenchOptions& o, std::string* shape) {
   for (const auto& [key, value] : o.overrides) {
     if (key == "recompute") {  // a training setting: train_bench_levels' (each row states it)
       parse_recompute(value);
+      continue;
+    }
+    if (key == "dp_bucket") {  // a training setting: the data-parallel runner's buckets
+      bucket_bytes(o);
+      *shape += " " + key + "=" + value;
       continue;
     }
     if (!apply_model_override(cfg, key, value)) throw Error("--set: unknown model setting '" + key + "'");
@@ -39,7 +58,9 @@ std::vector<Recompute> train_bench_levels(const BenchOptions& o) {
 }
 
 std::unique_ptr<StepRunner> train_bench_runner(const ModelConfig& cfg, const BenchOptions& o, Recompute level) {
-  std::unique_ptr<StepRunner> runner = make_cuda_runner(cfg, o.precision, o.cuda, o.comm);
+  CudaSettings settings = o.cuda;
+  if (const int64_t bytes = bucket_bytes(o); bytes > 0) settings.bucket_elems = bucket_elems_of_bytes(bytes);
+  std::unique_ptr<StepRunner> runner = make_cuda_runner(cfg, o.precision, settings, o.comm);
   runner->set_recompute(level);
   std::vector<float> w(runner->table().total());
   runner->table().init(w.data(), 1337);

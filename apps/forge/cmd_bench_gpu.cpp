@@ -29,7 +29,7 @@ const Command kBenchGpu = {
      {"steps", "N", "timed steps for train (default 20)"},
      {"precision", "bf16|fp32|fp16", "train precision (default bf16)"},
      {"set", "KEY=VALUE", "train: a model setting over the preset (forge train --help lists them), "
-      "e.g. --set variant=qwen3; --set recompute=none|attn|mlp|full, repeated: one row per level", true},
+      "e.g. --set variant=qwen3; --set recompute=none|attn|mlp|full, repeated: one row per level; --set dp_bucket=BYTES: the --gpus ranks' gradient buckets", true},
      {"sft", "", "train: SFT rows padded and packed (forge train --sft [--pack]) beside pretraining rows"},
      {"sft-lengths", "MIN,MAX", "train --sft: the synthetic examples' token counts (default 64,1024)"},
      {"rows", "N", "gemm: the small-N linear kernels vs cuBLASLt at these row counts (1..32)", true},
