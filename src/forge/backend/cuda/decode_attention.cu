@@ -398,8 +398,13 @@ __global__ void __launch_bounds__(kAttnThreads)
 // they go out right after the wait: one HBM round trip for the block. Scores are dot products
 // in one lane (q broadcast from shared memory), the softmax and the P·V broadcasts are warp
 // shuffles, and the 16 warps' (max, sum, accumulator) are combined in shared memory once. No
-// scratch, no second pass. Rows at or past n are loaded (inside the cache) but masked: their
-// score is −inf and their value row is skipped, so stale or NaN contents cannot leak in.
+// scratch, no second pass. Each warp rotates its own copy of q (no block barrier before the
+// rows), and the warp whose chunk holds the new row rotates and appends its key (H200, batch 1,
+// with the by-value select below: 1,575 → 1,710 / 1,696 tokens/s, docs/perf-notes.md).
+// ptxas (sm_90a, CUDA 13.0): one head a block 0 stack; four heads 24-32 B of spills at the
+// 128-register bound of 512 threads. Rows at or past n are loaded (inside the cache) but
+// masked: their score is −inf and their value row is skipped, so stale or NaN contents cannot
+// leak in.
 // The code is kept small on purpose (rolled P·V loop): a kernel that runs for
 // a few µs once per layer pays for every instruction-cache miss, and the first, fully unrolled
 // version of this kernel (~4k instructions) took as long as the split kernel.
