@@ -106,7 +106,22 @@ int main(int argc, char** argv) {
               nodes);
   std::printf("step span %.1f µs (first kernel start to last kernel end); kernel time %.1f µs; gaps %.1f µs\n",
               span / used, busy / used, (span - busy) / used);
-  std::printf("generate's own timing: %.1f µs per step\n\n", st.decode_s / st.steps * 1e6);
+  // Between steps: the last kernel of one replay to the first of the next (the step graph's
+  // launch, the ids' copy to the host; PDL does not reach across graph launches).
+  double between = 0, between_max = 0;
+  int pairs = 0;
+  for (size_t i = 0; i + 1 < steps.size(); ++i) {
+    const double g = (static_cast<double>(steps[i + 1].front().start) - static_cast<double>(steps[i].back().end)) * 1e-3;
+    between += g;
+    between_max = std::max(between_max, g);
+    ++pairs;
+  }
+  std::printf("between steps %.1f µs on average, %.1f at most (last kernel of a step to the first of the next)\n",
+              pairs ? between / pairs : 0.0, between_max);
+  std::printf("generate's own timing: %.1f µs per step over %lld steps, of which the capturing step(s) %.2f ms "
+              "(eager run + graph capture; without them %.1f µs per step)\n\n",
+              st.decode_s / st.steps * 1e6, static_cast<long long>(st.steps), st.capture_s * 1e3,
+              st.steps > 1 ? (st.decode_s - st.capture_s) / (st.steps - 1) * 1e6 : 0.0);
   // Per kernel name: count per step, mean duration, mean gap before.
   std::map<std::string, std::tuple<int, double, double>> by_name;
   for (size_t i = 0; i < nodes; ++i) {

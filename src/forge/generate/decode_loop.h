@@ -79,6 +79,7 @@ struct GenStats {
   double decode_s = 0;       // all decode steps
   int64_t steps = 0;         // decode steps
   int64_t decode_tokens = 0;  // ids produced by decode steps for live requests
+  double capture_s = 0;      // steps that captured a step graph (eager run + capture), within decode_s
 };
 
 // on_token(request tag, id) after each id; returning false ends that request (kCaller).
@@ -234,6 +235,7 @@ class DecodeLoop final : public DecodeSession {
       run_step(n);  // eagerly once: every one-time setup happens before the capture (cuda/graph.h)
       graphs_[g] = std::make_unique<typename Backend::StepGraph>();
       be_.capture(*graphs_[g], [this, n] { run_step(n); });
+      if (stats_) stats_->capture_s += since(ts);
     } else {
       model_.set_decode_rows(n);
       be_.launch(*graphs_[g]);

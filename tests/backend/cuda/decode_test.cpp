@@ -276,6 +276,11 @@ TEST_P(DecodeTest, RopeKvAppendEqualsTheThreeOps) {
 // a ring, a group above 8 heads (two chunks), head size 128. Each call runs twice on fresh
 // copies with the same scratch: the splits' arrival counters must come back to zero.
 TEST_P(DecodeTest, RopeDecodeAttentionEqualsTheUnfusedOps) {
+  auto s32_pos = [] {  // row 0, chunk edges, both passes of the 16 warps, the last row, a wrap
+    std::vector<int32_t> p = {0, 31, 32, 511, 512, 700, 767, 1000};
+    for (int i = static_cast<int>(p.size()); i < 32; ++i) p.push_back((i * 97) % 768);
+    return p;
+  };
   struct Case {
     DecodeShape s;
     std::vector<int32_t> pos;
@@ -285,6 +290,10 @@ TEST_P(DecodeTest, RopeDecodeAttentionEqualsTheUnfusedOps) {
   };
   const std::vector<Case> cases = {
       {{1, 9, 3, 64, 384}, {130}, true, RopeStyle::kRotateHalf, "smollm2 S=1"},
+      // The new row in a warp's second chunk (row 600: chunk 18 of warp 2).
+      {{1, 9, 3, 64, 1024}, {600}, true, RopeStyle::kInterleaved, "S=1, second pass"},
+      // 32 slots: the short-cache kernel with four query heads a block (batch 32's path).
+      {{32, 9, 3, 64, 768}, s32_pos(), true, RopeStyle::kRotateHalf, "S=32, four heads a block"},
       {{4, 9, 3, 64, 40}, {0, 39, 85, 1000}, true, RopeStyle::kInterleaved, "ring"},
       {{2, 16, 1, 64, 200}, {199, 70}, true, RopeStyle::kRotateHalf, "group 16"},
       {{3, 8, 2, 128, 4096}, {4000, 29, 0}, true, RopeStyle::kRotateHalf, "long, HS 128"},

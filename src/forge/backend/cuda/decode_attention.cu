@@ -398,8 +398,13 @@ __global__ void __launch_bounds__(kAttnThreads)
 // they go out right after the wait: one HBM round trip for the block. Scores are dot products
 // in one lane (q broadcast from shared memory), the softmax and the P·V broadcasts are warp
 // shuffles, and the 16 warps' (max, sum, accumulator) are combined in shared memory once. No
-// scratch, no second pass. Rows at or past n are loaded (inside the cache) but masked: their
-// score is −inf and their value row is skipped, so stale or NaN contents cannot leak in.
+// scratch, no second pass. Each warp rotates its own copy of q (no block barrier before the
+// rows), and the warp whose chunk holds the new row rotates and appends its key (H200, batch 1,
+// with the by-value select below: 1,575 → 1,710 / 1,696 tokens/s, docs/perf-notes.md).
+// ptxas (sm_90a, CUDA 13.0): one head a block 0 stack; four heads 24-32 B of spills at the
+// 128-register bound of 512 threads. Rows at or past n are loaded (inside the cache) but
+// masked: their score is −inf and their value row is skipped, so stale or NaN contents cannot
+// leak in.
 // The code is kept small on purpose (rolled P·V loop): a kernel that runs for
 // a few µs once per layer pays for every instruction-cache miss, and the first, fully unrolled
 // version of this kernel (~4k instructions) took as long as the split kernel.
@@ -416,13 +421,21 @@ constexpr int kRowsMaxBlocks = 132;
 template <int kH>
 struct RowsSmem {
   static constexpr int kV = 0;                                        // (16, 32, HS) T
-  static constexpr int kQ = kV + kRowsWarps * 32 * kRowsHS * 2;       // (kH, HS) f32
-  static constexpr int kNew = kQ + kH * kRowsHS * 4;                  // (2, HS) T
+  static constexpr int kQ = kV + kRowsWarps * 32 * kRowsHS * 2;       // (16, kH, HS) f32
+  static constexpr int kNew = kQ + kRowsWarps * kH * kRowsHS * 4;     // (2, HS) T
   static constexpr int kAcc = kNew + 2 * kRowsHS * 2;                 // (16, kH, HS) f32
   static constexpr int kStat = kAcc + kRowsWarps * kH * kRowsHS * 4;  // (2, 16, kH) f32
   static constexpr int kWt = kStat + 2 * kRowsWarps * kH * 4;         // (kH, 16) f32
   static constexpr int kBytes = kWt + kH * kRowsWarps * 4;
 };
+
+// a or b by value, word by word. (`c ? a_shared[e] : kr[e]` on two int4 lvalues selects between
+// their addresses: the compiler then kept the lane's key row kr in local memory — eight STL
+// right after the row's load, each waiting for it, so nothing after the load could issue
+// before the HBM round trip ended — and read it back through generic loads.)
+__device__ __forceinline__ int4 pick16(bool c, int4 a, int4 b) {
+  return make_int4(c ? a.x : b.x, c ? a.y : b.y, c ? a.z : b.z, c ? a.w : b.w);
+}
 
 template <typename T, int kH>
 __global__ void __launch_bounds__(32 * kRowsWarps)
@@ -438,7 +451,7 @@ __global__ void __launch_bounds__(32 * kRowsWarps)
   extern __shared__ __align__(16) unsigned char smem[];
   using L = RowsSmem<kH>;
   T* v_s = reinterpret_cast<T*>(smem + L::kV) + warp * 32 * HS;  // (32, HS) this warp's
-  float* q_s = reinterpret_cast<float*>(smem + L::kQ);           // (G, HS) scaled
+  float* q_s = reinterpret_cast<float*>(smem + L::kQ) + warp * kH * HS;  // (G, HS) this warp's
   T* knew_s = reinterpret_cast<T*>(smem + L::kNew);              // (HS) new key, rotated
   T* vnew_s = knew_s + HS;                                              // (HS) new value
   float* acc_w = reinterpret_cast<float*>(smem + L::kAcc);  // (16, kH, HS)
@@ -467,28 +480,54 @@ __global__ void __launch_bounds__(32 * kRowsWarps)
   const int pos = a.pos[slot];
   load_row(warp);
   const int n = max(0, min(pos + 1, a.cap)), rnew = pos % a.cap;
-  const double at = static_cast<double>(pos);
+  // Every warp rotates its own copy of the block's query heads, and no block barrier comes
+  // before the rows: lane l takes pair l of each head (HS = 64: 32 pairs, one sin/cos per lane
+  // for all heads and the new key), so a warp waits only for its own loads and arithmetic.
+  // (It was one shared copy, written by the first G·HS threads — two warps that also rotated
+  // the new key — and a __syncthreads every warp waited at: ncu's stall samples put the
+  // kernel's largest share at that barrier, behind pos → angle → sin/cos → q.)
+  // rope_kv_append's arithmetic: the pair in f32, rounded to T, so q is the unfused path's.
+  const int i0 = a.rotate_half ? lane : 2 * lane, i1 = a.rotate_half ? lane + HS / 2 : 2 * lane + 1;
+  float sn = 0.0f, cs = 1.0f;
+  if (a.rope) rope_sincos(static_cast<double>(pos), f.inv_freq_over_pi[lane], &sn, &cs);
+  auto rotated = [&](const T* head, float* y0, float* y1) {  // channels i0, i1 of one head
+    const T x0 = head[i0], x1 = head[i1];
+    if (a.rope) {
+      const float f0 = to_f32(x0), f1 = to_f32(x1);
+      *y0 = to_f32(from_f32<T>(f0 * cs - f1 * sn));
+      *y1 = to_f32(from_f32<T>(f0 * sn + f1 * cs));
+    } else {
+      *y0 = to_f32(x0), *y1 = to_f32(x1);
+    }
+  };
   const T* qrow = a.q + slot * a.q_stride + static_cast<int64_t>(h0) * HS;
-  for (int i = threadIdx.x; i < G * HS; i += blockDim.x) {
-    const T* head = qrow + i / HS * HS;
-    const T qv = a.rope ? rope_channel<T, HS>(head, i % HS, a.rotate_half, f, at) : head[i % HS];
-    q_s[i] = to_f32(qv) * a.scale_log2;
+#pragma unroll
+  for (int g = 0; g < kH; ++g) {
+    if (g >= G) break;
+    float y0, y1;
+    rotated(qrow + g * HS, &y0, &y1);
+    q_s[g * HS + i0] = y0 * a.scale_log2;
+    q_s[g * HS + i1] = y1 * a.scale_log2;
   }
-  const bool fresh = a.k_new != nullptr;  // rope_decode_attention: row rnew comes from qkv
-  if (fresh && threadIdx.x < HS) {
-    const int d = threadIdx.x;
+  // rope_decode_attention: row rnew comes from qkv, taken by the warp whose chunk holds it (the
+  // only reader of knew_s and vnew_s); chunk 0 of the kv head writes it to the cache (the other
+  // chunks substitute the row, never read it).
+  const bool fresh = a.k_new != nullptr;
+  if (fresh && warp == (rnew / 32) % kRowsWarps) {
     const int64_t off = slot * a.q_stride + static_cast<int64_t>(kvh) * HS;
-    const T kv = a.rope ? rope_channel<T, HS>(a.k_new + off, d, a.rotate_half, f, at) : a.k_new[off + d];
-    const T vv = a.v_new[off + d];
-    knew_s[d] = kv;
-    vnew_s[d] = vv;
-    if (chunk == 0) {  // the other chunks of this kv head substitute the row, never read it
+    float y0, y1;
+    rotated(a.k_new + off, &y0, &y1);
+    const T k0 = from_f32<T>(y0), k1 = from_f32<T>(y1);  // exact: y0, y1 are T values
+    const T v0 = a.v_new[off + lane], v1 = a.v_new[off + lane + HS / 2];
+    knew_s[i0] = k0, knew_s[i1] = k1;
+    vnew_s[lane] = v0, vnew_s[lane + HS / 2] = v1;
+    if (chunk == 0) {
       const int64_t crow = base + static_cast<int64_t>(rnew) * row_elems;
-      a.cache_k[crow + d] = kv;
-      a.cache_v[crow + d] = vv;
+      a.cache_k[crow + i0] = k0, a.cache_k[crow + i1] = k1;
+      a.cache_v[crow + lane] = v0, a.cache_v[crow + lane + HS / 2] = v1;
     }
   }
-  __syncthreads();
+  __syncwarp();
 
   float m_run[kH], l_run[kH], acc[kH][2];
 #pragma unroll
@@ -501,12 +540,12 @@ __global__ void __launch_bounds__(32 * kRowsWarps)
 #pragma unroll
     for (int e = 0; e < kKV; ++e)
       reinterpret_cast<int4*>(v_s + lane * HS)[e] =
-          is_new ? reinterpret_cast<const int4*>(vnew_s)[e] : vrow[e];
+          pick16(is_new, reinterpret_cast<const int4*>(vnew_s)[e], vrow[e]);
     float p[kH] = {};  // scores, then probabilities
 #pragma unroll
     for (int e = 0; e < kKV; ++e) {  // 8 channels at a time
       float kf[8];
-      unpack16(is_new ? reinterpret_cast<const int4*>(knew_s)[e] : kr[e], kf, T{});
+      unpack16(pick16(is_new, reinterpret_cast<const int4*>(knew_s)[e], kr[e]), kf, T{});
 #pragma unroll
       for (int g = 0; g < kH; ++g) {
         const float4 qa = *reinterpret_cast<const float4*>(q_s + g * HS + 8 * e);
