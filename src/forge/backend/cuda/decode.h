@@ -55,6 +55,10 @@ void decode_attention(Context& ctx, DType dt, void* out, const void* q, const vo
 // is read, the new k and v row taken from qkv by the split that holds it and written to the
 // cache), else the three ops. qkv (S, stride): q at column 0, k at NH·HS, v at (NH + NKV)·HS;
 // its q and k columns are scratch after the call (rotated or not). scratch as decode_attention.
+// With PDL on, the kernel may read pos and the caches (all rows but pos % cap) before the kernel
+// launched just before it has finished: a PDL-launched kernel that writes them must not sit
+// between the previous copy or plain launch in the stream and this call (a decode step's
+// kernels do not; advance_positions is a plain launch).
 void rope_decode_attention(Context& ctx, DType dt, void* out, void* qkv, int64_t stride,
                            void* cache_k, void* cache_v, const int32_t* pos, const DecodeShape& s,
                            const Rope* rope, void* scratch);

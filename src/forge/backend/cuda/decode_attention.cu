@@ -2,8 +2,10 @@
 // rope_decode_attention, the GPU twins of cpu::decode_attention and cpu::rope_kv_append +
 // cpu::decode_attention (backend/cpu/decode.cpp). Positions are read from device memory and
 // nothing synchronises or allocates, so a decode step is capturable in a CUDA graph. Launched
-// with programmatic dependent launch (pdl.cuh): everything a block reads may be written by the
-// kernel before, so it waits first and only lets the next kernel launch early.
+// with programmatic dependent launch (pdl.cuh): q may be written by the kernel before, so a
+// block waits before reading it and lets the next kernel launch early. The one-pass kernel for
+// short caches reads the position and the cache ahead of the wait in rope_decode_attention
+// (decode.h states what that asks of the kernels before it; the reasoning is at the read).
 //
 // decode_attention, flash-decoding. The work of a step is S·NH query rows, each a dot product
 // with up to cap keys: at S = 1 that is far too few rows to fill 132 SMs, and at S = 128 the
@@ -441,7 +443,6 @@ template <typename T, int kH>
 __global__ void __launch_bounds__(32 * kRowsWarps)
     decode_attention_rows_kernel(const AttnArgs<T> a, const __grid_constant__ RopeFreqs f) {
   pdl_launch_dependents();
-  pdl_wait();  // q, the positions and the cache are the step's own data
   constexpr int HS = kRowsHS, kKV = HS * static_cast<int>(sizeof(T)) / 16;  // 16 B loads a row
   static_assert(sizeof(T) == 2, "16-bit storage: a lane's two channels are one 32-bit word");
   const int slot = blockIdx.y, lane = threadIdx.x % 32, warp = threadIdx.x / 32;
@@ -472,14 +473,21 @@ __global__ void __launch_bounds__(32 * kRowsWarps)
       vrow[e] = j < a.cap ? __ldg(vp + e) : make_int4(0, 0, 0, 0);
     }
   };
-  // The position first, then the block's first cache rows: both loads in flight together. (The
-  // RoPE below is inlined: as a called function it made the compiler save the loaded rows to
-  // the stack around the call, so every lane waited for its rows before rotating q, and the
-  // position's load went out only after them — two HBM round trips in a row; ncu's stall
-  // samples put most of the kernel's time there.)
-  const int pos = a.pos[slot];
-  load_row(warp);
-  const int n = max(0, min(pos + 1, a.cap)), rnew = pos % a.cap;
+  // rope_decode_attention (k_new set) reads what does not come from the kernel before it ahead
+  // of the PDL wait, so those loads overlap that kernel (the q|k|v product): the position, its
+  // sin/cos, and the block's first cache rows. In that call the only row of this layer's cache
+  // the step writes is row pos % cap, written by this kernel and substituted from k_new/v_new
+  // below, never read from the cache; the positions change only in the step's last kernel
+  // (advance_positions, no PDL) or by a copy from the host. Everything an earlier step wrote is
+  // complete: a copy (the ids to the host, a prompt's positions) sits between two steps, which
+  // PDL does not reach across, and within eager steps a kernel starts early only once every
+  // block of the one before it is resident, so the ~150 kernels between this kernel and its
+  // previous step's call would have to be resident together. decode_attention (GPT-2: the row
+  // was appended by the kernel before) reads everything after the wait. (The RoPE below is
+  // inlined: as a called function it made the compiler save the loaded rows to the stack
+  // around the call, so every lane waited for its rows before rotating q, and the position's
+  // load went out only after them — two HBM round trips in a row; ncu's stall samples put most
+  // of the kernel's time there.)
   // Every warp rotates its own copy of the block's query heads, and no block barrier comes
   // before the rows: lane l takes pair l of each head (HS = 64: 32 pairs, one sin/cos per lane
   // for all heads and the new key), so a warp waits only for its own loads and arithmetic.
@@ -487,9 +495,19 @@ __global__ void __launch_bounds__(32 * kRowsWarps)
   // the new key — and a __syncthreads every warp waited at: ncu's stall samples put the
   // kernel's largest share at that barrier, behind pos → angle → sin/cos → q.)
   // rope_kv_append's arithmetic: the pair in f32, rounded to T, so q is the unfused path's.
+  const bool fresh = a.k_new != nullptr;
   const int i0 = a.rotate_half ? lane : 2 * lane, i1 = a.rotate_half ? lane + HS / 2 : 2 * lane + 1;
+  int pos = 0;
   float sn = 0.0f, cs = 1.0f;
-  if (a.rope) rope_sincos(static_cast<double>(pos), f.inv_freq_over_pi[lane], &sn, &cs);
+  auto prologue = [&] {  // the position, the first rows (in flight together), sin/cos
+    pos = a.pos[slot];
+    load_row(warp);
+    if (a.rope) rope_sincos(static_cast<double>(pos), f.inv_freq_over_pi[lane], &sn, &cs);
+  };
+  if (fresh) prologue();
+  pdl_wait();  // q (and for decode_attention the cache and positions) are the step's own data
+  if (!fresh) prologue();
+  const int n = max(0, min(pos + 1, a.cap)), rnew = pos % a.cap;
   auto rotated = [&](const T* head, float* y0, float* y1) {  // channels i0, i1 of one head
     const T x0 = head[i0], x1 = head[i1];
     if (a.rope) {
@@ -512,7 +530,6 @@ __global__ void __launch_bounds__(32 * kRowsWarps)
   // rope_decode_attention: row rnew comes from qkv, taken by the warp whose chunk holds it (the
   // only reader of knew_s and vnew_s); chunk 0 of the kv head writes it to the cache (the other
   // chunks substitute the row, never read it).
-  const bool fresh = a.k_new != nullptr;
   if (fresh && warp == (rnew / 32) % kRowsWarps) {
     const int64_t off = slot * a.q_stride + static_cast<int64_t>(kvh) * HS;
     float y0, y1;
