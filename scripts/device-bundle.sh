@@ -10,7 +10,9 @@ stage=$(mktemp -d)
 mkdir -p "$stage/bin" "$stage/lib" dev-out
 cp "$build/forge" "$stage/bin/"
 [[ -x $build/tests/forge_cuda_tests ]] && cp "$build/tests/forge_cuda_tests" "$stage/bin/"
-[[ -x $build/forge_base ]] && cp "$build/forge_base" "$stage/bin/"
+for other in forge_base forge_prev; do  # earlier builds, for benchmarks side by side
+  [[ -x $build/$other ]] && cp "$build/$other" "$stage/bin/"
+done
 for tool in decode_timeline train_timeline; do  # dev/*_timeline.cpp and the CUPTI they load
   [[ -x $build/$tool ]] || continue
   cp "$build/$tool" "$stage/bin/"
