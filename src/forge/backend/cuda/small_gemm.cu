@@ -244,6 +244,14 @@ __global__ void __launch_bounds__(32 * kMaxWarps) out_in_mma_kernel(SmallParams 
   };
   int4 wv[kUnroll][kCT];
   load_w(wv, warp);  // constant data: before the wait
+  // The warp's later k-steps (past its first kUnroll: the down projection's C = 1536 is 48 steps
+  // for 16 warps × 2) are loaded after the wait; ask L2 for them now, so those loads are L2 hits.
+  for (int s0 = warp + nw * kUnroll; s0 < steps; s0 += nw) {
+    const int k = s0 * 32 + 8 * q;
+#pragma unroll
+    for (int t = 0; t < kCT; ++t)
+      if (wok[t]) asm volatile("prefetch.global.L2 [%0];" ::"l"(wrow[t] + k));
+  }
   constexpr bool kRes = kEpi == Epilogue::kResidual;
   const int rows = min(16, p.N - n0);
   const SmallSmem sm = small_smem(nw, V, kCols, min(16, p.N), C, p.x_stride, sizeof(T), kNorm, kRes);
