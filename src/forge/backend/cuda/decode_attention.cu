@@ -77,6 +77,7 @@
 
 #include "forge/backend/cuda/context.h"
 #include "forge/backend/cuda/decode.h"
+#include "forge/backend/cuda/flash_mma.cuh"
 #include "forge/backend/cuda/kernel_utils.cuh"
 #include "forge/backend/cuda/pdl.cuh"
 #include "forge/backend/cuda/rope.cuh"
@@ -394,17 +395,17 @@ __global__ void __launch_bounds__(kAttnThreads)
 // scores, barrier, softmax, barrier, P·V, barrier, then the partials through global memory and
 // the last split's combine): 11–12 µs a layer at a 130–380-row cache (dev/decode_timeline.cpp,
 // H200, batch 1), half of a SmolLM2 decode step's kernel time. This kernel is for caches of up
-// to kRowsMaxCap rows and grids of at most one wave (rows_kernel_takes): lane l of warp w loads
-// cache row 32·c + l of chunk c = w, w + 16, … — its key into registers, its value into the
-// warp's shared-memory tile — and the first chunk's loads do not depend on the position, so
-// they go out right after the wait: one HBM round trip for the block. Scores are dot products
-// in one lane (q broadcast from shared memory), the softmax and the P·V broadcasts are warp
-// shuffles, and the 16 warps' (max, sum, accumulator) are combined in shared memory once. No
-// scratch, no second pass. Each warp rotates its own copy of q (no block barrier before the
-// rows), and the warp whose chunk holds the new row rotates and appends its key (H200, batch 1,
-// with the by-value select below: 1,575 → 1,710 / 1,696 tokens/s, docs/perf-notes.md).
-// ptxas (sm_90a, CUDA 13.0): one head a block 0 stack; four heads 24-32 B of spills at the
-// 128-register bound of 512 threads. Rows at or past n are loaded (inside the cache) but
+// to kRowsMaxCap rows and grids of at most one wave (rows_kernel_takes): warp w copies the
+// cache rows 32·c … 32·c + 31 of chunk c = w, w + 16, … into its key and value tiles in shared
+// memory (cp.async, whole 128-byte rows), and the first chunk's copies do not depend on the
+// position: one HBM round trip for the block, before the PDL wait where it can be. Lane l
+// scores row 32·c + l against q (broadcast from shared memory), the softmax and the P·V
+// broadcasts are warp shuffles, and the 16 warps' (max, sum, accumulator) are combined in
+// shared memory once. No scratch, no second pass. Each warp rotates its own copy of q (no
+// block barrier before the rows), and the warp whose chunk holds the new row rotates its key,
+// puts it in its tiles and appends it to the cache (docs/perf-notes.md has each step's figures).
+// ptxas (sm_90a, CUDA 13.0): 70 registers with one head a block, 80 with four; 0 spill, 0 stack.
+// Rows at or past n are loaded (inside the cache) but
 // masked: their score is −inf and their value row is skipped, so stale or NaN contents cannot
 // leak in.
 // The code is kept small on purpose (rolled P·V loop): a kernel that runs for
@@ -422,39 +423,30 @@ constexpr int kRowsMaxBlocks = 132;
 // Dynamic shared memory of decode_attention_rows_kernel<T, kH> (kH query heads per block), bytes.
 template <int kH>
 struct RowsSmem {
-  static constexpr int kV = 0;                                        // (16, 32, HS) T
+  static constexpr int kK = 0;                                        // (16, 32, 8) 16 B, swizzled
+  static constexpr int kV = kK + kRowsWarps * 32 * kRowsHS * 2;       // (16, 32, HS) T
   static constexpr int kQ = kV + kRowsWarps * 32 * kRowsHS * 2;       // (16, kH, HS) f32
-  static constexpr int kNew = kQ + kRowsWarps * kH * kRowsHS * 4;     // (2, HS) T
-  static constexpr int kAcc = kNew + 2 * kRowsHS * 2;                 // (16, kH, HS) f32
+  static constexpr int kAcc = kQ + kRowsWarps * kH * kRowsHS * 4;     // (16, kH, HS) f32
   static constexpr int kStat = kAcc + kRowsWarps * kH * kRowsHS * 4;  // (2, 16, kH) f32
   static constexpr int kWt = kStat + 2 * kRowsWarps * kH * 4;         // (kH, 16) f32
   static constexpr int kBytes = kWt + kH * kRowsWarps * 4;
 };
 
-// a or b by value, word by word. (`c ? a_shared[e] : kr[e]` on two int4 lvalues selects between
-// their addresses: the compiler then kept the lane's key row kr in local memory — eight STL
-// right after the row's load, each waiting for it, so nothing after the load could issue
-// before the HBM round trip ended — and read it back through generic loads.)
-__device__ __forceinline__ int4 pick16(bool c, int4 a, int4 b) {
-  return make_int4(c ? a.x : b.x, c ? a.y : b.y, c ? a.z : b.z, c ? a.w : b.w);
-}
-
 template <typename T, int kH>
 __global__ void __launch_bounds__(32 * kRowsWarps)
     decode_attention_rows_kernel(const AttnArgs<T> a, const __grid_constant__ RopeFreqs f) {
   pdl_launch_dependents();
-  constexpr int HS = kRowsHS, kKV = HS * static_cast<int>(sizeof(T)) / 16;  // 16 B loads a row
-  static_assert(sizeof(T) == 2, "16-bit storage: a lane's two channels are one 32-bit word");
+  constexpr int HS = kRowsHS, kKV = HS * static_cast<int>(sizeof(T)) / 16;  // 16 B chunks a row
+  static_assert(sizeof(T) == 2 && kKV == 8, "16-bit storage, HS 64: a row is 8 chunks of 16 B");
   const int slot = blockIdx.y, lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int kvh = blockIdx.x / a.chunks, chunk = blockIdx.x - kvh * a.chunks;
   const int h0 = kvh * a.group + chunk * a.chunk_heads;               // first query head
   const int G = min(a.chunk_heads, a.group - chunk * a.chunk_heads);  // its query heads
   extern __shared__ __align__(16) unsigned char smem[];
   using L = RowsSmem<kH>;
-  T* v_s = reinterpret_cast<T*>(smem + L::kV) + warp * 32 * HS;  // (32, HS) this warp's
+  int4* k_t = reinterpret_cast<int4*>(smem + L::kK) + warp * 32 * kKV;  // (32, 8) this warp's
+  T* v_s = reinterpret_cast<T*>(smem + L::kV) + warp * 32 * HS;         // (32, HS) this warp's
   float* q_s = reinterpret_cast<float*>(smem + L::kQ) + warp * kH * HS;  // (G, HS) this warp's
-  T* knew_s = reinterpret_cast<T*>(smem + L::kNew);              // (HS) new key, rotated
-  T* vnew_s = knew_s + HS;                                              // (HS) new value
   float* acc_w = reinterpret_cast<float*>(smem + L::kAcc);  // (16, kH, HS)
   float* m_w = reinterpret_cast<float*>(smem + L::kStat);   // (16, kH)
   float* l_w = m_w + kRowsWarps * kH;                       // (16, kH)
@@ -462,32 +454,36 @@ __global__ void __launch_bounds__(32 * kRowsWarps)
 
   const int64_t row_elems = static_cast<int64_t>(a.NKV) * HS;  // between cache rows
   const int64_t base = (static_cast<int64_t>(slot) * a.cap * a.NKV + kvh) * HS;
-  int4 kr[kKV], vrow[kKV];
-  auto load_row = [&](int c) {  // row 32·c + lane, if inside the cache (whatever the position)
-    const int j = c * 32 + lane;
-    const int4* kp = reinterpret_cast<const int4*>(a.cache_k + base + j * row_elems);
-    const int4* vp = reinterpret_cast<const int4*>(a.cache_v + base + j * row_elems);
+  // Rows 32·c … 32·c + 31 (those inside the cache, whatever the position; zeros past it) into the
+  // warp's tiles with cp.async: instruction i has lane l copy chunk l % 8 of row 4·i + l / 8, so
+  // each moves 4 whole 128-byte rows. (Each lane loading its own row into registers — 32 rows a
+  // warp instruction — made every instruction touch 32 lines: ~8k L1 wavefronts a block, ~4 µs
+  // of a ~8 µs kernel by clock64 probes, H200.) The key tile's chunk e of row r sits at
+  // 8·r + (e ^ (r & 7)), so lane r reading chunk e of its own row is conflict-free; the value
+  // tile is plain rows (the P·V loop reads one row across the lanes).
+  auto copy_chunk = [&](int c) {
 #pragma unroll
-    for (int e = 0; e < kKV; ++e) {
-      kr[e] = j < a.cap ? __ldg(kp + e) : make_int4(0, 0, 0, 0);
-      vrow[e] = j < a.cap ? __ldg(vp + e) : make_int4(0, 0, 0, 0);
+    for (int i = 0; i < 32 / 4; ++i) {
+      const int r = 4 * i + lane / 8, e = lane % 8, j = c * 32 + r;
+      const bool in = j < a.cap;
+      const int64_t off = base + static_cast<int64_t>(in ? j : 0) * row_elems + e * 8;
+      flash::cp_async16(flash::smem_addr(k_t + kKV * r + (e ^ (r & 7))), a.cache_k + off, in ? 16 : 0);
+      flash::cp_async16(flash::smem_addr(v_s + r * HS + e * 8), a.cache_v + off, in ? 16 : 0);
     }
+    flash::cp_async_commit();
   };
   // rope_decode_attention (k_new set) reads what does not come from the kernel before it ahead
-  // of the PDL wait (one query head a block, below), so those loads overlap that kernel (the q|k|v product): the position, its
-  // sin/cos, and the block's first cache rows. In that call the only row of this layer's cache
-  // the step writes is row pos % cap, written by this kernel and substituted from k_new/v_new
-  // below, never read from the cache; the positions change only in the step's last kernel
-  // (advance_positions, no PDL) or by a copy from the host. Everything an earlier step wrote is
-  // complete: a copy (the ids to the host, a prompt's positions) sits between two steps, which
-  // PDL does not reach across, and within eager steps a kernel starts early only once every
-  // block of the one before it is resident, so the ~150 kernels between this kernel and its
-  // previous step's call would have to be resident together. decode_attention (GPT-2: the row
-  // was appended by the kernel before) reads everything after the wait. (The RoPE below is
-  // inlined: as a called function it made the compiler save the loaded rows to the stack
-  // around the call, so every lane waited for its rows before rotating q, and the position's
-  // load went out only after them — two HBM round trips in a row; ncu's stall samples put most
-  // of the kernel's time there.)
+  // of the PDL wait (one query head a block, below), so those loads overlap that kernel (the
+  // q|k|v product): the position, its sin/cos, and the block's first cache rows. In that call
+  // the only row of this layer's cache the step writes is row pos % cap, written by this kernel
+  // and replaced in the tiles by k_new/v_new below, never read from the cache; the positions
+  // change only in the step's last kernel (advance_positions, no PDL) or by a copy from the
+  // host. Everything an earlier step wrote is complete: a copy (the ids to the host, a prompt's
+  // positions) sits between two steps, which PDL does not reach across, and within eager steps
+  // a kernel starts early only once every block of the one before it is resident, so the ~150
+  // kernels between this kernel and its previous step's call would have to be resident
+  // together. decode_attention (GPT-2: the row was appended by the kernel before) reads
+  // everything after the wait.
   // Every warp rotates its own copy of the block's query heads, and no block barrier comes
   // before the rows: lane l takes pair l of each head (HS = 64: 32 pairs, one sin/cos per lane
   // for all heads and the new key), so a warp waits only for its own loads and arithmetic.
@@ -503,7 +499,7 @@ __global__ void __launch_bounds__(32 * kRowsWarps)
   float sn = 0.0f, cs = 1.0f;
   auto prologue = [&] {  // the position, the first rows (in flight together), sin/cos
     pos = a.pos[slot];
-    load_row(warp);
+    copy_chunk(warp);
     if (a.rope) rope_sincos(static_cast<double>(pos), f.inv_freq_over_pi[lane], &sn, &cs);
   };
   if (early) prologue();
@@ -529,17 +525,17 @@ __global__ void __launch_bounds__(32 * kRowsWarps)
     q_s[g * HS + i0] = y0 * a.scale_log2;
     q_s[g * HS + i1] = y1 * a.scale_log2;
   }
-  // rope_decode_attention: row rnew comes from qkv, taken by the warp whose chunk holds it (the
-  // only reader of knew_s and vnew_s); chunk 0 of the kv head writes it to the cache (the other
-  // chunks substitute the row, never read it).
-  if (fresh && warp == (rnew / 32) % kRowsWarps) {
+  // rope_decode_attention: row rnew comes from qkv, taken by the warp whose chunk holds it (it
+  // replaces the row in its tiles below); chunk 0 of the kv head writes it to the cache (the
+  // other chunks replace the row, never read it).
+  const bool owner = fresh && warp == (rnew / 32) % kRowsWarps;
+  T k0{}, k1{}, v0{}, v1{};
+  if (owner) {
     const int64_t off = slot * a.q_stride + static_cast<int64_t>(kvh) * HS;
     float y0, y1;
     rotated(a.k_new + off, &y0, &y1);
-    const T k0 = from_f32<T>(y0), k1 = from_f32<T>(y1);  // exact: y0, y1 are T values
-    const T v0 = a.v_new[off + lane], v1 = a.v_new[off + lane + HS / 2];
-    knew_s[i0] = k0, knew_s[i1] = k1;
-    vnew_s[lane] = v0, vnew_s[lane + HS / 2] = v1;
+    k0 = from_f32<T>(y0), k1 = from_f32<T>(y1);  // exact: y0, y1 are T values
+    v0 = a.v_new[off + lane], v1 = a.v_new[off + lane + HS / 2];
     if (chunk == 0) {
       const int64_t crow = base + static_cast<int64_t>(rnew) * row_elems;
       a.cache_k[crow + i0] = k0, a.cache_k[crow + i1] = k1;
@@ -553,18 +549,22 @@ __global__ void __launch_bounds__(32 * kRowsWarps)
   for (int g = 0; g < kH; ++g)
     m_run[g] = -INFINITY, l_run[g] = 0.0f, acc[g][0] = acc[g][1] = 0.0f;
   for (int c = warp; c * 32 < n; c += kRowsWarps) {
+    flash::cp_async_wait<0>();
+    __syncwarp();  // every lane's copies of the chunk are in
+    if (owner && c == rnew / 32) {  // the new row replaces the cache's (warp-uniform)
+      const int r = rnew % 32;
+      T* kr = reinterpret_cast<T*>(k_t + kKV * r);
+      kr[8 * ((i0 / 8) ^ (r & 7)) + i0 % 8] = k0;
+      kr[8 * ((i1 / 8) ^ (r & 7)) + i1 % 8] = k1;
+      v_s[r * HS + lane] = v0, v_s[r * HS + lane + HS / 2] = v1;
+      __syncwarp();
+    }
     const int j = c * 32 + lane;
-    const bool is_new = fresh && j == rnew;
-    // This lane's value row into the warp's tile (the new row from shared memory).
-#pragma unroll
-    for (int e = 0; e < kKV; ++e)
-      reinterpret_cast<int4*>(v_s + lane * HS)[e] =
-          pick16(is_new, reinterpret_cast<const int4*>(vnew_s)[e], vrow[e]);
     float p[kH] = {};  // scores, then probabilities
 #pragma unroll
     for (int e = 0; e < kKV; ++e) {  // 8 channels at a time
       float kf[8];
-      unpack16(pick16(is_new, reinterpret_cast<const int4*>(knew_s)[e], kr[e]), kf, T{});
+      unpack16(k_t[kKV * lane + (e ^ (lane & 7))], kf, T{});
 #pragma unroll
       for (int g = 0; g < kH; ++g) {
         const float4 qa = *reinterpret_cast<const float4*>(q_s + g * HS + 8 * e);
@@ -573,7 +573,6 @@ __global__ void __launch_bounds__(32 * kRowsWarps)
                 kf[5] * qb.y + kf[6] * qb.z + kf[7] * qb.w;
       }
     }
-    if (c + kRowsWarps < (n + 31) / 32) load_row(c + kRowsWarps);  // the next chunk in flight
 #pragma unroll
     for (int g = 0; g < kH; ++g) {
       const float s = j < n && g < G ? p[g] : -INFINITY;
@@ -585,7 +584,6 @@ __global__ void __launch_bounds__(32 * kRowsWarps)
       acc[g][1] *= alpha;
       m_run[g] = m_new;
     }
-    __syncwarp();
     const int rows = min(32, n - c * 32);
 #pragma unroll 2
     for (int r = 0; r < rows; ++r) {
@@ -598,7 +596,8 @@ __global__ void __launch_bounds__(32 * kRowsWarps)
         acc[g][1] += pr * v[1];
       }
     }
-    __syncwarp();  // the tile is rewritten by the next chunk
+    __syncwarp();  // the tiles are rewritten by the next chunk
+    if (c + kRowsWarps < (n + 31) / 32) copy_chunk(c + kRowsWarps);
   }
 #pragma unroll
   for (int g = 0; g < kH; ++g) {
