@@ -183,14 +183,28 @@ __device__ void stage_rmsnorm_rows(T* xs, const T* g, const SmallParams& p, int 
   for (int r = threadIdx.x / 32; r < rows; r += nw) {
     const T* x = static_cast<const T*>(p.inp) + static_cast<int64_t>(n0 + r) * C;
     T* y = xs + r * p.x_stride;
+    // Four chunks' loads issued before their stores: x (global) and y (shared) are both generic
+    // pointers here, so the compiler may not move a load above the store before it, and the
+    // row's chunks were one L2 round trip each. Same order of the sum.
     float sq = 0.0f;
-    for (int c = lane * kN; c < C; c += 32 * kN) {
-      const int4 raw = *reinterpret_cast<const int4*>(x + c);
-      *reinterpret_cast<int4*>(y + c) = raw;
-      float v[kN];
-      unpack16(raw, v, T{});
+    constexpr int kBatch = 4;
+    for (int c0 = lane * kN; c0 < C; c0 += kBatch * 32 * kN) {
+      int4 raw[kBatch];
 #pragma unroll
-      for (int k = 0; k < kN; ++k) sq += v[k] * v[k];
+      for (int u = 0; u < kBatch; ++u) {
+        const int c = c0 + u * 32 * kN;
+        raw[u] = c < C ? *reinterpret_cast<const int4*>(x + c) : make_int4(0, 0, 0, 0);
+      }
+#pragma unroll
+      for (int u = 0; u < kBatch; ++u) {
+        const int c = c0 + u * 32 * kN;
+        if (c >= C) break;
+        *reinterpret_cast<int4*>(y + c) = raw[u];
+        float v[kN];
+        unpack16(raw[u], v, T{});
+#pragma unroll
+        for (int k = 0; k < kN; ++k) sq += v[k] * v[k];
+      }
     }
     const float s = 1.0f / sqrtf(warp_sum(sq) / C + p.eps);
     for (int c = lane * kN; c < C; c += 32 * kN) {  // the chunks this lane staged
