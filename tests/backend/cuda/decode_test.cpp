@@ -294,6 +294,12 @@ TEST_P(DecodeTest, RopeDecodeAttentionEqualsTheUnfusedOps) {
       {{1, 9, 3, 64, 1024}, {600}, true, RopeStyle::kInterleaved, "S=1, second pass"},
       // 32 slots: the short-cache kernel with four query heads a block (batch 32's path).
       {{32, 9, 3, 64, 768}, s32_pos(), true, RopeStyle::kRotateHalf, "S=32, four heads a block"},
+      // 2,048-row caches (the serving default) take the one-pass kernel too: the new row in a
+      // warp's fourth chunk, and slots far apart, one and four query heads a block.
+      {{1, 9, 3, 64, 2048}, {1900}, true, RopeStyle::kRotateHalf, "S=1, cap 2048, fourth pass"},
+      {{8, 9, 3, 64, 2048}, {2047, 0, 1100, 31, 1500, 700, 64, 1999}, true, RopeStyle::kInterleaved,
+       "S=8, cap 2048"},
+      {{32, 9, 3, 64, 2048}, s32_pos(), true, RopeStyle::kRotateHalf, "S=32, cap 2048, four heads"},
       {{4, 9, 3, 64, 40}, {0, 39, 85, 1000}, true, RopeStyle::kInterleaved, "ring"},
       {{2, 16, 1, 64, 200}, {199, 70}, true, RopeStyle::kRotateHalf, "group 16"},
       {{3, 8, 2, 128, 4096}, {4000, 29, 0}, true, RopeStyle::kRotateHalf, "long, HS 128"},

@@ -412,7 +412,10 @@ __global__ void __launch_bounds__(kAttnThreads)
 // a few µs once per layer pays for every instruction-cache miss, and the first, fully unrolled
 // version of this kernel (~4k instructions) took as long as the split kernel.
 constexpr int kRowsWarps = 16;
-constexpr int kRowsMaxCap = 1024;
+// Caches up to 2,048 rows (the serving default: each slot a model context's rows, of which a
+// request uses its length; the loop stops there). Up to 1,024 until 2026-12-04, when `forge
+// serve`'s 2,048-row slots still ran the split kernel (README, serving).
+constexpr int kRowsMaxCap = 2048;
 constexpr int kRowsHS = 64;
 constexpr int kRowsMaxHeads = 4;  // query heads per block: keeps a lane's registers under 128
 // At most one wave of blocks (the H200's 132 SMs, one 512-thread block each with ~100 KB of
@@ -460,15 +463,17 @@ __global__ void __launch_bounds__(32 * kRowsWarps)
   // warp instruction — made every instruction touch 32 lines: ~8k L1 wavefronts a block, ~4 µs
   // of a ~8 µs kernel by clock64 probes, H200.) The key tile's chunk e of row r sits at
   // 8·r + (e ^ (r & 7)), so lane r reading chunk e of its own row is conflict-free; the value
-  // tile is plain rows (the P·V loop reads one row across the lanes).
-  auto copy_chunk = [&](int c) {
+  // tile is plain rows (the P·V loop reads one row across the lanes). A later chunk's keys are
+  // copied as soon as the scores are done with the key tile, its values after P·V.
+  auto copy_chunk = [&](int c, bool keys, bool values) {
 #pragma unroll
     for (int i = 0; i < 32 / 4; ++i) {
       const int r = 4 * i + lane / 8, e = lane % 8, j = c * 32 + r;
       const bool in = j < a.cap;
       const int64_t off = base + static_cast<int64_t>(in ? j : 0) * row_elems + e * 8;
-      flash::cp_async16(flash::smem_addr(k_t + kKV * r + (e ^ (r & 7))), a.cache_k + off, in ? 16 : 0);
-      flash::cp_async16(flash::smem_addr(v_s + r * HS + e * 8), a.cache_v + off, in ? 16 : 0);
+      if (keys)
+        flash::cp_async16(flash::smem_addr(k_t + kKV * r + (e ^ (r & 7))), a.cache_k + off, in ? 16 : 0);
+      if (values) flash::cp_async16(flash::smem_addr(v_s + r * HS + e * 8), a.cache_v + off, in ? 16 : 0);
     }
     flash::cp_async_commit();
   };
@@ -499,7 +504,7 @@ __global__ void __launch_bounds__(32 * kRowsWarps)
   float sn = 0.0f, cs = 1.0f;
   auto prologue = [&] {  // the position, the first rows (in flight together), sin/cos
     pos = a.pos[slot];
-    copy_chunk(warp);
+    copy_chunk(warp, true, true);
     if (a.rope) rope_sincos(static_cast<double>(pos), f.inv_freq_over_pi[lane], &sn, &cs);
   };
   if (early) prologue();
@@ -560,6 +565,7 @@ __global__ void __launch_bounds__(32 * kRowsWarps)
       __syncwarp();
     }
     const int j = c * 32 + lane;
+    const bool more = c + kRowsWarps < (n + 31) / 32;  // this warp has another chunk
     float p[kH] = {};  // scores, then probabilities
 #pragma unroll
     for (int e = 0; e < kKV; ++e) {  // 8 channels at a time
@@ -572,6 +578,10 @@ __global__ void __launch_bounds__(32 * kRowsWarps)
         p[g] += kf[0] * qa.x + kf[1] * qa.y + kf[2] * qa.z + kf[3] * qa.w + kf[4] * qb.x +
                 kf[5] * qb.y + kf[6] * qb.z + kf[7] * qb.w;
       }
+    }
+    if (more) {  // the key tile is free
+      __syncwarp();
+      copy_chunk(c + kRowsWarps, true, false);
     }
 #pragma unroll
     for (int g = 0; g < kH; ++g) {
@@ -596,8 +606,8 @@ __global__ void __launch_bounds__(32 * kRowsWarps)
         acc[g][1] += pr * v[1];
       }
     }
-    __syncwarp();  // the tiles are rewritten by the next chunk
-    if (c + kRowsWarps < (n + 31) / 32) copy_chunk(c + kRowsWarps);
+    __syncwarp();  // the value tile is rewritten by the next chunk
+    if (more) copy_chunk(c + kRowsWarps, false, true);
   }
 #pragma unroll
   for (int g = 0; g < kH; ++g) {
