@@ -264,7 +264,7 @@ __global__ void __launch_bounds__(32 * kMaxWarps) out_in_mma_kernel(SmallParams 
     const int k = s0 * 32 + 8 * q;
 #pragma unroll
     for (int t = 0; t < kCT; ++t)
-      if (wok[t]) asm volatile("prefetch.global.L2 [%0];" ::"l"(wrow[t] + k));
+      if (wok[t] && k < C) asm volatile("prefetch.global.L2 [%0];" ::"l"(wrow[t] + k));
   }
   constexpr bool kRes = kEpi == Epilogue::kResidual;
   const int rows = min(16, p.N - n0);
