@@ -10,18 +10,24 @@
 // cache rows 32·c … 32·c + 31 of chunk c = w, w + 16, … into its key and value tiles in shared
 // memory (cp.async, whole 128-byte rows), and the first chunk's copies do not depend on the
 // position: one HBM round trip for the block, before the PDL wait where it can be. Lane l
-// scores row 32·c + l against q (broadcast from shared memory), the softmax and the P·V
-// broadcasts are warp shuffles, and the 16 warps' (max, sum, accumulator) are combined in
-// shared memory once. No scratch, no second pass. Each warp rotates its own copy of q (no
-// block barrier before the rows), and the warp whose chunk holds the new row rotates its key,
-// puts it in its tiles and appends it to the cache (docs/perf-notes.md has each step's figures).
-// ptxas (sm_90a, CUDA 13.0): 62 registers with one head a block, 115 with four (80 before the
-// later chunks' keys were copied separately); 0 spill, 0 stack.
-// Rows at or past n are loaded (inside the cache) but masked: their score is −inf and their
-// value row is skipped, so stale or NaN contents cannot leak in.
-// The code is kept small on purpose (rolled P·V loop): a kernel that runs for
-// a few µs once per layer pays for every instruction-cache miss, and the first, fully unrolled
-// version of this kernel (~4k instructions) took as long as the split kernel.
+// scores row 32·c + l against q (broadcast from shared memory), the softmax is warp shuffles,
+// and the 16 warps' (max, sum, accumulator) are combined in shared memory once. No scratch, no
+// second pass. Each warp rotates its own copy of q (no block barrier before the rows), and the
+// warp whose chunk holds the new row rotates its key, puts it in its tiles and appends it to the
+// cache (docs/perf-notes.md has each step's figures).
+// P·V: with one query head a block (batch 1–14 for SmolLM2), on tensor cores as Vᵀ·Pᵀ — eight
+// m16n8k16 MMAs a chunk, P the B operand's column 0 (rounded to T), V from a swizzled tile by
+// ldmatrix.trans; with four heads, each lane's two channels over the chunk's rows, P broadcast
+// by shuffles, one row at a time (the form the one-head kernel had before: at a 1,536–1,792-row
+// cache, where a warp walks 3–4 chunks, the MMA form is 12% faster a step at batch 1, H200).
+// ptxas (sm_90a, CUDA 13.0): one head a block 114 registers, or 64 and 40 bytes spilled under
+// the 2-blocks-an-SM bounds (launch_rows picks); four heads 115; 0 spill otherwise.
+// Rows at or past n are loaded (inside the cache) but masked: their score is −inf, and their
+// value row is skipped (four heads) or zeroed in the tile (one head: 0 · NaN is NaN), so stale
+// or NaN contents cannot leak in.
+// The code is kept small on purpose (rolled loops): a kernel that runs for a few µs once per
+// layer pays for every instruction-cache miss, and the first, fully unrolled version of this
+// kernel (~4k instructions) took as long as the split kernel.
 #include <cuda_runtime.h>
 
 #include <cmath>
@@ -64,8 +70,10 @@ struct RowsSmem {
   static constexpr int kBytes = kWt + kH * kRowsWarps * 4;
 };
 
-template <typename T, int kH>
-__global__ void __launch_bounds__(32 * kRowsWarps)
+// kMinBlocks: the launch bounds' blocks per SM, i.e. registers at most 64 (2) or 128 (1): see
+// launch_rows.
+template <typename T, int kH, int kMinBlocks>
+__global__ void __launch_bounds__(32 * kRowsWarps, kMinBlocks)
     decode_attention_rows_kernel(const AttnArgs<T> a, const __grid_constant__ RopeFreqs f) {
   pdl_launch_dependents();
   constexpr int HS = kRowsHS, kKV = HS * static_cast<int>(sizeof(T)) / 16;  // 16 B chunks a row
@@ -84,6 +92,11 @@ __global__ void __launch_bounds__(32 * kRowsWarps)
   float* l_w = m_w + kRowsWarps * kH;                       // (16, kH)
   float* wt_s = reinterpret_cast<float*>(smem + L::kWt);    // (kH, 16) the combine's weights
 
+  // P·V on tensor cores with one query head a block (kMmaPV; below): the value tile is then
+  // swizzled like the key tile, chunk e of row r at 8·r + (e ^ (r & 7)) in 16-byte units, so that
+  // ldmatrix.trans reads 8 rows of one column chunk from 8 bank groups; plain rows otherwise.
+  constexpr bool kMmaPV = kH == 1;
+  auto vidx = [](int r, int d) { return kMmaPV ? r * HS + 8 * ((d / 8) ^ (r & 7)) + d % 8 : r * HS + d; };
   const int64_t row_elems = static_cast<int64_t>(a.NKV) * HS;  // between cache rows
   const int64_t base = (static_cast<int64_t>(slot) * a.cap * a.NKV + kvh) * HS;
   // Rows 32·c … 32·c + 31 (those inside the cache, whatever the position; zeros past it) into the
@@ -103,7 +116,7 @@ __global__ void __launch_bounds__(32 * kRowsWarps)
       const int bytes = in ? 16 : 0;  // 0: the chunk is zero-filled
       const uint32_t k_dst = flash::smem_addr(k_t + kKV * r + (e ^ (r & 7)));
       if (keys) flash::cp_async16(k_dst, a.cache_k + off, bytes);
-      if (values) flash::cp_async16(flash::smem_addr(v_s + r * HS + e * 8), a.cache_v + off, bytes);
+      if (values) flash::cp_async16(flash::smem_addr(v_s + vidx(r, e * 8)), a.cache_v + off, bytes);
     }
     flash::cp_async_commit();
   };
@@ -183,6 +196,10 @@ __global__ void __launch_bounds__(32 * kRowsWarps)
 #pragma unroll
   for (int g = 0; g < kH; ++g)
     m_run[g] = -INFINITY, l_run[g] = 0.0f, acc[g][0] = acc[g][1] = 0.0f;
+  // kMmaPV: the head's output as the column 0 of HS / 16 m16n8k16 accumulators (Vᵀ · Pᵀ: the
+  // channels are M, P is N's column 0): lane 4i holds channels 16·t + i and 16·t + i + 8 of
+  // tile t in elements 0 and 2; the other columns stay zero.
+  float acc_t[kMmaPV ? HS / 16 : 1][4] = {};
   for (int c = warp; c * 32 < n; c += kRowsWarps) {
     flash::cp_async_wait<0>();
     __syncwarp();  // every lane's copies of the chunk are in
@@ -191,7 +208,7 @@ __global__ void __launch_bounds__(32 * kRowsWarps)
       T* kr = reinterpret_cast<T*>(k_t + kKV * r);
       kr[8 * ((i0 / 8) ^ (r & 7)) + i0 % 8] = k0;
       kr[8 * ((i1 / 8) ^ (r & 7)) + i1 % 8] = k1;
-      v_s[r * HS + lane] = v0, v_s[r * HS + lane + HS / 2] = v1;
+      v_s[vidx(r, lane)] = v0, v_s[vidx(r, lane + HS / 2)] = v1;
       __syncwarp();
     }
     const int j = c * 32 + lane;
@@ -222,11 +239,49 @@ __global__ void __launch_bounds__(32 * kRowsWarps)
       l_run[g] = l_run[g] * alpha + warp_sum(p[g]);
       acc[g][0] *= alpha;
       acc[g][1] *= alpha;
+      if constexpr (kMmaPV) {
+#pragma unroll
+        for (int t = 0; t < HS / 16; ++t)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) acc_t[t][e] *= alpha;
+      }
       m_run[g] = m_new;
     }
     const int rows = min(32, n - c * 32);
+    if constexpr (kMmaPV) {
+      // Vᵀ (HS × 32) · Pᵀ (32 × 1, P rounded to T as the training kernels round it): two k-steps
+      // of 16 rows, HS / 16 m-tiles of channels; Pᵀ is the B operand's column 0, so a k-step is
+      // four shuffles (lane q = lane % 4 of column 0, lanes 0–3, takes rows 2q, 2q + 1, 2q + 8,
+      // 2q + 9) against one shuffle a row and a serial walk over the 32 rows. A comes from the
+      // value tile by ldmatrix.trans (matrix i of an x4: m-half i % 2, k-half i / 2). Value rows at
+      // or past n are zeroed first (their P is 0, but 0 · NaN is not).
+      if (rows < 32) {
+        if (lane >= rows)
+#pragma unroll
+          for (int e = 0; e < kKV; ++e) reinterpret_cast<int4*>(v_s + lane * HS)[e] = make_int4(0, 0, 0, 0);
+        __syncwarp();
+      }
+      const uint32_t v_tile = flash::smem_addr(v_s);
+      const int q4 = lane % 4;
+#pragma unroll
+      for (int kk = 0; kk < 2; ++kk) {
+        const float x0 = __shfl_sync(0xffffffffu, p[0], 16 * kk + 2 * q4);
+        const float x1 = __shfl_sync(0xffffffffu, p[0], 16 * kk + 2 * q4 + 1);
+        const float x2 = __shfl_sync(0xffffffffu, p[0], 16 * kk + 2 * q4 + 8);
+        const float x3 = __shfl_sync(0xffffffffu, p[0], 16 * kk + 2 * q4 + 9);
+        const bool col0 = lane < 4;
+        const uint32_t b0 = col0 ? flash::pack2<T>(x0, x1) : 0u, b1 = col0 ? flash::pack2<T>(x2, x3) : 0u;
+        const int vr = 16 * kk + (lane & 7) + ((lane >> 4) & 1) * 8;  // this lane's row address
+#pragma unroll
+        for (int t = 0; t < HS / 16; ++t) {
+          uint32_t fa[4];
+          flash::ldmatrix_x4_trans(fa, flash::swz<HS>(v_tile, vr, 16 * t + ((lane >> 3) & 1) * 8));
+          flash::mma<T>(acc_t[t], fa, b0, b1);
+        }
+      }
+    }
 #pragma unroll 2
-    for (int r = 0; r < rows; ++r) {
+    for (int r = 0; r < (kMmaPV ? 0 : rows); ++r) {
       float v[2];
       unpack_pair(*reinterpret_cast<const uint32_t*>(v_s + r * HS + 2 * lane), v, T{});
 #pragma unroll
@@ -242,8 +297,17 @@ __global__ void __launch_bounds__(32 * kRowsWarps)
 #pragma unroll
   for (int g = 0; g < kH; ++g) {
     if (lane == 0) m_w[warp * kH + g] = m_run[g], l_w[warp * kH + g] = l_run[g];
-    acc_w[(warp * kH + g) * HS + 2 * lane] = acc[g][0];
-    acc_w[(warp * kH + g) * HS + 2 * lane + 1] = acc[g][1];
+    if constexpr (kMmaPV) {
+      if (lane % 4 == 0)
+#pragma unroll
+        for (int t = 0; t < HS / 16; ++t) {
+          acc_w[warp * HS + 16 * t + lane / 4] = acc_t[t][0];
+          acc_w[warp * HS + 16 * t + lane / 4 + 8] = acc_t[t][2];
+        }
+    } else {
+      acc_w[(warp * kH + g) * HS + 2 * lane] = acc[g][0];
+      acc_w[(warp * kH + g) * HS + 2 * lane + 1] = acc[g][1];
+    }
   }
   __syncthreads();
   // out = Σ_w 2^(m_w − M)·acc_w / Σ_w 2^(m_w − M)·l_w over the warps that saw rows: warp g turns
@@ -283,21 +347,33 @@ void launch_rows(Context& ctx, AttnArgs<T> a, const RopeFreqs& f, int S) {
   // One query head per block while that fits in one wave (batch 1: 9 blocks for SmolLM2 rather
   // than 3): a warp's chunk then costs one head's dot products and P·V, not four (the four-head
   // kernel is a chain of ~770 instructions per warp at ~19 cycles each, ncu).
-  auto go = [&](auto heads) {
+  // With one head a block the kernel takes 114 registers a thread (P·V's tensor-core path; 96 in
+  // an earlier build of the same source), or 64 with 40 bytes spilled when bounded to 2 blocks
+  // an SM. At a few blocks (batch 1: 9 for SmolLM2) the unbounded kernel was faster (+0.8% a
+  // step, prompt 128; +4% at 1,536); at batch 8 (72 blocks) 3.5% slower than the bounded one
+  // (H200, forge bench generate, one GPU run): a 512-thread block of ~100 registers leaves too
+  // few for the neighbouring kernels' blocks that PDL starts early on the same SM. The switch
+  // at 32 blocks lies between the two measured points.
+  auto go = [&](auto heads, auto min_blocks) {
     constexpr int kH = decltype(heads)::value;
     const HeadChunks rc = head_chunks(a.group, kH);
     a.chunk_heads = rc.heads;
     a.chunks = rc.chunks;
-    auto kernel = decode_attention_rows_kernel<T, kH>;
+    auto kernel = decode_attention_rows_kernel<T, kH, decltype(min_blocks)::value>;
     FORGE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                           RowsSmem<kH>::kBytes));
     launch_pdl(ctx, kernel, dim3(a.NKV * rc.chunks, S), dim3(32 * kRowsWarps), RowsSmem<kH>::kBytes,
                a, f);
   };
-  if (static_cast<int64_t>(S) * a.NH <= kRowsMaxBlocks)
-    go(std::integral_constant<int, 1>{});
+  using One = std::integral_constant<int, 1>;
+  using Two = std::integral_constant<int, 2>;
+  const int64_t one_head_blocks = static_cast<int64_t>(S) * a.NH;
+  if (one_head_blocks <= 32)
+    go(One{}, One{});
+  else if (one_head_blocks <= kRowsMaxBlocks)
+    go(One{}, Two{});
   else
-    go(std::integral_constant<int, kRowsMaxHeads>{});
+    go(std::integral_constant<int, kRowsMaxHeads>{}, One{});
 }
 
 template void launch_rows<bf16>(Context&, AttnArgs<bf16>, const RopeFreqs&, int);
