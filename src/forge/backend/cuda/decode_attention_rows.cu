@@ -15,16 +15,16 @@
 // second pass. Each warp rotates its own copy of q (no block barrier before the rows), and the
 // warp whose chunk holds the new row rotates its key, puts it in its tiles and appends it to the
 // cache (docs/perf-notes.md has each step's figures).
-// P·V: with one query head a block (batch 1–14 for SmolLM2), on tensor cores as Vᵀ·Pᵀ — eight
-// m16n8k16 MMAs a chunk, P the B operand's column 0 (rounded to T), V from a swizzled tile by
-// ldmatrix.trans; with four heads, each lane's two channels over the chunk's rows, P broadcast
-// by shuffles, one row at a time (the form the one-head kernel had before: at a 1,536–1,792-row
-// cache, where a warp walks 3–4 chunks, the MMA form is 12% faster a step at batch 1, H200).
-// ptxas (sm_90a, CUDA 13.0): one head a block 114 registers, or 64 and 40 bytes spilled under
-// the 2-blocks-an-SM bounds (launch_rows picks); four heads 115; 0 spill otherwise.
-// Rows at or past n are loaded (inside the cache) but masked: their score is −inf, and their
-// value row is skipped (four heads) or zeroed in the tile (one head: 0 · NaN is NaN), so stale
-// or NaN contents cannot leak in.
+// P·V on tensor cores as Vᵀ·Pᵀ: eight m16n8k16 MMAs a chunk, head g's P the B operand's column
+// g (rounded to T), V from a swizzled tile by ldmatrix.trans. (It was each lane's two channels
+// over the chunk's rows, P broadcast by a shuffle a row and head; at a 1,536–1,792-row cache,
+// where a warp walks 3–4 chunks, the MMA form is ~12% faster a step at batch 1 and ~6% at 32,
+// H200: docs/perf-notes.md.)
+// ptxas (sm_90a, CUDA 13.0): one head a block 112 registers, or 64 and 40 bytes spilled under
+// the 2-blocks-an-SM bounds (launch_rows picks); four heads 119; 0 spill otherwise.
+// Rows at or past n are loaded (inside the cache) but masked: their score is −inf and their
+// value row is zeroed in the tile (P is 0 there, but 0 · NaN is NaN), so stale or NaN contents
+// cannot leak in.
 // The code is kept small on purpose (rolled loops): a kernel that runs for a few µs once per
 // layer pays for every instruction-cache miss, and the first, fully unrolled version of this
 // kernel (~4k instructions) took as long as the split kernel.
@@ -92,11 +92,11 @@ __global__ void __launch_bounds__(32 * kRowsWarps, kMinBlocks)
   float* l_w = m_w + kRowsWarps * kH;                       // (16, kH)
   float* wt_s = reinterpret_cast<float*>(smem + L::kWt);    // (kH, 16) the combine's weights
 
-  // P·V on tensor cores with one query head a block (kMmaPV; below): the value tile is then
-  // swizzled like the key tile, chunk e of row r at 8·r + (e ^ (r & 7)) in 16-byte units, so that
-  // ldmatrix.trans reads 8 rows of one column chunk from 8 bank groups; plain rows otherwise.
-  constexpr bool kMmaPV = kH == 1;
-  auto vidx = [](int r, int d) { return kMmaPV ? r * HS + 8 * ((d / 8) ^ (r & 7)) + d % 8 : r * HS + d; };
+  // P·V on tensor cores (below): the value tile is swizzled like the key tile, chunk e of row r
+  // at 8·r + (e ^ (r & 7)) in 16-byte units, so that ldmatrix.trans reads 8 rows of one column
+  // chunk from 8 bank groups.
+  static_assert(kH <= 4, "a head is one column of the MMA's B operand, two per lane of the C fragment");
+  auto vidx = [](int r, int d) { return r * HS + 8 * ((d / 8) ^ (r & 7)) + d % 8; };
   const int64_t row_elems = static_cast<int64_t>(a.NKV) * HS;  // between cache rows
   const int64_t base = (static_cast<int64_t>(slot) * a.cap * a.NKV + kvh) * HS;
   // Rows 32·c … 32·c + 31 (those inside the cache, whatever the position; zeros past it) into the
@@ -192,14 +192,15 @@ __global__ void __launch_bounds__(32 * kRowsWarps, kMinBlocks)
   }
   __syncwarp();
 
-  float m_run[kH], l_run[kH], acc[kH][2];
+  float m_run[kH], l_run[kH];
 #pragma unroll
-  for (int g = 0; g < kH; ++g)
-    m_run[g] = -INFINITY, l_run[g] = 0.0f, acc[g][0] = acc[g][1] = 0.0f;
-  // kMmaPV: the head's output as the column 0 of HS / 16 m16n8k16 accumulators (Vᵀ · Pᵀ: the
-  // channels are M, P is N's column 0): lane 4i holds channels 16·t + i and 16·t + i + 8 of
-  // tile t in elements 0 and 2; the other columns stay zero.
-  float acc_t[kMmaPV ? HS / 16 : 1][4] = {};
+  for (int g = 0; g < kH; ++g) m_run[g] = -INFINITY, l_run[g] = 0.0f;
+  // The heads' outputs as columns 0 .. kH − 1 of HS / 16 m16n8k16 accumulators (Vᵀ · Pᵀ: the
+  // channels are M, head g's P is N's column g): lane (i, q) = (lane / 4, lane % 4) holds
+  // channels 16·t + i (elements 0, 1) and 16·t + i + 8 (2, 3) of heads 2q (0, 2) and 2q + 1
+  // (1, 3) in tile t; columns kH and up stay zero.
+  float acc_t[HS / 16][4] = {};
+  const int q4 = lane % 4, i4 = lane / 4;
   for (int c = warp; c * 32 < n; c += kRowsWarps) {
     flash::cp_async_wait<0>();
     __syncwarp();  // every lane's copies of the chunk are in
@@ -230,6 +231,7 @@ __global__ void __launch_bounds__(32 * kRowsWarps, kMinBlocks)
       __syncwarp();
       copy_chunk(c + kRowsWarps, true, false);
     }
+    float alpha_e = 1.0f, alpha_o = 1.0f;  // the rescale of this lane's heads 2q and 2q + 1
 #pragma unroll
     for (int g = 0; g < kH; ++g) {
       const float s = j < n && g < G ? p[g] : -INFINITY;
@@ -237,24 +239,24 @@ __global__ void __launch_bounds__(32 * kRowsWarps, kMinBlocks)
       p[g] = m_new == -INFINITY ? 0.0f : exp2f(s - m_new);
       const float alpha = m_new == -INFINITY ? 1.0f : exp2f(m_run[g] - m_new);  // 0 first time
       l_run[g] = l_run[g] * alpha + warp_sum(p[g]);
-      acc[g][0] *= alpha;
-      acc[g][1] *= alpha;
-      if constexpr (kMmaPV) {
-#pragma unroll
-        for (int t = 0; t < HS / 16; ++t)
-#pragma unroll
-          for (int e = 0; e < 4; ++e) acc_t[t][e] *= alpha;
-      }
+      if (g == 2 * q4) alpha_e = alpha;
+      if (g == 2 * q4 + 1) alpha_o = alpha;
       m_run[g] = m_new;
     }
+#pragma unroll
+    for (int t = 0; t < HS / 16; ++t) {
+      acc_t[t][0] *= alpha_e, acc_t[t][2] *= alpha_e;
+      acc_t[t][1] *= alpha_o, acc_t[t][3] *= alpha_o;
+    }
     const int rows = min(32, n - c * 32);
-    if constexpr (kMmaPV) {
-      // Vᵀ (HS × 32) · Pᵀ (32 × 1, P rounded to T as the training kernels round it): two k-steps
-      // of 16 rows, HS / 16 m-tiles of channels; Pᵀ is the B operand's column 0, so a k-step is
-      // four shuffles (lane q = lane % 4 of column 0, lanes 0–3, takes rows 2q, 2q + 1, 2q + 8,
-      // 2q + 9) against one shuffle a row and a serial walk over the 32 rows. A comes from the
-      // value tile by ldmatrix.trans (matrix i of an x4: m-half i % 2, k-half i / 2). Value rows at
-      // or past n are zeroed first (their P is 0, but 0 · NaN is not).
+    {
+      // Vᵀ (HS × 32) · Pᵀ (32 × kH, P rounded to T as the training kernels round it): two k-steps
+      // of 16 rows, HS / 16 m-tiles of channels; head g's P is the B operand's column g, so lane
+      // (g, q) takes rows 2q, 2q + 1, 2q + 8, 2q + 9 of the k-step from head g's lanes: 4·kH
+      // shuffles a k-step, against kH a row and a serial walk over the 32 rows (the kernel's
+      // earlier P·V). A comes from the value tile by ldmatrix.trans (matrix i of an x4: m-half
+      // i % 2, k-half i / 2). Value rows at or past n are zeroed first (their P is 0, but 0 · NaN
+      // is not).
       if (rows < 32) {
         if (lane >= rows)
 #pragma unroll
@@ -262,15 +264,18 @@ __global__ void __launch_bounds__(32 * kRowsWarps, kMinBlocks)
         __syncwarp();
       }
       const uint32_t v_tile = flash::smem_addr(v_s);
-      const int q4 = lane % 4;
 #pragma unroll
       for (int kk = 0; kk < 2; ++kk) {
-        const float x0 = __shfl_sync(0xffffffffu, p[0], 16 * kk + 2 * q4);
-        const float x1 = __shfl_sync(0xffffffffu, p[0], 16 * kk + 2 * q4 + 1);
-        const float x2 = __shfl_sync(0xffffffffu, p[0], 16 * kk + 2 * q4 + 8);
-        const float x3 = __shfl_sync(0xffffffffu, p[0], 16 * kk + 2 * q4 + 9);
-        const bool col0 = lane < 4;
-        const uint32_t b0 = col0 ? flash::pack2<T>(x0, x1) : 0u, b1 = col0 ? flash::pack2<T>(x2, x3) : 0u;
+        float x[4] = {};  // P of head i4 (0 for i4 >= kH) at rows 2q, 2q + 1, 2q + 8, 2q + 9
+#pragma unroll
+        for (int g = 0; g < kH; ++g) {
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const float y = __shfl_sync(0xffffffffu, p[g], 16 * kk + 2 * q4 + (e & 1) + (e >> 1) * 8);
+            if (g == i4) x[e] = y;
+          }
+        }
+        const uint32_t b0 = flash::pack2<T>(x[0], x[1]), b1 = flash::pack2<T>(x[2], x[3]);
         const int vr = 16 * kk + (lane & 7) + ((lane >> 4) & 1) * 8;  // this lane's row address
 #pragma unroll
         for (int t = 0; t < HS / 16; ++t) {
@@ -280,33 +285,19 @@ __global__ void __launch_bounds__(32 * kRowsWarps, kMinBlocks)
         }
       }
     }
-#pragma unroll 2
-    for (int r = 0; r < (kMmaPV ? 0 : rows); ++r) {
-      float v[2];
-      unpack_pair(*reinterpret_cast<const uint32_t*>(v_s + r * HS + 2 * lane), v, T{});
-#pragma unroll
-      for (int g = 0; g < kH; ++g) {
-        const float pr = __shfl_sync(0xffffffffu, p[g], r);
-        acc[g][0] += pr * v[0];
-        acc[g][1] += pr * v[1];
-      }
-    }
     __syncwarp();  // the value tile is rewritten by the next chunk
     if (more) copy_chunk(c + kRowsWarps, false, true);
   }
 #pragma unroll
   for (int g = 0; g < kH; ++g) {
     if (lane == 0) m_w[warp * kH + g] = m_run[g], l_w[warp * kH + g] = l_run[g];
-    if constexpr (kMmaPV) {
-      if (lane % 4 == 0)
+    if (g / 2 == q4) {  // heads 2q (elements 0, 2) and 2q + 1 (1, 3)
+      float* dst = acc_w + (warp * kH + g) * HS + i4;
 #pragma unroll
-        for (int t = 0; t < HS / 16; ++t) {
-          acc_w[warp * HS + 16 * t + lane / 4] = acc_t[t][0];
-          acc_w[warp * HS + 16 * t + lane / 4 + 8] = acc_t[t][2];
-        }
-    } else {
-      acc_w[(warp * kH + g) * HS + 2 * lane] = acc[g][0];
-      acc_w[(warp * kH + g) * HS + 2 * lane + 1] = acc[g][1];
+      for (int t = 0; t < HS / 16; ++t) {
+        dst[16 * t] = acc_t[t][g % 2];
+        dst[16 * t + 8] = acc_t[t][2 + g % 2];
+      }
     }
   }
   __syncthreads();
@@ -347,9 +338,8 @@ void launch_rows(Context& ctx, AttnArgs<T> a, const RopeFreqs& f, int S) {
   // One query head per block while that fits in one wave (batch 1: 9 blocks for SmolLM2 rather
   // than 3): a warp's chunk then costs one head's dot products and P·V, not four (the four-head
   // kernel is a chain of ~770 instructions per warp at ~19 cycles each, ncu).
-  // With one head a block the kernel takes 114 registers a thread (P·V's tensor-core path; 96 in
-  // an earlier build of the same source), or 64 with 40 bytes spilled when bounded to 2 blocks
-  // an SM. At a few blocks (batch 1: 9 for SmolLM2) the unbounded kernel was faster (+0.8% a
+  // With one head a block the kernel takes 96–114 registers a thread (by build; P·V's tensor-core
+  // path), or 64 with 40 bytes spilled when bounded to 2 blocks an SM. At a few blocks (batch 1: 9 for SmolLM2) the unbounded kernel was faster (+0.8% a
   // step, prompt 128; +4% at 1,536); at batch 8 (72 blocks) 3.5% slower than the bounded one
   // (H200, forge bench generate, one GPU run): a 512-thread block of ~100 registers leaves too
   // few for the neighbouring kernels' blocks that PDL starts early on the same SM. The switch
