@@ -105,8 +105,8 @@ __global__ void __launch_bounds__(32 * kRowsWarps, kMinBlocks)
   // warp instruction — made every instruction touch 32 lines: ~8k L1 wavefronts a block, ~4 µs
   // of a ~8 µs kernel by clock64 probes, H200.) The key tile's chunk e of row r sits at
   // 8·r + (e ^ (r & 7)), so lane r reading chunk e of its own row is conflict-free; the value
-  // tile is plain rows (the P·V loop reads one row across the lanes). A later chunk's keys are
-  // copied as soon as the scores are done with the key tile, its values after P·V.
+  // tile is swizzled the same way (vidx, for ldmatrix.trans). A later chunk's keys are copied as
+  // soon as the scores are done with the key tile, its values after P·V.
   auto copy_chunk = [&](int c, bool keys, bool values) {
 #pragma unroll
     for (int i = 0; i < 32 / 4; ++i) {
