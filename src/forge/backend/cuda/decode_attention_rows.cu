@@ -249,40 +249,38 @@ __global__ void __launch_bounds__(32 * kRowsWarps, kMinBlocks)
       acc_t[t][1] *= alpha_o, acc_t[t][3] *= alpha_o;
     }
     const int rows = min(32, n - c * 32);
-    {
-      // Vᵀ (HS × 32) · Pᵀ (32 × kH, P rounded to T as the training kernels round it): two k-steps
-      // of 16 rows, HS / 16 m-tiles of channels; head g's P is the B operand's column g, so lane
-      // (g, q) takes rows 2q, 2q + 1, 2q + 8, 2q + 9 of the k-step from head g's lanes: 4·kH
-      // shuffles a k-step, against kH a row and a serial walk over the 32 rows (the kernel's
-      // earlier P·V). A comes from the value tile by ldmatrix.trans (matrix i of an x4: m-half
-      // i % 2, k-half i / 2). Value rows at or past n are zeroed first (their P is 0, but 0 · NaN
-      // is not).
-      if (rows < 32) {
-        if (lane >= rows)
+    // Vᵀ (HS × 32) · Pᵀ (32 × kH, P rounded to T as the training kernels round it): two k-steps
+    // of 16 rows, HS / 16 m-tiles of channels; head g's P is the B operand's column g, so lane
+    // (g, q) takes rows 2q, 2q + 1, 2q + 8, 2q + 9 of the k-step from head g's lanes: 4·kH
+    // shuffles a k-step, against kH a row and a serial walk over the 32 rows (the kernel's
+    // earlier P·V). A comes from the value tile by ldmatrix.trans (matrix i of an x4: m-half
+    // i % 2, k-half i / 2). Value rows at or past n are zeroed first (their P is 0, but 0 · NaN
+    // is not).
+    if (rows < 32) {
+      if (lane >= rows)
 #pragma unroll
-          for (int e = 0; e < kKV; ++e) reinterpret_cast<int4*>(v_s + lane * HS)[e] = make_int4(0, 0, 0, 0);
-        __syncwarp();
+        for (int e = 0; e < kKV; ++e) reinterpret_cast<int4*>(v_s + lane * HS)[e] = make_int4(0, 0, 0, 0);
+      __syncwarp();
+    }
+    const uint32_t v_tile = flash::smem_addr(v_s);
+#pragma unroll
+    for (int kk = 0; kk < 2; ++kk) {
+      float x[4] = {};  // P of head i4 (0 for i4 >= kH) at rows 2q, 2q + 1, 2q + 8, 2q + 9
+#pragma unroll
+      for (int g = 0; g < kH; ++g) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const float y = __shfl_sync(0xffffffffu, p[g], 16 * kk + 2 * q4 + (e & 1) + (e >> 1) * 8);
+          if (g == i4) x[e] = y;
+        }
       }
-      const uint32_t v_tile = flash::smem_addr(v_s);
+      const uint32_t b0 = flash::pack2<T>(x[0], x[1]), b1 = flash::pack2<T>(x[2], x[3]);
+      const int vr = 16 * kk + (lane & 7) + ((lane >> 4) & 1) * 8;  // this lane's row address
 #pragma unroll
-      for (int kk = 0; kk < 2; ++kk) {
-        float x[4] = {};  // P of head i4 (0 for i4 >= kH) at rows 2q, 2q + 1, 2q + 8, 2q + 9
-#pragma unroll
-        for (int g = 0; g < kH; ++g) {
-#pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            const float y = __shfl_sync(0xffffffffu, p[g], 16 * kk + 2 * q4 + (e & 1) + (e >> 1) * 8);
-            if (g == i4) x[e] = y;
-          }
-        }
-        const uint32_t b0 = flash::pack2<T>(x[0], x[1]), b1 = flash::pack2<T>(x[2], x[3]);
-        const int vr = 16 * kk + (lane & 7) + ((lane >> 4) & 1) * 8;  // this lane's row address
-#pragma unroll
-        for (int t = 0; t < HS / 16; ++t) {
-          uint32_t fa[4];
-          flash::ldmatrix_x4_trans(fa, flash::swz<HS>(v_tile, vr, 16 * t + ((lane >> 3) & 1) * 8));
-          flash::mma<T>(acc_t[t], fa, b0, b1);
-        }
+      for (int t = 0; t < HS / 16; ++t) {
+        uint32_t fa[4];
+        flash::ldmatrix_x4_trans(fa, flash::swz<HS>(v_tile, vr, 16 * t + ((lane >> 3) & 1) * 8));
+        flash::mma<T>(acc_t[t], fa, b0, b1);
       }
     }
     __syncwarp();  // the value tile is rewritten by the next chunk
