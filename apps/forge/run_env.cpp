@@ -15,6 +15,12 @@ CudaSettings cuda_settings_from_env() {
     if (v != "0" && v != "1") throw Error(str("FORGE_CUDA_GRAPH=", quote(v), " (expected 0 or 1)"));
     s.graphs = v == "1";
   }
+  if (const char* h = std::getenv("FORGE_HEAD_NORM_ROPE")) {
+    const std::string v = h;
+    if (v != "head" && v != "position")
+      throw Error(str("FORGE_HEAD_NORM_ROPE=", quote(v), " (expected head or position)"));
+    s.head_norm_rope = v == "head" ? HeadNormRopeSplit::kPerHead : HeadNormRopeSplit::kPerPosition;
+  }
   return s;
 }
 

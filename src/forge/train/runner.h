@@ -18,6 +18,7 @@
 #include "forge/model/recompute.h"
 #include "forge/ops/adamw.h"
 #include "forge/ops/attention.h"
+#include "forge/ops/head_norm_rope.h"
 #include "forge/ops/loss_scale.h"
 #include "forge/ops/step_guard.h"
 
@@ -143,10 +144,13 @@ std::unique_ptr<StepRunner> make_lora_cpu_runner(
     size_t bucket_elems = bucket_elems_of_bytes(kDefaultBucketBytes));
 
 // Settings of a CUDA run. Nothing in the library reads the environment: the CLI fills these from
-// its flags and from FORGE_ATTENTION / FORGE_CUDA_GRAPH (apps/forge/run_env.h).
+// its flags and from FORGE_ATTENTION / FORGE_CUDA_GRAPH / FORGE_HEAD_NORM_ROPE (apps/forge/run_env.h).
 struct CudaSettings {
   LossScaleOptions loss_scale;                     // fp16 only
   AttentionPath attention = AttentionPath::kAuto;  // ops/attention.h
+  // Qwen3's head norm + RoPE kernels: per head row (default) or per position (an A/B setting
+  // while it is measured; ops/head_norm_rope.h).
+  HeadNormRopeSplit head_norm_rope = HeadNormRopeSplit::kPerHead;
   // The training step is captured as a CUDA graph once its shapes repeat and replayed from then
   // on; false runs every step eagerly (same kernels, same results).
   bool graphs = true;

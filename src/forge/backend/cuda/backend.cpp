@@ -30,6 +30,7 @@ CudaBackend::CudaBackend(const ModelConfig& cfg, const ParamTable& table, cuda::
   flash_kernels_ = o.attention == AttentionPath::kFlashMma     ? cuda::FlashKernels::kMma
                    : o.attention == AttentionPath::kFlashWgmma ? cuda::FlashKernels::kWgmma
                                                                : cuda::FlashKernels::kAuto;
+  head_norm_rope_ = o.head_norm_rope;
   auto& a = ctx.allocator();
   const size_t P = table_.total();
   // A frozen base (LoRA) has no gradients or Adam state, and in 16-bit modes the working copy
@@ -299,11 +300,11 @@ void CudaBackend::head_rmsnorm(Act x, Act w, int N, int H, int HS, int64_t strid
 }
 void CudaBackend::head_norm_rope_fwd(Act x, Stat rstd, Act x_raw, Act w, int B, int T_, int H, int HS, float eps,
                                      const Rope* rope, const int32_t* pos) {
-  cuda::head_norm_rope_fwd(ctx_, dt_, x, rstd, x_raw, w, B, T_, H, HS, eps, rope, pos);
+  cuda::head_norm_rope_fwd(ctx_, dt_, x, rstd, x_raw, w, B, T_, H, HS, eps, rope, pos, head_norm_rope_);
 }
 void CudaBackend::head_norm_rope_bwd(Act dx_raw, Grad dw, Act dx, Act x_raw, Act w, Stat rstd, int B, int T_, int H,
                                      int HS, const Rope* rope, const int32_t* pos) {
-  cuda::head_norm_rope_bwd(ctx_, dt_, dx_raw, dw, dx, x_raw, w, rstd, B, T_, H, HS, rope, pos);
+  cuda::head_norm_rope_bwd(ctx_, dt_, dx_raw, dw, dx, x_raw, w, rstd, B, T_, H, HS, rope, pos, head_norm_rope_);
 }
 
 // out (N, OC) = inp (N, C) · op(W) (+ bias in the GEMM's epilogue); W is (OC, C) (kOutIn) or (C, OC).

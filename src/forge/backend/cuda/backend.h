@@ -66,6 +66,8 @@ struct CudaModelOptions {
   // false: no base Adam state (m, v) is allocated; the data-parallel runner keeps its own shard
   // of it (train/zero1_cuda.h) and runs the optimizer over the buffers below itself.
   bool adam_state = true;
+  // The head norm + RoPE kernels' work split (Qwen3; ops/head_norm_rope.h).
+  HeadNormRopeSplit head_norm_rope = HeadNormRopeSplit::kPerHead;
 };
 
 class CudaBackend {
@@ -297,6 +299,7 @@ class CudaBackend {
   size_t es_;  // bytes per dt element
   bool flash_ = false;
   cuda::FlashKernels flash_kernels_ = cuda::FlashKernels::kAuto;
+  HeadNormRopeSplit head_norm_rope_ = HeadNormRopeSplit::kPerHead;
   Buf<float> master_, grads_, m_, v_;  // m_, v_: the adapters' once set_adapter() ran
   Buf<uint8_t> work_;  // bf16/f16 working copy (empty in fp32 mode)
   // LoRA: the adapters' f32 master, gradients and 16-bit working copy; their table's tensors.

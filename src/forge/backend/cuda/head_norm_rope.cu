@@ -16,27 +16,34 @@
 // interleaved 2·kN consecutive elements (pair i is (2i, 2i + 1)), so both members of every pair are
 // in the lane's registers and the rotation needs no shuffle. Σx² (forward) and Σ dnorm·norm
 // (backward) are summed over the group with xor shuffles. 16-byte accesses (kN = kVec<T>) when HS/2
-// is a multiple of kVec<T> and the pointers are 16-byte aligned, else kN = 1.
-//
+// is a multiple of kVec<T> and the pointers are 16-byte aligned, else kN = 1. Two ways to hand
+// out the rows (HeadNormRopeSplit, ops/head_norm_rope.h; the same bits but for dweight's order):
+// per head row (the default: a group takes a row, angles computed per row) or per position (a
+// group takes a position and walks its H heads, angles computed once) — see the per-position
+// kernels below for why, and scripts/device-head-norm.sh for the A/B run.
 // Arithmetic: as rmsnorm.cu (f32, s = 1/sqrt(Σx²/HS + eps), y = x·s·w) and rope.cu (rope_sincos's
 // angles, (x0, x1) → (x0·c − x1·s, x0·s + x1·c)), except that the normalised value is rotated in
 // f32 instead of being rounded to T in between: one rounding of the output instead of two.
 // Backward, with g = the inverse rotation of dx, norm = x·s:
 //   d(x_raw) = (g·w − norm·mean(g·w·norm))·s,   dweight += Σ_rows g·norm.
 //
-// Determinism of dweight: the backward's grid is `splits` blocks over fixed row ranges (a
-// function of the row count only); within a block each lane accumulates its channels over the
-// heads its group visits, in order; the groups are then summed in group order through shared
+// Determinism of dweight: the backward's grid is `splits` blocks over fixed row (or position)
+// ranges (a function of the shape only); within a block each lane accumulates its channels over
+// the heads its group visits, in order; the groups are then summed in group order through shared
 // memory into partial (splits, HS), and kernels::channel_grad_finish_kernel adds the splits in a
 // fixed order to dweight. No atomics: two runs are bit-identical.
 //
 // ptxas (sm_90a, CUDA 13.0, -Xptxas=-v): registers per kernel, 0 spill and 0 stack for all
 // (<T, kN, kRotateHalf>; kN = 1 is the element-by-element instantiation, 8 chunks a lane):
-//   head_norm_rope_fwd_kernel   bf16/f16: 57–64 regs; f32: 58–64 regs
-//   head_norm_rope_bwd_kernel   bf16 kN 8: 115–127; f16 kN 8: 125–127; f32 kN 4: 97–99;
-//                               kN 1: 128 (all types); 16 KB static shared memory
+//   head_norm_rope_fwd_kernel       57–64 (all types)
+//   head_norm_rope_bwd_kernel       bf16 kN 8: 124–127; f16 kN 8: 121–127; f32 kN 4: 97–99;
+//                                   kN 1: 128 (all types); 16 KB static shared memory
+//   head_norm_rope_fwd_pos_kernel   71–80 (3 blocks a SM; capped at 64 registers it spills)
+//   head_norm_rope_bwd_pos_kernel   121–128; 16 KB static shared memory
 // The backward's 256-thread blocks therefore run 2 to a SM: whether that keeps HBM busy is for
-// the GPU run to show (docs/perf-notes.md).
+// the GPU run to show (docs/perf-notes.md). (The per-head kernels' code moved into the row helpers
+// below unchanged; their PTX has the same instructions but for one branch in the backward, whose
+// bf16 registers went from 115–126 to 124–127, still 2 blocks a SM.)
 #include <cuda_runtime.h>
 
 #include <type_traits>
@@ -70,6 +77,8 @@ struct Params {
   float* partial;  // backward: (splits, HS) per-block weight-gradient sums, or null
   const int32_t* pos;
   RopeFreqs freqs;
+  // rows_per_split: what a backward block takes, rows (the per-head split) or positions (the
+  // per-position split).
   int rows, T_, H, HS, lanes, rows_per_split;
   float eps, sign;  // sign: +1 forward rotation, −1 backward
   bool rope;
@@ -86,48 +95,152 @@ __device__ __forceinline__ double row_position(const Params& p, int row) {
   return static_cast<double>(p.pos != nullptr ? p.pos[bt] : bt % p.T_);
 }
 
+// ---- the pieces of a head row, shared by both work splits --------------------------------
+// A lane's place: `lane` of a group of `lanes`, owning chunks lane, lane + lanes, ... < chunks.
+// The rotation is passed in as rotate(u, j, c) (the lane's j-th chunk, chunk c of the row, in
+// place), so a kernel can compute the angles per row (rotate_chunk) or take them precomputed
+// (rotate_chunk_by).
+struct Lane {
+  int lane, lanes, chunks, half;
+};
+
+// This lane's chunks of the weight, the same for every head; with dw (the backward), its weight
+// gradient sums zeroed.
+template <typename T, int kN, bool kRotateHalf>
+__device__ __forceinline__ void load_weight(const Params& p, const Lane& l,
+                                            float (&w)[kChunksPerLane<kN>][2 * kN],
+                                            float (*dw)[2 * kN] = nullptr) {
+#pragma unroll
+  for (int j = 0; j < kChunksPerLane<kN>; ++j) {
+    if (dw != nullptr)
+#pragma unroll
+      for (int i = 0; i < 2 * kN; ++i) dw[j][i] = 0.0f;
+    if (l.lane + j * l.lanes < l.chunks)
+      load_chunk<T, kN, kRotateHalf>(static_cast<const T*>(p.weight), l.lane + j * l.lanes, l.half,
+                                     w[j]);
+  }
+}
+
+// Forward, first half: the row at `off` of x_raw into u; returns s = 1/sqrt(Σx²/HS + eps). Every
+// lane of the warp calls it (the shuffle).
+template <typename T, int kN, bool kRotateHalf>
+__device__ __forceinline__ float fwd_load(const Params& p, const Lane& l, int64_t off,
+                                          float (&u)[kChunksPerLane<kN>][2 * kN]) {
+  float sq = 0.0f;
+#pragma unroll
+  for (int j = 0; j < kChunksPerLane<kN>; ++j) {
+    if (l.lane + j * l.lanes >= l.chunks) continue;
+    load_chunk<T, kN, kRotateHalf>(static_cast<const T*>(p.in) + off, l.lane + j * l.lanes, l.half,
+                                   u[j]);
+#pragma unroll
+    for (int i = 0; i < 2 * kN; ++i) sq += u[j][i] * u[j][i];
+  }
+  return 1.0f / sqrtf(group_sum(sq, l.lanes) / p.HS + p.eps);
+}
+
+// Forward, second half: x's row at `off` = rotate(u·s·w).
+template <typename T, int kN, bool kRotateHalf, class Rotate>
+__device__ __forceinline__ void fwd_store(const Params& p, const Lane& l, int64_t off, float s,
+                                          const float (&w)[kChunksPerLane<kN>][2 * kN],
+                                          float (&u)[kChunksPerLane<kN>][2 * kN], Rotate rotate) {
+#pragma unroll
+  for (int j = 0; j < kChunksPerLane<kN>; ++j) {
+    const int c = l.lane + j * l.lanes;
+    if (c >= l.chunks) continue;
+#pragma unroll
+    for (int i = 0; i < 2 * kN; ++i) u[j][i] = u[j][i] * s * w[j][i];
+    if (p.rope) rotate(u[j], j, c);
+    store_chunk<T, kN, kRotateHalf>(static_cast<T*>(p.out) + off, c, l.half, u[j]);
+  }
+}
+
+// Backward, first half: g = the inverse rotation of dx's row at `off`, x = x_raw's; returns
+// mean = Σ (g·w)·(x·s) / HS over the group (every lane of the warp calls it).
+template <typename T, int kN, bool kRotateHalf, class Rotate>
+__device__ __forceinline__ float bwd_load(const Params& p, const Lane& l, int64_t off, float s,
+                                          const float (&w)[kChunksPerLane<kN>][2 * kN],
+                                          float (&g)[kChunksPerLane<kN>][2 * kN],
+                                          float (&x)[kChunksPerLane<kN>][2 * kN], Rotate rotate) {
+  float dot = 0.0f;  // Σ (g·w)·(x·s) over this lane's channels
+#pragma unroll
+  for (int j = 0; j < kChunksPerLane<kN>; ++j) {
+    const int c = l.lane + j * l.lanes;
+    if (c >= l.chunks) continue;
+    load_chunk<T, kN, kRotateHalf>(static_cast<const T*>(p.in) + off, c, l.half, g[j]);
+    load_chunk<T, kN, kRotateHalf>(static_cast<const T*>(p.x_raw) + off, c, l.half, x[j]);
+    if (p.rope) rotate(g[j], j, c);
+#pragma unroll
+    for (int i = 0; i < 2 * kN; ++i) dot += (g[j][i] * w[j][i]) * (x[j][i] * s);
+  }
+  return group_sum(dot, l.lanes) / p.HS;
+}
+
+// Backward, second half: d(x_raw)'s row at `off` written, dw += g·norm.
+template <typename T, int kN, bool kRotateHalf>
+__device__ __forceinline__ void bwd_store(const Params& p, const Lane& l, int64_t off, float s,
+                                          float mean, const float (&w)[kChunksPerLane<kN>][2 * kN],
+                                          const float (&g)[kChunksPerLane<kN>][2 * kN],
+                                          const float (&x)[kChunksPerLane<kN>][2 * kN],
+                                          float (&dw)[kChunksPerLane<kN>][2 * kN]) {
+#pragma unroll
+  for (int j = 0; j < kChunksPerLane<kN>; ++j) {
+    const int c = l.lane + j * l.lanes;
+    if (c >= l.chunks) continue;
+    float d[2 * kN];
+#pragma unroll
+    for (int i = 0; i < 2 * kN; ++i) {
+      const float norm = x[j][i] * s;
+      d[i] = (g[j][i] * w[j][i] - norm * mean) * s;
+      dw[j][i] += g[j][i] * norm;
+    }
+    store_chunk<T, kN, kRotateHalf>(static_cast<T*>(p.out) + off, c, l.half, d);
+  }
+}
+
+// The block's dweight sums into partial[blockIdx.x]: each (group, channel) has one owner lane,
+// whose sums go to sh[group·HS + channel]; then the groups are added in group order. Not called
+// for a frozen gain (no partial; the kernels return before it, uniformly for the whole block).
+template <int kN, bool kRotateHalf>
+__device__ __forceinline__ void write_partial(const Params& p, const Lane& l, int group, int groups,
+                                              const float (&dw)[kChunksPerLane<kN>][2 * kN],
+                                              float* sh) {
+#pragma unroll
+  for (int j = 0; j < kChunksPerLane<kN>; ++j) {
+    const int c = l.lane + j * l.lanes;
+    if (c >= l.chunks) continue;
+    store_chunk<float, kN, kRotateHalf>(sh + group * p.HS, c, l.half, dw[j]);
+  }
+  __syncthreads();
+  for (int ch = threadIdx.x; ch < p.HS; ch += kThreads) {
+    float t = 0.0f;
+    for (int gr = 0; gr < groups; ++gr) t += sh[gr * p.HS + ch];
+    p.partial[static_cast<int64_t>(blockIdx.x) * p.HS + ch] = t;
+  }
+}
+
+// ---- the per-head split (HeadNormRopeSplit::kPerHead, the default) -------------------------
 // Grid-stride over heads, kThreads / lanes heads per block step. The loop bound is uniform per
 // block, so every lane reaches the shuffles; rows past the end compute on the last row and store
 // nothing.
 template <typename T, int kN, bool kRotateHalf>
 __global__ void __launch_bounds__(kThreads)
     head_norm_rope_fwd_kernel(const __grid_constant__ Params p) {
-  constexpr int kJ = kChunksPerLane<kN>;
-  const int lanes = p.lanes, lane = threadIdx.x & (lanes - 1), group = threadIdx.x / lanes;
-  const int heads_per_step = kThreads / lanes;
-  const int half = p.HS / 2, chunks = half / kN;
-  float w[kJ][2 * kN];  // this lane's channels of the weight, the same for every head
-#pragma unroll
-  for (int j = 0; j < kJ; ++j)
-    if (lane + j * lanes < chunks)
-      load_chunk<T, kN, kRotateHalf>(static_cast<const T*>(p.weight), lane + j * lanes, half, w[j]);
+  const Lane l{static_cast<int>(threadIdx.x) & (p.lanes - 1), p.lanes, p.HS / 2 / kN, p.HS / 2};
+  const int group = threadIdx.x / p.lanes, heads_per_step = kThreads / p.lanes;
+  float w[kChunksPerLane<kN>][2 * kN];
+  load_weight<T, kN, kRotateHalf>(p, l, w);
   for (int base = blockIdx.x * heads_per_step; base < p.rows; base += gridDim.x * heads_per_step) {
     const bool valid = base + group < p.rows;
     const int row = valid ? base + group : p.rows - 1;
     const int64_t off = static_cast<int64_t>(row) * p.HS;
-    float u[kJ][2 * kN];
-    float sq = 0.0f;
-#pragma unroll
-    for (int j = 0; j < kJ; ++j) {
-      if (lane + j * lanes >= chunks) continue;
-      load_chunk<T, kN, kRotateHalf>(static_cast<const T*>(p.in) + off, lane + j * lanes, half,
-                                     u[j]);
-#pragma unroll
-      for (int i = 0; i < 2 * kN; ++i) sq += u[j][i] * u[j][i];
-    }
-    const float s = 1.0f / sqrtf(group_sum(sq, lanes) / p.HS + p.eps);
+    float u[kChunksPerLane<kN>][2 * kN];
+    const float s = fwd_load<T, kN, kRotateHalf>(p, l, off, u);
     if (!valid) continue;  // after the shuffle
     const double at = p.rope ? row_position(p, row) : 0.0;
-#pragma unroll
-    for (int j = 0; j < kJ; ++j) {
-      const int c = lane + j * lanes;
-      if (c >= chunks) continue;
-#pragma unroll
-      for (int i = 0; i < 2 * kN; ++i) u[j][i] = u[j][i] * s * w[j][i];
-      if (p.rope) rotate_chunk<kN, kRotateHalf>(u[j], c, at, p.freqs, p.sign);
-      store_chunk<T, kN, kRotateHalf>(static_cast<T*>(p.out) + off, c, half, u[j]);
-    }
-    if (lane == 0) p.rstd[row] = s;
+    fwd_store<T, kN, kRotateHalf>(p, l, off, s, w, u, [&](float(&v)[2 * kN], int, int c) {
+      rotate_chunk<kN, kRotateHalf>(v, c, at, p.freqs, p.sign);
+    });
+    if (l.lane == 0) p.rstd[row] = s;
   }
 }
 
@@ -140,17 +253,10 @@ __global__ void __launch_bounds__(kThreads)
   constexpr int kJ = kChunksPerLane<kN>;
   // (groups, HS): each group's dweight sums.
   __shared__ __align__(16) float sh[kThreads * 2 * kN * kJ];
-  const int lanes = p.lanes, lane = threadIdx.x & (lanes - 1), group = threadIdx.x / lanes;
-  const int heads_per_step = kThreads / lanes;
-  const int half = p.HS / 2, chunks = half / kN;
+  const Lane l{static_cast<int>(threadIdx.x) & (p.lanes - 1), p.lanes, p.HS / 2 / kN, p.HS / 2};
+  const int group = threadIdx.x / p.lanes, heads_per_step = kThreads / p.lanes;
   float w[kJ][2 * kN], dw[kJ][2 * kN];
-#pragma unroll
-  for (int j = 0; j < kJ; ++j) {
-#pragma unroll
-    for (int i = 0; i < 2 * kN; ++i) dw[j][i] = 0.0f;
-    if (lane + j * lanes < chunks)
-      load_chunk<T, kN, kRotateHalf>(static_cast<const T*>(p.weight), lane + j * lanes, half, w[j]);
-  }
+  load_weight<T, kN, kRotateHalf>(p, l, w, dw);
   const int r0 = blockIdx.x * p.rows_per_split;
   const int r1 = min(p.rows, r0 + p.rows_per_split);
   for (int base = r0; base < r1; base += heads_per_step) {
@@ -160,48 +266,103 @@ __global__ void __launch_bounds__(kThreads)
     const float s = p.rstd[row];
     const double at = p.rope ? row_position(p, row) : 0.0;
     float g[kJ][2 * kN], x[kJ][2 * kN];
-    float dot = 0.0f;  // Σ (g·w)·(x·s) over this lane's channels
-#pragma unroll
-    for (int j = 0; j < kJ; ++j) {
-      const int c = lane + j * lanes;
-      if (c >= chunks) continue;
-      load_chunk<T, kN, kRotateHalf>(static_cast<const T*>(p.in) + off, c, half, g[j]);
-      load_chunk<T, kN, kRotateHalf>(static_cast<const T*>(p.x_raw) + off, c, half, x[j]);
-      if (p.rope) rotate_chunk<kN, kRotateHalf>(g[j], c, at, p.freqs, p.sign);
-#pragma unroll
-      for (int i = 0; i < 2 * kN; ++i) dot += (g[j][i] * w[j][i]) * (x[j][i] * s);
-    }
-    const float mean = group_sum(dot, lanes) / p.HS;
+    const float mean =
+        bwd_load<T, kN, kRotateHalf>(p, l, off, s, w, g, x, [&](float(&v)[2 * kN], int, int c) {
+          rotate_chunk<kN, kRotateHalf>(v, c, at, p.freqs, p.sign);
+        });
     if (!valid) continue;  // after the shuffle
+    bwd_store<T, kN, kRotateHalf>(p, l, off, s, mean, w, g, x, dw);
+  }
+  if (p.partial == nullptr) return;  // a frozen gain
+  write_partial<kN, kRotateHalf>(p, l, group, heads_per_step, dw, sh);
+}
+
+// ---- the per-position split (HeadNormRopeSplit::kPerPosition) ------------------------------
+// The same arithmetic as the per-head kernels, element for element (the forward's x and rstd and
+// the backward's d(x_raw) are the same bits), but a group of `lanes` lanes takes one position
+// (b, t) and walks its H heads in order, so each lane computes its pairs' sin and cos once per
+// position instead of once per head. For HS 64 in bf16 the per-head forward's loop is ~710 PTX
+// instructions a lane-step of 16 elements, most of them the 8 angles (sincospif); the
+// per-position one ~230 a head plus ~490 a position. At ~45 instructions an element the per-head
+// kernels are likely issue-bound rather than memory-bound — the explanation proposed here for
+// their 2.3 TB/s against plain RoPE's 3.0 (docs/perf-notes.md), for the GPU run to confirm or
+// refute (scripts/device-head-norm.sh). Only dweight's summation order differs (the rows a lane
+// visits), still fixed by the shape.
+
+// The angles of this lane's chunks at position bt (rope only).
+template <int kN>
+__device__ __forceinline__ void lane_angles(const Params& p, const Lane& l, int bt,
+                                            float (&cs)[kChunksPerLane<kN>][kN],
+                                            float (&sn)[kChunksPerLane<kN>][kN]) {
+  const double at = static_cast<double>(p.pos != nullptr ? p.pos[bt] : bt % p.T_);
 #pragma unroll
-    for (int j = 0; j < kJ; ++j) {
-      const int c = lane + j * lanes;
-      if (c >= chunks) continue;
-      float d[2 * kN];
-#pragma unroll
-      for (int i = 0; i < 2 * kN; ++i) {
-        const float norm = x[j][i] * s;
-        d[i] = (g[j][i] * w[j][i] - norm * mean) * s;
-        dw[j][i] += g[j][i] * norm;
-      }
-      store_chunk<T, kN, kRotateHalf>(static_cast<T*>(p.out) + off, c, half, d);
+  for (int j = 0; j < kChunksPerLane<kN>; ++j)
+    if (l.lane + j * l.lanes < l.chunks)
+      chunk_angles<kN>(cs[j], sn[j], l.lane + j * l.lanes, at, p.freqs, p.sign);
+}
+
+// Grid-stride over positions, kThreads / lanes positions per block step.
+template <typename T, int kN, bool kRotateHalf>
+__global__ void __launch_bounds__(kThreads)
+    head_norm_rope_fwd_pos_kernel(const __grid_constant__ Params p) {
+  constexpr int kJ = kChunksPerLane<kN>;
+  const Lane l{static_cast<int>(threadIdx.x) & (p.lanes - 1), p.lanes, p.HS / 2 / kN, p.HS / 2};
+  const int group = threadIdx.x / p.lanes, groups = kThreads / p.lanes;
+  const int positions = p.rows / p.H;
+  float w[kJ][2 * kN];
+  load_weight<T, kN, kRotateHalf>(p, l, w);
+  for (int base = blockIdx.x * groups; base < positions; base += gridDim.x * groups) {
+    const bool valid = base + group < positions;
+    const int bt = valid ? base + group : positions - 1;
+    float cs[kJ][kN], sn[kJ][kN];
+    if (p.rope) lane_angles<kN>(p, l, bt, cs, sn);
+    for (int h = 0; h < p.H; ++h) {  // uniform bound: every lane reaches the shuffle
+      const int row = bt * p.H + h;
+      const int64_t off = static_cast<int64_t>(row) * p.HS;
+      float u[kJ][2 * kN];
+      const float s = fwd_load<T, kN, kRotateHalf>(p, l, off, u);
+      if (!valid) continue;  // after the shuffle
+      fwd_store<T, kN, kRotateHalf>(p, l, off, s, w, u, [&](float(&v)[2 * kN], int j, int) {
+        rotate_chunk_by<kN, kRotateHalf>(v, cs[j], sn[j]);
+      });
+      if (l.lane == 0) p.rstd[row] = s;
     }
   }
-  // A frozen gain returns here (uniform: the whole block). Each (group, channel) has one owner
-  // lane: its sums go to sh[group·HS + channel].
-  if (p.partial == nullptr) return;
-#pragma unroll
-  for (int j = 0; j < kJ; ++j) {
-    const int c = lane + j * lanes;
-    if (c >= chunks) continue;
-    store_chunk<float, kN, kRotateHalf>(sh + group * p.HS, c, half, dw[j]);
+}
+
+// Block b takes positions [b·rows_per_split, (b + 1)·rows_per_split), all H heads of each.
+template <typename T, int kN, bool kRotateHalf>
+__global__ void __launch_bounds__(kThreads)
+    head_norm_rope_bwd_pos_kernel(const __grid_constant__ Params p) {
+  constexpr int kJ = kChunksPerLane<kN>;
+  __shared__ __align__(16) float sh[kThreads * 2 * kN * kJ];
+  const Lane l{static_cast<int>(threadIdx.x) & (p.lanes - 1), p.lanes, p.HS / 2 / kN, p.HS / 2};
+  const int group = threadIdx.x / p.lanes, groups = kThreads / p.lanes;
+  const int positions = p.rows / p.H;
+  float w[kJ][2 * kN], dw[kJ][2 * kN];
+  load_weight<T, kN, kRotateHalf>(p, l, w, dw);
+  const int q0 = blockIdx.x * p.rows_per_split;
+  const int q1 = min(positions, q0 + p.rows_per_split);
+  for (int base = q0; base < q1; base += groups) {
+    const bool valid = base + group < q1;
+    const int bt = valid ? base + group : q1 - 1;
+    float cs[kJ][kN], sn[kJ][kN];
+    if (p.rope) lane_angles<kN>(p, l, bt, cs, sn);
+    for (int h = 0; h < p.H; ++h) {
+      const int row = bt * p.H + h;
+      const int64_t off = static_cast<int64_t>(row) * p.HS;
+      const float s = p.rstd[row];
+      float g[kJ][2 * kN], x[kJ][2 * kN];
+      const float mean =
+          bwd_load<T, kN, kRotateHalf>(p, l, off, s, w, g, x, [&](float(&v)[2 * kN], int j, int) {
+            rotate_chunk_by<kN, kRotateHalf>(v, cs[j], sn[j]);
+          });
+      if (!valid) continue;  // after the shuffle
+      bwd_store<T, kN, kRotateHalf>(p, l, off, s, mean, w, g, x, dw);
+    }
   }
-  __syncthreads();
-  for (int ch = threadIdx.x; ch < p.HS; ch += kThreads) {
-    float t = 0.0f;
-    for (int gr = 0; gr < heads_per_step; ++gr) t += sh[gr * p.HS + ch];
-    p.partial[static_cast<int64_t>(blockIdx.x) * p.HS + ch] = t;
-  }
+  if (p.partial == nullptr) return;  // a frozen gain
+  write_partial<kN, kRotateHalf>(p, l, group, groups, dw, sh);
 }
 
 // Lanes per head: the power of two ≥ the chunk count, at most 32.
@@ -211,10 +372,10 @@ int lanes_for(int chunks) {
   return lanes;
 }
 
-// Picks the instantiation (vector or element path, rope style) and launches it.
+// Picks the instantiation (vector or element path, rope style, split) and launches it.
 template <bool kForward>
-void launch(Context& ctx, DType dt, Params& p, RopeStyle style, bool vec_ptrs, int grid,
-            const char* op) {
+void launch(Context& ctx, DType dt, Params& p, RopeStyle style, bool vec_ptrs, bool per_position,
+            int grid, const char* op) {
   dispatch_dtype(dt, op, [&](auto tag) {
     using T = decltype(tag);
     const int half = p.HS / 2;
@@ -226,8 +387,15 @@ void launch(Context& ctx, DType dt, Params& p, RopeStyle style, bool vec_ptrs, i
       FORGE_CHECK((half / kN + p.lanes - 1) / p.lanes <= kChunksPerLane<kN>, "[", op, "] HS ", p.HS,
                   " needs more chunks per lane than compiled");
       if constexpr (kForward) {
-        const int g = grid > 0 ? grid : grid_for(p.rows, kThreads / p.lanes, ctx.num_sms());
-        head_norm_rope_fwd_kernel<T, kN, kRh><<<g, kThreads, 0, ctx.stream()>>>(p);
+        const int64_t work = per_position ? p.rows / p.H : p.rows;
+        const int g = grid > 0 ? grid : grid_for(work, kThreads / p.lanes, ctx.num_sms());
+        if (per_position) {
+          head_norm_rope_fwd_pos_kernel<T, kN, kRh><<<g, kThreads, 0, ctx.stream()>>>(p);
+        } else {
+          head_norm_rope_fwd_kernel<T, kN, kRh><<<g, kThreads, 0, ctx.stream()>>>(p);
+        }
+      } else if (per_position) {
+        head_norm_rope_bwd_pos_kernel<T, kN, kRh><<<grid, kThreads, 0, ctx.stream()>>>(p);
       } else {
         head_norm_rope_bwd_kernel<T, kN, kRh><<<grid, kThreads, 0, ctx.stream()>>>(p);
       }
@@ -260,35 +428,39 @@ Params make_params(int B, int T_, int H, int HS, const Rope* rope, const int32_t
 
 void head_norm_rope_fwd(Context& ctx, DType dt, void* x, float* rstd, const void* x_raw,
                         const void* weight, int B, int T_, int H, int HS, float eps,
-                        const Rope* rope, const int32_t* pos) {
+                        const Rope* rope, const int32_t* pos, HeadNormRopeSplit split) {
   check_rope_shape(B, T_, H, HS, "head_norm_rope_fwd");
   FORGE_CHECK(x != x_raw, "[head_norm_rope_fwd] x must not alias x_raw (the backward reads x_raw)");
   Params p = make_params(B, T_, H, HS, rope, pos, 1.0f);
   if (p.rows == 0) return;
   p.out = x, p.in = x_raw, p.weight = weight, p.rstd = rstd, p.eps = eps;
   const bool vec_ptrs = aligned16(x) && aligned16(x_raw) && aligned16(weight);
-  launch<true>(ctx, dt, p, rope ? rope->style : RopeStyle::kRotateHalf, vec_ptrs, 0,
-               "head_norm_rope_fwd");
+  launch<true>(ctx, dt, p, rope ? rope->style : RopeStyle::kRotateHalf, vec_ptrs,
+               split == HeadNormRopeSplit::kPerPosition, 0, "head_norm_rope_fwd");
 }
 
 void head_norm_rope_bwd(Context& ctx, DType dt, void* dx_raw, float* dweight, const void* dx,
                         const void* x_raw, const void* weight, const float* rstd, int B, int T_,
-                        int H, int HS, const Rope* rope, const int32_t* pos) {
+                        int H, int HS, const Rope* rope, const int32_t* pos,
+                        HeadNormRopeSplit split) {
   check_rope_shape(B, T_, H, HS, "head_norm_rope_bwd");
   Params p = make_params(B, T_, H, HS, rope, pos, -1.0f);
   if (p.rows == 0) return;
+  const bool per_position = split == HeadNormRopeSplit::kPerPosition;
   int splits = (p.rows + kMinRowsPerSplit - 1) / kMinRowsPerSplit;
   if (splits > kMaxSplits) splits = kMaxSplits;
-  p.rows_per_split = (p.rows + splits - 1) / splits;
-  splits = (p.rows + p.rows_per_split - 1) / p.rows_per_split;  // no empty block
+  // The per-position split cuts the B·T positions (H rows each) into as many ranges.
+  const int items = per_position ? B * T_ : p.rows;
+  p.rows_per_split = (items + splits - 1) / splits;
+  splits = (items + p.rows_per_split - 1) / p.rows_per_split;  // no empty block
   DeviceBuffer<float> partial;
   if (dweight) partial = DeviceBuffer<float>(ctx.allocator(), static_cast<size_t>(splits) * HS);
   p.out = dx_raw, p.in = dx, p.x_raw = x_raw, p.weight = weight;
   p.rstd = const_cast<float*>(rstd);  // read only in the backward
   p.partial = dweight ? partial.data() : nullptr;
   const bool vec_ptrs = aligned16(dx_raw) && aligned16(dx) && aligned16(x_raw) && aligned16(weight);
-  launch<false>(ctx, dt, p, rope ? rope->style : RopeStyle::kRotateHalf, vec_ptrs, splits,
-                "head_norm_rope_bwd");
+  launch<false>(ctx, dt, p, rope ? rope->style : RopeStyle::kRotateHalf, vec_ptrs, per_position,
+                splits, "head_norm_rope_bwd");
   if (dweight == nullptr) return;
   channel_grad_finish_kernel<1><<<(HS + 31) / 32, dim3(32, kWgradRows), 0, ctx.stream()>>>(
       dweight, nullptr, partial.data(), splits, HS, 1);

@@ -20,6 +20,7 @@
 #include "forge/ops/adamw.h"
 #include "forge/ops/loss_scale.h"
 #include "forge/ops/attention.h"
+#include "forge/ops/head_norm_rope.h"
 #include "forge/ops/rope.h"
 #include "forge/ops/step_guard.h"
 
@@ -79,13 +80,16 @@ void head_rmsnorm(Context& ctx, DType dt, void* x, const void* weight, int N, in
 // ops/head_norm_rope.h): x (B, T, H, HS) = rope(rmsnorm per head of x_raw · weight), rstd
 // (B, T, H) f32; rope null: no rotation; pos (B, T, device) or null (positions t). The backward
 // WRITES dx_raw (may alias dx) and accumulates dweight (f32, HS; null: not computed),
-// deterministically (fixed row splits, then a fixed-order sum).
+// deterministically (fixed row splits, then a fixed-order sum). split: the work split
+// (ops/head_norm_rope.h; the same bits but for dweight's summation order).
 void head_norm_rope_fwd(Context& ctx, DType dt, void* x, float* rstd, const void* x_raw,
                         const void* weight, int B, int T_, int H, int HS, float eps,
-                        const Rope* rope, const int32_t* pos = nullptr);
+                        const Rope* rope, const int32_t* pos = nullptr,
+                        HeadNormRopeSplit split = HeadNormRopeSplit::kPerHead);
 void head_norm_rope_bwd(Context& ctx, DType dt, void* dx_raw, float* dweight, const void* dx,
                         const void* x_raw, const void* weight, const float* rstd, int B, int T_,
-                        int H, int HS, const Rope* rope, const int32_t* pos = nullptr);
+                        int H, int HS, const Rope* rope, const int32_t* pos = nullptr,
+                        HeadNormRopeSplit split = HeadNormRopeSplit::kPerHead);
 // dweight nullptr: not computed (a frozen gain, LoRA's base).
 void rmsnorm_bwd(Context& ctx, DType dt, void* dinp, float* dweight, const void* dout,
                  const void* inp, const void* weight, const float* rstd, int N, int C);

@@ -112,7 +112,35 @@ __device__ __forceinline__ void store_chunk(T* h, int c, int half, const float (
   }
 }
 
-// Rotates the kN pairs of chunk c by sign·θ(at, pair).
+// The angles of chunk c's kN pairs at position `at`: cs[k] = cos θ, sn[k] = sign·sin θ with
+// θ = θ(at, c·kN + k). Split from the rotation so that a kernel walking several heads of one
+// position (head_norm_rope.cu's per-position split) computes them once for all of its heads.
+template <int kN>
+__device__ __forceinline__ void chunk_angles(float (&cs)[kN], float (&sn)[kN], int c, double at,
+                                             const RopeFreqs& f, float sign) {
+#pragma unroll
+  for (int k = 0; k < kN; ++k) {
+    rope_sincos(at, f.inv_freq_over_pi[c * kN + k], &sn[k], &cs[k]);
+    sn[k] *= sign;
+  }
+}
+
+// Rotates the kN pairs of a chunk by (cs[k], sn[k]): (x0, x1) → (x0·c − x1·s, x0·s + x1·c).
+template <int kN, bool kRotateHalf>
+__device__ __forceinline__ void rotate_chunk_by(float (&u)[2 * kN], const float (&cs)[kN],
+                                                const float (&sn)[kN]) {
+#pragma unroll
+  for (int k = 0; k < kN; ++k) {
+    const int i0 = kRotateHalf ? k : 2 * k, i1 = kRotateHalf ? kN + k : 2 * k + 1;
+    const float x0 = u[i0], x1 = u[i1];
+    u[i0] = x0 * cs[k] - x1 * sn[k];
+    u[i1] = x0 * sn[k] + x1 * cs[k];
+  }
+}
+
+// Rotates the kN pairs of chunk c by sign·θ(at, pair). (Written out rather than as chunk_angles
+// then rotate_chunk_by: the same arithmetic, but this form is the one measured in every kernel
+// that uses it, and the split form compiles to other instruction orders.)
 template <int kN, bool kRotateHalf>
 __device__ __forceinline__ void rotate_chunk(float (&u)[2 * kN], int c, double at,
                                              const RopeFreqs& f, float sign) {
