@@ -21,6 +21,11 @@ CudaSettings cuda_settings_from_env() {
       throw Error(str("FORGE_HEAD_NORM_ROPE=", quote(v), " (expected head or position)"));
     s.head_norm_rope = v == "head" ? HeadNormRopeSplit::kPerHead : HeadNormRopeSplit::kPerPosition;
   }
+  if (const char* a = std::getenv("FORGE_ADAMW")) {
+    const std::string v = a;
+    if (v != "tensor" && v != "multi") throw Error(str("FORGE_ADAMW=", quote(v), " (expected tensor or multi)"));
+    s.multi_tensor_adamw = v == "multi";
+  }
   return s;
 }
 

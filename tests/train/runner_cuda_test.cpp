@@ -37,10 +37,12 @@ using cuda::testing::CudaTest;
 ModelConfig small(Family f) { return testing::small_config(f); }
 
 std::unique_ptr<StepRunner> make_runner(const ModelConfig& cfg, const std::string& precision,
-                                        bool graphs, const LossScaleOptions& ls = {}) {
+                                        bool graphs, const LossScaleOptions& ls = {},
+                                        bool multi_tensor_adamw = false) {
   CudaSettings s;
   s.loss_scale = ls;
   s.graphs = graphs;
+  s.multi_tensor_adamw = multi_tensor_adamw;
   return make_cuda_runner(cfg, precision, s);
 }
 
@@ -51,8 +53,8 @@ struct Trace {
 };
 
 Trace train_steps(const ModelConfig& cfg, const std::string& precision, bool graphs,
-                  bool report_at_end) {
-  auto r = make_runner(cfg, precision, graphs);
+                  bool report_at_end, bool multi_tensor_adamw = false) {
+  auto r = make_runner(cfg, precision, graphs, {}, multi_tensor_adamw);
   Transformer<float> init(cfg);
   init.init_weights(21);
   r->set_weights(init.weights());
@@ -132,6 +134,27 @@ TEST_F(CudaRunnerTest, GraphReplaysAreBitIdenticalToEagerSteps) {
       Transformer<float> init(cfg);
       init.init_weights(21);
       EXPECT_FALSE(cuda::testing::bit_identical(eager.w, init.weights())) << where;
+    }
+}
+
+// AdamW as one launch over every tensor (CudaSettings::multi_tensor_adamw) trains exactly as a
+// launch per tensor: the same reports, weights and moments, bit for bit, graph-replayed.
+TEST_F(CudaRunnerTest, MultiTensorAdamWIsBitIdenticalToPerTensor) {
+  for (const ModelConfig& cfg : {small(Family::kGpt2), small(Family::kLlama)})
+    for (const char* precision : {"bf16", "fp32", "fp16"}) {
+      const Trace per = train_steps(cfg, precision, true, false, false);
+      const Trace multi = train_steps(cfg, precision, true, false, true);
+      const std::string where = cfg.family_name() + " " + precision;
+      ASSERT_EQ(multi.reports.size(), per.reports.size()) << where;
+      for (size_t s = 0; s < per.reports.size(); ++s) {
+        EXPECT_EQ(multi.reports[s].micro_losses, per.reports[s].micro_losses)
+            << where << " step " << s;
+        if (!per.reports[s].skipped)
+          EXPECT_EQ(multi.reports[s].grad_norm, per.reports[s].grad_norm) << where;
+      }
+      EXPECT_TRUE(cuda::testing::bit_identical(multi.w, per.w)) << where;
+      EXPECT_TRUE(cuda::testing::bit_identical(multi.m, per.m)) << where;
+      EXPECT_TRUE(cuda::testing::bit_identical(multi.v, per.v)) << where;
     }
 }
 

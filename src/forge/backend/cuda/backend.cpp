@@ -31,6 +31,7 @@ CudaBackend::CudaBackend(const ModelConfig& cfg, const ParamTable& table, cuda::
                    : o.attention == AttentionPath::kFlashWgmma ? cuda::FlashKernels::kWgmma
                                                                : cuda::FlashKernels::kAuto;
   head_norm_rope_ = o.head_norm_rope;
+  multi_tensor_adamw_ = o.multi_tensor_adamw;
   auto& a = ctx.allocator();
   const size_t P = table_.total();
   // A frozen base (LoRA) has no gradients or Adam state, and in 16-bit modes the working copy
@@ -62,6 +63,7 @@ CudaBackend::CudaBackend(const ModelConfig& cfg, const ParamTable& table, cuda::
     FORGE_CUDA_CHECK(cudaMemsetAsync(v_.data(), 0, v_.bytes(), ctx_.stream()));
   }
   zero_grad();
+  if (grads_.size() > 0) make_adamw_chunks();
 }
 
 // ---- parameters -------------------------------------------------------------------------------
@@ -191,6 +193,7 @@ void CudaBackend::set_adapter(const std::vector<float>& a, const std::vector<Par
   FORGE_CUDA_CHECK(cudaMemsetAsync(v_.data(), 0, v_.bytes(), ctx_.stream()));
   set_adapter_weights(a);
   zero_grad();
+  make_adamw_chunks();
 }
 
 void CudaBackend::set_adapter_weights(const std::vector<float>& a) {
@@ -236,6 +239,17 @@ std::array<AdamWFactors, 2> CudaBackend::optimizer_factors(const AdamWParams& p,
   return {adamw_factors(p, sr_seed), adamw_factors(no_decay, sr_seed)};
 }
 
+void CudaBackend::make_adamw_chunks() {
+  if (!multi_tensor_adamw_) return;
+  std::vector<cuda::AdamWTensor> tensors;
+  for (const ParamInfo& p : params()) tensors.push_back({p.offset, p.numel(), p.decay});
+  const std::vector<cuda::AdamWChunk> chunks = cuda::adamw_chunks(tensors);
+  adamw_chunks_ = Buf<cuda::AdamWChunk>();
+  if (chunks.empty()) return;
+  adamw_chunks_ = Buf<cuda::AdamWChunk>(ctx_.allocator(), chunks.size());
+  upload(adamw_chunks_.data(), chunks.data(), chunks.size());
+}
+
 void CudaBackend::optimizer_step(const AdamWFactors* factors, float max_norm,
                                  const double* loss_sums, int n_losses) {
   // With adapters the optimizer trains them alone (the base is frozen).
@@ -247,12 +261,18 @@ void CudaBackend::optimizer_step(const AdamWFactors* factors, float max_norm,
   cuda::sum_squares(ctx_, norm_sq_.data(), grads, num_params());
   cuda::step_guard_check(ctx_, guard_.data(), loss_sums, n_losses, norm_sq_.data(),
                          loss_scale() != nullptr);
-  for (const auto& info : params()) {
-    void* work = work16 == nullptr ? nullptr : work16 + info.offset * es_;
-    cuda::adamw_update(
-        ctx_, master + info.offset, m_.data() + info.offset, v_.data() + info.offset,
-        grads + info.offset, work, dt_, info.numel(), factors + (info.decay ? 0 : 1),
-        static_cast<uint64_t>(info.offset), norm_sq_.data(), max_norm, loss_scale(), guard_.data());
+  if (multi_tensor_adamw_) {  // one launch, the same bits as the loop below
+    cuda::adamw_update_multi(ctx_, adamw_chunks_.data(), static_cast<int>(adamw_chunks_.size()), master,
+                             m_.data(), v_.data(), grads, work16, dt_, factors, norm_sq_.data(), max_norm,
+                             loss_scale(), guard_.data());
+  } else {
+    for (const auto& info : params()) {
+      void* work = work16 == nullptr ? nullptr : work16 + info.offset * es_;
+      cuda::adamw_update(ctx_, master + info.offset, m_.data() + info.offset, v_.data() + info.offset,
+                         grads + info.offset, work, dt_, info.numel(), factors + (info.decay ? 0 : 1),
+                         static_cast<uint64_t>(info.offset), norm_sq_.data(), max_norm, loss_scale(),
+                         guard_.data());
+    }
   }
   if (loss_scale_.size() > 0)
     cuda::loss_scale_step(ctx_, loss_scale_.data(), norm_sq_.data(), guard_.data());

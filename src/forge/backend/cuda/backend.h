@@ -68,6 +68,9 @@ struct CudaModelOptions {
   bool adam_state = true;
   // The head norm + RoPE kernels' work split (Qwen3; ops/head_norm_rope.h).
   HeadNormRopeSplit head_norm_rope = HeadNormRopeSplit::kPerHead;
+  // AdamW as one launch over every tensor (cuda::adamw_update_multi, the same bits) instead of
+  // one launch per tensor: an A/B setting while it is measured.
+  bool multi_tensor_adamw = false;
 };
 
 class CudaBackend {
@@ -300,6 +303,11 @@ class CudaBackend {
   bool flash_ = false;
   cuda::FlashKernels flash_kernels_ = cuda::FlashKernels::kAuto;
   HeadNormRopeSplit head_norm_rope_ = HeadNormRopeSplit::kPerHead;
+  // Multi-tensor AdamW (CudaModelOptions::multi_tensor_adamw): params()'s chunks on the device,
+  // made when the table is known (construction, set_adapter), never while a graph is captured.
+  bool multi_tensor_adamw_ = false;
+  cuda::DeviceBuffer<cuda::AdamWChunk> adamw_chunks_;
+  void make_adamw_chunks();
   Buf<float> master_, grads_, m_, v_;  // m_, v_: the adapters' once set_adapter() ran
   Buf<uint8_t> work_;  // bf16/f16 working copy (empty in fp32 mode)
   // LoRA: the adapters' f32 master, gradients and 16-bit working copy; their table's tensors.
