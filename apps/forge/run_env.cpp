@@ -26,6 +26,12 @@ CudaSettings cuda_settings_from_env() {
     if (v != "tensor" && v != "multi") throw Error(str("FORGE_ADAMW=", quote(v), " (expected tensor or multi)"));
     s.multi_tensor_adamw = v == "multi";
   }
+  if (const char* w = std::getenv("FORGE_WGRAD_FINISH")) {
+    const std::string v = w;
+    if (v != "kernel" && v != "fused")
+      throw Error(str("FORGE_WGRAD_FINISH=", quote(v), " (expected kernel or fused)"));
+    s.fused_wgrad_finish = v == "fused";
+  }
   return s;
 }
 

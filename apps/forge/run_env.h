@@ -5,6 +5,8 @@
 //                                                               work split (an A/B setting)
 //   FORGE_ADAMW=tensor|multi                                    AdamW: a launch per tensor, or one
 //                                                               for all (an A/B setting)
+//   FORGE_WGRAD_FINISH=kernel|fused                             weight/bias gradient sums finished
+//                                                               by a kernel or in place (A/B)
 //   FORGE_FAULT_INJECT=nan_grad@STEP,nan_loss@FIRST-LAST,kill@STEP  a testing hook: faults injected
 //                                                               into training steps (forge
 //                                                               train; train/fault_inject.h)

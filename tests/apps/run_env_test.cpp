@@ -1,5 +1,5 @@
-// FORGE_ATTENTION, FORGE_CUDA_GRAPH, FORGE_HEAD_NORM_ROPE, FORGE_ADAMW and FORGE_FAULT_INJECT are
-// read by the CLI alone (apps/forge/run_env.cpp): a bad value is a one-line error before any work;
+// FORGE_ATTENTION, FORGE_CUDA_GRAPH, FORGE_HEAD_NORM_ROPE, FORGE_ADAMW, FORGE_WGRAD_FINISH and
+// FORGE_FAULT_INJECT are read by the CLI alone (apps/forge/run_env.cpp): a bad value is a one-line error before any work;
 // the library never looks at them (the CUDA side of that is tested in
 // tests/model/transformer_cuda_test.cpp).
 #include <string>
@@ -40,6 +40,13 @@ TEST_F(RunEnv, BadAdamWLaunchIsAOneLineError) {
       << r.err;
 }
 
+TEST_F(RunEnv, BadWgradFinishIsAOneLineError) {
+  const CmdResult r = forge_env("FORGE_WGRAD_FINISH=late", "train --data /nonexistent --steps 1");
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.err.find("FORGE_WGRAD_FINISH='late' (expected kernel or fused)"), std::string::npos)
+      << r.err;
+}
+
 TEST_F(RunEnv, BadFaultPlanIsAOneLineError) {
   expect_user_error(
       forge_env("FORGE_FAULT_INJECT=nan_grad@soon", "train --data /nonexistent --steps 1"),
@@ -50,7 +57,7 @@ TEST_F(RunEnv, BadFaultPlanIsAOneLineError) {
 TEST_F(RunEnv, KnownValuesAreAccepted) {
   const CmdResult r = forge_env(
       "FORGE_ATTENTION=unfused FORGE_CUDA_GRAPH=0 FORGE_HEAD_NORM_ROPE=position FORGE_ADAMW=multi "
-      "FORGE_FAULT_INJECT=nan_loss@1-2",
+      "FORGE_WGRAD_FINISH=fused FORGE_FAULT_INJECT=nan_loss@1-2",
       "train --data /nonexistent --steps 1");
   EXPECT_EQ(r.code, 1);
   EXPECT_EQ(r.err.find("FORGE_"), std::string::npos) << r.err;

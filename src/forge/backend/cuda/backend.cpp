@@ -32,6 +32,7 @@ CudaBackend::CudaBackend(const ModelConfig& cfg, const ParamTable& table, cuda::
                                                                : cuda::FlashKernels::kAuto;
   head_norm_rope_ = o.head_norm_rope;
   multi_tensor_adamw_ = o.multi_tensor_adamw;
+  ctx_.set_fused_finish(o.fused_wgrad_finish);
   auto& a = ctx.allocator();
   const size_t P = table_.total();
   // A frozen base (LoRA) has no gradients or Adam state, and in 16-bit modes the working copy

@@ -71,6 +71,9 @@ struct CudaModelOptions {
   // AdamW as one launch over every tensor (cuda::adamw_update_multi, the same bits) instead of
   // one launch per tensor: an A/B setting while it is measured.
   bool multi_tensor_adamw = false;
+  // Per-channel weight and bias gradients finished by their partial kernel's last blocks rather
+  // than a separate kernel (Context::set_fused_finish, the same bits): an A/B setting.
+  bool fused_wgrad_finish = false;
 };
 
 class CudaBackend {

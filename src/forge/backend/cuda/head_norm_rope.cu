@@ -75,6 +75,8 @@ struct Params {
   const void* weight;
   float* rstd;     // forward: written; backward: read
   float* partial;  // backward: (splits, HS) per-block weight-gradient sums, or null
+  float* dweight;  // backward with fused finishing: the weight gradient the last block adds to
+  int* counters;   // backward: Context::finish_counters, or null (a separate finishing kernel)
   const int32_t* pos;
   RopeFreqs freqs;
   // rows_per_split: what a backward block takes, rows (the per-head split) or positions (the
@@ -216,6 +218,10 @@ __device__ __forceinline__ void write_partial(const Params& p, const Lane& l, in
     for (int gr = 0; gr < groups; ++gr) t += sh[gr * p.HS + ch];
     p.partial[static_cast<int64_t>(blockIdx.x) * p.HS + ch] = t;
   }
+  // Fused finishing: the last block adds the splits to dweight as channel_grad_finish_kernel does.
+  if (p.counters != nullptr)
+    channel_grad_finish_last<1>(p.counters, 0, gridDim.x, p.dweight, nullptr, p.partial, p.HS, 1,
+                                0, p.HS, threadIdx.x);
 }
 
 // ---- the per-head split (HeadNormRopeSplit::kPerHead, the default) -------------------------
@@ -458,10 +464,12 @@ void head_norm_rope_bwd(Context& ctx, DType dt, void* dx_raw, float* dweight, co
   p.out = dx_raw, p.in = dx, p.x_raw = x_raw, p.weight = weight;
   p.rstd = const_cast<float*>(rstd);  // read only in the backward
   p.partial = dweight ? partial.data() : nullptr;
+  p.dweight = dweight;
+  p.counters = dweight ? ctx.finish_counters(1) : nullptr;
   const bool vec_ptrs = aligned16(dx_raw) && aligned16(dx) && aligned16(x_raw) && aligned16(weight);
   launch<false>(ctx, dt, p, rope ? rope->style : RopeStyle::kRotateHalf, vec_ptrs, per_position,
                 splits, "head_norm_rope_bwd");
-  if (dweight == nullptr) return;
+  if (dweight == nullptr || p.counters != nullptr) return;  // nothing to add, or added
   channel_grad_finish_kernel<1><<<(HS + 31) / 32, dim3(32, kWgradRows), 0, ctx.stream()>>>(
       dweight, nullptr, partial.data(), splits, HS, 1);
   FORGE_CUDA_CHECK_LAUNCH();
