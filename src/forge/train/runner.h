@@ -153,7 +153,8 @@ struct CudaSettings {
   // while it is measured; ops/head_norm_rope.h).
   HeadNormRopeSplit head_norm_rope = HeadNormRopeSplit::kPerHead;
   // AdamW in one launch over every tensor rather than one per tensor (the same bits; an A/B
-  // setting while it is measured: CudaModelOptions::multi_tensor_adamw).
+  // setting while it is measured: CudaModelOptions::multi_tensor_adamw). The data-parallel
+  // runner's sharded update (train/zero1_cuda.h) does not use it.
   bool multi_tensor_adamw = false;
   // Weight and bias gradient sums finished inside their partial kernels (the same bits; an A/B
   // setting while it is measured: CudaModelOptions::fused_wgrad_finish).
