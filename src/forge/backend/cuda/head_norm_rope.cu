@@ -31,7 +31,9 @@
 // ranges (a function of the shape only); within a block each lane accumulates its channels over
 // the heads its group visits, in order; the groups are then summed in group order through shared
 // memory into partial (splits, HS), and kernels::channel_grad_finish_kernel adds the splits in a
-// fixed order to dweight. No atomics: two runs are bit-identical.
+// fixed order to dweight — or, with fused finishing (Context::set_fused_finish), the kernel's
+// last block runs that kernel's body (one atomic counter decides which block is last, not what
+// is added in which order). Two runs are bit-identical.
 //
 // ptxas (sm_90a, CUDA 13.0, -Xptxas=-v): registers per kernel, 0 spill and 0 stack for all
 // (<T, kN, kRotateHalf>; kN = 1 is the element-by-element instantiation, 8 chunks a lane):
