@@ -422,6 +422,17 @@ AdamWArgs adamw_args(const char* op, float* param, float* m, float* v, const flo
   return a;
 }
 
+// fn(TW{}) with TW the working copy's element type: work_dt's, or float when there is no copy
+// (the kernels then never touch it).
+template <class Fn>
+void with_work_type(const void* work, DType work_dt, const char* op, Fn fn) {
+  if (work == nullptr) {
+    fn(float{});
+    return;
+  }
+  dispatch_dtype(work_dt, op, fn);
+}
+
 }  // namespace
 
 void adamw_update(Context& ctx, float* param, float* m, float* v, const float* grad, void* work,
@@ -434,11 +445,8 @@ void adamw_update(Context& ctx, float* param, float* m, float* v, const float* g
   if (n == 0) return;
   a.n = n;
   a.sr_offset = sr_offset;
-  if (work == nullptr) {
-    launch_adamw<float>(ctx, a);
-    return;
-  }
-  dispatch_dtype(work_dt, "adamw_update", [&](auto tag) { launch_adamw<decltype(tag)>(ctx, a); });
+  with_work_type(work, work_dt, "adamw_update",
+                 [&](auto tag) { launch_adamw<decltype(tag)>(ctx, a); });
 }
 
 std::vector<AdamWChunk> adamw_chunks(const std::vector<AdamWTensor>& tensors, int64_t chunk) {
@@ -469,11 +477,7 @@ void adamw_update_multi(Context& ctx, const AdamWChunk* chunks, int n_chunks, fl
   if (n_chunks == 0) return;
   ma.chunks = chunks;
   ma.n_chunks = n_chunks;
-  if (work == nullptr) {
-    launch_adamw_multi<float>(ctx, ma);
-    return;
-  }
-  dispatch_dtype(work_dt, "adamw_update_multi",
+  with_work_type(work, work_dt, "adamw_update_multi",
                  [&](auto tag) { launch_adamw_multi<decltype(tag)>(ctx, ma); });
 }
 

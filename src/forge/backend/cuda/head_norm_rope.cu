@@ -94,9 +94,12 @@ __device__ __forceinline__ float group_sum(float v, int lanes) {
   return v;
 }
 
-__device__ __forceinline__ double row_position(const Params& p, int row) {
-  const int bt = row / p.H;  // b·T + t
+// The RoPE position of b·T + t (pos[b, t], or t), and of a head row (b·T + t)·H + h.
+__device__ __forceinline__ double position(const Params& p, int bt) {
   return static_cast<double>(p.pos != nullptr ? p.pos[bt] : bt % p.T_);
+}
+__device__ __forceinline__ double row_position(const Params& p, int row) {
+  return position(p, row / p.H);
 }
 
 // ---- the pieces of a head row, shared by both work splits --------------------------------
@@ -302,7 +305,7 @@ template <int kN>
 __device__ __forceinline__ void lane_angles(const Params& p, const Lane& l, int bt,
                                             float (&cs)[kChunksPerLane<kN>][kN],
                                             float (&sn)[kChunksPerLane<kN>][kN]) {
-  const double at = static_cast<double>(p.pos != nullptr ? p.pos[bt] : bt % p.T_);
+  const double at = position(p, bt);
 #pragma unroll
   for (int j = 0; j < kChunksPerLane<kN>; ++j)
     if (l.lane + j * l.lanes < l.chunks)
