@@ -41,7 +41,7 @@ int cmd_eval(const Argv& argv) {
     return 0;
   }
   const Device device = parse_device(a.get("device", "cpu"));
-  Transformer<float> model = load_model_dir(a.require("model"));
+  Transformer<float> model = load_model_dir(a.require("model"), GradBuffers::kNone);
   const ModelConfig& cfg = model.config();
   const int T_ = a.get_int("seq-len", cfg.max_seq_len, 1, cfg.max_seq_len);  // this model's
   const int B = a.get_int("batch", 8, 1, std::numeric_limits<int>::max());

@@ -108,7 +108,7 @@ int cmd_generate(const Argv& argv) {
   const Device device = parse_device(a.get("device", "cpu"));
   const SamplingOverrides flags = flag_overrides(a);
   const std::string dir = a.require("model");
-  Transformer<float> loaded = load_model_dir(dir);
+  Transformer<float> loaded = load_model_dir(dir, GradBuffers::kNone);
   if (a.has("adapter")) {  // as forge merge folds it; tokenizer and settings stay --model's
     const LoadedAdapter adapter = load_adapter_dir(a.get("adapter"), loaded.config());
     merge_lora(loaded.table(), loaded.weights(), AdapterTable(loaded.config(), adapter.lora), adapter.weights);
@@ -176,9 +176,7 @@ int cmd_generate(const Argv& argv) {
     add(std::vector<int32_t>(ids.begin(), ids.end()), {}, {}, 0);
   }
 
-  std::unique_ptr<Engine> engine =
-      device == Device::kCuda ? make_cuda_engine(cfg, loaded.weights_host(), a.get("precision", "bf16"))
-                              : make_cpu_engine(cfg, loaded.weights_host());
+  std::unique_ptr<Engine> engine = make_engine(std::move(loaded), device, a.get("precision", "bf16"));
   GenOptions go;
   go.max_batch = a.get_int("max-batch", 32, 1, 4096);
   go.graph = !a.has("no-graph");

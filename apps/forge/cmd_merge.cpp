@@ -40,7 +40,7 @@ int cmd_merge(const Argv& argv) {
   }
   const std::string base_dir = a.require("model"), adapter_dir = a.require("adapter"), out = a.require("out");
   const io::StDType dtype = save_dtype_from_name(a.get("save-dtype", "f32"));
-  Transformer<float> model = load_model_dir(base_dir);
+  Transformer<float> model = load_model_dir(base_dir, GradBuffers::kNone);
   const LoadedAdapter adapter = load_adapter_dir(adapter_dir, model.config());
   const AdapterTable table(model.config(), adapter.lora);
   merge_lora(model.table(), model.weights(), table, adapter.weights);

@@ -125,7 +125,7 @@ int cmd_quickstart(const Argv& argv) {
   const TrainResult r = forge::train(model, cfg, out + "/data", out, opt);
 
   // 4. Sample: each sample starts at a document boundary, i.e. a fresh fortune.
-  Transformer<float> trained = load_model_dir(out + "/model");
+  Transformer<float> trained = load_model_dir(out + "/model", GradBuffers::kNone);
   std::printf("\nsamples (temperature 0.8):\n");
   for (int s = 0; s < 3; ++s) {
     SampleOptions so;

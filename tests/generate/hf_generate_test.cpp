@@ -11,5 +11,14 @@ TEST(HfGenerateTest, CpuGreedyEqualsTransformers) {
       [](const ModelConfig& cfg, const std::vector<float>& w) { return make_cpu_engine(cfg, w); });
 }
 
+// The engine the commands make: a model loaded without gradient buffers, moved in, not copied.
+TEST(HfGenerateTest, CpuGreedyOfAMovedInferenceModelEqualsTransformers) {
+  testing::expect_hf_greedy_generation([](const ModelConfig& cfg, const std::vector<float>& w) {
+    Transformer<float> m(cfg, GradBuffers::kNone);
+    m.set_weights(w);
+    return make_engine(std::move(m), Device::kCpu, "bf16");  // the CPU computes in f32 whatever dtype says
+  });
+}
+
 }  // namespace
 }  // namespace forge

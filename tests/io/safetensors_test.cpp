@@ -17,6 +17,7 @@
 
 #include "forge/core/error.h"
 #include "forge/core/rng.h"
+#include "forge/io/bf16.h"
 #include "fuzz_regression.h"
 #include "testing.h"
 
@@ -221,6 +222,39 @@ TEST_F(Safetensors, ReadF32ConvertsHalfTypes) {
     ADD_FAILURE() << "read_f32 of a missing tensor did not throw";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("'nope'"), std::string::npos) << e.what();
+  }
+}
+
+TEST_F(Safetensors, ReadsIntoACallersBufferAndRereadsReleasedPages) {
+  // Three pages' worth of bf16 values (so release_pages has whole pages to give back) and a
+  // small f32 tensor after it.
+  Rng rng(7);
+  std::vector<uint16_t> big(3 * 4096);
+  for (auto& h : big) h = static_cast<uint16_t>(0x3F00 + rng.below(0x100));
+  const std::vector<float> small = {0.5f, -3.25f, 7.0f};
+  write_safetensors(path("p.safetensors"),
+                    {{"big", StDType::kBF16, {3, 4096}, big.data()}, {"small", StDType::kF32, {3}, small.data()}});
+  const SafetensorsFile f = SafetensorsFile::open(path("p.safetensors"));
+  const std::vector<float> want = f.read_f32("big");
+  ASSERT_EQ(want.size(), big.size());
+  EXPECT_EQ(want[5], bf16_to_f32(big[5]));
+  std::vector<float> got(big.size(), -1.0f);
+  f.read_f32_into("big", got.data(), got.size());
+  EXPECT_EQ(got, want);
+  // The released pages come back from the file with the same bytes; the tensor after is untouched.
+  f.release_pages(*f.find("big"));
+  std::fill(got.begin(), got.end(), -1.0f);
+  f.read_f32_into("big", got.data(), got.size());
+  EXPECT_EQ(got, want);
+  EXPECT_EQ(f.read_f32("small"), small);
+  // A buffer of another size is refused, naming the tensor and both counts.
+  try {
+    f.read_f32_into("small", got.data(), 4);
+    ADD_FAILURE() << "read_f32_into with the wrong count did not throw";
+  } catch (const Error& e) {
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find("'small'"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("3 elements where 4"), std::string::npos) << msg;
   }
 }
 

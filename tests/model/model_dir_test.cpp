@@ -125,6 +125,41 @@ TEST_F(ModelDirTest, SaveLoadRoundTripIsExactForEveryFamily) {
   }
 }
 
+// A model loaded for inference (GradBuffers::kNone: what generate, serve, eval, merge and
+// validate load) holds the weights only, computes the same losses and logits as one loaded for
+// training, and refuses a training forward with a one-line error.
+TEST_F(ModelDirTest, AnInferenceLoadHoldsNoGradientsAndComputesTheSame) {
+  for (const ModelConfig& c : {llama(false), llama(true), gpt2()}) {
+    Transformer<float> m(c);
+    m.init_weights(5);
+    const std::string d = (dir_ / (c.family_name() + std::to_string(c.tie_embeddings))).string();
+    save_model_dir(d, m);
+    Transformer<float> train = load_model_dir(d);
+    Transformer<float> infer = load_model_dir(d, GradBuffers::kNone);
+    EXPECT_EQ(infer.weights(), train.weights()) << d;
+    EXPECT_EQ(train.grads().size(), train.weights().size());
+    EXPECT_TRUE(infer.grads().empty());
+    const int B = 2, T = 8;
+    std::vector<int32_t> x(B * T), y(B * T);
+    for (int i = 0; i < B * T; ++i) {
+      x[i] = (7 * i + 3) % c.vocab_size;
+      y[i] = (11 * i + 5) % c.vocab_size;
+    }
+    EXPECT_EQ(infer.loss(x.data(), y.data(), B, T), train.loss(x.data(), y.data(), B, T)) << d;
+    const float* a = infer.logits_of(x.data(), B, T);
+    const std::vector<float> la(a, a + static_cast<size_t>(B) * T * c.padded_vocab());
+    const float* b = train.logits_of(x.data(), B, T);
+    EXPECT_EQ(la, std::vector<float>(b, b + la.size())) << d;
+    try {
+      infer.loss_and_grad(x.data(), y.data(), B, T);
+      ADD_FAILURE() << "a training forward on an inference model did not throw";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("no gradient buffers"), std::string::npos) << e.what();
+    }
+    EXPECT_GT(train.loss_and_grad(x.data(), y.data(), B, T), 0.0);  // the training load still trains
+  }
+}
+
 // The files beside the weights are written byte for byte, and only those given; a file that
 // cannot be written (a name outside the directory) fails the save before anything is replaced.
 TEST_F(ModelDirTest, SavesTheGivenFilesOrNothing) {

@@ -13,7 +13,10 @@ namespace {
 
 class CpuEngine final : public Engine {
  public:
-  CpuEngine(const ModelConfig& cfg, const std::vector<float>& weights) : model_(cfg) { model_.set_weights(weights); }
+  CpuEngine(const ModelConfig& cfg, const std::vector<float>& weights) : model_(cfg, GradBuffers::kNone) {
+    model_.set_weights(weights);
+  }
+  explicit CpuEngine(Transformer<float>&& model) : model_(std::move(model)) {}
   const ModelConfig& config() const override { return model_.config(); }
   std::string device_name() const override { return "cpu (f32)"; }
   std::vector<GenResult> generate(const std::vector<GenRequest>& reqs, const GenOptions& opt,
@@ -35,6 +38,16 @@ class CpuEngine final : public Engine {
 
 std::unique_ptr<Engine> make_cpu_engine(const ModelConfig& cfg, const std::vector<float>& weights) {
   return std::make_unique<CpuEngine>(cfg, weights);
+}
+
+std::unique_ptr<Engine> make_cpu_engine(Transformer<float>&& model) {
+  return std::make_unique<CpuEngine>(std::move(model));
+}
+
+std::unique_ptr<Engine> make_engine(Transformer<float>&& model, Device device, const std::string& dtype) {
+  if (device == Device::kCpu) return make_cpu_engine(std::move(model));
+  const Transformer<float> host = std::move(model);  // freed on return, once the GPU has its copy
+  return make_cuda_engine(host.config(), host.weights(), dtype);
 }
 
 #ifndef FORGE_HAVE_CUDA

@@ -320,13 +320,33 @@ std::vector<float> SafetensorsFile::read_f32(const std::string& name) const {
   if (!t)
     throw Error(str(path_, ": no tensor ", quote(name), " (the file has ", tensors_.size(),
                     " tensors)"));
+  std::vector<float> out((t->end - t->begin) / st_dtype_size(t->dtype));
+  read_f32_into(name, out.data(), out.size());
+  return out;
+}
+
+void SafetensorsFile::release_pages(const TensorInfo& t) const {
+  const uintptr_t page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
+  const uintptr_t a = reinterpret_cast<uintptr_t>(data(t)), b = a + (t.end - t.begin);
+  const uintptr_t first = (a + page - 1) / page * page, last = b / page * page;
+  // Advice only: a failure leaves the pages mapped, which is what not calling it does.
+  if (first < last) ::madvise(reinterpret_cast<void*>(first), last - first, MADV_DONTNEED);
+}
+
+void SafetensorsFile::read_f32_into(const std::string& name, float* out_ptr, size_t n_out) const {
+  const TensorInfo* t = find(name);
+  if (!t)
+    throw Error(str(path_, ": no tensor ", quote(name), " (the file has ", tensors_.size(),
+                    " tensors)"));
   const uint8_t* src = data(*t);
   const size_t n = (t->end - t->begin) / st_dtype_size(t->dtype);
-  std::vector<float> out(n);
+  if (n != n_out)
+    throw Error(str(path_, ": tensor ", quote(name), " has ", n, " elements where ", n_out, " are expected"));
+  float* out = out_ptr;
   // The mapping is not aligned for the element type, hence memcpy per element.
   switch (t->dtype) {
     case StDType::kF32:
-      if (n) std::memcpy(out.data(), src, n * sizeof(float));
+      if (n) std::memcpy(out, src, n * sizeof(float));
       break;
     case StDType::kF64:
       for (size_t i = 0; i < n; ++i) {
@@ -347,7 +367,6 @@ std::vector<float> SafetensorsFile::read_f32(const std::string& name) const {
       throw Error(str(path_, ": tensor ", quote(name), " is ", st_dtype_name(t->dtype),
                       "; only F32, F16, BF16 and F64 tensors can be read as f32"));
   }
-  return out;
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -64,6 +64,12 @@ class SafetensorsFile {
   // The tensor converted to f32 (from F32, F16, BF16 or F64); throws forge::Error naming the
   // tensor when it is missing or of another dtype.
   std::vector<float> read_f32(const std::string& name) const;
+  // The same into out[0, n); throws forge::Error when n is not the tensor's element count.
+  void read_f32_into(const std::string& name, float* out, size_t n) const;
+  // Gives the whole pages inside the tensor's bytes back to the kernel: a loader that has
+  // converted a tensor keeps its memory to the converted copy (the pages are read from the file
+  // again if the tensor is read again).
+  void release_pages(const TensorInfo& t) const;
   const std::string& path() const { return path_; }
 
  private:

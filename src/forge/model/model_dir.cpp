@@ -297,7 +297,7 @@ void save_model_dir(const std::string& dir, const Transformer<float>& model,
   out.commit();
 }
 
-Transformer<float> load_model_dir(const std::string& dir) {
+Transformer<float> load_model_dir(const std::string& dir, GradBuffers grads) {
   if (!fs::is_directory(dir)) throw Error(str(dir, ": not a model directory"));
   const nlohmann::json j = read_json_file(dir + "/config.json");
   const TensorSet ts = open_tensors(dir);
@@ -326,10 +326,13 @@ Transformer<float> load_model_dir(const std::string& dir) {
     throw Error(str(dir, "/", ts.file_names[file], ": unexpected tensor ", quote(name),
                     " for model_type ", cfg.family_name()));
   }
-  Transformer<float> model(cfg);
+  Transformer<float> model(cfg, grads);
   for (size_t i = 0; i < names.size(); ++i) {
-    const std::vector<float> data = ts.file_of(names[i]).read_f32(names[i]);
-    std::copy(data.begin(), data.end(), model.weights().begin() + table.params()[i].offset);
+    const io::SafetensorsFile& f = ts.file_of(names[i]);
+    const ParamInfo& p = table.params()[i];  // the file holds the checked shape (vocabulary rows unpadded)
+    const auto n = static_cast<size_t>(shape_numel(checkpoint_shape(table, p, cfg)));
+    f.read_f32_into(names[i], model.weights().data() + p.offset, n);
+    f.release_pages(*ts.find(names[i]));  // the file's pages need not stay beside the f32 copy
   }
   return model;
 }

@@ -77,7 +77,8 @@ void write_model_files(const std::string& dir, const Transformer<float>& model,
 
 // Reads a model directory. Throws forge::Error naming the file and the problem: missing files,
 // malformed JSON, an unknown or missing tensor, a shape that disagrees with config.json.
-Transformer<float> load_model_dir(const std::string& dir);
+// grads: GradBuffers::kNone for a model that only runs forward (half the memory).
+Transformer<float> load_model_dir(const std::string& dir, GradBuffers grads = GradBuffers::kAllocate);
 
 // What `forge inspect` shows: the directory's files read and checked, weights not converted.
 struct ModelDirTensor {

@@ -360,6 +360,9 @@ void Model<B>::forward(const int32_t* tokens, const int32_t* targets, const Real
                        TokenLayout layout) {
   check_shape(Bn, Tn);
   FORGE_CHECK(targets != nullptr, "Model::forward needs targets (the head is fused with the loss)");
+  if constexpr (requires(const B& b) { b.has_grads(); })
+    if (dloss != nullptr && !frozen() && !be_.has_grads())
+      throw Error("this model was made for inference (no gradient buffers), so it cannot train");
   plan(Bn, Tn);
   layout_ = layout;
   embed(tokens);

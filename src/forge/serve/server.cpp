@@ -312,15 +312,14 @@ Server::Server(const std::string& model_dir, ServeOptions opt) : impl_(std::make
   if (!std::filesystem::is_directory(model_dir)) throw Error(str(model_dir, ": no such model directory"));
   if (!std::filesystem::exists(model_dir + "/tokenizer.json"))
     throw Error(str(model_dir, ": no tokenizer.json, so text prompts cannot be encoded"));
-  Transformer<float> loaded = load_model_dir(model_dir);
+  Transformer<float> loaded = load_model_dir(model_dir, GradBuffers::kNone);
   m.cfg = loaded.config();
   m.name = dir_name(model_dir);
   m.gen_cfg = load_generation_config(model_dir);
   m.tokenizer = tok::Tokenizer::load(model_dir + "/tokenizer.json");
   m.chat_template = chat::ChatTemplate::load(model_dir);
   m.turn_end = chat::assistant_turn_end(*m.chat_template);
-  m.engine = device == Device::kCuda ? make_cuda_engine(m.cfg, loaded.weights_host(), m.opt.precision)
-                                     : make_cpu_engine(m.cfg, loaded.weights_host());
+  m.engine = make_engine(std::move(loaded), device, m.opt.precision);
   SchedulerOptions so;
   so.slots = m.opt.max_batch > 0 ? m.opt.max_batch : device == Device::kCuda ? 32 : 8;
   so.capacity = m.opt.context;

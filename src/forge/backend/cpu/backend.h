@@ -31,6 +31,11 @@
 
 namespace forge {
 
+// Whether a CPU model keeps a gradient buffer beside its weights. Inference (generate, serve,
+// eval, merge, validate) has no use for one, and it is as large as the weights: a model made
+// with kNone holds its weights only, and a forward with dloss refuses it (Model::forward).
+enum class GradBuffers { kAllocate, kNone };
+
 template <typename T>
 class CpuBackend {
  public:
@@ -49,11 +54,13 @@ class CpuBackend {
   // skips recomputing them (cpu::flash_attention_bwd): the tiny preset's are 4 MiB a layer.
   static constexpr size_t kSavedProbsBytes = size_t{64} << 20;
 
-  CpuBackend(const ModelConfig&, const ParamTable& table) : weights_(table.total()), grads_(table.total()) {}
+  CpuBackend(const ModelConfig&, const ParamTable& table, GradBuffers grads = GradBuffers::kAllocate)
+      : weights_(table.total()), grads_(grads == GradBuffers::kAllocate ? table.total() : 0) {}
 
   // ---- parameters ---------------------------------------------------------------------------
   std::vector<T>& weights() { return weights_; }
   const std::vector<T>& weights() const { return weights_; }
+  bool has_grads() const { return !grads_.empty(); }
   std::vector<T>& grads() { return grads_; }
   const std::vector<T>& grads() const { return grads_; }
   void set_weights(const std::vector<float>& w) { weights_.assign(w.begin(), w.end()); }
