@@ -9,9 +9,11 @@
 // with transformers (tools/check_hf_export.py).
 #include <stdlib.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <limits>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
@@ -33,11 +35,14 @@ const Command kValidate = {
     "check a model directory: load, save, reload, compare, checksum",
     {{"ids", "1,2,3", "token ids for the forward-pass check (default 0..7)"},
      {"logits", "FILE", "write the logits for --ids as JSON {\"ids\", \"logits\": [T][V]}"},
+     {"shard-size", "BYTES", "largest weights file of the round trip's saves (default 5000000000, as every save)"},
      {"json", "", "print one JSON object"}},
     false,
     "DIR",
     "Exit 0: the directory loads, survives a save/load round trip exactly, and computes finite\n"
-    "logits. Any problem is a one-line error and exit 1."};
+    "logits. Any problem is a one-line error and exit 1. The canonical checksum is that of the f32\n"
+    "model.safetensors Forge saves from these weights; when that save is sharded (weights above\n"
+    "--shard-size), one per file of it, the index included (--json: an object of file -> sha256)."};
 
 // A temporary directory that removes itself.
 struct TempDir {
@@ -53,9 +58,18 @@ struct TempDir {
   }
 };
 
-std::string slurp(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  return std::string((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+// The sha256 of each weights file a save wrote into d: model.safetensors, or the shards and
+// their index. Files are hashed as streams, never held whole.
+nlohmann::json weight_file_sums(const std::string& d) {
+  std::vector<std::string> names;
+  for (const auto& e : fs::directory_iterator(d)) {
+    const std::string n = e.path().filename().string();
+    if (n.ends_with(".safetensors") || n == "model.safetensors.index.json") names.push_back(n);
+  }
+  std::sort(names.begin(), names.end());
+  nlohmann::json sums = nlohmann::json::object();
+  for (const auto& n : names) sums[n] = sha256_file(d + "/" + n);
+  return sums;
 }
 
 }  // namespace
@@ -69,7 +83,7 @@ int cmd_validate(const Argv& argv) {
   if (a.positional().empty()) throw Error("missing DIR (see forge validate --help)");
   const std::string dir = a.positional();
   const ModelDirInfo info = inspect_model_dir(dir);
-  Transformer<float> model = load_model_dir(dir);
+  Transformer<float> model = load_model_dir(dir, GradBuffers::kNone);
   const ModelConfig& cfg = model.config();
 
   for (const auto& p : model.table().params())
@@ -79,23 +93,35 @@ int cmd_validate(const Argv& argv) {
 
   const TempDir tmp;
   const std::string first = tmp.path + "/first", second = tmp.path + "/second";
-  save_model_dir(first, model);
-  Transformer<float> reloaded = load_model_dir(first);
-  if (reloaded.weights() != model.weights())
-    throw Error(str(dir, ": weights changed in a save/load round trip (a Forge bug)"));
-  save_model_dir(second, reloaded);
-  const std::string a_bytes = slurp(first + "/model.safetensors");
-  if (a_bytes.empty() || a_bytes != slurp(second + "/model.safetensors"))
-    throw Error(str(dir, ": model.safetensors differs between two saves (a Forge bug)"));
-  const std::string canonical_sha = sha256_file(first + "/model.safetensors");
+  ModelSaveOptions save;
+  save.shard_size = a.get_int64("shard-size", kDefaultShardSize, 1, std::numeric_limits<int64_t>::max());
+  save_model_dir(first, model, save);
+  {
+    const Transformer<float> reloaded = load_model_dir(first, GradBuffers::kNone);
+    if (reloaded.weights() != model.weights())
+      throw Error(str(dir, ": weights changed in a save/load round trip (a Forge bug)"));
+    save_model_dir(second, reloaded, save);
+  }
+  const nlohmann::json canonical = weight_file_sums(first);
+  if (canonical.empty() || canonical != weight_file_sums(second))
+    throw Error(str(dir, ": the weights files differ between two saves (a Forge bug)"));
 
   std::vector<std::string> files;
   for (const auto& t : info.tensors)
     if (files.empty() || files.back() != t.file) files.push_back(t.file);
   nlohmann::json file_sums = nlohmann::json::object();
   for (const auto& f : files) file_sums[f] = sha256_file(dir + "/" + f);
-  const bool identical = files.size() == 1 && files[0] == "model.safetensors" &&
-                         file_sums["model.safetensors"] == canonical_sha;
+  // Identical: the directory's weights files are the canonical save's, byte for byte (a
+  // sharded directory's index is not compared: its JSON may be laid out differently).
+  bool identical = true;
+  size_t canonical_weights = 0;
+  for (const auto& [f, sum] : canonical.items()) {
+    if (f.ends_with(".json")) continue;
+    ++canonical_weights;
+    identical = identical && file_sums.contains(f) && file_sums[f] == sum;
+  }
+  identical = identical && canonical_weights == file_sums.size();
+  const bool one_file = canonical.size() == 1;
 
   std::vector<int> ids;
   if (a.has("ids"))
@@ -132,7 +158,7 @@ int cmd_validate(const Argv& argv) {
                               {"model_type", info.hf_config.value("model_type", "")},
                               {"parameters", info.num_params},
                               {"sha256", file_sums},
-                              {"canonical_sha256", canonical_sha},
+                              {"canonical_sha256", one_file ? canonical.begin().value() : canonical},
                               {"identical_to_canonical", identical}};
     std::printf("%s\n", j.dump().c_str());
     return 0;
@@ -142,8 +168,9 @@ int cmd_validate(const Argv& argv) {
               static_cast<long long>(info.num_params));
   for (const auto& [f, sum] : file_sums.items())
     std::printf("  sha256 %s  %s\n", sum.get<std::string>().c_str(), f.c_str());
-  std::printf("  sha256 %s  (canonical f32 model.safetensors%s)\n", canonical_sha.c_str(),
-              identical ? ": byte-identical to the directory's" : "");
+  for (const auto& [f, sum] : canonical.items())
+    std::printf("  sha256 %s  (canonical f32 %s%s)\n", sum.get<std::string>().c_str(), f.c_str(),
+                identical && !f.ends_with(".json") ? ": byte-identical to the directory's" : "");
   for (const auto& w : warnings) std::printf("  warning: %s\n", w.c_str());
   return 0;
 }

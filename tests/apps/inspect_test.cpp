@@ -132,6 +132,32 @@ TEST_F(InspectTest, ValidateRoundTripsAndPrintsTheFilesSha256) {
   expect_user_error(forge("validate " + p("model") + " --ids 1,70"), "out of range");
 }
 
+// A round trip whose save is sharded (a model above --shard-size, as every model above 5 GB
+// of f32 is by default) compares every file of both saves: one checksum a file, the index too.
+// A directory saved with the same shard size is byte-identical to the canonical save.
+TEST_F(InspectTest, ValidateRoundTripsAShardedSave) {
+  const CmdResult r = forge("validate " + p("model") + " --json --shard-size 8000");
+  ASSERT_EQ(r.code, 0) << r.err;
+  const auto j = nlohmann::json::parse(r.out);
+  ASSERT_TRUE(j["canonical_sha256"].is_object()) << r.out;
+  const auto& canon = j["canonical_sha256"];
+  EXPECT_TRUE(canon.contains("model.safetensors.index.json")) << r.out;
+  EXPECT_GE(canon.size(), 3u) << r.out;  // the index and at least two shards
+  EXPECT_EQ(j["identical_to_canonical"], false);  // the directory is one model.safetensors
+  // The same weights saved sharded: validate finds the directory to be the canonical form.
+  Transformer<float> m = load_model_dir(p("model"));
+  ModelSaveOptions opt;
+  opt.shard_size = 8000;
+  save_model_dir(p("sharded"), m, opt);
+  const CmdResult s = forge("validate " + p("sharded") + " --json --shard-size 8000");
+  ASSERT_EQ(s.code, 0) << s.err;
+  const auto k = nlohmann::json::parse(s.out);
+  EXPECT_EQ(k["canonical_sha256"], canon);
+  EXPECT_EQ(k["identical_to_canonical"], true) << s.out;
+  for (const auto& [f, sum] : k["sha256"].items()) EXPECT_EQ(canon[f], sum) << f;
+  expect_user_error(forge("validate " + p("model") + " --shard-size 0"), "shard-size");
+}
+
 // An interleaved-RoPE model: both commands say that transformers would read it as rotate-half.
 TEST_F(InspectTest, InspectAndValidateWarnAboutInterleavedRope) {
   ModelConfig c = load_model_dir(p("model")).config();
