@@ -167,7 +167,7 @@ Transformer<float> load_lora_model(const std::string& dir, const TrainerState& s
       !rc["lora"].is_object() || !rc["lora"].contains("base_sha256") || !rc["lora"]["base_sha256"].is_string())
     throw Error(str(where, ": a LoRA checkpoint needs \"init_from\" and \"lora\": {\"base_sha256\"} in its config"));
   const std::string base_dir = rc["init_from"].get<std::string>();
-  Transformer<float> model = load_model_dir(base_dir);
+  Transformer<float> model = load_model_dir(base_dir, GradBuffers::kNone);  // the run's host copy
   if (weights_sha256(model.weights()) != rc["lora"]["base_sha256"].get<std::string>())
     throw Error(str("the LoRA run's base model ", base_dir,
                     " changed since the run began (the SHA-256 of its weights differs from ", where,
@@ -284,7 +284,7 @@ Checkpoint load_checkpoint(const std::string& dir) {
   } catch (const nlohmann::json::exception& e) {
     throw Error(str(state_path, ": a field has the wrong type: ", e.what()));
   }
-  Checkpoint c{is_adapter_dir(dir) ? load_lora_model(dir, state) : load_model_dir(dir), {}, {}, std::move(state)};
+  Checkpoint c{is_adapter_dir(dir) ? load_lora_model(dir, state) : load_model_dir(dir, GradBuffers::kNone), {}, {}, std::move(state)};
   const ParamTable& table = c.model.table();
   const ModelConfig& cfg = c.model.config();
   const AdapterTable* lora = c.model.adapter_table();

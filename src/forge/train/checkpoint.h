@@ -55,7 +55,8 @@ struct TrainerState {
   int skipped_steps = 0;  // updates the numerical guard skipped (StepRunner::set_skipped_updates)
 };
 
-// What a checkpoint holds, in memory. m and v are flat buffers like model.weights() (padding
+// What a checkpoint holds, in memory (the model without gradient buffers: the runner trains its
+// own copy). m and v are flat buffers like model.weights() (padding
 // rows of the embedding zero).
 struct Checkpoint {
   Transformer<float> model;

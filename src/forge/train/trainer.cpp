@@ -676,14 +676,14 @@ void cut_metrics(const std::string& path, int step, RunStart& start) {
 TrainResult train(const ModelConfig& mcfg, const TrainConfig& cfg, const std::string& data,
                   const std::string& out, const RunOptions& opt) {
   mcfg.validate();
-  Transformer<float> model(mcfg);
+  Transformer<float> model(mcfg, GradBuffers::kNone);  // the host copy: the runner's model trains
   model.init_weights(cfg.seed);
   return run(model, cfg, data, out, RunStart{}, opt);
 }
 
 TrainResult train_from(const std::string& model_dir, const TrainConfig& cfg,
                        const std::string& data, const std::string& out, const RunOptions& opt) {
-  Transformer<float> model = load_model_dir(model_dir);
+  Transformer<float> model = load_model_dir(model_dir, GradBuffers::kNone);
   RunStart start;
   start.init_from = model_dir;
   return run(model, cfg, data, out, std::move(start), opt);
