@@ -18,22 +18,29 @@ struct Entry {
   const char* name;
   int (*fn)(const forge::cli::Argv&);
   const char* summary;  // for an alias: "alias of <command>"
+  // What to make smaller when the command runs out of host memory (std::bad_alloc).
+  const char* oom_hint = "a smaller model or input";
 };
 
 const Entry kCommands[] = {
     {"quickstart", forge::cli::cmd_quickstart,
      "train a tiny model on a real corpus, then sample from it"},
-    {"train", forge::cli::cmd_train, "pretrain a model on token shards"},
-    {"eval", forge::cli::cmd_eval, "mean cross-entropy of a model on token shards"},
-    {"generate", forge::cli::cmd_generate, "generate text or ids from a model (KV cache, CPU or CUDA)"},
+    {"train", forge::cli::cmd_train, "pretrain a model on token shards",
+     "a smaller batch_size (grad_accum keeps the tokens a step), seq_len, recompute=full or a smaller model"},
+    {"eval", forge::cli::cmd_eval, "mean cross-entropy of a model on token shards", "a smaller --batch or --seq-len"},
+    {"generate", forge::cli::cmd_generate, "generate text or ids from a model (KV cache, CPU or CUDA)",
+     "a smaller --max-batch (the KV cache holds one context per request decoded together)"},
     // The sibling product's name for it (seeds/001: `posttrainllm sample`).
-    {"sample", forge::cli::cmd_generate, "alias of generate"},
-    {"serve", forge::cli::cmd_serve, "serve a model over an OpenAI-compatible HTTP API"},
+    {"sample", forge::cli::cmd_generate, "alias of generate",
+     "a smaller --max-batch (the KV cache holds one context per request decoded together)"},
+    {"serve", forge::cli::cmd_serve, "serve a model over an OpenAI-compatible HTTP API",
+     "a smaller --max-batch or --context (the KV cache holds max-batch x context tokens)"},
     {"tokenizer", forge::cli::cmd_tokenizer, "train a BPE tokenizer; encode and decode text"},
     {"data", forge::cli::cmd_data, "tokenize text documents into train/val token shards"},
     {"chat-template", forge::cli::cmd_chat_template,
      "render a model's chat template for a conversation (and its tokens)"},
-    {"bench", forge::cli::cmd_bench, "benchmarks: tokenizer, gemm, attention, train, generate, serve"},
+    {"bench", forge::cli::cmd_bench, "benchmarks: tokenizer, gemm, attention, train, generate, serve",
+     "smaller sizes (--batch, --batches, --seq-len, a smaller --preset)"},
     {"merge", forge::cli::cmd_merge, "fold a LoRA adapter into its base model (forge train --lora)"},
     {"inspect", forge::cli::cmd_inspect,
      "show a model directory: config, parameter count, tensors"},
@@ -83,7 +90,7 @@ int main(int argc, char** argv) {
     } catch (const forge::Error& e) {
       std::fprintf(stderr, "forge %s: error: %s\n", c.name, e.what());
     } catch (const std::bad_alloc&) {
-      std::fprintf(stderr, "forge %s: error: out of memory (try a smaller --batch / batch_size or model)\n", c.name);
+      std::fprintf(stderr, "forge %s: error: out of host memory (try %s)\n", c.name, c.oom_hint);
     } catch (const std::exception& e) {
       std::fprintf(stderr, "forge %s: error: %s\n", c.name, e.what());
     }
