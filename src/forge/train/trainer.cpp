@@ -319,6 +319,9 @@ TrainResult run(Transformer<float>& model, TrainConfig cfg, const std::string& d
               "optimizer state size mismatch");
   runner->set_weights(lora ? model.adapter_weights() : model.weights());
   runner->set_adam_state(m, v);
+  // From here the runner holds the moments; they are read back only to write a checkpoint.
+  std::vector<float>().swap(m);
+  std::vector<float>().swap(v);
   runner->set_skipped_updates(start.skipped_steps);
   if (start.loss_scale) {
     if (runner->loss_scale_state())
@@ -327,11 +330,7 @@ TrainResult run(Transformer<float>& model, TrainConfig cfg, const std::string& d
       std::printf("the checkpoint's f16 loss scale is not used: %s needs none\n",
                   precision.c_str());
   }
-  auto sync_host = [&] {
-    (lora ? model.adapter_weights() : model.weights()) = runner->weights();
-    m = runner->adam_m();
-    v = runner->adam_v();
-  };
+  auto sync_host = [&] { (lora ? model.adapter_weights() : model.weights()) = runner->weights(); };
   LrSchedule sched{cfg.lr, cfg.warmup_steps >= 0 ? cfg.warmup_steps : std::max(1, cfg.steps / 20),
                    cfg.steps, cfg.min_lr_frac};
   const bool quiet = cfg.quiet || opt.quiet || !primary;
@@ -395,14 +394,15 @@ TrainResult run(Transformer<float>& model, TrainConfig cfg, const std::string& d
     TrainerState st{done, cfg.seed, source->position(), run_config};
     st.loss_scale = runner->loss_scale_state();  // after flush(): the state after step `done`
     st.skipped_steps = guard_skips;
-    sync_host();  // collective: every rank's shard of m and v
+    sync_host();
+    const std::vector<float> m_now = runner->adam_m(), v_now = runner->adam_v();  // collective: every rank's shard
     if (!primary) {
       last_saved = done;  // as on rank 0: a stop after this step saves nothing more
       return;
     }
     std::string path;
     try {
-      path = save_checkpoint(out, model, m, v, st, cfg.keep_checkpoints, model_files,
+      path = save_checkpoint(out, model, m_now, v_now, st, cfg.keep_checkpoints, model_files,
                              cfg.save_shard_size);
     } catch (const Error& e) {
       throw Error(
