@@ -6,7 +6,8 @@
 #     multi-tensor AdamW and fused finishing against the defaults, bit for bit);
 #  2. `forge bench train` for every run of AB_RUNS, ROUNDS times (default 2), alternating, each
 #     printing its tokens/s line; AB_RUNS is ';'-separated "label|ENV=VALUE ...|bench flags",
-#     by default the runs of AB_SET (families: plain Llama and Qwen3; gpt2: GPT-2 and SmolLM2);
+#     by default the runs of AB_SET (families: plain Llama and Qwen3; qwen2: plain Llama and
+#     Qwen2; gpt2: GPT-2 and SmolLM2);
 #  3. with TIMELINE="label ..." dev/train_timeline's CSV of those runs ($OUT/<label>.csv; compare
 #     two with dev/timeline_diff.py).
 # Usage (device run, carry dev-out): bash scripts/device-ab.sh
@@ -26,12 +27,15 @@ case ${AB_SET:-families} in
     default_runs+=";qwen3-head||$llama --set variant=qwen3"
     default_runs+=";qwen3-position|FORGE_HEAD_NORM_ROPE=position|$llama --set variant=qwen3"
     default_runs+=";qwen3-new|FORGE_HEAD_NORM_ROPE=position $new|$llama --set variant=qwen3" ;;
+  qwen2)  # issue 13: Qwen2 (q/k bias sums, now also finished in place) against plain Llama
+    default_runs="plain||$llama;plain-new|$new|$llama"
+    default_runs+=";qwen2||$llama --set variant=qwen2;qwen2-new|$new|$llama --set variant=qwen2" ;;
   gpt2)  # issue 16: GPT-2 124M and SmolLM2-135M, each setting alone and both
     default_runs="gpt2||--preset gpt2-124m;gpt2-multi|FORGE_ADAMW=multi|--preset gpt2-124m"
     default_runs+=";gpt2-fused|FORGE_WGRAD_FINISH=fused|--preset gpt2-124m"
     default_runs+=";gpt2-new|$new|--preset gpt2-124m"
     default_runs+=";smollm2||$smol;smollm2-new|$new|$smol" ;;
-  *) echo "AB_SET: families or gpt2"; exit 2 ;;
+  *) echo "AB_SET: families, qwen2 or gpt2"; exit 2 ;;
 esac
 nvidia-smi --query-gpu=name,driver_version,clocks.sm --format=csv,noheader | tee "$out/gpu.txt"
 tests=${AB_TESTS-*HeadNormRope*:*HfGolden*:*AdamW*:*WgradFinish*:*AbSettings*}

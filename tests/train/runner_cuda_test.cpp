@@ -139,13 +139,14 @@ TEST_F(CudaRunnerTest, GraphReplaysAreBitIdenticalToEagerSteps) {
 // The A/B settings that promise the same bits train exactly as the defaults: AdamW as one
 // launch over every tensor (multi_tensor_adamw) and weight/bias gradient sums finished inside
 // their partial kernels (fused_wgrad_finish) — the same reports, weights and moments, bit for
-// bit, graph-replayed; GPT-2 (LayerNorm, biases), Llama (RMSNorm) and Qwen3 (head norms).
+// bit, graph-replayed; GPT-2 (LayerNorm, biases), Llama (RMSNorm), Qwen2 (q/k bias sums kept
+// by the backward rotation) and Qwen3 (head norms).
 TEST_F(CudaRunnerTest, AbSettingsTrainBitIdenticallyToTheDefaults) {
   std::vector<std::pair<std::string, ModelConfig>> models = {{"gpt2", small(Family::kGpt2)},
                                                              {"llama", small(Family::kLlama)}};
   for (auto& [name, cfg] : testing::llama_family_variants(small(Family::kLlama)))
-    if (name == "qwen3") models.emplace_back(name, cfg);
-  ASSERT_EQ(models.size(), 3u) << "no qwen3 among the family variants";
+    if (name == "qwen2" || name == "qwen3") models.emplace_back(name, cfg);
+  ASSERT_EQ(models.size(), 4u) << "no qwen2 or qwen3 among the family variants";
   CudaSettings multi, fused;
   multi.multi_tensor_adamw = true;
   fused.fused_wgrad_finish = true;

@@ -4,8 +4,9 @@
 // bits as with the separate kernel (which norm_test.cpp, bias_grad_test.cpp and
 // head_norm_rope_test.cpp check against the CPU twins). Shapes: one strip and many (C = 3072
 // bias: 12 strips of 256), grouped narrow rows (RMSNorm over C = 64: two rows as one), the
-// element path (C = 100), LayerNorm's two sums, 2 to 512 splits; f32, bf16, f16. Each fused call
-// runs twice, so the counters must be left at zero for the next call.
+// element path (C = 100), LayerNorm's two sums, 2 to 512 splits; Qwen3's head norms and Qwen2's
+// q/k bias sums (rope_bias_bwd); f32, bf16, f16. Each fused call runs twice, so the counters must
+// be left at zero for the next call.
 #include <string>
 #include <vector>
 
@@ -114,6 +115,39 @@ TEST_P(WgradFinishTest, HeadNormEqualsTheSeparateKernel) {
           },
           "head norm " + at);
     }
+}
+
+// Qwen2's q/k bias sums kept by the backward rotation: one strip (q of llama-100m's shape), strips
+// of whole heads (H·HS above the 256 chunks a strip takes), both pairings; and a head size whose
+// chunks do not divide a strip (HS 80, 5 chunks a head in bf16/f16), where the separate kernel
+// stays.
+TEST_P(WgradFinishTest, RopeBiasEqualsTheSeparateKernel) {
+  uint64_t seed = 900;
+  struct Shape {
+    int B, T, H, HS;
+    RopeStyle style;
+  };
+  for (const Shape s : {Shape{4, 256, 12, 64, RopeStyle::kRotateHalf}, Shape{2, 128, 40, 128, RopeStyle::kRotateHalf},
+                        Shape{2, 128, 40, 128, RopeStyle::kInterleaved}, Shape{2, 64, 64, 80, RopeStyle::kRotateHalf},
+                        Shape{3, 33, 4, 64, RopeStyle::kInterleaved}}) {
+    const Rope rope{10000.0f, s.style};
+    const size_t n = static_cast<size_t>(s.B) * s.T * s.H * s.HS;
+    const std::vector<float> dx0 = random_normal<float>(n, seed++);
+    const std::string at = "B=" + std::to_string(s.B) + " T=" + std::to_string(s.T) + " H=" + std::to_string(s.H) +
+                           " HS=" + std::to_string(s.HS) +
+                           (s.style == RopeStyle::kRotateHalf ? " rotate-half" : " interleaved");
+    std::vector<float> rotated;  // dx after the op: the same with either finishing
+    expect_same(
+        0, s.H * s.HS, seed++,
+        [&](float*, float* db) {
+          auto dx = up(as_dt(dt(), dx0));
+          rope_bias_bwd(ctx(), dt(), dx.data(), db, s.B, s.T, s.H, s.HS, rope, nullptr);
+          const std::vector<float> got = down(dx);
+          if (rotated.empty()) rotated = got;
+          EXPECT_TRUE(same_bits(got, rotated)) << "rotated dx " << at;
+        },
+        "rope bias " + at);
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Dtypes, WgradFinishTest,
