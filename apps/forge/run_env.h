@@ -1,12 +1,6 @@
 // CLI-level overrides from the environment, read in one place (the library reads none):
 //   FORGE_ATTENTION=auto|flash|unfused|flash-mma|flash-wgmma   attention kernels of a GPU run
 //   FORGE_CUDA_GRAPH=0|1                                        0: every GPU step runs eagerly
-//   FORGE_HEAD_NORM_ROPE=head|position                          Qwen3's head norm + RoPE kernels'
-//                                                               work split (an A/B setting)
-//   FORGE_ADAMW=tensor|multi                                    AdamW: a launch per tensor, or one
-//                                                               for all (an A/B setting)
-//   FORGE_WGRAD_FINISH=kernel|fused                             weight/bias gradient sums finished
-//                                                               by a kernel or in place (A/B)
 //   FORGE_FAULT_INJECT=nan_grad@STEP,nan_loss@FIRST-LAST,kill@STEP  a testing hook: faults injected
 //                                                               into training steps (forge
 //                                                               train; train/fault_inject.h)

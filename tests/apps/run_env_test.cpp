@@ -1,7 +1,6 @@
-// FORGE_ATTENTION, FORGE_CUDA_GRAPH, FORGE_HEAD_NORM_ROPE, FORGE_ADAMW, FORGE_WGRAD_FINISH and
-// FORGE_FAULT_INJECT are read by the CLI alone (apps/forge/run_env.cpp): a bad value is a one-line error before any work;
-// the library never looks at them (the CUDA side of that is tested in
-// tests/model/transformer_cuda_test.cpp).
+// FORGE_ATTENTION, FORGE_CUDA_GRAPH and FORGE_FAULT_INJECT are read by the CLI alone
+// (apps/forge/run_env.cpp): a bad value is a one-line error before any work; the library never
+// looks at them (the CUDA side of that is tested in tests/model/transformer_cuda_test.cpp).
 #include <string>
 
 #include "cli_runner.h"
@@ -25,28 +24,6 @@ TEST_F(RunEnv, BadGraphSwitchIsAOneLineError) {
   EXPECT_NE(r.err.find("FORGE_CUDA_GRAPH='yes'"), std::string::npos) << r.err;
 }
 
-TEST_F(RunEnv, BadHeadNormRopeSplitIsAOneLineError) {
-  const CmdResult r = forge_env("FORGE_HEAD_NORM_ROPE=rows", "train --data /nonexistent --steps 1");
-  EXPECT_EQ(r.code, 1);
-  EXPECT_NE(r.err.find("FORGE_HEAD_NORM_ROPE='rows' (expected head or position)"),
-            std::string::npos)
-      << r.err;
-}
-
-TEST_F(RunEnv, BadAdamWLaunchIsAOneLineError) {
-  const CmdResult r = forge_env("FORGE_ADAMW=fused", "train --data /nonexistent --steps 1");
-  EXPECT_EQ(r.code, 1);
-  EXPECT_NE(r.err.find("FORGE_ADAMW='fused' (expected tensor or multi)"), std::string::npos)
-      << r.err;
-}
-
-TEST_F(RunEnv, BadWgradFinishIsAOneLineError) {
-  const CmdResult r = forge_env("FORGE_WGRAD_FINISH=late", "train --data /nonexistent --steps 1");
-  EXPECT_EQ(r.code, 1);
-  EXPECT_NE(r.err.find("FORGE_WGRAD_FINISH='late' (expected kernel or fused)"), std::string::npos)
-      << r.err;
-}
-
 TEST_F(RunEnv, BadFaultPlanIsAOneLineError) {
   expect_user_error(
       forge_env("FORGE_FAULT_INJECT=nan_grad@soon", "train --data /nonexistent --steps 1"),
@@ -55,10 +32,9 @@ TEST_F(RunEnv, BadFaultPlanIsAOneLineError) {
 
 // A known value passes the CLI's check: the run then fails on the missing data, not the setting.
 TEST_F(RunEnv, KnownValuesAreAccepted) {
-  const CmdResult r = forge_env(
-      "FORGE_ATTENTION=unfused FORGE_CUDA_GRAPH=0 FORGE_HEAD_NORM_ROPE=position FORGE_ADAMW=multi "
-      "FORGE_WGRAD_FINISH=fused FORGE_FAULT_INJECT=nan_loss@1-2",
-      "train --data /nonexistent --steps 1");
+  const CmdResult r =
+      forge_env("FORGE_ATTENTION=unfused FORGE_CUDA_GRAPH=0 FORGE_FAULT_INJECT=nan_loss@1-2",
+                "train --data /nonexistent --steps 1");
   EXPECT_EQ(r.code, 1);
   EXPECT_EQ(r.err.find("FORGE_"), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("/nonexistent"), std::string::npos) << r.err;

@@ -9,17 +9,6 @@
 
 #include "forge/ops/rope.h"
 
-namespace forge {
-
-// How the CUDA op (backend/cuda/head_norm_rope.cu) spreads the work, an A/B setting while the
-// second is measured (CudaSettings::head_norm_rope; FORGE_HEAD_NORM_ROPE=head|position): a group
-// of lanes per head row (kPerHead, the default), or per position, walking its H heads with the
-// RoPE angles computed once. Both give the same x, rstd and d(x_raw) bits; dweight's summation
-// order differs. The CPU twin has one order.
-enum class HeadNormRopeSplit { kPerHead, kPerPosition };
-
-}  // namespace forge
-
 namespace forge::cpu {
 
 // x (B, T, H, HS), rstd (B, T, H) = per-head RMSNorm of x_raw (B, T, H, HS) times weight (HS),

@@ -18,7 +18,6 @@
 #include "forge/model/recompute.h"
 #include "forge/ops/adamw.h"
 #include "forge/ops/attention.h"
-#include "forge/ops/head_norm_rope.h"
 #include "forge/ops/loss_scale.h"
 #include "forge/ops/step_guard.h"
 
@@ -144,21 +143,10 @@ std::unique_ptr<StepRunner> make_lora_cpu_runner(
     size_t bucket_elems = bucket_elems_of_bytes(kDefaultBucketBytes));
 
 // Settings of a CUDA run. Nothing in the library reads the environment: the CLI fills these from
-// its flags and from FORGE_ATTENTION / FORGE_CUDA_GRAPH / FORGE_HEAD_NORM_ROPE / FORGE_ADAMW /
-// FORGE_WGRAD_FINISH (apps/forge/run_env.h).
+// its flags and from FORGE_ATTENTION / FORGE_CUDA_GRAPH (apps/forge/run_env.h).
 struct CudaSettings {
   LossScaleOptions loss_scale;                     // fp16 only
   AttentionPath attention = AttentionPath::kAuto;  // ops/attention.h
-  // Qwen3's head norm + RoPE kernels: per head row (default) or per position (an A/B setting
-  // while it is measured; ops/head_norm_rope.h).
-  HeadNormRopeSplit head_norm_rope = HeadNormRopeSplit::kPerHead;
-  // AdamW in one launch over every tensor rather than one per tensor (the same bits; an A/B
-  // setting while it is measured: CudaModelOptions::multi_tensor_adamw). The data-parallel
-  // runner's sharded update (train/zero1_cuda.h) does not use it.
-  bool multi_tensor_adamw = false;
-  // Weight and bias gradient sums finished inside their partial kernels (the same bits; an A/B
-  // setting while it is measured: CudaModelOptions::fused_wgrad_finish).
-  bool fused_wgrad_finish = false;
   // The training step is captured as a CUDA graph once its shapes repeat and replayed from then
   // on; false runs every step eagerly (same kernels, same results).
   bool graphs = true;

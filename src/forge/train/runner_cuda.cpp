@@ -171,8 +171,7 @@ class CudaRunner final : public StepRunner {
       : ctx_(s.device),
         model_(cfg, ctx_,
                CudaModelOptions{dt, s.loss_scale, s.attention, lora_host != nullptr,
-                                /*adam_state=*/comm == nullptr, s.head_norm_rope,
-                                s.multi_tensor_adamw, s.fused_wgrad_finish}),
+                                /*adam_state=*/comm == nullptr}),
         graphs_(s.graphs),
         eval_sum_dev_(ctx_.allocator(), 1),
         eval_sum_(1) {

@@ -49,26 +49,12 @@
 // fraction, so it is unbiased. One Philox block serves four elements. The CPU can reproduce any
 // element with forge::philox4x32_10. sr_seed == 0: round to nearest even.
 //
-// adamw_update_multi: the same update over every tensor of the flat buffers in one launch,
-// where adamw_update is one launch a tensor (GPT-2 124M: 148; each small tensor's launch is a
-// few µs of a graph's dependent chain for a few KB of work). The host cuts the tensors into
-// chunks of ≤ 32K elements (adamw_chunks; a tensor's first chunk starts with its ≤ 3-element
-// head, the others on 4-element boundaries of the flat buffers), uploaded once; block b takes
-// chunks b, b + grid, … and runs on each the per-tensor kernel's body (adamw_span) with that
-// tensor's view: its pointers, its factors (decay or not) and sr_offset = its offset, so each
-// element is computed, rounded and stochastically rounded exactly as the per-tensor launch
-// computes it — the same bits (tests/backend/cuda/adamw_multi_test.cpp, and the runner's
-// traces). Chosen by CudaModelOptions::multi_tensor_adamw while its speed is measured.
-//
 // ptxas (sm_90a, CUDA 13.0, -Xptxas=-v): registers, spill stores, stack frame per kernel
 // (<T, kN, ...>: kN = 1 is the element-by-element instantiation):
 //   adamw_kernel<bf16, false>                             32 regs, 0 spill, 0 stack
 //   adamw_kernel<bf16, true>                              48 regs, 0 spill, 0 stack
 //   adamw_kernel<float, false>                            36 regs, 0 spill, 0 stack
 //   adamw_kernel<float, true>                             54 regs, 0 spill, 0 stack
-//   adamw_multi_kernel<bf16, false / true>                46 / 50 regs, 0 spill, 0 stack
-//   adamw_multi_kernel<f16, false / true>                 42 / 48 regs, 0 spill, 0 stack
-//   adamw_multi_kernel<float, false / true>               46 / 48 regs, 0 spill, 0 stack
 //   sum_squares_final_kernel                              16 regs, 0 spill, 0 stack
 //   sum_squares_partial_kernel                            32 regs, 0 spill, 0 stack
 #include <cuda_runtime.h>
@@ -76,7 +62,6 @@
 #include <algorithm>
 #include <cmath>
 #include <type_traits>
-#include <vector>
 
 #include "forge/backend/cuda/context.h"
 #include "forge/backend/cuda/kernel_utils.cuh"
@@ -219,40 +204,32 @@ __device__ __forceinline__ void adamw_scalar(const AdamWArgs& a, const AdamWStep
   if (a.work != nullptr) store_work1(static_cast<TW*>(a.work), i, p, f.sr_seed);
 }
 
-// The clip factor (max_norm) and the f16 loss scale's inverse, from the device Σ g², in double;
-// the gradient multiplier is then grad_scale · clip · unscale, rounded once. False when the step
-// is skipped (the guard, an f16 overflow): nothing may be written. Every thread computes the same
-// values.
-__device__ __forceinline__ bool adamw_clip(const AdamWArgs& a, double& clip, double& unscale) {
-  clip = 1.0;
-  unscale = 1.0;  // 1 / loss scale
-  if (a.guard != nullptr && a.guard->skipped) return false;  // a non-finite step
+template <typename TW, bool kVecPath>
+__global__ void __launch_bounds__(256) adamw_kernel(const AdamWArgs a) {
+  // The clip factor, from the device-side Σ g²: every thread computes the same value.
+  double clip = 1.0;
+  double unscale = 1.0;  // 1 / loss scale
+  if (a.guard != nullptr && a.guard->skipped) return;  // a non-finite step: nothing is written
   if (a.loss_scale != nullptr) {
     const float sq = *a.global_sq;
-    if (!isfinite(sq)) return false;  // overflow: the step is skipped
+    if (!isfinite(sq)) return;  // overflow: the step is skipped, nothing is written
     unscale = 1.0 / static_cast<double>(a.loss_scale->scale);
   }
   if (a.max_norm > 0.0f) {
     const double s = a.max_norm / (sqrt(static_cast<double>(*a.global_sq)) * unscale + 1e-6);
     clip = s < 1.0 ? s : 1.0;
   }
-  return true;
-}
-
-// Elements [begin, end) of a's tensor for thread tid of `stride` threads: one by one up to
-// `aligned` (where param, m, v, grad and work reach a 4-element boundary; aligned − begin < 4 ≤
-// stride), then four at a time, then the tail one by one. kVecPath false: all one by one.
-template <typename TW, bool kVecPath>
-__device__ __forceinline__ void adamw_span(const AdamWArgs& a, const AdamWStep& f, float scale,
-                                           int64_t begin, int64_t aligned, int64_t end, int64_t tid,
-                                           int64_t stride) {
+  const AdamWStep f(a);
+  const float scale = static_cast<float>(static_cast<double>(f.grad_scale) * clip * unscale);
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  const int64_t tid = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if constexpr (!kVecPath) {
-    for (int64_t i = begin + tid; i < end; i += stride) adamw_scalar<TW>(a, f, i, scale);
+    for (int64_t i = tid; i < a.n; i += stride) adamw_scalar<TW>(a, f, i, scale);
   } else {
-    if (begin + tid < aligned) adamw_scalar<TW>(a, f, begin + tid, scale);
-    const int64_t chunks = (end - aligned) / 4;
+    if (tid < a.head) adamw_scalar<TW>(a, f, tid, scale);
+    const int64_t chunks = (a.n - a.head) / 4;
     for (int64_t c = tid; c < chunks; c += stride) {
-      const int64_t e0 = aligned + 4 * c;
+      const int64_t e0 = a.head + 4 * c;
       float4 p = *reinterpret_cast<const float4*>(a.param + e0);
       float4 m = *reinterpret_cast<const float4*>(a.m + e0);
       float4 v = *reinterpret_cast<const float4*>(a.v + e0);
@@ -280,48 +257,8 @@ __device__ __forceinline__ void adamw_span(const AdamWArgs& a, const AdamWStep& 
         store_work4(static_cast<TW*>(a.work) + e0, p);
       }
     }
-    for (int64_t i = aligned + 4 * chunks + tid; i < end; i += stride)
+    for (int64_t i = a.head + 4 * chunks + tid; i < a.n; i += stride)
       adamw_scalar<TW>(a, f, i, scale);
-  }
-}
-
-// One tensor, grid-stride over all of it (a.head: the elements before the aligned body).
-template <typename TW, bool kVecPath>
-__global__ void __launch_bounds__(256) adamw_kernel(const AdamWArgs a) {
-  double clip, unscale;
-  if (!adamw_clip(a, clip, unscale)) return;
-  const AdamWStep f(a);
-  const float scale = static_cast<float>(static_cast<double>(f.grad_scale) * clip * unscale);
-  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
-  const int64_t tid = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  adamw_span<TW, kVecPath>(a, f, scale, 0, a.head, a.n, tid, stride);
-}
-
-// Many tensors of flat buffers (adamw_update_multi): block b takes chunks b, b + grid, ... (each
-// a range of one tensor), with its 256 threads. For each the tensor's view is what adamw_update
-// would launch on (pointers at its offset, its factors, sr_offset = its offset), so every
-// element is computed as there: the same bits.
-struct AdamWMultiArgs {
-  AdamWArgs base;  // param, m, v, grad, work: the flat buffers; factors: (2) decay, no decay
-  const AdamWChunk* chunks;
-  int n_chunks;
-};
-
-template <typename TW, bool kVecPath>
-__global__ void __launch_bounds__(256)
-    adamw_multi_kernel(const __grid_constant__ AdamWMultiArgs ma) {
-  double clip, unscale;
-  if (!adamw_clip(ma.base, clip, unscale)) return;
-  for (int k = blockIdx.x; k < ma.n_chunks; k += gridDim.x) {
-    const AdamWChunk ch = ma.chunks[k];
-    AdamWArgs a = ma.base;
-    a.param += ch.offset, a.m += ch.offset, a.v += ch.offset, a.grad += ch.offset;
-    if (a.work != nullptr) a.work = static_cast<TW*>(a.work) + ch.offset;
-    a.factors += ch.decay ? 0 : 1;
-    a.sr_offset = static_cast<uint64_t>(ch.offset);
-    const AdamWStep f(a);
-    const float scale = static_cast<float>(static_cast<double>(f.grad_scale) * clip * unscale);
-    adamw_span<TW, kVecPath>(a, f, scale, ch.begin, ch.aligned, ch.end, threadIdx.x, blockDim.x);
   }
 }
 
@@ -366,23 +303,6 @@ void launch_adamw(Context& ctx, AdamWArgs a) {
   FORGE_CUDA_CHECK_LAUNCH();
 }
 
-// Vector path when the flat buffers are 16-byte aligned (then every chunk's `aligned` element is
-// 16-byte aligned in param, m, v and grad) and the working copy is aligned for 4-element stores.
-template <typename TW>
-void launch_adamw_multi(Context& ctx, const AdamWMultiArgs& ma) {
-  const AdamWArgs& a = ma.base;
-  const bool vec =
-      aligned16(a.param) && aligned16(a.m) && aligned16(a.v) && aligned16(a.grad) &&
-      (a.work == nullptr || reinterpret_cast<uintptr_t>(a.work) % (4 * sizeof(TW)) == 0);
-  const int grid = std::min(ma.n_chunks, ctx.num_sms() * 8);
-  if (vec) {
-    adamw_multi_kernel<TW, true><<<grid, 256, 0, ctx.stream()>>>(ma);
-  } else {
-    adamw_multi_kernel<TW, false><<<grid, 256, 0, ctx.stream()>>>(ma);
-  }
-  FORGE_CUDA_CHECK_LAUNCH();
-}
-
 }  // namespace
 
 void sum_squares(Context& ctx, float* out, const float* g, int64_t n) {
@@ -402,83 +322,28 @@ void sum_squares(Context& ctx, float* out, const float* g, int64_t n) {
   FORGE_CUDA_CHECK_LAUNCH();
 }
 
-namespace {
-
-// The arguments both AdamW entry points share, checked (op: the caller's name for the messages).
-AdamWArgs adamw_args(const char* op, float* param, float* m, float* v, const float* grad,
-                     void* work, const AdamWFactors* factors, const float* global_sq,
-                     float max_norm, const LossScaleState* loss_scale,
-                     const StepGuardState* guard) {
-  FORGE_CHECK(factors != nullptr, "[", op, "] needs the step's factors in device memory");
-  FORGE_CHECK(global_sq != nullptr || (max_norm <= 0.0f && loss_scale == nullptr), "[", op,
-              "] clipping and loss scaling need the device Σ g² (global_sq is null)");
-  AdamWArgs a{};
-  a.param = param, a.m = m, a.v = v, a.grad = grad, a.work = work;
-  a.factors = factors;
-  a.global_sq = global_sq;
-  a.max_norm = max_norm;
-  a.loss_scale = loss_scale;
-  a.guard = guard;
-  return a;
-}
-
-// fn(TW{}) with TW the working copy's element type: work_dt's, or float when there is no copy
-// (the kernels then never touch it).
-template <class Fn>
-void with_work_type(const void* work, DType work_dt, const char* op, Fn fn) {
-  if (work == nullptr) {
-    fn(float{});
-    return;
-  }
-  dispatch_dtype(work_dt, op, fn);
-}
-
-}  // namespace
-
 void adamw_update(Context& ctx, float* param, float* m, float* v, const float* grad, void* work,
                   DType work_dt, int64_t n, const AdamWFactors* factors, uint64_t sr_offset,
                   const float* global_sq, float max_norm, const LossScaleState* loss_scale,
                   const StepGuardState* guard) {
   FORGE_CHECK(n >= 0, "[adamw_update] negative size ", n);
-  AdamWArgs a = adamw_args("adamw_update", param, m, v, grad, work, factors, global_sq, max_norm,
-                           loss_scale, guard);
+  FORGE_CHECK(factors != nullptr, "[adamw_update] needs the step's factors in device memory");
+  FORGE_CHECK(global_sq != nullptr || (max_norm <= 0.0f && loss_scale == nullptr),
+              "[adamw_update] clipping and loss scaling need the device Σ g² (global_sq is null)");
   if (n == 0) return;
-  a.n = n;
+  AdamWArgs a{};
+  a.param = param, a.m = m, a.v = v, a.grad = grad, a.work = work, a.n = n;
+  a.factors = factors;
   a.sr_offset = sr_offset;
-  with_work_type(work, work_dt, "adamw_update",
-                 [&](auto tag) { launch_adamw<decltype(tag)>(ctx, a); });
-}
-
-std::vector<AdamWChunk> adamw_chunks(const std::vector<AdamWTensor>& tensors, int64_t chunk) {
-  FORGE_CHECK(chunk >= 4 && chunk % 4 == 0, "[adamw_chunks] chunk ", chunk, " (a multiple of 4)");
-  std::vector<AdamWChunk> out;
-  for (const AdamWTensor& t : tensors) {
-    FORGE_CHECK(t.offset >= 0 && t.n >= 0, "[adamw_chunks] tensor at ", t.offset, " of ", t.n);
-    if (t.n == 0) continue;
-    // Local index of the first element on a 4-element boundary of the flat buffers.
-    const int64_t head = std::min(t.n, (4 - t.offset % 4) % 4);
-    for (int64_t b = 0; b < t.n;) {
-      const int64_t e = std::min(t.n, (b == 0 ? head : b) + chunk);
-      out.push_back({t.offset, b, b == 0 ? head : b, e, t.decay ? 1 : 0});
-      b = e;
-    }
+  a.global_sq = global_sq;
+  a.max_norm = max_norm;
+  a.loss_scale = loss_scale;
+  a.guard = guard;
+  if (work == nullptr) {
+    launch_adamw<float>(ctx, a);
+    return;
   }
-  return out;
-}
-
-void adamw_update_multi(Context& ctx, const AdamWChunk* chunks, int n_chunks, float* param,
-                        float* m, float* v, const float* grad, void* work, DType work_dt,
-                        const AdamWFactors* factors, const float* global_sq, float max_norm,
-                        const LossScaleState* loss_scale, const StepGuardState* guard) {
-  FORGE_CHECK(n_chunks >= 0, "[adamw_update_multi] negative chunk count ", n_chunks);
-  AdamWMultiArgs ma{};
-  ma.base = adamw_args("adamw_update_multi", param, m, v, grad, work, factors, global_sq, max_norm,
-                       loss_scale, guard);
-  if (n_chunks == 0) return;
-  ma.chunks = chunks;
-  ma.n_chunks = n_chunks;
-  with_work_type(work, work_dt, "adamw_update_multi",
-                 [&](auto tag) { launch_adamw_multi<decltype(tag)>(ctx, ma); });
+  dispatch_dtype(work_dt, "adamw_update", [&](auto tag) { launch_adamw<decltype(tag)>(ctx, a); });
 }
 
 void loss_scale_dloss(Context& ctx, float* scaled, const float* dloss, const LossScaleState* state) {

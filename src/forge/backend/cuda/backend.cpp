@@ -30,9 +30,6 @@ CudaBackend::CudaBackend(const ModelConfig& cfg, const ParamTable& table, cuda::
   flash_kernels_ = o.attention == AttentionPath::kFlashMma     ? cuda::FlashKernels::kMma
                    : o.attention == AttentionPath::kFlashWgmma ? cuda::FlashKernels::kWgmma
                                                                : cuda::FlashKernels::kAuto;
-  head_norm_rope_ = o.head_norm_rope;
-  multi_tensor_adamw_ = o.multi_tensor_adamw;
-  ctx_.set_fused_finish(o.fused_wgrad_finish);
   auto& a = ctx.allocator();
   const size_t P = table_.total();
   // A frozen base (LoRA) has no gradients or Adam state, and in 16-bit modes the working copy
@@ -64,7 +61,6 @@ CudaBackend::CudaBackend(const ModelConfig& cfg, const ParamTable& table, cuda::
     FORGE_CUDA_CHECK(cudaMemsetAsync(v_.data(), 0, v_.bytes(), ctx_.stream()));
   }
   zero_grad();
-  if (grads_.size() > 0) make_adamw_chunks();
 }
 
 // ---- parameters -------------------------------------------------------------------------------
@@ -194,7 +190,6 @@ void CudaBackend::set_adapter(const std::vector<float>& a, const std::vector<Par
   FORGE_CUDA_CHECK(cudaMemsetAsync(v_.data(), 0, v_.bytes(), ctx_.stream()));
   set_adapter_weights(a);
   zero_grad();
-  make_adamw_chunks();
 }
 
 void CudaBackend::set_adapter_weights(const std::vector<float>& a) {
@@ -240,17 +235,6 @@ std::array<AdamWFactors, 2> CudaBackend::optimizer_factors(const AdamWParams& p,
   return {adamw_factors(p, sr_seed), adamw_factors(no_decay, sr_seed)};
 }
 
-void CudaBackend::make_adamw_chunks() {
-  if (!multi_tensor_adamw_) return;
-  std::vector<cuda::AdamWTensor> tensors;
-  for (const ParamInfo& p : params()) tensors.push_back({p.offset, p.numel(), p.decay});
-  const std::vector<cuda::AdamWChunk> chunks = cuda::adamw_chunks(tensors);
-  adamw_chunks_ = Buf<cuda::AdamWChunk>();
-  if (chunks.empty()) return;
-  adamw_chunks_ = Buf<cuda::AdamWChunk>(ctx_.allocator(), chunks.size());
-  upload(adamw_chunks_.data(), chunks.data(), chunks.size());
-}
-
 void CudaBackend::optimizer_step(const AdamWFactors* factors, float max_norm,
                                  const double* loss_sums, int n_losses) {
   // With adapters the optimizer trains them alone (the base is frozen).
@@ -262,18 +246,12 @@ void CudaBackend::optimizer_step(const AdamWFactors* factors, float max_norm,
   cuda::sum_squares(ctx_, norm_sq_.data(), grads, num_params());
   cuda::step_guard_check(ctx_, guard_.data(), loss_sums, n_losses, norm_sq_.data(),
                          loss_scale() != nullptr);
-  if (multi_tensor_adamw_) {  // one launch, the same bits as the loop below
-    cuda::adamw_update_multi(ctx_, adamw_chunks_.data(), static_cast<int>(adamw_chunks_.size()), master,
-                             m_.data(), v_.data(), grads, work16, dt_, factors, norm_sq_.data(), max_norm,
-                             loss_scale(), guard_.data());
-  } else {
-    for (const auto& info : params()) {
-      void* work = work16 == nullptr ? nullptr : work16 + info.offset * es_;
-      cuda::adamw_update(ctx_, master + info.offset, m_.data() + info.offset, v_.data() + info.offset,
-                         grads + info.offset, work, dt_, info.numel(), factors + (info.decay ? 0 : 1),
-                         static_cast<uint64_t>(info.offset), norm_sq_.data(), max_norm, loss_scale(),
-                         guard_.data());
-    }
+  for (const auto& info : params()) {
+    void* work = work16 == nullptr ? nullptr : work16 + info.offset * es_;
+    cuda::adamw_update(
+        ctx_, master + info.offset, m_.data() + info.offset, v_.data() + info.offset,
+        grads + info.offset, work, dt_, info.numel(), factors + (info.decay ? 0 : 1),
+        static_cast<uint64_t>(info.offset), norm_sq_.data(), max_norm, loss_scale(), guard_.data());
   }
   if (loss_scale_.size() > 0)
     cuda::loss_scale_step(ctx_, loss_scale_.data(), norm_sq_.data(), guard_.data());
@@ -321,11 +299,11 @@ void CudaBackend::head_rmsnorm(Act x, Act w, int N, int H, int HS, int64_t strid
 }
 void CudaBackend::head_norm_rope_fwd(Act x, Stat rstd, Act x_raw, Act w, int B, int T_, int H, int HS, float eps,
                                      const Rope* rope, const int32_t* pos) {
-  cuda::head_norm_rope_fwd(ctx_, dt_, x, rstd, x_raw, w, B, T_, H, HS, eps, rope, pos, head_norm_rope_);
+  cuda::head_norm_rope_fwd(ctx_, dt_, x, rstd, x_raw, w, B, T_, H, HS, eps, rope, pos);
 }
 void CudaBackend::head_norm_rope_bwd(Act dx_raw, Grad dw, Act dx, Act x_raw, Act w, Stat rstd, int B, int T_, int H,
                                      int HS, const Rope* rope, const int32_t* pos) {
-  cuda::head_norm_rope_bwd(ctx_, dt_, dx_raw, dw, dx, x_raw, w, rstd, B, T_, H, HS, rope, pos, head_norm_rope_);
+  cuda::head_norm_rope_bwd(ctx_, dt_, dx_raw, dw, dx, x_raw, w, rstd, B, T_, H, HS, rope, pos);
 }
 
 // out (N, OC) = inp (N, C) · op(W) (+ bias in the GEMM's epilogue); W is (OC, C) (kOutIn) or (C, OC).

@@ -66,14 +66,6 @@ struct CudaModelOptions {
   // false: no base Adam state (m, v) is allocated; the data-parallel runner keeps its own shard
   // of it (train/zero1_cuda.h) and runs the optimizer over the buffers below itself.
   bool adam_state = true;
-  // The head norm + RoPE kernels' work split (Qwen3; ops/head_norm_rope.h).
-  HeadNormRopeSplit head_norm_rope = HeadNormRopeSplit::kPerHead;
-  // AdamW as one launch over every tensor (cuda::adamw_update_multi, the same bits) instead of
-  // one launch per tensor: an A/B setting while it is measured.
-  bool multi_tensor_adamw = false;
-  // Per-channel weight and bias gradients finished by their partial kernel's last blocks rather
-  // than a separate kernel (Context::set_fused_finish, the same bits): an A/B setting.
-  bool fused_wgrad_finish = false;
 };
 
 class CudaBackend {
@@ -305,12 +297,6 @@ class CudaBackend {
   size_t es_;  // bytes per dt element
   bool flash_ = false;
   cuda::FlashKernels flash_kernels_ = cuda::FlashKernels::kAuto;
-  HeadNormRopeSplit head_norm_rope_ = HeadNormRopeSplit::kPerHead;
-  // Multi-tensor AdamW (CudaModelOptions::multi_tensor_adamw): params()'s chunks on the device,
-  // made when the table is known (construction, set_adapter), never while a graph is captured.
-  bool multi_tensor_adamw_ = false;
-  cuda::DeviceBuffer<cuda::AdamWChunk> adamw_chunks_;
-  void make_adamw_chunks();
   Buf<float> master_, grads_, m_, v_;  // m_, v_: the adapters' once set_adapter() ran
   Buf<uint8_t> work_;  // bf16/f16 working copy (empty in fp32 mode)
   // LoRA: the adapters' f32 master, gradients and 16-bit working copy; their table's tensors.

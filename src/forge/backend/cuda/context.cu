@@ -31,25 +31,9 @@ Context::~Context() {
   cudaSetDevice(device_);
   cudaStreamSynchronize(stream_);
   gemm_plans_.reset();
-  cudaFree(finish_counters_);
   cudaFree(workspace_);
   cublasLtDestroy(lt_);
   cudaStreamDestroy(stream_);
-}
-
-void Context::set_fused_finish(bool on) {
-  if (on == (finish_capacity_ > 0)) return;
-  if (!on) {
-    synchronize();
-    FORGE_CUDA_CHECK(cudaFree(finish_counters_));
-    finish_counters_ = nullptr;
-    finish_capacity_ = 0;
-    return;
-  }
-  FORGE_CUDA_CHECK(cudaMalloc(&finish_counters_, kFinishCounters * sizeof(int)));
-  FORGE_CUDA_CHECK(cudaMemsetAsync(finish_counters_, 0, kFinishCounters * sizeof(int), stream_));
-  synchronize();
-  finish_capacity_ = kFinishCounters;
 }
 
 void Context::synchronize() {

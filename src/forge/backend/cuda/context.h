@@ -39,20 +39,6 @@ class Context {
   // where the device has it (compute capability >= 9); off to measure what it gives.
   bool pdl() const { return pdl_; }
   void set_pdl(bool on) { pdl_ = on && props_.major >= 9; }
-  // Per-channel gradient sums (kernels::channel_grad, head_norm_rope_bwd) finished by the last
-  // block of each column strip of their partial kernel instead of a separate finishing kernel
-  // (the same additions in the same order): an A/B setting while it is measured
-  // (CudaModelOptions::fused_wgrad_finish). On: kFinishCounters ints, zeroed, that those blocks
-  // count on and leave zeroed again. Allocates (a host sync): not while a graph is captured.
-  static constexpr int kFinishCounters = 1 << 16;
-  void set_fused_finish(bool on);
-  // The counters for a partial kernel of `strips` column strips, or null (off, or too many
-  // strips): then the separate finishing kernel runs. Calls on this context's stream only, so
-  // one kernel at a time uses them.
-  int* finish_counters(int strips) const {
-    return strips <= finish_capacity_ ? finish_counters_ : nullptr;
-  }
-
   // Waits for everything enqueued so far.
   void synchronize();
 
@@ -64,8 +50,6 @@ class Context {
   void* workspace_ = nullptr;
   size_t workspace_bytes_ = 0;
   bool pdl_ = false;
-  int* finish_counters_ = nullptr;
-  int finish_capacity_ = 0;  // 0 while fused finishing is off
   Allocator allocator_;
   struct GemmPlanCacheDeleter {
     void operator()(GemmPlanCache* p) const;

@@ -10,42 +10,35 @@
 // and the weight gradient's per-block partial sums come out of the same kernel, followed by one
 // small fixed-order finishing kernel (2 launches).
 //
-// Work split: a group of G lanes per head (G = the power of two ≥ the head's chunk count, ≤ 32;
-// HS 128 bf16: 8 lanes, 4 heads a warp; HS 64: 4 lanes, 8 heads), each lane owning up to kJ chunks
-// of kN pairs: for kRotateHalf, kN elements from each half (pair i is (i, i + HS/2)), for
-// interleaved 2·kN consecutive elements (pair i is (2i, 2i + 1)), so both members of every pair are
-// in the lane's registers and the rotation needs no shuffle. Σx² (forward) and Σ dnorm·norm
-// (backward) are summed over the group with xor shuffles. 16-byte accesses (kN = kVec<T>) when HS/2
-// is a multiple of kVec<T> and the pointers are 16-byte aligned, else kN = 1. Two ways to hand
-// out the rows (HeadNormRopeSplit, ops/head_norm_rope.h; the same bits but for dweight's order):
-// per head row (the default: a group takes a row, angles computed per row) or per position (a
-// group takes a position and walks its H heads, angles computed once) — see the per-position
-// kernels below for why, and scripts/device-head-norm.sh for the A/B run.
+// Work split: a group of G lanes per position (b, t) (G = the power of two ≥ a head's chunk
+// count, ≤ 32; HS 128 bf16: 8 lanes, 4 positions a warp; HS 64: 4 lanes, 8), walking the
+// position's H heads in order; each lane owns up to kJ chunks of kN pairs of every head: for
+// kRotateHalf, kN elements from each half (pair i is (i, i + HS/2)), for interleaved 2·kN
+// consecutive elements (pair i is (2i, 2i + 1)), so both members of every pair are in the lane's
+// registers and the rotation needs no shuffle. A lane computes its pairs' RoPE angles once per
+// position, not once per head: the angles (rope_sincos: a DMUL, an exact reduction, sincospif)
+// were ~490 of the ~710 PTX instructions of a lane-step in the kernels that took a head row per
+// group, which ran issue-bound at ~2.3 TB/s; measured in one GPU run (2026-12-05, llama-100m
+// shape, qwen3), the forward went from 58.8 to 49.4 µs a call and the backward from 83.9 to 65.9
+// (docs/perf-notes.md). Σx² (forward) and Σ dnorm·norm (backward) are summed over the group with
+// xor shuffles. 16-byte accesses (kN = kVec<T>) when HS/2 is a multiple of kVec<T> and the
+// pointers are 16-byte aligned, else kN = 1.
 // Arithmetic: as rmsnorm.cu (f32, s = 1/sqrt(Σx²/HS + eps), y = x·s·w) and rope.cu (rope_sincos's
 // angles, (x0, x1) → (x0·c − x1·s, x0·s + x1·c)), except that the normalised value is rotated in
 // f32 instead of being rounded to T in between: one rounding of the output instead of two.
 // Backward, with g = the inverse rotation of dx, norm = x·s:
 //   d(x_raw) = (g·w − norm·mean(g·w·norm))·s,   dweight += Σ_rows g·norm.
 //
-// Determinism of dweight: the backward's grid is `splits` blocks over fixed row (or position)
-// ranges (a function of the shape only); within a block each lane accumulates its channels over
-// the heads its group visits, in order; the groups are then summed in group order through shared
-// memory into partial (splits, HS), and kernels::channel_grad_finish_kernel adds the splits in a
-// fixed order to dweight — or, with fused finishing (Context::set_fused_finish), the kernel's
-// last block runs that kernel's body (one atomic counter decides which block is last, not what
-// is added in which order). Two runs are bit-identical.
+// Determinism of dweight: the backward's grid is `splits` blocks over fixed position ranges (a
+// function of the shape only); within a block each lane accumulates its channels over the heads
+// its group visits, in order; the groups are then summed in group order through shared memory
+// into partial (splits, HS), and kernels::channel_grad_finish_kernel adds the splits in a fixed
+// order to dweight. Two runs are bit-identical.
 //
 // ptxas (sm_90a, CUDA 13.0, -Xptxas=-v): registers per kernel, 0 spill and 0 stack for all
 // (<T, kN, kRotateHalf>; kN = 1 is the element-by-element instantiation, 8 chunks a lane):
-//   head_norm_rope_fwd_kernel       57–64 (all types)
-//   head_norm_rope_bwd_kernel       bf16 kN 8: 124–127; f16 kN 8: 121–127; f32 kN 4: 97–99;
-//                                   kN 1: 128 (all types); 16 KB static shared memory
-//   head_norm_rope_fwd_pos_kernel   71–80 (3 blocks a SM; capped at 64 registers it spills)
-//   head_norm_rope_bwd_pos_kernel   121–128; 16 KB static shared memory
-// The backward's 256-thread blocks therefore run 2 to a SM: whether that keeps HBM busy is for
-// the GPU run to show (docs/perf-notes.md). (The per-head kernels' code moved into the row helpers
-// below unchanged; their PTX has the same instructions but for one branch in the backward, whose
-// bf16 registers went from 115–126 to 124–127, still 2 blocks a SM.)
+//   head_norm_rope_fwd_kernel   71–80 (3 blocks a SM; capped at 64 registers it spills)
+//   head_norm_rope_bwd_kernel   121–128; 16 KB static shared memory (2 blocks a SM)
 #include <cuda_runtime.h>
 
 #include <type_traits>
@@ -77,13 +70,9 @@ struct Params {
   const void* weight;
   float* rstd;     // forward: written; backward: read
   float* partial;  // backward: (splits, HS) per-block weight-gradient sums, or null
-  float* dweight;  // backward with fused finishing: the weight gradient the last block adds to
-  int* counters;   // backward: Context::finish_counters, or null (a separate finishing kernel)
   const int32_t* pos;
   RopeFreqs freqs;
-  // rows_per_split: what a backward block takes, rows (the per-head split) or positions (the
-  // per-position split).
-  int rows, T_, H, HS, lanes, rows_per_split;
+  int rows, T_, H, HS, lanes, rows_per_split;  // rows_per_split: positions a backward block takes
   float eps, sign;  // sign: +1 forward rotation, −1 backward
   bool rope;
 };
@@ -94,19 +83,15 @@ __device__ __forceinline__ float group_sum(float v, int lanes) {
   return v;
 }
 
-// The RoPE position of b·T + t (pos[b, t], or t), and of a head row (b·T + t)·H + h.
+// The RoPE position of b·T + t (pos[b, t], or t).
 __device__ __forceinline__ double position(const Params& p, int bt) {
   return static_cast<double>(p.pos != nullptr ? p.pos[bt] : bt % p.T_);
 }
-__device__ __forceinline__ double row_position(const Params& p, int row) {
-  return position(p, row / p.H);
-}
 
-// ---- the pieces of a head row, shared by both work splits --------------------------------
+// ---- the pieces of a head row ----------------------------------------------------------------
 // A lane's place: `lane` of a group of `lanes`, owning chunks lane, lane + lanes, ... < chunks.
 // The rotation is passed in as rotate(u, j, c) (the lane's j-th chunk, chunk c of the row, in
-// place), so a kernel can compute the angles per row (rotate_chunk) or take them precomputed
-// (rotate_chunk_by).
+// place): the kernels apply the position's precomputed angles (rotate_chunk_by).
 struct Lane {
   int lane, lanes, chunks, half;
 };
@@ -223,83 +208,9 @@ __device__ __forceinline__ void write_partial(const Params& p, const Lane& l, in
     for (int gr = 0; gr < groups; ++gr) t += sh[gr * p.HS + ch];
     p.partial[static_cast<int64_t>(blockIdx.x) * p.HS + ch] = t;
   }
-  // Fused finishing: the last block adds the splits to dweight as channel_grad_finish_kernel does.
-  if (p.counters != nullptr)
-    channel_grad_finish_last<1>(p.counters, 0, gridDim.x, p.dweight, nullptr, p.partial, p.HS, 1,
-                                0, p.HS, threadIdx.x);
 }
 
-// ---- the per-head split (HeadNormRopeSplit::kPerHead, the default) -------------------------
-// Grid-stride over heads, kThreads / lanes heads per block step. The loop bound is uniform per
-// block, so every lane reaches the shuffles; rows past the end compute on the last row and store
-// nothing.
-template <typename T, int kN, bool kRotateHalf>
-__global__ void __launch_bounds__(kThreads)
-    head_norm_rope_fwd_kernel(const __grid_constant__ Params p) {
-  const Lane l{static_cast<int>(threadIdx.x) & (p.lanes - 1), p.lanes, p.HS / 2 / kN, p.HS / 2};
-  const int group = threadIdx.x / p.lanes, heads_per_step = kThreads / p.lanes;
-  float w[kChunksPerLane<kN>][2 * kN];
-  load_weight<T, kN, kRotateHalf>(p, l, w);
-  for (int base = blockIdx.x * heads_per_step; base < p.rows; base += gridDim.x * heads_per_step) {
-    const bool valid = base + group < p.rows;
-    const int row = valid ? base + group : p.rows - 1;
-    const int64_t off = static_cast<int64_t>(row) * p.HS;
-    float u[kChunksPerLane<kN>][2 * kN];
-    const float s = fwd_load<T, kN, kRotateHalf>(p, l, off, u);
-    if (!valid) continue;  // after the shuffle
-    const double at = p.rope ? row_position(p, row) : 0.0;
-    fwd_store<T, kN, kRotateHalf>(p, l, off, s, w, u, [&](float(&v)[2 * kN], int, int c) {
-      rotate_chunk<kN, kRotateHalf>(v, c, at, p.freqs, p.sign);
-    });
-    if (l.lane == 0) p.rstd[row] = s;
-  }
-}
-
-// Block b takes rows [b·rows_per_split, (b + 1)·rows_per_split); see the header for dweight.
-// dx_raw may alias dx: each lane reads its elements of a head before it writes them, and no
-// other lane touches them.
-template <typename T, int kN, bool kRotateHalf>
-__global__ void __launch_bounds__(kThreads)
-    head_norm_rope_bwd_kernel(const __grid_constant__ Params p) {
-  constexpr int kJ = kChunksPerLane<kN>;
-  // (groups, HS): each group's dweight sums.
-  __shared__ __align__(16) float sh[kThreads * 2 * kN * kJ];
-  const Lane l{static_cast<int>(threadIdx.x) & (p.lanes - 1), p.lanes, p.HS / 2 / kN, p.HS / 2};
-  const int group = threadIdx.x / p.lanes, heads_per_step = kThreads / p.lanes;
-  float w[kJ][2 * kN], dw[kJ][2 * kN];
-  load_weight<T, kN, kRotateHalf>(p, l, w, dw);
-  const int r0 = blockIdx.x * p.rows_per_split;
-  const int r1 = min(p.rows, r0 + p.rows_per_split);
-  for (int base = r0; base < r1; base += heads_per_step) {
-    const bool valid = base + group < r1;
-    const int row = valid ? base + group : r1 - 1;
-    const int64_t off = static_cast<int64_t>(row) * p.HS;
-    const float s = p.rstd[row];
-    const double at = p.rope ? row_position(p, row) : 0.0;
-    float g[kJ][2 * kN], x[kJ][2 * kN];
-    const float mean =
-        bwd_load<T, kN, kRotateHalf>(p, l, off, s, w, g, x, [&](float(&v)[2 * kN], int, int c) {
-          rotate_chunk<kN, kRotateHalf>(v, c, at, p.freqs, p.sign);
-        });
-    if (!valid) continue;  // after the shuffle
-    bwd_store<T, kN, kRotateHalf>(p, l, off, s, mean, w, g, x, dw);
-  }
-  if (p.partial == nullptr) return;  // a frozen gain
-  write_partial<kN, kRotateHalf>(p, l, group, heads_per_step, dw, sh);
-}
-
-// ---- the per-position split (HeadNormRopeSplit::kPerPosition) ------------------------------
-// The same arithmetic as the per-head kernels, element for element (the forward's x and rstd and
-// the backward's d(x_raw) are the same bits), but a group of `lanes` lanes takes one position
-// (b, t) and walks its H heads in order, so each lane computes its pairs' sin and cos once per
-// position instead of once per head. For HS 64 in bf16 the per-head forward's loop is ~710 PTX
-// instructions a lane-step of 16 elements, most of them the 8 angles (sincospif); the
-// per-position one ~230 a head plus ~490 a position. At ~45 instructions an element the per-head
-// kernels are likely issue-bound rather than memory-bound — the explanation proposed here for
-// their 2.3 TB/s against plain RoPE's 3.0 (docs/perf-notes.md), for the GPU run to confirm or
-// refute (scripts/device-head-norm.sh). Only dweight's summation order differs (the rows a lane
-// visits), still fixed by the shape.
-
+// ---- the kernels ------------------------------------------------------------------------------
 // The angles of this lane's chunks at position bt (rope only).
 template <int kN>
 __device__ __forceinline__ void lane_angles(const Params& p, const Lane& l, int bt,
@@ -312,10 +223,12 @@ __device__ __forceinline__ void lane_angles(const Params& p, const Lane& l, int 
       chunk_angles<kN>(cs[j], sn[j], l.lane + j * l.lanes, at, p.freqs, p.sign);
 }
 
-// Grid-stride over positions, kThreads / lanes positions per block step.
+// Grid-stride over positions, kThreads / lanes positions per block step. The loop bound is
+// uniform per block, so every lane reaches the shuffles; positions past the end compute on the
+// last one and store nothing.
 template <typename T, int kN, bool kRotateHalf>
 __global__ void __launch_bounds__(kThreads)
-    head_norm_rope_fwd_pos_kernel(const __grid_constant__ Params p) {
+    head_norm_rope_fwd_kernel(const __grid_constant__ Params p) {
   constexpr int kJ = kChunksPerLane<kN>;
   const Lane l{static_cast<int>(threadIdx.x) & (p.lanes - 1), p.lanes, p.HS / 2 / kN, p.HS / 2};
   const int group = threadIdx.x / p.lanes, groups = kThreads / p.lanes;
@@ -341,10 +254,12 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-// Block b takes positions [b·rows_per_split, (b + 1)·rows_per_split), all H heads of each.
+// Block b takes positions [b·rows_per_split, (b + 1)·rows_per_split), all H heads of each; see
+// the header for dweight. dx_raw may alias dx: each lane reads its elements of a head before it
+// writes them, and no other lane touches them.
 template <typename T, int kN, bool kRotateHalf>
 __global__ void __launch_bounds__(kThreads)
-    head_norm_rope_bwd_pos_kernel(const __grid_constant__ Params p) {
+    head_norm_rope_bwd_kernel(const __grid_constant__ Params p) {
   constexpr int kJ = kChunksPerLane<kN>;
   __shared__ __align__(16) float sh[kThreads * 2 * kN * kJ];
   const Lane l{static_cast<int>(threadIdx.x) & (p.lanes - 1), p.lanes, p.HS / 2 / kN, p.HS / 2};
@@ -383,10 +298,9 @@ int lanes_for(int chunks) {
   return lanes;
 }
 
-// Picks the instantiation (vector or element path, rope style, split) and launches it.
+// Picks the instantiation (vector or element path, rope style) and launches it.
 template <bool kForward>
-void launch(Context& ctx, DType dt, Params& p, RopeStyle style, bool vec_ptrs, bool per_position,
-            int grid, const char* op) {
+void launch(Context& ctx, DType dt, Params& p, RopeStyle style, bool vec_ptrs, int grid, const char* op) {
   dispatch_dtype(dt, op, [&](auto tag) {
     using T = decltype(tag);
     const int half = p.HS / 2;
@@ -398,15 +312,8 @@ void launch(Context& ctx, DType dt, Params& p, RopeStyle style, bool vec_ptrs, b
       FORGE_CHECK((half / kN + p.lanes - 1) / p.lanes <= kChunksPerLane<kN>, "[", op, "] HS ", p.HS,
                   " needs more chunks per lane than compiled");
       if constexpr (kForward) {
-        const int64_t work = per_position ? p.rows / p.H : p.rows;
-        const int g = grid > 0 ? grid : grid_for(work, kThreads / p.lanes, ctx.num_sms());
-        if (per_position) {
-          head_norm_rope_fwd_pos_kernel<T, kN, kRh><<<g, kThreads, 0, ctx.stream()>>>(p);
-        } else {
-          head_norm_rope_fwd_kernel<T, kN, kRh><<<g, kThreads, 0, ctx.stream()>>>(p);
-        }
-      } else if (per_position) {
-        head_norm_rope_bwd_pos_kernel<T, kN, kRh><<<grid, kThreads, 0, ctx.stream()>>>(p);
+        const int g = grid > 0 ? grid : grid_for(p.rows / p.H, kThreads / p.lanes, ctx.num_sms());
+        head_norm_rope_fwd_kernel<T, kN, kRh><<<g, kThreads, 0, ctx.stream()>>>(p);
       } else {
         head_norm_rope_bwd_kernel<T, kN, kRh><<<grid, kThreads, 0, ctx.stream()>>>(p);
       }
@@ -439,42 +346,36 @@ Params make_params(int B, int T_, int H, int HS, const Rope* rope, const int32_t
 
 void head_norm_rope_fwd(Context& ctx, DType dt, void* x, float* rstd, const void* x_raw,
                         const void* weight, int B, int T_, int H, int HS, float eps,
-                        const Rope* rope, const int32_t* pos, HeadNormRopeSplit split) {
+                        const Rope* rope, const int32_t* pos) {
   check_rope_shape(B, T_, H, HS, "head_norm_rope_fwd");
   FORGE_CHECK(x != x_raw, "[head_norm_rope_fwd] x must not alias x_raw (the backward reads x_raw)");
   Params p = make_params(B, T_, H, HS, rope, pos, 1.0f);
   if (p.rows == 0) return;
   p.out = x, p.in = x_raw, p.weight = weight, p.rstd = rstd, p.eps = eps;
   const bool vec_ptrs = aligned16(x) && aligned16(x_raw) && aligned16(weight);
-  launch<true>(ctx, dt, p, rope ? rope->style : RopeStyle::kRotateHalf, vec_ptrs,
-               split == HeadNormRopeSplit::kPerPosition, 0, "head_norm_rope_fwd");
+  launch<true>(ctx, dt, p, rope ? rope->style : RopeStyle::kRotateHalf, vec_ptrs, 0, "head_norm_rope_fwd");
 }
 
 void head_norm_rope_bwd(Context& ctx, DType dt, void* dx_raw, float* dweight, const void* dx,
                         const void* x_raw, const void* weight, const float* rstd, int B, int T_,
-                        int H, int HS, const Rope* rope, const int32_t* pos,
-                        HeadNormRopeSplit split) {
+                        int H, int HS, const Rope* rope, const int32_t* pos) {
   check_rope_shape(B, T_, H, HS, "head_norm_rope_bwd");
   Params p = make_params(B, T_, H, HS, rope, pos, -1.0f);
   if (p.rows == 0) return;
-  const bool per_position = split == HeadNormRopeSplit::kPerPosition;
   int splits = (p.rows + kMinRowsPerSplit - 1) / kMinRowsPerSplit;
   if (splits > kMaxSplits) splits = kMaxSplits;
-  // The per-position split cuts the B·T positions (H rows each) into as many ranges.
-  const int items = per_position ? B * T_ : p.rows;
-  p.rows_per_split = (items + splits - 1) / splits;
-  splits = (items + p.rows_per_split - 1) / p.rows_per_split;  // no empty block
+  // As many ranges of the B·T positions (H rows each) as channel_grad's rule gives the rows.
+  const int positions = B * T_;
+  p.rows_per_split = (positions + splits - 1) / splits;
+  splits = (positions + p.rows_per_split - 1) / p.rows_per_split;  // no empty block
   DeviceBuffer<float> partial;
   if (dweight) partial = DeviceBuffer<float>(ctx.allocator(), static_cast<size_t>(splits) * HS);
   p.out = dx_raw, p.in = dx, p.x_raw = x_raw, p.weight = weight;
   p.rstd = const_cast<float*>(rstd);  // read only in the backward
   p.partial = dweight ? partial.data() : nullptr;
-  p.dweight = dweight;
-  p.counters = dweight ? ctx.finish_counters(1) : nullptr;
   const bool vec_ptrs = aligned16(dx_raw) && aligned16(dx) && aligned16(x_raw) && aligned16(weight);
-  launch<false>(ctx, dt, p, rope ? rope->style : RopeStyle::kRotateHalf, vec_ptrs, per_position,
-                splits, "head_norm_rope_bwd");
-  if (dweight == nullptr || p.counters != nullptr) return;  // nothing to add, or added
+  launch<false>(ctx, dt, p, rope ? rope->style : RopeStyle::kRotateHalf, vec_ptrs, splits, "head_norm_rope_bwd");
+  if (dweight == nullptr) return;  // a frozen gain
   channel_grad_finish_kernel<1><<<(HS + 31) / 32, dim3(32, kWgradRows), 0, ctx.stream()>>>(
       dweight, nullptr, partial.data(), splits, HS, 1);
   FORGE_CUDA_CHECK_LAUNCH();

@@ -281,11 +281,8 @@ inline int grid_for(int64_t work, int threads, int num_sms, int per_sm = 8) {
 // Each warp reads 32 · 16 contiguous bytes of one row per step, fully coalesced. Result:
 // partial (splits, kAcc, C) f32, scratch from the context's allocator.
 // Pass 2 (channel_grad_finish_kernel): 32 channels × 8 split-groups per block; group y sums
-// splits y, y + 8, ... in order (its loads issued 16 at a time), then the 8 groups are added in
-// order and the total is added (+=) to the outputs. With fused finishing on
-// (Context::set_fused_finish, an A/B setting) there is no second launch: the last block of each
-// column strip to write its partial row runs pass 2 for the strip's channels
-// (channel_grad_finish_last), the same additions in the same order.
+// splits y, y + 8, ... in order (its loads issued 8 at a time), then the 8 groups are added in
+// order and the total is added (+=) to the outputs.
 // The split sizes depend only on N, so the summation order (and result) is a function of the
 // inputs alone. For the norms, pass 1 re-reads dout and inp after the row kernel that computed
 // dinp; at the sizes of a training step (a few MB per tensor) those reads are mostly L2 hits on
@@ -304,107 +301,12 @@ inline constexpr int kWgradRows = 8;  // row-threads per block (blockDim.y)
 template <ChannelGrad kKind>
 inline constexpr int kChannelAcc = kKind == ChannelGrad::kLayerNorm ? 2 : 1;
 
-// out0[c] += Σ_splits Σ_g partial[s, 0, g·C + c] and (kAcc = 2) out1 likewise from row 1, for
-// channel c < C of a block of 32 × kWgradRows threads (tx, ty) whose channels are c − tx …
-// c − tx + 31; the partials are `group` real rows side by side (group = 1: one real row of C).
-// Every thread of the block calls it (a __syncthreads inside). kL2: the partials are read with
-// ld.global.cg (L2, never L1), for a block that reads what other blocks of its kernel wrote.
-template <int kAcc, bool kL2 = false>
-__device__ __forceinline__ void channel_grad_finish_block(float* __restrict__ out0,
-                                                          float* __restrict__ out1,
-                                                          const float* __restrict__ partial,
-                                                          int splits, int C, int group, int c,
-                                                          int tx, int ty,
-                                                          float (&sh)[kAcc][kWgradRows][33]) {
-  const int64_t width = static_cast<int64_t>(C) * group;  // partial row length
-  float acc[kAcc];
-#pragma unroll
-  for (int a = 0; a < kAcc; ++a) acc[a] = 0.0f;
-  if (c < C) {
-    // This row-thread's terms, in summation order: splits ty, ty + 8, ..., each its `group`
-    // values. They are loaded kLoads at a time before any is added, so the loads overlap instead
-    // of forming one chain of dependent L2 round trips (64 of them at 512 splits: ~25 µs a
-    // call, measured); the additions keep their order, so the sums are the same bits.
-    constexpr int kLoads = 16;
-    const int terms = (ty < splits ? (splits - 1 - ty) / kWgradRows + 1 : 0) * group;
-#pragma unroll
-    for (int a = 0; a < kAcc; ++a)
-      for (int t0 = 0; t0 < terms; t0 += kLoads) {
-        float v[kLoads];
-#pragma unroll
-        for (int u = 0; u < kLoads; ++u) {
-          const int t = t0 + u, s = ty + (t / group) * kWgradRows, g = t % group;
-          const int64_t i = (static_cast<int64_t>(s) * kAcc + a) * width + g * C + c;
-          if constexpr (kL2) {
-            v[u] = t < terms ? __ldcg(partial + i) : 0.0f;
-          } else {
-            v[u] = t < terms ? partial[i] : 0.0f;
-          }
-        }
-#pragma unroll
-        for (int u = 0; u < kLoads; ++u)
-          if (t0 + u < terms) acc[a] += v[u];
-      }
-  }
-#pragma unroll
-  for (int a = 0; a < kAcc; ++a) sh[a][ty][tx] = acc[a];
-  __syncthreads();
-  if (ty == 0 && c < C) {
-#pragma unroll
-    for (int a = 0; a < kAcc; ++a) {
-      float t = 0.0f;
-#pragma unroll
-      for (int y = 0; y < kWgradRows; ++y) t += sh[a][y][tx];
-      (a == 0 ? out0 : out1)[c] += t;
-    }
-  }
-}
-
-// The separate finishing kernel: block b finishes channels 32b … 32b + 31.
-template <int kAcc>
-__global__ void __launch_bounds__(32 * kWgradRows)
-    channel_grad_finish_kernel(float* __restrict__ out0, float* __restrict__ out1,
-                               const float* __restrict__ partial, int splits, int C, int group) {
-  __shared__ float sh[kAcc][kWgradRows][33];
-  channel_grad_finish_block<kAcc>(out0, out1, partial, splits, C, group,
-                                  blockIdx.x * 32 + threadIdx.x, threadIdx.x, threadIdx.y, sh);
-}
-
-// Fused finishing (Context::set_fused_finish): called by every thread of every block of a
-// partial kernel of `splits` blocks per column strip, after the block's partial row is written
-// (by any of its threads). The strip's last block to arrive (counters[strip] reaching splits)
-// finishes channels [c0, c1) with channel_grad_finish_block — the separate kernel's additions in
-// its order, so the same bits — and sets the counter back to 0. The fence before the count makes
-// this block's partial visible to that last block; the last block reads the partials from L2.
-// Block layout: 256 threads, thread i as (tx, ty) = (i % 32, i / 32).
-template <int kAcc>
-__device__ __forceinline__ void channel_grad_finish_last(int* counters, int strip, int splits,
-                                                         float* out0, float* out1,
-                                                         const float* partial, int C, int group,
-                                                         int c0, int c1, int thread) {
-  __shared__ int last;
-  __shared__ float sh[kAcc][kWgradRows][33];
-  __threadfence();
-  __syncthreads();
-  if (thread == 0) last = atomicAdd(counters + strip, 1) == splits - 1;
-  __syncthreads();
-  if (!last) return;  // uniform: the whole block
-  __threadfence();
-  const int tx = thread % 32, ty = thread / 32;
-  for (int cb = c0; cb < c1; cb += 32) {
-    channel_grad_finish_block<kAcc, true>(out0, out1, partial, splits, C, group, cb + tx, tx, ty,
-                                          sh);
-    __syncthreads();  // sh is reused by the next 32 channels
-  }
-  if (thread == 0) counters[strip] = 0;
-}
-
-template <typename T, int kN, ChannelGrad kKind, bool kFusedFinish = false>
+template <typename T, int kN, ChannelGrad kKind>
 __global__ void __launch_bounds__(32 * kWgradRows)
     channel_grad_partial_kernel(float* __restrict__ partial, const T* __restrict__ dout,
                                 const T* __restrict__ inp, const float* __restrict__ mean,
                                 const float* __restrict__ rstd, int N, int C, int rows_per_split,
-                                int group, int c_real, int* counters, float* out0, float* out1) {
+                                int group, int c_real) {
   constexpr bool kHasWeight = kKind != ChannelGrad::kBias;   // accumulates dout·norm
   constexpr bool kHasBias = kKind != ChannelGrad::kRmsNorm;  // accumulates dout
   constexpr int kAcc = kChannelAcc<kKind>;
@@ -456,14 +358,53 @@ __global__ void __launch_bounds__(32 * kWgradRows)
       }
     }
   }
-  // Fused finishing (channel_grad): this strip's real channels, or all of them when rows are
-  // grouped (then the host launches one strip). A separate instantiation, so that the kernel
-  // without it compiles as it did before the option existed.
-  if constexpr (kFusedFinish) {
-    const int f0 = group > 1 ? 0 : blockIdx.x * 32 * kN;
-    const int f1 = group > 1 ? c_real : min(C, f0 + 32 * kN);
-    channel_grad_finish_last<kAcc>(counters, blockIdx.x, gridDim.y, out0, out1, partial, c_real,
-                                   group, f0, f1, ty * 32 + tx);
+}
+
+// out0[c] += Σ_splits Σ_g partial[s, 0, g·C + c] and (kAcc = 2) out1 likewise from row 1, for
+// c < C; the partials are `group` real rows side by side (group = 1: one real row of C).
+template <int kAcc>
+__global__ void __launch_bounds__(32 * kWgradRows)
+    channel_grad_finish_kernel(float* __restrict__ out0, float* __restrict__ out1,
+                               const float* __restrict__ partial, int splits, int C, int group) {
+  __shared__ float sh[kAcc][kWgradRows][33];
+  const int tx = threadIdx.x, ty = threadIdx.y;
+  const int c = blockIdx.x * 32 + tx;
+  const int64_t width = static_cast<int64_t>(C) * group;  // partial row length
+  float acc[kAcc];
+#pragma unroll
+  for (int a = 0; a < kAcc; ++a) acc[a] = 0.0f;
+  if (c < C) {
+    // This row-thread's terms, in summation order: splits ty, ty + 8, ..., each its `group`
+    // values. They are loaded kLoads at a time before any is added, so the loads overlap instead
+    // of forming one chain of dependent L2 round trips (64 of them at 512 splits: ~25 µs a
+    // call, measured); the additions keep their order, so the sums are the same bits.
+    constexpr int kLoads = 16;
+    const int terms = (ty < splits ? (splits - 1 - ty) / kWgradRows + 1 : 0) * group;
+#pragma unroll
+    for (int a = 0; a < kAcc; ++a)
+      for (int t0 = 0; t0 < terms; t0 += kLoads) {
+        float v[kLoads];
+#pragma unroll
+        for (int u = 0; u < kLoads; ++u) {
+          const int t = t0 + u, s = ty + (t / group) * kWgradRows, g = t % group;
+          v[u] = t < terms ? partial[(static_cast<int64_t>(s) * kAcc + a) * width + g * C + c] : 0.0f;
+        }
+#pragma unroll
+        for (int u = 0; u < kLoads; ++u)
+          if (t0 + u < terms) acc[a] += v[u];
+      }
+  }
+#pragma unroll
+  for (int a = 0; a < kAcc; ++a) sh[a][ty][tx] = acc[a];
+  __syncthreads();
+  if (ty == 0 && c < C) {
+#pragma unroll
+    for (int a = 0; a < kAcc; ++a) {
+      float t = 0.0f;
+#pragma unroll
+      for (int y = 0; y < kWgradRows; ++y) t += sh[a][y][tx];
+      (a == 0 ? out0 : out1)[c] += t;
+    }
   }
 }
 
@@ -493,27 +434,19 @@ void channel_grad(Context& ctx, float* dweight, float* dbias, const T* dout, con
   const int rows_per_split = (N + splits - 1) / splits;
   DeviceBuffer<float> partial(ctx.allocator(), static_cast<size_t>(splits) * kAcc * C);
   const dim3 block(32, kWgradRows);
-  // Partial row 0 is dweight for the norms, dbias for a linear bias; row 1 (LayerNorm) dbias.
-  float* out0 = kKind == ChannelGrad::kBias ? dbias : dweight;
-  // Fused finishing (Context::set_fused_finish) when each strip's channels are its own: always
-  // for group 1; grouped rows make one strip (group·C ≤ 32·kN), checked here.
-  const int kn = vec ? kVec<T> : 1, strips = (C + 32 * kn - 1) / (32 * kn);
-  int* counters = group == 1 || strips == 1 ? ctx.finish_counters(strips) : nullptr;
-  const dim3 grid(strips, splits);
-  auto go = [&](auto kernel) {
-    kernel<<<grid, block, 0, ctx.stream()>>>(partial.data(), dout, inp, mean, rstd, N, C,
-                                             rows_per_split, group, C_real, counters, out0, dbias);
-  };
   if (vec) {
     constexpr int kN = kVec<T>;
-    counters ? go(channel_grad_partial_kernel<T, kN, kKind, true>)
-             : go(channel_grad_partial_kernel<T, kN, kKind, false>);
-  } else {  // group is 1 here
-    counters ? go(channel_grad_partial_kernel<T, 1, kKind, true>)
-             : go(channel_grad_partial_kernel<T, 1, kKind, false>);
+    const dim3 grid((C + 32 * kN - 1) / (32 * kN), splits);
+    channel_grad_partial_kernel<T, kN, kKind><<<grid, block, 0, ctx.stream()>>>(
+        partial.data(), dout, inp, mean, rstd, N, C, rows_per_split, group, C_real);
+  } else {
+    const dim3 grid((C + 31) / 32, splits);
+    channel_grad_partial_kernel<T, 1, kKind><<<grid, block, 0, ctx.stream()>>>(
+        partial.data(), dout, inp, mean, rstd, N, C, rows_per_split, 1, C);
   }
   FORGE_CUDA_CHECK_LAUNCH();
-  if (counters != nullptr) return;  // the last blocks finished
+  // Partial row 0 is dweight for the norms, dbias for a linear bias; row 1 (LayerNorm) dbias.
+  float* out0 = kKind == ChannelGrad::kBias ? dbias : dweight;
   channel_grad_finish_kernel<kAcc><<<(C_real + 31) / 32, block, 0, ctx.stream()>>>(
       out0, dbias, partial.data(), splits, C_real, group);
   FORGE_CUDA_CHECK_LAUNCH();

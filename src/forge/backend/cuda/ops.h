@@ -15,13 +15,11 @@
 #pragma once
 
 #include <cstdint>
-#include <vector>
 
 #include "forge/core/dtype.h"
 #include "forge/ops/adamw.h"
 #include "forge/ops/loss_scale.h"
 #include "forge/ops/attention.h"
-#include "forge/ops/head_norm_rope.h"
 #include "forge/ops/rope.h"
 #include "forge/ops/step_guard.h"
 
@@ -81,16 +79,13 @@ void head_rmsnorm(Context& ctx, DType dt, void* x, const void* weight, int N, in
 // ops/head_norm_rope.h): x (B, T, H, HS) = rope(rmsnorm per head of x_raw · weight), rstd
 // (B, T, H) f32; rope null: no rotation; pos (B, T, device) or null (positions t). The backward
 // WRITES dx_raw (may alias dx) and accumulates dweight (f32, HS; null: not computed),
-// deterministically (fixed row splits, then a fixed-order sum). split: the work split
-// (ops/head_norm_rope.h; the same bits but for dweight's summation order).
+// deterministically (fixed row splits, then a fixed-order sum).
 void head_norm_rope_fwd(Context& ctx, DType dt, void* x, float* rstd, const void* x_raw,
                         const void* weight, int B, int T_, int H, int HS, float eps,
-                        const Rope* rope, const int32_t* pos = nullptr,
-                        HeadNormRopeSplit split = HeadNormRopeSplit::kPerHead);
+                        const Rope* rope, const int32_t* pos = nullptr);
 void head_norm_rope_bwd(Context& ctx, DType dt, void* dx_raw, float* dweight, const void* dx,
                         const void* x_raw, const void* weight, const float* rstd, int B, int T_,
-                        int H, int HS, const Rope* rope, const int32_t* pos = nullptr,
-                        HeadNormRopeSplit split = HeadNormRopeSplit::kPerHead);
+                        int H, int HS, const Rope* rope, const int32_t* pos = nullptr);
 // dweight nullptr: not computed (a frozen gain, LoRA's base).
 void rmsnorm_bwd(Context& ctx, DType dt, void* dinp, float* dweight, const void* dout,
                  const void* inp, const void* weight, const float* rstd, int N, int C);
@@ -186,32 +181,6 @@ void adamw_update(Context& ctx, float* param, float* m, float* v, const float* g
                   const float* global_sq, float max_norm,
                   const LossScaleState* loss_scale = nullptr,
                   const StepGuardState* guard = nullptr);
-// AdamW over many tensors of flat buffers in one launch (a multi-tensor update), where
-// adamw_update launches once per tensor. Tensor t is elements [offset, offset + n) of param, m,
-// v, grad (and work); every element is computed exactly as
-// adamw_update(param + offset, …, n, factors + (decay ? 0 : 1), sr_offset = offset, …) computes
-// it, so the two give the same bits. `factors` points to two AdamWFactors: with and without
-// weight decay. The tensors are cut into chunks (adamw_chunks, uploaded by the caller: the
-// launch reads them from device memory, once per parameter layout), one block's work at a time.
-struct AdamWTensor {
-  int64_t offset, n;
-  bool decay;
-};
-struct AdamWChunk {
-  int64_t offset;               // the tensor's first element in the flat buffers
-  int64_t begin, aligned, end;  // elements [begin, end) of the tensor; from `aligned` on,
-                                // (offset + i) % 4 == 0 steps (aligned − begin < 4)
-  int32_t decay;                // 1: factors[0] (weight decay), 0: factors[1]
-};
-// The chunks of `tensors` (in order, each tensor's cut at `chunk` elements past its first
-// 4-element boundary; empty tensors have none). Host only.
-std::vector<AdamWChunk> adamw_chunks(const std::vector<AdamWTensor>& tensors,
-                                     int64_t chunk = int64_t{1} << 15);
-void adamw_update_multi(Context& ctx, const AdamWChunk* chunks, int n_chunks, float* param,
-                        float* m, float* v, const float* grad, void* work, DType work_dt,
-                        const AdamWFactors* factors, const float* global_sq, float max_norm,
-                        const LossScaleState* loss_scale = nullptr,
-                        const StepGuardState* guard = nullptr);
 // f16 loss scaling, one step's two small kernels (graph-capturable, no host sync):
 // scaled[0] = dloss[0] · state->scale, the loss gradient the model back-propagates; and
 // loss_scale_update(*state, *global_sq) on one thread, enqueued after the step's AdamW. A step

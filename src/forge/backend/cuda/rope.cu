@@ -43,10 +43,7 @@
 //   rope_bias_bwd_kernel<float, 4, false / true>          64 / 71 regs, 0 spill, 8 KB shared
 //   rope_bias_bwd_kernel<float, 1, false / true>          40 / 47 regs, 0 spill, 2 KB shared
 // (rope_bias_bwd two rows a step; one row a step was 64 / 71 for bf16 kN 8: 3 blocks a SM with a
-// third of the bytes in flight less; capping it at 3 blocks spills 40 bytes.) The fused-finishing
-// instantiations (<..., true> as the last argument; the ones above are <..., false>, their PTX
-// unchanged by it): bf16 kN 8 80 / 102 (interleaved / rotate-half), f16 kN 8 80 / 122, f32 kN 4
-// 80 / 80, kN 1 77; no spills.
+// third of the bytes in flight less; capping it at 3 blocks spills 40 bytes.)
 #include <cuda_runtime.h>
 
 #include <type_traits>
@@ -128,16 +125,11 @@ void rope_rotate(Context& ctx, DType dt, void* x, int B, int T_, int H, int HS, 
 // its split (blockIdx.y). Each thread sums its chunk's channels over its rows; the row-threads of
 // a chunk are then added in order through shared memory into partial (splits, H·HS), which
 // channel_grad_finish_kernel reduces in a fixed order. No atomics: bit-identical reruns.
-// kFusedFinish (Context::set_fused_finish, when the host finds each strip's channels to be whole
-// heads starting at a multiple of 32, see rope_bias_bwd): no finishing kernel; the last block of
-// each strip runs its body for the strip's channels [strip_c0, strip_c0 + strip_cn) — the same
-// additions in the same order, so the same bits.
-template <typename T, int kN, bool kRotateHalf, bool kFusedFinish = false>
+template <typename T, int kN, bool kRotateHalf>
 __global__ void __launch_bounds__(kThreads)
     rope_bias_bwd_kernel(T* dx, float* __restrict__ partial,
                          const __grid_constant__ RopeFreqs freqs, const int32_t* __restrict__ pos,
-                         int N, int T_, int H, int HS, int strip, int rows_per_split, int* counters,
-                         float* dbias, int strip_cn) {
+                         int N, int T_, int H, int HS, int strip, int rows_per_split) {
   constexpr int kE = 2 * kN;                         // elements per chunk
   __shared__ __align__(16) float sh[kThreads * kE];  // (rows_per_step, strip·kE)
   const int half = HS / 2, head_chunks = half / kN, P = H * head_chunks;
@@ -189,11 +181,6 @@ __global__ void __launch_bounds__(kThreads)
         kRotateHalf ? (i < kN ? c2 * kN + i : half + c2 * kN + (i - kN)) : 2 * c2 * kN + i;
     partial[static_cast<int64_t>(blockIdx.y) * H * HS + h2 * HS + ch] = t;
   }
-  if constexpr (kFusedFinish) {
-    const int c0 = blockIdx.x * strip_cn, c1 = min(H * HS, c0 + strip_cn);
-    channel_grad_finish_last<1>(counters, blockIdx.x, gridDim.y, dbias, nullptr, partial, H * HS, 1, c0, c1,
-                                threadIdx.x);
-  }
 }
 
 }  // namespace
@@ -215,24 +202,17 @@ void rope_bias_bwd(Context& ctx, DType dt, void* dx, float* dbias, int B, int T_
   const int rows_per_split = (N + splits - 1) / splits;
   splits = (N + rows_per_split - 1) / rows_per_split;
   DeviceBuffer<float> partial(ctx.allocator(), static_cast<size_t>(splits) * H * HS);
-  int* counters = nullptr;  // fused finishing: set by the launch below when it applies
   dispatch_dtype(dt, kOp, [&](auto tag) {
     using T = decltype(tag);
     T* xt = static_cast<T*>(dx);
     auto go = [&](auto kn, auto rotate_half) {
       constexpr int kN = decltype(kn)::value;
-      const int head_chunks = HS / 2 / kN, P = H * head_chunks;
+      const int P = H * (HS / 2 / kN);
       const int strip = P < kThreads ? P : kThreads;
       const dim3 grid((P + strip - 1) / strip, splits);
-      // Fused finishing needs each strip's channels to be one range of whole heads, and (for the
-      // finishing's groups of 32) every range but the last to span a multiple of 32 channels.
-      const int strip_cn = strip / head_chunks * HS;
-      const bool whole = grid.x == 1 || (strip % head_chunks == 0 && strip_cn % 32 == 0);
-      counters = whole ? ctx.finish_counters(static_cast<int>(grid.x)) : nullptr;
-      constexpr bool kHalf = decltype(rotate_half)::value;
-      auto kernel = counters ? rope_bias_bwd_kernel<T, kN, kHalf, true> : rope_bias_bwd_kernel<T, kN, kHalf, false>;
-      kernel<<<grid, kThreads, 0, ctx.stream()>>>(xt, partial.data(), f, pos, N, T_, H, HS, strip, rows_per_split,
-                                                  counters, dbias, grid.x == 1 ? H * HS : strip_cn);
+      rope_bias_bwd_kernel<T, kN, decltype(rotate_half)::value>
+          <<<grid, kThreads, 0, ctx.stream()>>>(xt, partial.data(), f, pos, N, T_, H, HS, strip,
+                                                rows_per_split);
     };
     using Vec = std::integral_constant<int, kVec<T>>;
     using One = std::integral_constant<int, 1>;
@@ -244,7 +224,6 @@ void rope_bias_bwd(Context& ctx, DType dt, void* dx, float* dbias, int B, int T_
     }
     FORGE_CUDA_CHECK_LAUNCH();
   });
-  if (counters != nullptr) return;  // each strip's last block finished its channels
   channel_grad_finish_kernel<1><<<(H * HS + 31) / 32, dim3(32, kWgradRows), 0, ctx.stream()>>>(
       dbias, nullptr, partial.data(), splits, H * HS, 1);
   FORGE_CUDA_CHECK_LAUNCH();
