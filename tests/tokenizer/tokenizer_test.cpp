@@ -465,5 +465,29 @@ TEST_F(TokenizerFileTest, FuzzFindingSparseIdsAreRefusedBeforeAllocating) {
   EXPECT_EQ(Tokenizer::load(write("tokenizer.json", j.dump())).vocab_size(), 1'264);
 }
 
+// A type or behavior string from the file is quoted in the error with its control characters
+// escaped: fuzz_tokenizer_json found "behavior": "Is\nolated" breaking the message's one line
+// (CI, 2026-12-05); the other unsupported-type messages echoed their strings the same way (an
+// unsupported post-processor is recorded rather than refused at load, with the same quoting).
+TEST_F(TokenizerFileTest, FuzzFindingUnsupportedNamesStayOnOneLine) {
+  const std::string nl = "Is\nolated";
+  json j = tiny_json();
+  j["pre_tokenizer"] = {{"type", "Sequence"},
+                        {"pretokenizers",
+                         {{{"type", "Split"}, {"pattern", {{"Regex", "a"}}}, {"behavior", nl}},
+                          {{"type", "ByteLevel"}, {"add_prefix_space", false}}}}};
+  EXPECT_NE(load_error("tokenizer.json", j.dump()).find("behavior 'Is\\x0aolated' is not supported"),
+            std::string::npos);
+  j = tiny_json();
+  j["pre_tokenizer"] = {{"type", nl}};
+  EXPECT_NE(load_error("tokenizer.json", j.dump()).find("pre_tokenizer 'Is\\x0aolated'"), std::string::npos);
+  j = tiny_json();
+  j["decoder"] = {{"type", nl}};
+  EXPECT_NE(load_error("tokenizer.json", j.dump()).find("decoder 'Is\\x0aolated'"), std::string::npos);
+  j = tiny_json();
+  j["normalizer"] = {{"type", nl}};
+  EXPECT_NE(load_error("tokenizer.json", j.dump()).find("normalizer 'Is\\x0aolated'"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace forge::tok

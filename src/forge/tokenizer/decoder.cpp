@@ -91,8 +91,8 @@ void add_steps(const json& j, const std::string& path, std::vector<Decoder::Step
     s.metaspace = Metaspace::from_json(j, path, "decoder");
     steps.push_back(std::move(s));
   } else {
-    throw Error(str(path, ": decoder '", type,
-                    "' is not supported here (Forge applies Replace, ByteFallback, Fuse, Strip, "
+    throw Error(str(path, ": decoder ", quote(type),
+                    " is not supported here (Forge applies Replace, ByteFallback, Fuse, Strip, "
                     "Metaspace and Sequences of them; ByteLevel with a ByteLevel pre-tokenizer)"));
   }
 }

@@ -52,8 +52,8 @@ void add_steps(const json& j, const std::string& path, std::vector<Normalizer::S
     if (literal.empty()) throw Error(where + ": the pattern is empty");
     steps.push_back({Normalizer::Step::Kind::kReplace, literal, string_field(j, "content", where)});
   } else {
-    throw Error(str(path, ": normalizer '", type,
-                    "' is not supported (Forge applies Prepend, Replace with a String pattern, "
+    throw Error(str(path, ": normalizer ", quote(type),
+                    " is not supported (Forge applies Prepend, Replace with a String pattern, "
                     "and Sequences of them)"));
   }
 }

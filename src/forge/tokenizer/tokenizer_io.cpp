@@ -260,8 +260,8 @@ bool read_pre_tokenizer_step(const json& step, const std::string& path,
     const json& pattern = step.at("pattern");
     const std::string behavior = step.value("behavior", "Isolated");
     if (behavior != "Isolated")
-      throw Error(str(path, ": pre_tokenizer Split with behavior '", behavior,
-                      "' is not supported (only Isolated)"));
+      throw Error(str(path, ": pre_tokenizer Split with behavior ", quote(behavior),
+                      " is not supported (only Isolated)"));
     if (step.value("invert", false))
       throw Error(str(path, ": pre_tokenizer Split with invert=true is not supported"));
     if (pattern.contains("Regex")) {
@@ -295,8 +295,8 @@ void add_post_processor(const json& p, const std::string& path, const IsToken& i
     return;
   }
   if (type != "TemplateProcessing")
-    throw Error(str(path, ": post_processor '", type,
-                    "' is not supported (Forge applies TemplateProcessing, ByteLevel and "
+    throw Error(str(path, ": post_processor ", quote(type),
+                    " is not supported (Forge applies TemplateProcessing, ByteLevel and "
                     "Sequences of them)"));
   const std::string where = str(path, ": post_processor TemplateProcessing: ");
   const json& single = p.at("single");
@@ -374,8 +374,8 @@ BpeParts read_char_level_json(const json& root, const std::string& path, BpePart
   if (type_of(pre) == "Metaspace") {
     c.metaspace = Metaspace::from_json(pre, path, "pre_tokenizer");
   } else if (!pre.is_null()) {
-    throw Error(str(path, ": pre_tokenizer '", type_of(pre),
-                    "' is not supported (Forge reads ByteLevel, a Sequence of Split/Digits steps "
+    throw Error(str(path, ": pre_tokenizer ", quote(type_of(pre)),
+                    " is not supported (Forge reads ByteLevel, a Sequence of Split/Digits steps "
                     "ending in ByteLevel, Metaspace, or none)"));
   }
   const json decoder = root.value("decoder", json());
@@ -436,8 +436,8 @@ BpeParts read_hf_json(const std::string& path) {
   }
   const json decoder = root.value("decoder", json());
   if (type_of(decoder) != "ByteLevel")
-    throw Error(str(path, ": decoder '", type_of(decoder),
-                    "' is not supported with a ByteLevel pre-tokenizer (only ByteLevel)"));
+    throw Error(str(path, ": decoder ", quote(type_of(decoder)),
+                    " is not supported with a ByteLevel pre-tokenizer (only ByteLevel)"));
   return read_tokens(root, path, std::move(parts));
 }
 
