@@ -1,6 +1,7 @@
 // forge serve on the command line: --help, and bad arguments as one-line errors.
 #include <gtest/gtest.h>
 
+#include "asan.h"
 #include "cli_runner.h"
 #include "forge/io/model_files.h"
 #include "forge/model/config.h"
@@ -34,17 +35,7 @@ TEST_F(ServeCliTest, BadArgumentsAreOneLineErrors) {
 // A KV cache larger than the host can give (here: an address-space limit) is a one-line error
 // naming the flags that size it, not a crash. Off under AddressSanitizer, whose shadow memory
 // does not start under such a limit.
-#if defined(__SANITIZE_ADDRESS__)
-constexpr bool kAsan = true;
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-constexpr bool kAsan = true;
-#else
-constexpr bool kAsan = false;
-#endif
-#else
-constexpr bool kAsan = false;
-#endif
+using testing::kAsan;  // tests/asan.h
 
 TEST_F(ServeCliTest, ACacheTooLargeForTheHostIsAOneLineError) {
   if (kAsan) GTEST_SKIP() << "AddressSanitizer does not run under ulimit -v";

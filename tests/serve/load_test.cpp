@@ -13,6 +13,7 @@
 #include <regex>
 #include <thread>
 
+#include "asan.h"
 #include "forge/serve/load_client.h"
 #include "serve/child_process.h"
 #include "serve/serve_test_model.h"
@@ -36,17 +37,7 @@ constexpr int64_t kRssSlackKib = 8 * 1024;
 
 // Under AddressSanitizer freed memory waits in a quarantine (256 MiB by default) instead of
 // being reused, so resident memory grows with every allocation: the RSS check is off there.
-#if defined(__SANITIZE_ADDRESS__)
-constexpr bool kAsan = true;
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-constexpr bool kAsan = true;
-#else
-constexpr bool kAsan = false;
-#endif
-#else
-constexpr bool kAsan = false;
-#endif
+using testing::kAsan;  // tests/asan.h
 
 class ServeLoadTest : public ServeTest {
  protected:
