@@ -4,7 +4,9 @@
 # none left: the three measured that day were decided, docs/perf-notes.md):
 #  1. the CUDA tests named in AB_TESTS (default: the head norm + RoPE op and the golden models);
 #  2. `forge bench train` for every run of AB_RUNS, ROUNDS times (default 2), alternating, each
-#     printing its tokens/s line; AB_RUNS is ';'-separated "label|ENV=VALUE ...|bench flags",
+#     printing its tokens/s line; AB_RUNS is ';'-separated "label|ENV=VALUE ...|bench flags|suffix"
+#     (suffix optional: "_base" or "_prev" runs forge_base / forge_prev and their train_timeline,
+#     the earlier builds scripts/device-bundle.sh packs),
 #     by default the runs of AB_SET (families: plain Llama, Qwen3 and Qwen2; gpt2: GPT-2 and
 #     SmolLM2);
 #  3. with TIMELINE="label ..." dev/train_timeline's CSV of those runs ($OUT/<label>.csv; compare
@@ -35,19 +37,19 @@ fi
 IFS=';' read -ra runs <<< "${AB_RUNS:-$default_runs}"
 for r in $(seq "${ROUNDS:-2}"); do
   for spec in "${runs[@]}"; do
-    IFS='|' read -r label envs flags <<< "$spec"
+    IFS='|' read -r label envs flags suffix <<< "$spec"
     # shellcheck disable=SC2086
-    line=$(env $envs "$bin/forge" bench train $flags 2>&1 | tee -a "$out/bench-$label.log" \
+    line=$(env $envs "$bin/forge${suffix:-}" bench train $flags 2>&1 | tee -a "$out/bench-$label.log" \
       | grep -E "^forge +(none|attn|mlp|full) " | tail -1)
     echo "round $r  $label: $line"
   done
 done
 for label in ${TIMELINE:-}; do
   for spec in "${runs[@]}"; do
-    IFS='|' read -r l envs flags <<< "$spec"
+    IFS='|' read -r l envs flags suffix <<< "$spec"
     [[ $l == "$label" ]] || continue
     # shellcheck disable=SC2086
-    env $envs "$bin/train_timeline" $flags --csv "$out/$label.csv" > "$out/timeline-$label.log" 2>&1 || status=1
+    env $envs "$bin/train_timeline${suffix:-}" $flags --csv "$out/$label.csv" > "$out/timeline-$label.log" 2>&1 || status=1
     tail -2 "$out/timeline-$label.log"
   done
 done

@@ -13,7 +13,7 @@ cp "$build/forge" "$stage/bin/"
 for other in forge_base forge_prev; do  # earlier builds, for benchmarks side by side
   [[ -x $build/$other ]] && cp "$build/$other" "$stage/bin/"
 done
-for tool in decode_timeline train_timeline; do  # dev/*_timeline.cpp and the CUPTI they load
+for tool in decode_timeline train_timeline train_timeline_base train_timeline_prev; do  # dev/*_timeline.cpp and the CUPTI they load
   [[ -x $build/$tool ]] || continue
   cp "$build/$tool" "$stage/bin/"
   ldd "$build/$tool" | awk '/=> \// {print $3}' | grep -E 'cupti' | while read -r lib; do cp -L "$lib" "$stage/lib/"; done
