@@ -268,7 +268,15 @@ class Model {
   void store_prefill_kv(int l, const QkvView& v);
   void decode_block_gpt2(int l);
   void decode_block_llama(int l);
-  void norm_bwd(Act dinp, Act dout, Act inp, Stat mean, Stat rstd, int64_t w_off, int64_t b_off);
+  // Accumulates into dinp, the residual stream's gradient. res_bias_off (−1: none) is the bias of
+  // the linear layer whose output gradient dinp is once this has added to it (the attention
+  // output's after ln2, the previous block's MLP output after ln1 and ln_f): its gradient, Σ_rows
+  // dinp, is taken here, in the norm's own pass on the GPU, instead of by that layer's backward.
+  void norm_bwd(Act dinp, Act dout, Act inp, Stat mean, Stat rstd, int64_t w_off, int64_t b_off,
+                int64_t res_bias_off);
+  // The bias norm_bwd's res_bias_off names below layer l's ln1 (and for ln_f, l = n_layer):
+  // layer l − 1's MLP output bias, −1 at the first layer or where it has none.
+  int64_t mlp_out_bias_below(int l) const;
   // out += (alpha / r)·(inp·Aᵀ)·Bᵀ for layer l's projection t when it has an adapter; the
   // backward accumulates dA, dB and dinp (after the base product's backward wrote dinp).
   void lora_fwd(int l, LoraTarget t, Act out, Act inp);

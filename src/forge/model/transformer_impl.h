@@ -228,10 +228,17 @@ void Model<B>::residual_norm_fwd(Act res, Act out, Stat mean, Stat rstd, Act a, 
 }
 
 template <class B>
-void Model<B>::norm_bwd(Act dinp, Act dout, Act inp, Stat mean, Stat rstd, int64_t w_off, int64_t b_off) {
+void Model<B>::norm_bwd(Act dinp, Act dout, Act inp, Stat mean, Stat rstd, int64_t w_off, int64_t b_off,
+                        int64_t res_bias_off) {
   const int N = B_ * T_, C = cfg_.n_embd;
-  if (gpt2()) be_.layernorm_bwd(dinp, g(w_off), g(b_off), dout, inp, w(w_off), mean, rstd, N, C);
-  else be_.rmsnorm_bwd(dinp, g(w_off), dout, inp, w(w_off), rstd, N, C);
+  if (gpt2()) be_.layernorm_bwd(dinp, g(w_off), g(b_off), dout, inp, w(w_off), mean, rstd, N, C, g(res_bias_off));
+  else be_.rmsnorm_bwd(dinp, g(w_off), dout, inp, w(w_off), rstd, N, C, g(res_bias_off));
+}
+
+// Only GPT-2's MLP has an output bias (the Llama families' down projection never does).
+template <class B>
+int64_t Model<B>::mlp_out_bias_below(int l) const {
+  return l > 0 && gpt2() ? table_.layer(l - 1).down_b : -1;
 }
 
 template <class B>
@@ -411,8 +418,10 @@ void Model<B>::block_backward(int l) {
   LayerActs& n = norm_acts(l);
   LayerActs& m = mlp_acts(l);
   // MLP: d_res_ is d(block output).
+  // The MLP's output bias (GPT-2) had its gradient taken by the norm_bwd above this block (ln_f
+  // or layer l + 1's ln1: mlp_out_bias_below), so its product below gets none.
   if (gpt2()) {  // d_fc = (d_res · W_down) ∘ gelu'(fc), fused where the backend can
-    be_.linear_dgelu_bwd(d_fc_.data(), g(o.down_w), g(o.down_b), d_res_.data(), m.hidden.data(), w(o.down_w),
+    be_.linear_dgelu_bwd(d_fc_.data(), g(o.down_w), nullptr, d_res_.data(), m.hidden.data(), w(o.down_w),
                          m.fc.data(), d_hidden_.data(), N, FF, C, lay);
     be_.linear_bwd(d_ln_.data(), g(o.fc_w), g(o.fc_b), d_fc_.data(), n.ln2.data(), w(o.fc_w), N, C, FF, lay, false);
   } else {
@@ -427,12 +436,13 @@ void Model<B>::block_backward(int l) {
     be_.linear_bwd(d_ln_.data(), g(o.up_w), nullptr, d_up_.data(), n.ln2.data(), w(o.up_w), N, C, FF, lay, true);
     lora_bwd(l, LoraTarget::kUp, d_ln_.data(), d_up_.data(), n.ln2.data());
   }
-  norm_bwd(d_res_.data(), d_ln_.data(), n.x_mid.data(), n.ln2_mean.data(), n.ln2_rstd.data(), o.ln2_w, o.ln2_b);
-  // Attention: d_res_ is now d(x_mid).
+  // d_res_ becomes d(x_mid), the attention output's gradient: its bias gradient is taken here.
+  norm_bwd(d_res_.data(), d_ln_.data(), n.x_mid.data(), n.ln2_mean.data(), n.ln2_rstd.data(), o.ln2_w, o.ln2_b,
+           o.attn_out_b);
   if (shares_attn() && !full()) attn_fwd(l, false);  // recompute=attn: from the layer's ln1
   LayerActs& a = attn_acts(l);
-  be_.linear_bwd(d_atty_.data(), g(o.attn_out_w), g(o.attn_out_b), d_res_.data(), a.atty.data(),
-                 w(o.attn_out_w), N, NH * HS, C, lay, false);
+  be_.linear_bwd(d_atty_.data(), g(o.attn_out_w), nullptr, d_res_.data(), a.atty.data(), w(o.attn_out_w), N,
+                 NH * HS, C, lay, false);
   lora_bwd(l, LoraTarget::kO, d_atty_.data(), d_res_.data(), a.atty.data());
   const QkvView in = qkv_view(a), d = dqkv_view();
   be_.attention_bwd(d.q, d.k, d.v, d_atty_.data(), in.q, in.k, in.v, a.atty.data(), a.att, attention_shape(),
@@ -469,7 +479,7 @@ void Model<B>::block_backward(int l) {
     lora_bwd(l, LoraTarget::kV, d_ln_.data(), d.v, n.ln1.data());
   }
   norm_bwd(d_res_.data(), d_ln_.data(), acts_[l].x_in.data(), n.ln1_mean.data(), n.ln1_rstd.data(), o.ln1_w,
-           o.ln1_b);
+           o.ln1_b, mlp_out_bias_below(l));
 }
 
 template <class B>
@@ -478,7 +488,7 @@ void Model<B>::backward() {
   const int N = B_ * T_, C = cfg_.n_embd;
   be_.zero(d_res_.data(), static_cast<size_t>(N) * C);
   norm_bwd(d_res_.data(), d_ln_.data(), x_out_.data(), lnf_mean_.data(), lnf_rstd_.data(), table_.lnf_w(),
-           table_.lnf_b());
+           table_.lnf_b(), mlp_out_bias_below(cfg_.n_layer));
   for (int l = cfg_.n_layer - 1; l >= 0; --l) {
     block_backward(l);
     if (layer_grads_hook_) layer_grads_hook_(l);

@@ -1,7 +1,14 @@
 // CUDA LayerNorm and RMSNorm against their CPU twins, f32, bf16 and f16. Shapes (N, C): (1, 8);
 // (37, 201) — C not a multiple of 4 or 8, the element-by-element kernels; (37, 200) — vector
 // kernels on a small case; (1000, 520) — several row splits with a short last one and a partial
-// channel strip in the weight-gradient pass; (4096, 768) — the GPT-2 size. The backward takes
+// channel strip in the weight-gradient pass; (4096, 768) — the GPT-2 size. The backward's
+// fused kernel (norm_bwd_fused.cuh: rows of ≤ 32 values a lane) takes (1, 8), (37, 200),
+// (1000, 520) (a part-filled last chunk), (4096, 768), (5000, 256) (79 splits, the last short)
+// (300, 1024) (its widest row) and (66000, 264) (1,016 splits: the 32-group finishing pass adds 32
+// partials a thread); (64, 1032) is one vector too wide for it in every dtype and
+// takes the row kernel + channel_grad, as do C = 201 and the narrow rows. Both backward tests
+// also take the residual sum (dres += Σ_rows of the updated dinp) and check that it leaves the
+// other outputs bit for bit as without it. The backward takes
 // the CPU forward's mean/rstd as input, so both sides start from identical statistics.
 // The residual-fused forwards are checked against their CPU twins and, bit for bit, against
 // residual_fwd followed by the plain forward on the GPU; C = 100 and 201 take the element
@@ -10,6 +17,7 @@
 
 #include "forge/backend/cuda/ops.h"
 #include "forge/ops/layernorm.h"
+#include "forge/ops/linear.h"
 #include "forge/ops/rmsnorm.h"
 #include "op_testing.h"
 
@@ -26,8 +34,9 @@ struct Shape {
 // {37, 64}, {1000, 128}, {4096, 64}: attention heads as rows (Qwen3's q/k norm), which several rows
 // share a warp for (8 or 16 lanes each; 37 leaves the last warp part-filled) and whose weight
 // gradient groups 2 or 4 rows into one (kernels::channel_grad).
-const Shape kShapes[] = {{1, 8},     {37, 201},   {37, 200},  {1000, 520},
-                         {4096, 768}, {37, 64}, {1000, 128}, {4096, 64}};
+const Shape kShapes[] = {{1, 8},      {37, 201},   {37, 200},  {1000, 520}, {4096, 768}, {37, 64},
+                         {1000, 128}, {4096, 64},  {5000, 256}, {300, 1024}, {64, 1032},
+                         {66000, 264}};
 
 std::string where(const Shape& s) {
   return "N=" + std::to_string(s.N) + " C=" + std::to_string(s.C);
@@ -66,40 +75,61 @@ TEST_P(NormTest, LayerNormFwdMatchesCpu) {
   }
 }
 
+// dres: dres0 + Σ_rows of the dinp the kernel stored (got_dinp, as f32), the CPU's bias_grad of
+// it in double: only the f32 summation order differs (kTolWgrad).
+void expect_residual_sum(const std::vector<float>& got, const std::vector<float>& dres0,
+                         const std::vector<float>& dinp, const Shape& s) {
+  std::vector<double> ref(dres0.begin(), dres0.end()), dinp_d(dinp.begin(), dinp.end());
+  cpu::bias_grad<double>(ref.data(), dinp_d.data(), s.N, s.C);
+  EXPECT_TRUE(all_close(got, std::vector<float>(ref.begin(), ref.end()), kTolWgrad)) << "dres " << where(s);
+}
+
 TEST_P(NormTest, LayerNormBwdMatchesCpuAndIsDeterministic) {
-  uint64_t seed = 20;
-  for (const Shape& s : kShapes) {
-    const size_t n = static_cast<size_t>(s.N) * s.C;
-    const auto x = as_dt(dt(), rows(s, seed++));
-    const auto w = as_dt(dt(), gains(s.C, seed++));
-    const auto b = as_dt(dt(), random_normal<float>(s.C, seed++, 0.2));
-    const auto dout = as_dt(dt(), random_normal<float>(n, seed++));
-    const auto dinp0 = as_dt(dt(), random_normal<float>(n, seed++));
-    const auto dw0 = random_normal<float>(s.C, seed++), db0 = random_normal<float>(s.C, seed++);
-    std::vector<float> y(n), mean(s.N), rstd(s.N);
-    cpu::layernorm_fwd<float>(y.data(), mean.data(), rstd.data(), x.data(), w.data(), b.data(), s.N,
-                              s.C, 1e-5f);
-    std::vector<float> ref_dinp = dinp0, ref_dw = dw0, ref_db = db0;
-    cpu::layernorm_bwd<float>(ref_dinp.data(), ref_dw.data(), ref_db.data(), dout.data(), x.data(),
-                              w.data(), mean.data(), rstd.data(), s.N, s.C);
-    auto dx = up(x), dwt = up(w), ddout = up(dout);
-    auto dmean = upload(mean), drstd = upload(rstd);
-    std::vector<float> got_dinp[2], got_dw[2], got_db[2];
-    for (int run = 0; run < 2; ++run) {
-      auto ddinp = up(dinp0);
-      auto ddw = upload(dw0), ddb = upload(db0);
-      layernorm_bwd(ctx(), dt(), ddinp.data(), ddw.data(), ddb.data(), ddout.data(), dx.data(),
-                    dwt.data(), dmean.data(), drstd.data(), s.N, s.C);
-      got_dinp[run] = down(ddinp);
-      got_dw[run] = download(ddw);
-      got_db[run] = download(ddb);
+  // Both ways of taking the gradient sums (Context::fused_wgrad_sums).
+  for (bool fused : {false, true}) {
+    ctx().set_fused_wgrad_sums(fused);
+    SCOPED_TRACE(fused ? "fused_wgrad_sums" : "split sums");
+    uint64_t seed = 20;
+    for (const Shape& s : kShapes) {
+      const size_t n = static_cast<size_t>(s.N) * s.C;
+      const auto x = as_dt(dt(), rows(s, seed++));
+      const auto w = as_dt(dt(), gains(s.C, seed++));
+      const auto b = as_dt(dt(), random_normal<float>(s.C, seed++, 0.2));
+      const auto dout = as_dt(dt(), random_normal<float>(n, seed++));
+      const auto dinp0 = as_dt(dt(), random_normal<float>(n, seed++));
+      const auto dw0 = random_normal<float>(s.C, seed++), db0 = random_normal<float>(s.C, seed++);
+      std::vector<float> y(n), mean(s.N), rstd(s.N);
+      cpu::layernorm_fwd<float>(y.data(), mean.data(), rstd.data(), x.data(), w.data(), b.data(), s.N,
+                                s.C, 1e-5f);
+      std::vector<float> ref_dinp = dinp0, ref_dw = dw0, ref_db = db0;
+      cpu::layernorm_bwd<float>(ref_dinp.data(), ref_dw.data(), ref_db.data(), dout.data(), x.data(),
+                                w.data(), mean.data(), rstd.data(), s.N, s.C);
+      auto dx = up(x), dwt = up(w), ddout = up(dout);
+      auto dmean = upload(mean), drstd = upload(rstd);
+      const auto dres0 = random_normal<float>(s.C, seed++);
+      std::vector<float> got_dinp[3], got_dw[3], got_db[3], got_dres[3];
+      for (int run = 0; run < 3; ++run) {  // 0, 1: with the residual sum; 2: without
+        auto ddinp = up(dinp0);
+        auto ddw = upload(dw0), ddb = upload(db0), ddres = upload(dres0);
+        layernorm_bwd(ctx(), dt(), ddinp.data(), ddw.data(), ddb.data(), ddout.data(), dx.data(),
+                      dwt.data(), dmean.data(), drstd.data(), s.N, s.C, run < 2 ? ddres.data() : nullptr);
+        got_dinp[run] = down(ddinp);
+        got_dw[run] = download(ddw);
+        got_db[run] = download(ddb);
+        got_dres[run] = download(ddres);
+      }
+      EXPECT_TRUE(all_close(got_dinp[0], ref_dinp, tol_for(dt()))) << "dinp " << where(s);
+      EXPECT_TRUE(all_close(got_dw[0], ref_dw, kTolWgrad)) << "dweight " << where(s);
+      EXPECT_TRUE(all_close(got_db[0], ref_db, kTolWgrad)) << "dbias " << where(s);
+      expect_residual_sum(got_dres[0], dres0, got_dinp[0], s);
+      EXPECT_TRUE(bit_identical(got_dres[2], dres0)) << "dres untouched when null " << where(s);
+      for (int run : {1, 2}) {  // reruns, and the sum changes nothing else
+        EXPECT_TRUE(bit_identical(got_dinp[0], got_dinp[run])) << where(s) << " run " << run;
+        EXPECT_TRUE(bit_identical(got_dw[0], got_dw[run])) << where(s) << " run " << run;
+        EXPECT_TRUE(bit_identical(got_db[0], got_db[run])) << where(s) << " run " << run;
+      }
+      EXPECT_TRUE(bit_identical(got_dres[0], got_dres[1])) << where(s);
     }
-    EXPECT_TRUE(all_close(got_dinp[0], ref_dinp, tol_for(dt()))) << "dinp " << where(s);
-    EXPECT_TRUE(all_close(got_dw[0], ref_dw, kTolWgrad)) << "dweight " << where(s);
-    EXPECT_TRUE(all_close(got_db[0], ref_db, kTolWgrad)) << "dbias " << where(s);
-    EXPECT_TRUE(bit_identical(got_dinp[0], got_dinp[1])) << where(s);
-    EXPECT_TRUE(bit_identical(got_dw[0], got_dw[1])) << where(s);
-    EXPECT_TRUE(bit_identical(got_db[0], got_db[1])) << where(s);
   }
 }
 
@@ -149,34 +179,46 @@ TEST_P(NormTest, HeadRmsNormInPlaceMatchesCpu) {
 }
 
 TEST_P(NormTest, RmsNormBwdMatchesCpuAndIsDeterministic) {
-  uint64_t seed = 40;
-  for (const Shape& s : kShapes) {
-    const size_t n = static_cast<size_t>(s.N) * s.C;
-    const auto x = as_dt(dt(), rows(s, seed++));
-    const auto w = as_dt(dt(), gains(s.C, seed++));
-    const auto dout = as_dt(dt(), random_normal<float>(n, seed++));
-    const auto dinp0 = as_dt(dt(), random_normal<float>(n, seed++));
-    const auto dw0 = random_normal<float>(s.C, seed++);
-    std::vector<float> y(n), rstd(s.N);
-    cpu::rmsnorm_fwd<float>(y.data(), rstd.data(), x.data(), w.data(), s.N, s.C, 1e-6f);
-    std::vector<float> ref_dinp = dinp0, ref_dw = dw0;
-    cpu::rmsnorm_bwd<float>(ref_dinp.data(), ref_dw.data(), dout.data(), x.data(), w.data(),
-                            rstd.data(), s.N, s.C);
-    auto dx = up(x), dwt = up(w), ddout = up(dout);
-    auto drstd = upload(rstd);
-    std::vector<float> got_dinp[2], got_dw[2];
-    for (int run = 0; run < 2; ++run) {
-      auto ddinp = up(dinp0);
-      auto ddw = upload(dw0);
-      rmsnorm_bwd(ctx(), dt(), ddinp.data(), ddw.data(), ddout.data(), dx.data(), dwt.data(),
-                  drstd.data(), s.N, s.C);
-      got_dinp[run] = down(ddinp);
-      got_dw[run] = download(ddw);
+  // Both ways of taking the gradient sums (Context::fused_wgrad_sums).
+  for (bool fused : {false, true}) {
+    ctx().set_fused_wgrad_sums(fused);
+    SCOPED_TRACE(fused ? "fused_wgrad_sums" : "split sums");
+    uint64_t seed = 40;
+    for (const Shape& s : kShapes) {
+      const size_t n = static_cast<size_t>(s.N) * s.C;
+      const auto x = as_dt(dt(), rows(s, seed++));
+      const auto w = as_dt(dt(), gains(s.C, seed++));
+      const auto dout = as_dt(dt(), random_normal<float>(n, seed++));
+      const auto dinp0 = as_dt(dt(), random_normal<float>(n, seed++));
+      const auto dw0 = random_normal<float>(s.C, seed++);
+      std::vector<float> y(n), rstd(s.N);
+      cpu::rmsnorm_fwd<float>(y.data(), rstd.data(), x.data(), w.data(), s.N, s.C, 1e-6f);
+      std::vector<float> ref_dinp = dinp0, ref_dw = dw0;
+      cpu::rmsnorm_bwd<float>(ref_dinp.data(), ref_dw.data(), dout.data(), x.data(), w.data(),
+                              rstd.data(), s.N, s.C);
+      auto dx = up(x), dwt = up(w), ddout = up(dout);
+      auto drstd = upload(rstd);
+      const auto dres0 = random_normal<float>(s.C, seed++);
+      std::vector<float> got_dinp[3], got_dw[3], got_dres[3];
+      for (int run = 0; run < 3; ++run) {  // 0, 1: with the residual sum; 2: without
+        auto ddinp = up(dinp0);
+        auto ddw = upload(dw0), ddres = upload(dres0);
+        rmsnorm_bwd(ctx(), dt(), ddinp.data(), ddw.data(), ddout.data(), dx.data(), dwt.data(),
+                    drstd.data(), s.N, s.C, run < 2 ? ddres.data() : nullptr);
+        got_dinp[run] = down(ddinp);
+        got_dw[run] = download(ddw);
+        got_dres[run] = download(ddres);
+      }
+      EXPECT_TRUE(all_close(got_dinp[0], ref_dinp, tol_for(dt()))) << "dinp " << where(s);
+      EXPECT_TRUE(all_close(got_dw[0], ref_dw, kTolWgrad)) << "dweight " << where(s);
+      expect_residual_sum(got_dres[0], dres0, got_dinp[0], s);
+      EXPECT_TRUE(bit_identical(got_dres[2], dres0)) << "dres untouched when null " << where(s);
+      for (int run : {1, 2}) {  // reruns, and the sum changes nothing else
+        EXPECT_TRUE(bit_identical(got_dinp[0], got_dinp[run])) << where(s) << " run " << run;
+        EXPECT_TRUE(bit_identical(got_dw[0], got_dw[run])) << where(s) << " run " << run;
+      }
+      EXPECT_TRUE(bit_identical(got_dres[0], got_dres[1])) << where(s);
     }
-    EXPECT_TRUE(all_close(got_dinp[0], ref_dinp, tol_for(dt()))) << "dinp " << where(s);
-    EXPECT_TRUE(all_close(got_dw[0], ref_dw, kTolWgrad)) << "dweight " << where(s);
-    EXPECT_TRUE(bit_identical(got_dinp[0], got_dinp[1])) << where(s);
-    EXPECT_TRUE(bit_identical(got_dw[0], got_dw[1])) << where(s);
   }
 }
 

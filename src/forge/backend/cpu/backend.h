@@ -123,8 +123,12 @@ class CpuBackend {
                               int C, float eps) {
     cpu::residual_layernorm_fwd<T>(res, out, mean, rstd, a, b, w, bias, N, C, eps);
   }
-  void layernorm_bwd(Act dinp, Grad dw, Grad db, Act dout, Act inp, Act w, Stat mean, Stat rstd, int N, int C) {
+  // dres (may be null) += Σ_rows of the updated dinp: the bias gradient of the linear layer whose
+  // output the residual stream's gradient is, taken here so the GPU can sum it in the norm's pass.
+  void layernorm_bwd(Act dinp, Grad dw, Grad db, Act dout, Act inp, Act w, Stat mean, Stat rstd, int N, int C,
+                     Grad dres) {
     cpu::layernorm_bwd<T>(dinp, dw, db, dout, inp, w, mean, rstd, N, C);
+    if (dres) cpu::bias_grad<T>(dres, dinp, N, C);
   }
   void rmsnorm_fwd(Act out, Stat rstd, Act inp, Act w, int N, int C, float eps) {
     cpu::rmsnorm_fwd<T>(out, rstd, inp, w, N, C, eps);
@@ -132,8 +136,9 @@ class CpuBackend {
   void residual_rmsnorm_fwd(Act res, Act out, Stat rstd, Act a, Act b, Act w, int N, int C, float eps) {
     cpu::residual_rmsnorm_fwd<T>(res, out, rstd, a, b, w, N, C, eps);
   }
-  void rmsnorm_bwd(Act dinp, Grad dw, Act dout, Act inp, Act w, Stat rstd, int N, int C) {
+  void rmsnorm_bwd(Act dinp, Grad dw, Act dout, Act inp, Act w, Stat rstd, int N, int C, Grad dres) {
     cpu::rmsnorm_bwd<T>(dinp, dw, dout, inp, w, rstd, N, C);
+    if (dres) cpu::bias_grad<T>(dres, dinp, N, C);
   }
   void head_rmsnorm(Act x, Act w, int N, int H, int HS, int64_t stride, float eps) {
     cpu::head_rmsnorm<T>(x, w, N, H, HS, stride, eps);

@@ -30,6 +30,7 @@ CudaBackend::CudaBackend(const ModelConfig& cfg, const ParamTable& table, cuda::
   flash_kernels_ = o.attention == AttentionPath::kFlashMma     ? cuda::FlashKernels::kMma
                    : o.attention == AttentionPath::kFlashWgmma ? cuda::FlashKernels::kWgmma
                                                                : cuda::FlashKernels::kAuto;
+  ctx.set_fused_wgrad_sums(o.fused_wgrad_sums);
   auto& a = ctx.allocator();
   const size_t P = table_.total();
   // A frozen base (LoRA) has no gradients or Adam state, and in 16-bit modes the working copy
@@ -282,8 +283,8 @@ void CudaBackend::residual_layernorm_fwd(Act res, Act out, Stat mean, Stat rstd,
   cuda::residual_layernorm_fwd(ctx_, dt_, res, out, mean, rstd, a, b, w, bias, N, C, eps);
 }
 void CudaBackend::layernorm_bwd(Act dinp, Grad dw, Grad db, Act dout, Act inp, Act w, Stat mean, Stat rstd, int N,
-                                int C) {
-  cuda::layernorm_bwd(ctx_, dt_, dinp, dw, db, dout, inp, w, mean, rstd, N, C);
+                                int C, Grad dres) {
+  cuda::layernorm_bwd(ctx_, dt_, dinp, dw, db, dout, inp, w, mean, rstd, N, C, dres);
 }
 void CudaBackend::rmsnorm_fwd(Act out, Stat rstd, Act inp, Act w, int N, int C, float eps) {
   cuda::rmsnorm_fwd(ctx_, dt_, out, rstd, inp, w, N, C, eps);
@@ -291,8 +292,8 @@ void CudaBackend::rmsnorm_fwd(Act out, Stat rstd, Act inp, Act w, int N, int C, 
 void CudaBackend::residual_rmsnorm_fwd(Act res, Act out, Stat rstd, Act a, Act b, Act w, int N, int C, float eps) {
   cuda::residual_rmsnorm_fwd(ctx_, dt_, res, out, rstd, a, b, w, N, C, eps);
 }
-void CudaBackend::rmsnorm_bwd(Act dinp, Grad dw, Act dout, Act inp, Act w, Stat rstd, int N, int C) {
-  cuda::rmsnorm_bwd(ctx_, dt_, dinp, dw, dout, inp, w, rstd, N, C);
+void CudaBackend::rmsnorm_bwd(Act dinp, Grad dw, Act dout, Act inp, Act w, Stat rstd, int N, int C, Grad dres) {
+  cuda::rmsnorm_bwd(ctx_, dt_, dinp, dw, dout, inp, w, rstd, N, C, dres);
 }
 void CudaBackend::head_rmsnorm(Act x, Act w, int N, int H, int HS, int64_t stride, float eps) {
   cuda::head_rmsnorm(ctx_, dt_, x, w, N, H, HS, stride, eps);

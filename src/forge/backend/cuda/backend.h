@@ -66,6 +66,9 @@ struct CudaModelOptions {
   // false: no base Adam state (m, v) is allocated; the data-parallel runner keeps its own shard
   // of it (train/zero1_cuda.h) and runs the optimizer over the buffers below itself.
   bool adam_state = true;
+  // Weight-gradient sums taken in the norms' own backward pass, finished by the 32-group kernel
+  // (cuda::Context::fused_wgrad_sums; an A/B setting while it is measured, default off).
+  bool fused_wgrad_sums = false;
 };
 
 class CudaBackend {
@@ -181,10 +184,12 @@ class CudaBackend {
   void layernorm_fwd(Act out, Stat mean, Stat rstd, Act inp, Act w, Act b, int N, int C, float eps);
   void residual_layernorm_fwd(Act res, Act out, Stat mean, Stat rstd, Act a, Act b, Act w, Act bias, int N, int C,
                               float eps);
-  void layernorm_bwd(Act dinp, Grad dw, Grad db, Act dout, Act inp, Act w, Stat mean, Stat rstd, int N, int C);
+  // dres (may be null) += Σ_rows of the updated dinp (cuda::layernorm_bwd / rmsnorm_bwd).
+  void layernorm_bwd(Act dinp, Grad dw, Grad db, Act dout, Act inp, Act w, Stat mean, Stat rstd, int N, int C,
+                     Grad dres);
   void rmsnorm_fwd(Act out, Stat rstd, Act inp, Act w, int N, int C, float eps);
   void residual_rmsnorm_fwd(Act res, Act out, Stat rstd, Act a, Act b, Act w, int N, int C, float eps);
-  void rmsnorm_bwd(Act dinp, Grad dw, Act dout, Act inp, Act w, Stat rstd, int N, int C);
+  void rmsnorm_bwd(Act dinp, Grad dw, Act dout, Act inp, Act w, Stat rstd, int N, int C, Grad dres);
   void head_rmsnorm(Act x, Act w, int N, int H, int HS, int64_t stride, float eps);
   void head_norm_rope_fwd(Act x, Stat rstd, Act x_raw, Act w, int B, int T_, int H, int HS, float eps,
                           const Rope* rope, const int32_t* pos);

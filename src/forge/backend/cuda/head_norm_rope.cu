@@ -376,9 +376,7 @@ void head_norm_rope_bwd(Context& ctx, DType dt, void* dx_raw, float* dweight, co
   const bool vec_ptrs = aligned16(dx_raw) && aligned16(dx) && aligned16(x_raw) && aligned16(weight);
   launch<false>(ctx, dt, p, rope ? rope->style : RopeStyle::kRotateHalf, vec_ptrs, splits, "head_norm_rope_bwd");
   if (dweight == nullptr) return;  // a frozen gain
-  channel_grad_finish_kernel<1><<<(HS + 31) / 32, dim3(32, kWgradRows), 0, ctx.stream()>>>(
-      dweight, nullptr, partial.data(), splits, HS, 1);
-  FORGE_CUDA_CHECK_LAUNCH();
+  channel_grad_finish<1>(ctx, FinishOuts{{dweight, nullptr, nullptr}}, partial.data(), splits, HS, 1);
   // `partial` goes back to the allocator here; only work enqueued later on the stream reuses it.
 }
 

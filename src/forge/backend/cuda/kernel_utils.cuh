@@ -281,12 +281,13 @@ inline int grid_for(int64_t work, int threads, int num_sms, int per_sm = 8) {
 // Each warp reads 32 · 16 contiguous bytes of one row per step, fully coalesced. Result:
 // partial (splits, kAcc, C) f32, scratch from the context's allocator.
 // Pass 2 (channel_grad_finish_kernel): 32 channels × 8 split-groups per block; group y sums
-// splits y, y + 8, ... in order (its loads issued 8 at a time), then the 8 groups are added in
-// order and the total is added (+=) to the outputs.
+// splits y, y + 8, ... in order (its loads issued 16 at a time), then the 8 groups are added in
+// order and the total is added (+=) to the outputs. Under Context::fused_wgrad_sums the pass is
+// channel_grad_finish_wide_kernel (32 groups, below) instead.
 // The split sizes depend only on N, so the summation order (and result) is a function of the
 // inputs alone. For the norms, pass 1 re-reads dout and inp after the row kernel that computed
-// dinp; at the sizes of a training step (a few MB per tensor) those reads are mostly L2 hits on
-// an H200 (50 MB of L2), which is what makes the simple split affordable. For kBias, dout is the
+// dinp: at a training step's sizes (100 MB a tensor) from DRAM, which is why model-width rows
+// take norm_bwd_fused.cuh instead under Context::fused_wgrad_sums. For kBias, dout is the
 // (N, OC) output gradient of a linear layer, up to 400 MB at GPT-2 sizes (N = 65536, OC = 3072,
 // bf16), read once from DRAM: 512 splits × OC/(32·kN) strips is ≥ 1536 blocks of 256 threads,
 // and its row loop is unrolled 4 deep (one tensor to load instead of two) so each thread keeps
@@ -408,6 +409,89 @@ __global__ void __launch_bounds__(32 * kWgradRows)
   }
 }
 
+// outs.p[a][c] += Σ_splits Σ_g partial[s, a, g·C + c] for a < kAcc (1 to 3 sums) and c < C; the
+// partials are `group` real rows side by side (group = 1: one real row of C).
+//
+// channel_grad_finish_wide_kernel, the finishing pass under Context::fused_wgrad_sums: a block
+// is 32 channels × kFinishRows split-groups (1,024 threads). Group y sums splits y,
+// y + 32, ... in order, their loads issued 16 at a time (8 for three sums) before any is added:
+// at channel_grad's 512 splits that is 16 terms a thread, one batch of L2 loads, where 8 groups of
+// 64 terms were four dependent batches (12.3 µs a call for one sum, 24.5 µs for LayerNorm's two
+// in the timelines of 2026-12-03). Then warp w adds channel w's 32 group sums with a fixed
+// shuffle tree and lane 0 adds (+=) the total to the output. Fixed order throughout: the same
+// bits run to run.
+inline constexpr int kFinishRows = 32;  // split-groups per finishing block (blockDim.y)
+
+struct FinishOuts {
+  float* p[3];  // the outputs of sums 0, 1, 2 (those past kAcc unused)
+};
+
+template <int kAcc>
+__global__ void __launch_bounds__(32 * kFinishRows)
+    channel_grad_finish_wide_kernel(FinishOuts outs, const float* __restrict__ partial, int splits, int C,
+                               int group) {
+  static_assert(kAcc >= 1 && kAcc <= 3, "one to three sums");
+  __shared__ float sh[kAcc][kFinishRows][33];
+  const int tx = threadIdx.x, ty = threadIdx.y;
+  const int c = blockIdx.x * 32 + tx;
+  const int width = C * group;  // partial row length
+  float acc[kAcc];
+#pragma unroll
+  for (int a = 0; a < kAcc; ++a) acc[a] = 0.0f;
+  if (c < C) {
+    // 32-bit offsets from this thread's column (channel_grad_finish checks the partials fit):
+    // 64-bit addresses for 16 loads spilled at the 64 registers 1,024 threads get.
+    constexpr int kLoads = kAcc == 3 ? 8 : 16;  // loads in flight per sum
+    const float* col = partial + c;
+    const int terms = (ty < splits ? (splits - 1 - ty) / kFinishRows + 1 : 0) * group;
+    for (int t0 = 0; t0 < terms; t0 += kLoads) {
+      float v[kAcc][kLoads];
+#pragma unroll
+      for (int u = 0; u < kLoads; ++u) {
+        const int t = t0 + u, s = ty + (t / group) * kFinishRows, g = t % group;
+        const int off = s * kAcc * width + g * C;
+#pragma unroll
+        for (int a = 0; a < kAcc; ++a) v[a][u] = t < terms ? col[off + a * width] : 0.0f;
+      }
+#pragma unroll
+      for (int a = 0; a < kAcc; ++a)
+#pragma unroll
+        for (int u = 0; u < kLoads; ++u)
+          if (t0 + u < terms) acc[a] += v[a][u];
+    }
+  }
+#pragma unroll
+  for (int a = 0; a < kAcc; ++a) sh[a][ty][tx] = acc[a];
+  __syncthreads();
+  const int cw = blockIdx.x * 32 + ty;  // warp ty finishes channel cw; lane tx holds group tx
+#pragma unroll
+  for (int a = 0; a < kAcc; ++a) {
+    float t = sh[a][tx][ty];
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) t += __shfl_xor_sync(0xffffffffu, t, o);
+    if (tx == 0 && cw < C) outs.p[a][cw] += t;
+  }
+}
+
+// Enqueues the finishing pass over `splits` rows of kAcc partial sums: the 32-group kernel under
+// Context::fused_wgrad_sums (one to three sums), else the 8-group one (one or two).
+template <int kAcc>
+void channel_grad_finish(Context& ctx, FinishOuts outs, const float* partial, int splits, int C, int group) {
+  FORGE_CHECK(static_cast<int64_t>(splits) * kAcc * C * group < (int64_t{1} << 31),
+              "channel_grad_finish: ", splits, " × ", kAcc, " rows of ", C, " × ", group,
+              " partials exceed the kernel's 32-bit offsets");
+  if (ctx.fused_wgrad_sums()) {
+    channel_grad_finish_wide_kernel<kAcc><<<(C + 31) / 32, dim3(32, kFinishRows), 0, ctx.stream()>>>(
+        outs, partial, splits, C, group);
+  } else if constexpr (kAcc <= 2) {
+    channel_grad_finish_kernel<kAcc><<<(C + 31) / 32, dim3(32, kWgradRows), 0, ctx.stream()>>>(
+        outs.p[0], outs.p[1], partial, splits, C, group);
+  } else {
+    FORGE_CHECK(false, "channel_grad_finish: three sums only under fused_wgrad_sums");
+  }
+  FORGE_CUDA_CHECK_LAUNCH();
+}
+
 // Enqueues both passes. dweight is used by the norms, dbias by kLayerNorm and kBias; inp and
 // rstd by the norms, mean by kLayerNorm (pass null for what a kind does not use). `vec`:
 // C % kVec<T> == 0 and dout, inp 16-byte aligned.
@@ -447,9 +531,7 @@ void channel_grad(Context& ctx, float* dweight, float* dbias, const T* dout, con
   FORGE_CUDA_CHECK_LAUNCH();
   // Partial row 0 is dweight for the norms, dbias for a linear bias; row 1 (LayerNorm) dbias.
   float* out0 = kKind == ChannelGrad::kBias ? dbias : dweight;
-  channel_grad_finish_kernel<kAcc><<<(C_real + 31) / 32, block, 0, ctx.stream()>>>(
-      out0, dbias, partial.data(), splits, C_real, group);
-  FORGE_CUDA_CHECK_LAUNCH();
+  channel_grad_finish<kAcc>(ctx, FinishOuts{{out0, dbias, nullptr}}, partial.data(), splits, C_real, group);
   // `partial` goes back to the allocator here; it is reused only by work enqueued later on the
   // same stream, i.e. after these kernels.
 }

@@ -19,11 +19,15 @@
 // backward op: the backward of "residual, then norm" is already one pass, since layernorm_bwd
 // accumulates (+=) dinp straight into the residual stream's gradient.
 //
-// Backward: the row kernel (one warp per row) computes
+// Backward:
 //   dinp += rstd·(dnorm − mean(dnorm) − norm·mean(dnorm·norm)),  dnorm = dout·w,
-// in two sweeps; dweight/dbias go through kernels::channel_grad (kernel_utils.cuh): per-block
-// partial sums over fixed row ranges into allocator scratch, then a fixed-order reduction — no
-// atomics, so two runs are bit-identical.
+//   dweight += Σ_rows dout·norm,  dbias += Σ_rows dout.
+// Under Context::fused_wgrad_sums (an A/B setting, default off), rows of C ≤ 1,024 with 16-byte
+// lanes take norm_bwd_fused.cuh's kernel (the row kernel's arithmetic, the sums kept per block,
+// optionally dres += Σ_rows of the updated dinp — GPT-2's attention and MLP output biases — then
+// a fixed-order finishing pass). Otherwise: the row kernel (one warp per row, two sweeps),
+// dweight/dbias through kernels::channel_grad (kernel_utils.cuh), dres by bias_grad over dinp.
+// No atomics: two runs are bit-identical.
 //
 // ptxas (sm_90a, CUDA 13.0, -Xptxas=-v): registers, spill stores, stack frame per kernel
 // (<T, kN, ...>: kN = 1 is the element-by-element instantiation; the fwd kernel's last
@@ -45,10 +49,14 @@
 //   channel_grad_partial_kernel<float, 1, kLayerNorm>   30 regs, 0 spill, 0 stack
 //   channel_grad_partial_kernel<float, 4, kLayerNorm>   40 regs, 0 spill, 0 stack
 //   channel_grad_finish_kernel<2>                       32 regs, 0 spill, 0 stack
+//   norm_bwd_fused_kernel<bf16, 8, kLayerNorm, 3, false> 99 regs, 0 spill, 0 stack (C ≤ 768)
+//   norm_bwd_fused_kernel<bf16, 8, kLayerNorm, 3, true>  122 regs, 0 spill, 0 stack (with dres)
+//   norm_bwd_fused_kernel<*, *, kLayerNorm, 1..8, *>     all instantiations 44–138 regs, 0 spill
 #include <cuda_runtime.h>
 
 #include "forge/backend/cuda/context.h"
 #include "forge/backend/cuda/kernel_utils.cuh"
+#include "forge/backend/cuda/norm_bwd_fused.cuh"
 #include "forge/backend/cuda/ops.h"
 
 namespace forge::cuda {
@@ -204,13 +212,17 @@ void residual_layernorm_fwd(Context& ctx, DType dt, void* res, void* out, float*
 
 void layernorm_bwd(Context& ctx, DType dt, void* dinp, float* dweight, float* dbias,
                    const void* dout, const void* inp, const void* weight, const float* mean,
-                   const float* rstd, int N, int C) {
+                   const float* rstd, int N, int C, float* dres) {
   FORGE_CHECK(N >= 0 && C > 0, "[layernorm_bwd] bad dims N=", N, " C=", C);
   if (N == 0) return;
   dispatch_dtype(dt, "layernorm_bwd", [&](auto tag) {
     using T = decltype(tag);
     const bool vec = C % kVec<T> == 0 && aligned16(dinp) && aligned16(dout) && aligned16(inp) &&
                      aligned16(weight);
+    if (ctx.fused_wgrad_sums() && norm_bwd_fused<T, ChannelGrad::kLayerNorm>(
+            ctx, static_cast<T*>(dinp), dweight, dbias, dres, static_cast<const T*>(dout),
+            static_cast<const T*>(inp), static_cast<const T*>(weight), mean, rstd, N, C, vec))
+      return;
     const int grid = (N + kRowsPerBlock - 1) / kRowsPerBlock;
     auto args = [&](auto kernel) {
       kernel<<<grid, kThreads, 0, ctx.stream()>>>(
@@ -223,9 +235,11 @@ void layernorm_bwd(Context& ctx, DType dt, void* dinp, float* dweight, float* db
       args(layernorm_bwd_kernel<T, 1>);
     }
     FORGE_CUDA_CHECK_LAUNCH();
-    channel_grad<T, ChannelGrad::kLayerNorm>(ctx, dweight, dbias, static_cast<const T*>(dout),
-                                             static_cast<const T*>(inp), mean, rstd, N, C,
-                                             C % kVec<T> == 0 && aligned16(dout) && aligned16(inp));
+    if (dweight && dbias)  // null: frozen (as rmsnorm_bwd; no model freezes a LayerNorm today)
+      channel_grad<T, ChannelGrad::kLayerNorm>(ctx, dweight, dbias, static_cast<const T*>(dout),
+                                               static_cast<const T*>(inp), mean, rstd, N, C,
+                                               C % kVec<T> == 0 && aligned16(dout) && aligned16(inp));
+    if (dres) bias_grad(ctx, dt, dres, dinp, N, C);
   });
 }
 

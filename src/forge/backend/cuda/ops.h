@@ -63,9 +63,12 @@ void layernorm_fwd(Context& ctx, DType dt, void* out, float* mean, float* rstd, 
 void residual_layernorm_fwd(Context& ctx, DType dt, void* res, void* out, float* mean, float* rstd,
                             const void* a, const void* b, const void* weight, const void* bias,
                             int N, int C, float eps);
+// The norms' backward accumulates (+=) dinp; dres (f32, C), when not null, += Σ_rows of the
+// updated dinp as stored: the bias gradient of the linear layer whose output the residual
+// stream's gradient is (cpu::bias_grad of dinp after the call), summed in the same pass.
 void layernorm_bwd(Context& ctx, DType dt, void* dinp, float* dweight, float* dbias,
                    const void* dout, const void* inp, const void* weight, const float* mean,
-                   const float* rstd, int N, int C);
+                   const float* rstd, int N, int C, float* dres = nullptr);
 void rmsnorm_fwd(Context& ctx, DType dt, void* out, float* rstd, const void* inp,
                  const void* weight, int N, int C, float eps);
 // res (N, C) = a + b rounded to dt, then rmsnorm_fwd of the stored res, bit for bit, in one
@@ -88,7 +91,8 @@ void head_norm_rope_bwd(Context& ctx, DType dt, void* dx_raw, float* dweight, co
                         int H, int HS, const Rope* rope, const int32_t* pos = nullptr);
 // dweight nullptr: not computed (a frozen gain, LoRA's base).
 void rmsnorm_bwd(Context& ctx, DType dt, void* dinp, float* dweight, const void* dout,
-                 const void* inp, const void* weight, const float* rstd, int N, int C);
+                 const void* inp, const void* weight, const float* rstd, int N, int C,
+                 float* dres = nullptr);
 
 // ---- linear bias gradient -------------------------------------------------------------------
 // dbias (OC, f32) += Σ_n dout[n, :] over dout (N, OC) in dt; deterministic (cpu::bias_grad).

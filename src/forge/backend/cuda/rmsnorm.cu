@@ -17,10 +17,15 @@
 // needed: rmsnorm_bwd already accumulates (+=) dinp into the residual stream's gradient.
 //
 // Backward, with norm = x·rstd and dnorm = dout·w:
-//   dinp += rstd·(dnorm − norm·mean(dnorm·norm))
-// by the same one-warp-per-row kernel (two sweeps), and dweight += Σ_rows dout·norm through
+//   dinp += rstd·(dnorm − norm·mean(dnorm·norm)),   dweight += Σ_rows dout·norm
+// Under Context::fused_wgrad_sums (an A/B setting, default off), model-width rows with 16-byte
+// lanes (C ≤ 1,024) take norm_bwd_fused.cuh's kernel: the row arithmetic of the one-warp-per-row
+// kernel below, each block keeping its rows' dweight sums (and, when asked, dres += Σ_rows of
+// the updated dinp: a residual bias's gradient), then a fixed-order finishing pass. Otherwise
+// (and for other rows) the row kernel (two sweeps) and dweight through
 // kernels::channel_grad (kernel_utils.cuh): fixed row ranges → per-block partials in allocator
-// scratch → fixed-order reduction. No atomics; two runs are bit-identical.
+// scratch → fixed-order reduction; dres then by bias_grad over dinp. No atomics; two runs are
+// bit-identical.
 //
 // ptxas (sm_90a, CUDA 13.0, -Xptxas=-v): registers, spill stores, stack frame per kernel
 // (<T, kN, ...>: kN = 1 is the element-by-element instantiation; the fwd kernel's last
@@ -42,10 +47,14 @@
 //   channel_grad_partial_kernel<float, 1, kRmsNorm>     26 regs, 0 spill, 0 stack
 //   channel_grad_partial_kernel<float, 4, kRmsNorm>     32 regs, 0 spill, 0 stack
 //   channel_grad_finish_kernel<1>                       24 regs, 0 spill, 0 stack
+//   norm_bwd_fused_kernel<bf16, 8, kRmsNorm, 3, false>   64 regs, 0 spill, 0 stack (C ≤ 768)
+//   norm_bwd_fused_kernel<bf16, 8, kRmsNorm, 3, true>    98 regs, 0 spill, 0 stack (with dres)
+//   norm_bwd_fused_kernel<*, *, kRmsNorm, 1..8, *>       all instantiations 40–103 regs, 0 spill
 #include <cuda_runtime.h>
 
 #include "forge/backend/cuda/context.h"
 #include "forge/backend/cuda/kernel_utils.cuh"
+#include "forge/backend/cuda/norm_bwd_fused.cuh"
 #include "forge/backend/cuda/ops.h"
 
 namespace forge::cuda {
@@ -251,7 +260,7 @@ void head_rmsnorm(Context& ctx, DType dt, void* x, const void* weight, int N, in
 }
 
 void rmsnorm_bwd(Context& ctx, DType dt, void* dinp, float* dweight, const void* dout,
-                 const void* inp, const void* weight, const float* rstd, int N, int C) {
+                 const void* inp, const void* weight, const float* rstd, int N, int C, float* dres) {
   FORGE_CHECK(N >= 0 && C > 0, "[rmsnorm_bwd] bad dims N=", N, " C=", C);
   if (N == 0) return;
   dispatch_dtype(dt, "rmsnorm_bwd", [&](auto tag) {
@@ -259,6 +268,12 @@ void rmsnorm_bwd(Context& ctx, DType dt, void* dinp, float* dweight, const void*
     const bool vec = C % kVec<T> == 0 && aligned16(dinp) && aligned16(dout) && aligned16(inp) &&
                      aligned16(weight);
     const int lanes = vec ? lanes_for<T, kVec<T>>(C) : 32;
+    if (ctx.fused_wgrad_sums() && lanes == 32 &&
+        norm_bwd_fused<T, ChannelGrad::kRmsNorm>(
+                           ctx, static_cast<T*>(dinp), dweight, nullptr, dres,
+                           static_cast<const T*>(dout), static_cast<const T*>(inp),
+                           static_cast<const T*>(weight), nullptr, rstd, N, C, vec))
+      return;
     const int rows_per_block = kThreads / lanes;
     const int grid = (N + rows_per_block - 1) / rows_per_block;
     auto args = [&](auto kernel) {
@@ -276,10 +291,11 @@ void rmsnorm_bwd(Context& ctx, DType dt, void* dinp, float* dweight, const void*
       args(rmsnorm_bwd_kernel<T, 1>);
     }
     FORGE_CUDA_CHECK_LAUNCH();
-    if (dweight == nullptr) return;  // a frozen gain (LoRA's base): no dweight
-    channel_grad<T, ChannelGrad::kRmsNorm>(ctx, dweight, nullptr, static_cast<const T*>(dout),
-                                           static_cast<const T*>(inp), nullptr, rstd, N, C,
-                                           C % kVec<T> == 0 && aligned16(dout) && aligned16(inp));
+    if (dweight)  // null: a frozen gain (LoRA's base)
+      channel_grad<T, ChannelGrad::kRmsNorm>(ctx, dweight, nullptr, static_cast<const T*>(dout),
+                                             static_cast<const T*>(inp), nullptr, rstd, N, C,
+                                             C % kVec<T> == 0 && aligned16(dout) && aligned16(inp));
+    if (dres) bias_grad(ctx, dt, dres, dinp, N, C);
   });
 }
 

@@ -224,9 +224,7 @@ void rope_bias_bwd(Context& ctx, DType dt, void* dx, float* dbias, int B, int T_
     }
     FORGE_CUDA_CHECK_LAUNCH();
   });
-  channel_grad_finish_kernel<1><<<(H * HS + 31) / 32, dim3(32, kWgradRows), 0, ctx.stream()>>>(
-      dbias, nullptr, partial.data(), splits, H * HS, 1);
-  FORGE_CUDA_CHECK_LAUNCH();
+  channel_grad_finish<1>(ctx, FinishOuts{{dbias, nullptr, nullptr}}, partial.data(), splits, H * HS, 1);
   // `partial` goes back to the allocator here; only work enqueued later on the stream reuses it.
 }
 
