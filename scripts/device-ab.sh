@@ -8,7 +8,8 @@
 #     (suffix optional: "_base" or "_prev" runs forge_base / forge_prev and their train_timeline,
 #     the earlier builds scripts/device-bundle.sh packs),
 #     by default the runs of AB_SET (families: plain Llama, Qwen3 and Qwen2; gpt2: GPT-2 and
-#     SmolLM2);
+#     SmolLM2; wgrad: each of those five with FORGE_WGRAD_SUMS=split and =fused, the setting
+#     written without a GPU on 2026-12-05, docs/perf-notes.md);
 #  3. with TIMELINE="label ..." dev/train_timeline's CSV of those runs ($OUT/<label>.csv; compare
 #     two with dev/timeline_diff.py).
 # Usage (device run, carry dev-out): bash scripts/device-ab.sh
@@ -26,10 +27,19 @@ case ${AB_SET:-families} in
     default_runs="plain||$llama;qwen3||$llama --set variant=qwen3;qwen2||$llama --set variant=qwen2" ;;
   gpt2)  # issue 16: GPT-2 124M and SmolLM2-135M
     default_runs="gpt2||--preset gpt2-124m;smollm2||$smol" ;;
-  *) echo "AB_SET: families or gpt2"; exit 2 ;;
+  wgrad)  # FORGE_WGRAD_SUMS=fused against the default on every training shape
+    default_runs=""
+    for spec in "gpt2|--preset gpt2-124m" "plain|$llama" "qwen3|$llama --set variant=qwen3" \
+                "qwen2|$llama --set variant=qwen2" "smollm2|$smol"; do
+      default_runs+="${spec%%|*}||${spec#*|};${spec%%|*}-fused|FORGE_WGRAD_SUMS=fused|${spec#*|};"
+    done
+    default_runs=${default_runs%;} ;;
+  *) echo "AB_SET: families, gpt2 or wgrad"; exit 2 ;;
 esac
 nvidia-smi --query-gpu=name,driver_version,clocks.sm --format=csv,noheader | tee "$out/gpu.txt"
-tests=${AB_TESTS-*HeadNormRope*:*HfGolden*}
+default_tests='*HeadNormRope*:*HfGolden*'
+[[ ${AB_SET:-} == wgrad ]] && default_tests='*Norm*:*BiasGrad*:*Rope*:*LinearBwd*:CudaModelTest*:*HfGolden*'
+tests=${AB_TESTS-$default_tests}
 if [[ -n $tests ]]; then
   "$bin/forge_cuda_tests" --gtest_filter="$tests" 2>&1 | tee "$out/ab_tests.log" \
     | grep -E "^\[  (FAILED|PASSED|SKIPPED) |tests ran|Failure" || status=1
