@@ -27,6 +27,7 @@ struct BenchOptions {
   std::vector<int> rows;
   std::vector<std::string> presets;
   bool sweep = false;     // also time every tiling the small-N kernels take
+  bool algos = false;     // bench gemm: time every algorithm cuBLASLt's heuristic offers a product
   // bench train --sft: pretraining rows beside SFT rows padded and packed, from synthetic
   // examples of lengths uniform in [sft_min, sft_max] tokens
   bool sft = false;
@@ -58,6 +59,7 @@ struct GenerateBenchOptions {
   bool graph = true;
   bool pdl = true;  // programmatic dependent launch of the decode kernels (cuda/pdl.cuh)
   bool pipeline = true;  // hand out a step's ids while the next step runs (generate/decode_loop.h)
+  bool timed_gemm_algos = false;  // FORGE_GEMM_ALGO=timed (GenOptions::timed_gemm_algos)
   std::string json_out;
 };
 void generate_bench(const GenerateBenchOptions& o);

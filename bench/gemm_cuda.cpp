@@ -1,7 +1,13 @@
-// forge bench gemm: cuBLASLt TFLOP/s on the GEMM shapes of one training step of a preset
-// (micro-batch × sequence rows), forward and both backward layouts, next to the 8192³ ceiling
-// measured on the same GPU in the same run. Timing: CUDA events around 20 repetitions after
-// 3 warm-ups, median of 5 such trials; inputs are random (never zeros: they run faster).
+// forge bench gemm: cuBLASLt TFLOP/s on the products of one training step of a preset (micro-batch
+// × sequence rows): each linear layer's forward, dX and dW exactly as the CUDA backend calls them
+// (layout, epilogue — bias, GELU with its aux output, the DGELU backward —, beta 1 for the f32
+// weight gradients), the LM head's row chunk, next to the 8192³ ceiling measured on the same GPU
+// in the same run. Timing: CUDA events around 20 repetitions after 3 warm-ups, median of 5 such
+// trials; inputs are random (never zeros: they run faster).
+//
+// --algos times every algorithm cuBLASLt's heuristic offers for each product (up to 8; the
+// heuristic's first is what a plan runs by default, the fastest is what FORGE_GEMM_ALGO=timed
+// picks) and adds up, over the products of one step, what the fastest would save.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -13,6 +19,7 @@
 #include "bench.h"
 #include "forge/backend/cuda/check.h"
 #include "forge/backend/cuda/context.h"
+#include "forge/backend/cuda/cross_entropy.h"
 #include "forge/backend/cuda/gemm.h"
 #include "forge/backend/cuda/ops.h"
 #include "forge/backend/cuda/runtime.h"
@@ -26,19 +33,27 @@ namespace {
 
 struct Shape {
   std::string what;
-  int M, N, K;
-  bool ta, tb;
+  cuda::GemmArgs g;   // shape, transposes, types, beta and epilogue (pointers set when run)
+  int calls_per_step;  // how often one training step makes this product
 };
 
-// Fills a bf16 buffer with normal(0, 1) values (generated in f32 on the host, converted on the
-// device).
-void fill_random(cuda::Context& ctx, void* dst, size_t n, uint64_t seed) {
-  std::vector<float> h(n);
-  for (size_t i = 0; i < n; ++i) h[i] = philox_normal(seed, 3, i);
-  cuda::DeviceBuffer<float> tmp(ctx.allocator(), n);
-  FORGE_CUDA_CHECK(cudaMemcpy(tmp.data(), h.data(), n * 4, cudaMemcpyHostToDevice));
+// Fills a bf16 buffer with normal(0, scale) values: 2^20 generated on the host (in f32, converted
+// on the device), then repeated by device copies — host generation of the largest operands
+// (65,536 × 3,072) would take longer than the benchmark.
+void fill_random(cuda::Context& ctx, void* dst, size_t n, uint64_t seed, float scale = 1.0f) {
+  const size_t block = std::min<size_t>(n, size_t{1} << 20);
+  std::vector<float> h(block);
+  for (size_t i = 0; i < block; ++i) h[i] = scale * philox_normal(seed, 3, i);
+  cuda::DeviceBuffer<float> tmp(ctx.allocator(), block);
+  FORGE_CUDA_CHECK(cudaMemcpy(tmp.data(), h.data(), block * 4, cudaMemcpyHostToDevice));
   FORGE_CUDA_CHECK(cudaDeviceSynchronize());  // the DMA must land before convert() reads it
-  cuda::convert(ctx, DType::kBF16, dst, DType::kF32, tmp.data(), n);
+  cuda::convert(ctx, DType::kBF16, dst, DType::kF32, tmp.data(), block);
+  auto* bytes = static_cast<char*>(dst);
+  for (size_t done = block; done < n;) {
+    const size_t k = std::min(done, n - done);
+    FORGE_CUDA_CHECK(cudaMemcpyAsync(bytes + done * 2, bytes, k * 2, cudaMemcpyDeviceToDevice, ctx.stream()));
+    done += k;
+  }
   ctx.synchronize();
 }
 
@@ -63,48 +78,132 @@ double time_gemm(cuda::Context& ctx, const cuda::GemmArgs& g, const void* a, con
   return trials[2] * 1e-3;
 }
 
+cuda::GemmArgs args(int M, int N, int K, bool ta, bool tb) {
+  cuda::GemmArgs g;
+  g.M = M, g.N = N, g.K = K, g.trans_a = ta, g.trans_b = tb;
+  g.ab_type = g.c_type = DType::kBF16;
+  return g;
+}
+
+// A linear layer inp (N, C) → out (N, OC) as CudaBackend runs it: forward (with its epilogue),
+// dX = dout · op(W) (with DGELU when the layer feeds a GELU's backward), dW += (f32, beta 1).
+void add_linear(std::vector<Shape>& v, const std::string& name, int N, int C, int OC, bool in_out, int L,
+                cuda::GemmEpilogue fwd, bool dgelu_dx) {
+  cuda::GemmArgs f = args(N, OC, C, false, !in_out);
+  f.epilogue = fwd;
+  v.push_back({name + " fwd", f, L});
+  cuda::GemmArgs dx = args(N, C, OC, false, in_out);
+  if (dgelu_dx) dx.epilogue = cuda::GemmEpilogue::kDGelu;
+  v.push_back({name + (dgelu_dx ? " dX+dGELU" : " dX"), dx, L});
+  cuda::GemmArgs dw = in_out ? args(C, OC, N, true, false) : args(OC, C, N, true, false);
+  dw.c_type = DType::kF32, dw.beta = 1.0f;
+  v.push_back({name + " dW", dw, L});
+}
+
+// The products of one bf16 training step of cfg at N rows (recompute none).
+std::vector<Shape> step_shapes(const ModelConfig& cfg, int N) {
+  const bool gpt2 = cfg.family == Family::kGpt2;
+  const int C = cfg.n_embd, FF = cfg.ffn_hidden, L = cfg.n_layer, HS = cfg.head_dim();
+  const int QKV = (cfg.n_head + 2 * cfg.n_kv_head) * HS, ATT = cfg.n_head * HS;
+  using E = cuda::GemmEpilogue;
+  std::vector<Shape> v;
+  v.push_back({"ceiling 8192^3", args(8192, 8192, 8192, false, true), 0});
+  add_linear(v, "qkv", N, C, QKV, gpt2, L, gpt2 || cfg.qkv_bias ? E::kBias : E::kNone, false);
+  add_linear(v, "attn-out", N, ATT, C, gpt2, L, gpt2 || cfg.o_bias ? E::kBias : E::kNone, false);
+  if (gpt2) {
+    add_linear(v, "mlp-fc", N, C, FF, true, L, E::kBiasGeluAux, false);
+    add_linear(v, "mlp-proj", N, FF, C, true, L, E::kBias, true);
+  } else {  // gate and up: two products of this shape a layer each way
+    add_linear(v, "mlp-gate|up", N, C, FF, false, 2 * L, E::kNone, false);
+    add_linear(v, "mlp-down", N, FF, C, false, L, E::kNone, false);
+  }
+  const int Vp = cfg.padded_vocab(), rows = cuda::lm_head_chunk_rows(N, Vp);
+  const int chunks = (N + rows - 1) / rows;
+  v.push_back({"lm-head logits", args(rows, Vp, C, false, true), chunks});
+  cuda::GemmArgs dx = args(rows, C, Vp, false, false);
+  dx.beta = 1.0f;
+  v.push_back({"lm-head dX", dx, chunks});
+  cuda::GemmArgs dw = args(Vp, C, rows, true, false);
+  dw.c_type = DType::kF32, dw.beta = 1.0f;
+  v.push_back({"lm-head dW", dw, chunks});
+  return v;
+}
+
 }  // namespace
 
 void gemm_cuda(const BenchOptions& o) {
   if (!cuda::available()) throw Error("forge bench gemm needs a CUDA GPU: " + cuda::device_summary());
   cuda::Context ctx(0);
   const ModelConfig cfg = preset_config(o.preset);
-  const int N = o.batch * o.seq_len, C = cfg.n_embd, FF = cfg.ffn_hidden;
-  const int QKV = (cfg.n_head + 2 * cfg.n_kv_head) * cfg.head_dim();
-  std::vector<Shape> shapes = {
-      {"ceiling 8192^3", 8192, 8192, 8192, false, true},
-      {"qkv fwd X.Wt", N, QKV, C, false, true},
-      {"attn-out fwd", N, C, C, false, true},
-      {"mlp-up fwd", N, FF, C, false, true},
-      {"mlp-down fwd", N, C, FF, false, true},
-      {"lm-head fwd (8192-col chunk)", N, 8192, C, false, true},
-      {"mlp-up dX = dY.W", N, C, FF, false, false},
-      {"mlp-up dW = dYt.X", FF, C, N, true, false},
-      {"mlp-down dW = dYt.X", C, FF, N, true, false},
-  };
-  std::printf("forge bench gemm: cuBLASLt, bf16 inputs, f32 accumulate, bf16 output (dW: f32 output)\n");
-  std::printf("device %s; preset %s, %d x %d = %d rows\n\n", cuda::device_summary().c_str(), o.preset.c_str(), o.batch,
-              o.seq_len, N);
-  std::printf("%-30s %7s %7s %7s %10s %9s\n", "shape", "M", "N", "K", "time (us)", "TFLOP/s");
+  const int N = o.batch * o.seq_len;
+  const std::vector<Shape> shapes = step_shapes(cfg, N);
+  std::printf("forge bench gemm: cuBLASLt, bf16 inputs, f32 accumulate, bf16 output (dW: f32, accumulated)\n");
+  std::printf("device %s; preset %s, %d x %d = %d rows; the products of one training step\n\n",
+              cuda::device_summary().c_str(), o.preset.c_str(), o.batch, o.seq_len, N);
+  if (o.algos)
+    std::printf("%-18s %6s %6s %6s %5s %10s %8s | %4s %10s %8s %5s %9s\n", "product", "M", "N", "K", "calls",
+                "heur. us", "TFLOP/s", "algs", "best us", "TFLOP/s", "best", "ms/step");
+  else
+    std::printf("%-18s %6s %6s %6s %5s %10s %8s\n", "product", "M", "N", "K", "calls", "time (us)", "TFLOP/s");
   nlohmann::json rows = nlohmann::json::array();
-  double ceiling = 0;
-  for (const auto& s : shapes) {
-    const bool dw = s.ta;
-    cuda::GemmArgs g;
-    g.M = s.M, g.N = s.N, g.K = s.K, g.trans_a = s.ta, g.trans_b = s.tb;
-    g.ab_type = DType::kBF16;
-    g.c_type = dw ? DType::kF32 : DType::kBF16;
-    cuda::DeviceBuffer<uint16_t> a(ctx.allocator(), static_cast<size_t>(s.M) * s.K),
-        b(ctx.allocator(), static_cast<size_t>(s.K) * s.N);
-    cuda::DeviceBuffer<float> c(ctx.allocator(), static_cast<size_t>(s.M) * s.N);
-    fill_random(ctx, a.data(), a.size(), 1);
-    fill_random(ctx, b.data(), b.size(), 2);
+  double step_heuristic = 0, step_best = 0;
+  for (const Shape& s : shapes) {
+    cuda::GemmArgs g = s.g;
+    const size_t a_n = static_cast<size_t>(g.M) * g.K, b_n = static_cast<size_t>(g.K) * g.N,
+                 c_n = static_cast<size_t>(g.M) * g.N;
+    cuda::DeviceBuffer<uint16_t> a(ctx.allocator(), a_n), b(ctx.allocator(), b_n);
+    cuda::DeviceBuffer<float> c(ctx.allocator(), c_n);  // room for f32; bf16 uses half
+    cuda::DeviceBuffer<uint16_t> aux, bias;
+    fill_random(ctx, a.data(), a_n, 1);
+    fill_random(ctx, b.data(), b_n, 2, 0.05f);
+    FORGE_CUDA_CHECK(cudaMemsetAsync(c.data(), 0, c_n * 4, ctx.stream()));
+    if (g.epilogue == cuda::GemmEpilogue::kBias || g.epilogue == cuda::GemmEpilogue::kBiasGeluAux) {
+      bias = cuda::DeviceBuffer<uint16_t>(ctx.allocator(), g.N);
+      fill_random(ctx, bias.data(), g.N, 3);
+      g.bias = bias.data();
+    }
+    if (g.epilogue == cuda::GemmEpilogue::kBiasGeluAux || g.epilogue == cuda::GemmEpilogue::kDGelu) {
+      aux = cuda::DeviceBuffer<uint16_t>(ctx.allocator(), c_n);
+      fill_random(ctx, aux.data(), c_n, 4);
+      g.aux = aux.data();
+    }
+    const double flop = 2.0 * g.M * g.N * g.K;
     const double sec = time_gemm(ctx, g, a.data(), b.data(), c.data());
-    const double tflops = 2.0 * s.M * s.N * s.K / sec / 1e12;
-    if (ceiling == 0) ceiling = tflops;
-    std::printf("%-30s %7d %7d %7d %10.1f %9.1f\n", s.what.c_str(), s.M, s.N, s.K, sec * 1e6, tflops);
-    rows.push_back({{"shape", s.what}, {"M", s.M}, {"N", s.N}, {"K", s.K}, {"seconds", sec}, {"tflops", tflops}});
+    nlohmann::json row = {{"product", s.what}, {"M", g.M},      {"N", g.N},           {"K", g.K},
+                          {"calls_per_step", s.calls_per_step}, {"seconds", sec}, {"tflops", flop / sec / 1e12}};
+    if (!o.algos) {
+      std::printf("%-18s %6d %6d %6d %5d %10.1f %8.1f\n", s.what.c_str(), g.M, g.N, g.K, s.calls_per_step,
+                  sec * 1e6, flop / sec / 1e12);
+    } else {
+      const int n = cuda::gemm_candidates(ctx, g, a.data(), b.data(), c.data());
+      double best = sec;
+      int best_k = -1;  // -1: the plan's own (the heuristic's first)
+      nlohmann::json cands = nlohmann::json::array();
+      for (int k = 0; k < n; ++k) {
+        cuda::GemmArgs gk = g;
+        gk.candidate = k;
+        const double t = time_gemm(ctx, gk, a.data(), b.data(), c.data());
+        cands.push_back(t);
+        if (t < best) best = t, best_k = k;
+      }
+      const double saved_ms = (sec - best) * 1e3 * s.calls_per_step;
+      step_heuristic += sec * 1e3 * s.calls_per_step;
+      step_best += best * 1e3 * s.calls_per_step;
+      std::printf("%-18s %6d %6d %6d %5d %10.1f %8.1f | %4d %10.1f %8.1f %5s %9.3f\n", s.what.c_str(), g.M, g.N,
+                  g.K, s.calls_per_step, sec * 1e6, flop / sec / 1e12, n, best * 1e6, flop / best / 1e12,
+                  best_k < 0 ? "heur" : std::to_string(best_k).c_str(), saved_ms);
+      row["candidate_seconds"] = cands;
+      row["best_candidate"] = best_k;
+    }
+    rows.push_back(row);
   }
+  if (o.algos)
+    std::printf("\none step's products: %.2f ms with the heuristic's algorithms, %.2f ms with the fastest "
+                "candidate of each (-%.2f ms, %.1f%%).\n'best' is the fastest candidate's index (0 is the "
+                "heuristic's first, timed again); 'heur' when none beat the first timing;\nms/step: "
+                "what it saves over one step's calls.\n",
+                step_heuristic, step_best, step_heuristic - step_best,
+                100.0 * (step_heuristic - step_best) / std::max(step_heuristic, 1e-9));
   std::printf("\nreference: cuBLASLt 8192^3 bf16 on this H200 model measured 788-806 TFLOP/s (ANCHORS.md);\n"
               "the first row is the same product measured in this run.\n");
   if (!o.json_out.empty()) std::ofstream(o.json_out) << nlohmann::json{{"bench", "gemm"}, {"rows", rows}}.dump(2) << "\n";

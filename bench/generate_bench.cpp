@@ -44,9 +44,9 @@ void generate_bench(const GenerateBenchOptions& o) {
               o.preset.c_str(), cfg.family_name().c_str(), cfg.n_layer, cfg.n_embd, cfg.n_head, cfg.n_kv_head,
               cfg.vocab_size);
   std::printf("device %s; prompt %d tokens, %d new tokens per request; median of %d runs; step graph %s; PDL %s; "
-              "pipelined steps %s\n\n",
+              "pipelined steps %s; cuBLASLt algorithms %s\n\n",
               engine->device_name().c_str(), o.prompt_len, o.new_tokens, o.repeats, o.graph ? "on" : "off",
-              o.pdl ? "on" : "off", o.pipeline ? "on" : "off");
+              o.pdl ? "on" : "off", o.pipeline ? "on" : "off", o.timed_gemm_algos ? "timed" : "heuristic");
   std::printf("| batch | time to first token | decode tokens/s | per-sequence tok/s | step time |\n");
   std::printf("| ---: | ---: | ---: | ---: | ---: |\n");
   nlohmann::json rows = nlohmann::json::array();
@@ -63,6 +63,7 @@ void generate_bench(const GenerateBenchOptions& o) {
     g.graph = o.graph;
     g.pdl = o.pdl;
     g.pipeline = o.pipeline;
+    g.timed_gemm_algos = o.timed_gemm_algos;
     engine->generate(reqs, g);  // warm-up: plans, cuBLASLt caches, allocator
     std::vector<double> ttft, tps, seq_tps, step_ms;
     for (int r = 0; r < o.repeats; ++r) {

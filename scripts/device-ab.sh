@@ -9,7 +9,9 @@
 #     the earlier builds scripts/device-bundle.sh packs),
 #     by default the runs of AB_SET (families: plain Llama, Qwen3 and Qwen2; gpt2: GPT-2 and
 #     SmolLM2; wgrad: each of those five with FORGE_WGRAD_SUMS=split and =fused, the setting
-#     written without a GPU on 2026-12-05, docs/perf-notes.md);
+#     written without a GPU on 2026-12-05, docs/perf-notes.md; gemm: GPT-2 124M, plain Llama and
+#     SmolLM2 with FORGE_GEMM_ALGO=heuristic and =timed, after `forge bench gemm --algos` on each
+#     of those shapes, written to $OUT/algos-<preset>.txt, and `forge bench generate` with each);
 #  3. with TIMELINE="label ..." dev/train_timeline's CSV of those runs ($OUT/<label>.csv; compare
 #     two with dev/timeline_diff.py).
 # Usage (device run, carry dev-out): bash scripts/device-ab.sh
@@ -34,15 +36,36 @@ case ${AB_SET:-families} in
       default_runs+="${spec%%|*}||${spec#*|};${spec%%|*}-fused|FORGE_WGRAD_SUMS=fused|${spec#*|};"
     done
     default_runs=${default_runs%;} ;;
-  *) echo "AB_SET: families, gpt2 or wgrad"; exit 2 ;;
+  gemm)  # FORGE_GEMM_ALGO=timed against the heuristic's first algorithm
+    default_runs=""
+    for spec in "gpt2|--preset gpt2-124m" "plain|$llama" "smollm2|$smol"; do
+      default_runs+="${spec%%|*}||${spec#*|};${spec%%|*}-timed|FORGE_GEMM_ALGO=timed|${spec#*|};"
+    done
+    default_runs=${default_runs%;} ;;
+  *) echo "AB_SET: families, gpt2, wgrad or gemm"; exit 2 ;;
 esac
 nvidia-smi --query-gpu=name,driver_version,clocks.sm --format=csv,noheader | tee "$out/gpu.txt"
 default_tests='*HeadNormRope*:*HfGolden*'
 [[ ${AB_SET:-} == wgrad ]] && default_tests='*Norm*:*BiasGrad*:*Rope*:*LinearBwd*:CudaModelTest*:*HfGolden*'
+[[ ${AB_SET:-} == gemm ]] && default_tests='*Gemm*:*LinearBwd*:*CrossEntropy*:CudaModelTest*:*HfGolden*'
 tests=${AB_TESTS-$default_tests}
 if [[ -n $tests ]]; then
   "$bin/forge_cuda_tests" --gtest_filter="$tests" 2>&1 | tee "$out/ab_tests.log" \
     | grep -E "^\[  (FAILED|PASSED|SKIPPED) |tests ran|Failure" || status=1
+fi
+if [[ ${AB_SET:-} == gemm ]]; then
+  for shape in "gpt2-124m" "llama-100m --batch 32 --seq-len 2048" "smollm2-135m --batch 32 --seq-len 2048"; do
+    # shellcheck disable=SC2086
+    "$bin/forge" bench gemm --algos --preset $shape > "$out/algos-${shape%% *}.txt" 2>&1 || status=1
+    grep -A3 "^one step" "$out/algos-${shape%% *}.txt" | head -1
+  done
+  for r in $(seq "${ROUNDS:-2}"); do  # decode: the LM head and the products cuBLASLt runs there
+    for algo in heuristic timed; do
+      echo "round $r  generate $algo:"
+      FORGE_GEMM_ALGO=$algo "$bin/forge" bench generate --batches 1,8,32 --repeats 2 2>&1 \
+        | tee -a "$out/generate-$algo.log" | grep -E "^\| [0-9]"
+    done
+  done
 fi
 IFS=';' read -ra runs <<< "${AB_RUNS:-$default_runs}"
 for r in $(seq "${ROUNDS:-2}"); do

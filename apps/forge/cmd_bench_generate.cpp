@@ -7,6 +7,7 @@
 #include "commands.h"
 #include "forge/core/error.h"
 #include "forge/core/parse.h"
+#include "run_env.h"
 
 namespace forge::cli {
 
@@ -52,6 +53,7 @@ int bench_generate(const Argv& argv) {
   o.graph = !a.has("no-graph");
   o.pdl = !a.has("no-pdl");
   o.pipeline = !a.has("no-pipeline");
+  o.timed_gemm_algos = cuda_settings_from_env().timed_gemm_algos;
   o.json_out = a.get("json-out", "");
   if (a.has("batches")) {
     o.batches.clear();

@@ -34,6 +34,7 @@ const Command kBenchGpu = {
      {"sft-lengths", "MIN,MAX", "train --sft: the synthetic examples' token counts (default 64,1024)"},
      {"rows", "N", "gemm: the small-N linear kernels vs cuBLASLt at these row counts (1..32)", true},
      {"sweep", "", "gemm --rows: also time every tiling of the small-N kernels"},
+     {"algos", "", "gemm: time every algorithm cuBLASLt's heuristic offers each product (FORGE_GEMM_ALGO=timed picks the fastest)"},
      {"gpus", "N", "train: data-parallel scaling: one GPU, then N ranks (ZeRO-1 over NCCL) of B x T each"},
      {"rank-result", "FILE", "(set by --gpus for the ranks it starts) rank 0 writes its numbers here"},
      {"rank-plain", "", "(set by --gpus) this rank runs the plain one-GPU runner"},
@@ -48,6 +49,9 @@ const Command kBenchGpu = {
     "train reports tokens/s, MFU (6N + 6LCT FLOPs per token over 989 TFLOP/s), step time and\n"
     "peak memory, beside llm.c's and torch.compile's figures on the same GPU model (ANCHORS.md),\n"
     "one row per --set recompute=LEVEL given (default none).\n"
+    "gemm times each product of one training step of the preset as the CUDA backend calls it\n"
+    "(epilogues included); --algos adds every candidate of cuBLASLt's heuristic and what the\n"
+    "fastest would save a step.\n"
     "gemm --rows 1 8 32 times a decode step's linear layers (smollm2-135m and gpt2-124m, or\n"
     "--preset) with the small-N kernels and with cuBLASLt, weights read from HBM.\n"
     "train --sft times the same model on SFT rows, padded and packed, built from synthetic examples\n"
@@ -165,6 +169,7 @@ int bench_gpu(const std::string& what, const Argv& argv) {
   o.presets = a.has("preset") ? std::vector<std::string>{o.preset}
                               : std::vector<std::string>{"smollm2-135m", "gpt2-124m"};
   o.sweep = a.has("sweep");
+  o.algos = a.has("algos");
   o.sft = a.has("sft");
   if (a.has("sft-lengths")) {
     const std::string v = a.get("sft-lengths", "");
@@ -175,6 +180,7 @@ int bench_gpu(const std::string& what, const Argv& argv) {
   }
   if ((o.sft || a.has("sft-lengths")) && what != "train") throw Error("--sft and --sft-lengths go with bench train");
   if (o.sweep && o.rows.empty()) throw Error("--sweep goes with gemm --rows (e.g. --rows 1 8 32 --sweep)");
+  if (o.algos && (what != "gemm" || !o.rows.empty())) throw Error("--algos goes with bench gemm (without --rows)");
   if ((a.has("gpus") || a.has("rank-result") || a.has("rank-plain")) && what != "train")
     throw Error("--gpus goes with bench train");
   if (a.has("gpus") && o.sft) throw Error("bench train: --gpus and --sft do not go together (yet)");

@@ -20,6 +20,12 @@ CudaSettings cuda_settings_from_env() {
     if (v != "split" && v != "fused") throw Error(str("FORGE_WGRAD_SUMS=", quote(v), " (expected split or fused)"));
     s.fused_wgrad_sums = v == "fused";
   }
+  if (const char* w = std::getenv("FORGE_GEMM_ALGO")) {
+    const std::string v = w;
+    if (v != "heuristic" && v != "timed")
+      throw Error(str("FORGE_GEMM_ALGO=", quote(v), " (expected heuristic or timed)"));
+    s.timed_gemm_algos = v == "timed";
+  }
   return s;
 }
 

@@ -30,6 +30,12 @@ TEST_F(RunEnv, BadWgradSumsIsAOneLineError) {
   EXPECT_NE(r.err.find("FORGE_WGRAD_SUMS='both' (expected split or fused)"), std::string::npos) << r.err;
 }
 
+TEST_F(RunEnv, BadGemmAlgoIsAOneLineError) {
+  const CmdResult r = forge_env("FORGE_GEMM_ALGO=fastest", "train --data /nonexistent --steps 1");
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.err.find("FORGE_GEMM_ALGO='fastest' (expected heuristic or timed)"), std::string::npos) << r.err;
+}
+
 TEST_F(RunEnv, BadFaultPlanIsAOneLineError) {
   expect_user_error(
       forge_env("FORGE_FAULT_INJECT=nan_grad@soon", "train --data /nonexistent --steps 1"),
@@ -39,7 +45,8 @@ TEST_F(RunEnv, BadFaultPlanIsAOneLineError) {
 // A known value passes the CLI's check: the run then fails on the missing data, not the setting.
 TEST_F(RunEnv, KnownValuesAreAccepted) {
   const CmdResult r =
-      forge_env("FORGE_ATTENTION=unfused FORGE_CUDA_GRAPH=0 FORGE_WGRAD_SUMS=fused FORGE_FAULT_INJECT=nan_loss@1-2",
+      forge_env("FORGE_ATTENTION=unfused FORGE_CUDA_GRAPH=0 FORGE_WGRAD_SUMS=fused FORGE_GEMM_ALGO=timed "
+                "FORGE_FAULT_INJECT=nan_loss@1-2",
                 "train --data /nonexistent --steps 1");
   EXPECT_EQ(r.code, 1);
   EXPECT_EQ(r.err.find("FORGE_"), std::string::npos) << r.err;

@@ -117,6 +117,8 @@ TEST_F(TokenizerCli, OneLineErrors) {
   expect_user_error(forge("bench attention --causal maybe"), "--causal must be yes, no or both");
   expect_user_error(forge("bench attention --shapes 4x16x4096"), "is not BxHxTxD");
   expect_user_error(forge("bench gemm --gpus 1"), "--gpus goes with bench train");
+  expect_user_error(forge("bench train --algos"), "--algos goes with bench gemm (without --rows)");
+  expect_user_error(forge("bench gemm --rows 1 --algos"), "--algos goes with bench gemm (without --rows)");
   expect_user_error(forge("bench train --gpus 1 --sft"), "--gpus and --sft do not go together");
   expect_user_error(forge("bench frob"), "unknown benchmark 'frob'");
   expect_user_error(forge("data frob"), "unknown action 'frob'");

@@ -21,6 +21,9 @@ struct GenOptions {
   bool graph = true;   // capture the step once and replay it (CUDA graphs on the GPU)
   bool pdl = true;     // CUDA: decode kernels launch while the one before finishes (cuda/pdl.cuh)
   bool pipeline = true;  // hand out a step's ids while the next step runs (decode_loop.h)
+  // CUDA: cuBLASLt algorithms timed per shape on first use (cuda::Context::timed_gemm_algos; an
+  // A/B setting while it is measured, FORGE_GEMM_ALGO=timed in forge bench generate).
+  bool timed_gemm_algos = false;
 };
 
 // on_token(request index, id) after each id; returning false ends that request (kCaller).

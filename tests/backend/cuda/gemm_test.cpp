@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "cuda_testing.h"
+#include "forge/core/error.h"
 #include "forge/ops/activation.h"
 #include "forge/ops/matmul.h"
 
@@ -184,6 +185,117 @@ TEST_F(GemmTest, StridedViewsMatchCpu) {
             ++sentinel_changed;
         EXPECT_EQ(sentinel_changed, 0u);
       }
+}
+
+// Context::timed_gemm_algos: the first call of each plan times the heuristic's candidates on the
+// call's own operands before the real product. The calls training makes, each checked against
+// the CPU: the weight gradient (bf16 in, f32 C, beta 1: C must be saved and put back, or the
+// timing's ~6 products per candidate would be added to it), the forward with bias + GELU and its
+// aux output, the DGELU backward, and a strided beta-1 view whose untouched elements must keep
+// their sentinels. Shapes large enough that the heuristic offers several candidates.
+TEST_F(GemmTest, TimedAlgorithmChoiceMatchesCpu) {
+  ctx().set_timed_gemm_algos(true);
+  const int M = 192, N = 160, K = 512;
+  // bf16 inputs, f32 accumulation over 512 products in another order: ~1e-5 relative.
+  const forge::testing::Tol f32_out{1e-4, 1e-4};
+  {  // dW (M, N) f32 += Aᵀ (M, K)ᵀ · B (K, N), A stored (K, M)
+    const auto a = round_bf16(random_normal<float>(K * M, 51)), b = round_bf16(random_normal<float>(K * N, 52));
+    const auto c0 = random_normal<float>(M * N, 53);
+    auto da = upload(to_bf16(a)), db = upload(to_bf16(b));
+    auto dc = upload(c0);
+    GemmArgs g;
+    g.M = M, g.N = N, g.K = K, g.trans_a = true, g.beta = 1.0f;
+    g.ab_type = DType::kBF16, g.c_type = DType::kF32;
+    EXPECT_GE(gemm_candidates(ctx(), g, da.data(), db.data(), dc.data()), 1);
+    gemm(ctx(), g, da.data(), db.data(), dc.data());
+    std::vector<float> ref = c0;
+    cpu::matmul_reference<float>(ref.data(), a.data(), b.data(), M, N, K, true, false, 1.0f, 1.0f);
+    EXPECT_TRUE(all_close(download(dc), ref, f32_out)) << "accumulating weight gradient";
+  }
+  {  // forward X · Wᵀ + bias, GELU, pre-GELU values to aux (bf16)
+    const auto a = round_bf16(random_normal<float>(M * K, 54, 0.1));
+    const auto b = round_bf16(random_normal<float>(N * K, 55, 0.1));
+    const auto bias = round_bf16(random_normal<float>(N, 56));
+    auto da = upload(to_bf16(a)), db = upload(to_bf16(b)), dbias = upload(to_bf16(bias));
+    auto dc = poisoned<uint16_t>(M * N), daux = poisoned<uint16_t>(M * N);
+    GemmArgs g;
+    g.M = M, g.N = N, g.K = K, g.trans_b = true;
+    g.ab_type = g.c_type = DType::kBF16;
+    g.epilogue = GemmEpilogue::kBiasGeluAux, g.bias = dbias.data(), g.aux = daux.data();
+    gemm(ctx(), g, da.data(), db.data(), dc.data());
+    std::vector<float> pre(M * N), ref(M * N);
+    cpu::matmul_reference<float>(pre.data(), a.data(), b.data(), M, N, K, false, true);
+    for (int r = 0; r < M; ++r)
+      for (int c = 0; c < N; ++c) pre[r * N + c] += bias[c];
+    cpu::gelu_fwd<float>(ref.data(), pre.data(), M * N);
+    EXPECT_TRUE(all_close(from_bf16(download(daux)), pre, kTolBf16)) << "aux";
+    EXPECT_TRUE(all_close(from_bf16(download(dc)), ref, kTolBf16)) << "GELU output";
+  }
+  {  // dX = (dY · W) ∘ gelu'(pre), bf16
+    const auto a = round_bf16(random_normal<float>(M * K, 57, 0.3));
+    const auto b = round_bf16(random_normal<float>(K * N, 58, 0.3));
+    const auto pre = round_bf16(random_normal<float>(M * N, 59, 1.5));
+    auto da = upload(to_bf16(a)), db = upload(to_bf16(b)), daux = upload(to_bf16(pre));
+    auto dc = poisoned<uint16_t>(M * N);
+    GemmArgs g;
+    g.M = M, g.N = N, g.K = K;
+    g.ab_type = g.c_type = DType::kBF16;
+    g.epilogue = GemmEpilogue::kDGelu, g.aux = daux.data();
+    gemm(ctx(), g, da.data(), db.data(), dc.data());
+    std::vector<float> dy(M * N), ref(M * N, 0.0f);
+    cpu::matmul_reference<float>(dy.data(), a.data(), b.data(), M, N, K, false, false);
+    cpu::gelu_bwd<float>(ref.data(), pre.data(), dy.data(), M * N);
+    EXPECT_TRUE(all_close(from_bf16(download(dc)), ref, kTolBf16)) << "DGELU";
+  }
+  {  // a strided f32 view, beta 1: rows of ldc = N + 5 with sentinels between them
+    const int64_t ldc = N + 5;
+    const float kSentinel = 7.0f;
+    const auto a = random_normal<float>(M * K, 60), b = random_normal<float>(K * N, 61);
+    const auto c0 = random_normal<float>(M * N, 62);
+    std::vector<float> c_st(M * ldc, kSentinel), ref_st = c_st, ref = c0;
+    for (int r = 0; r < M; ++r)
+      for (int c = 0; c < N; ++c) c_st[r * ldc + c] = c0[r * N + c];
+    cpu::matmul_reference<float>(ref.data(), a.data(), b.data(), M, N, K, false, false, 1.0f, 1.0f);
+    for (int r = 0; r < M; ++r)
+      for (int c = 0; c < N; ++c) ref_st[r * ldc + c] = ref[r * N + c];
+    auto da = upload(a), db = upload(b), dc = upload(c_st);
+    GemmArgs g;
+    g.M = M, g.N = N, g.K = K, g.beta = 1.0f, g.ldc = ldc;
+    gemm(ctx(), g, da.data(), db.data(), dc.data());
+    const auto got = download(dc);
+    EXPECT_TRUE(all_close(got, ref_st, {1e-4, 1e-4})) << "strided view";
+    for (int r = 0; r < M; ++r)
+      for (int64_t c = N; c < ldc; ++c) ASSERT_EQ(got[r * ldc + c], kSentinel) << r << "," << c;
+  }
+}
+
+// Each of the heuristic's candidates (GemmArgs::candidate, what forge bench gemm --algos times)
+// computes the same product: bf16 with a bias, against the CPU.
+TEST_F(GemmTest, EveryCandidateMatchesCpu) {
+  const int M = 256, N = 192, K = 384;
+  const auto a = round_bf16(random_normal<float>(M * K, 71)), b = round_bf16(random_normal<float>(N * K, 72));
+  const auto bias = round_bf16(random_normal<float>(N, 73));
+  auto da = upload(to_bf16(a)), db = upload(to_bf16(b)), dbias = upload(to_bf16(bias));
+  std::vector<float> ref(M * N);
+  cpu::matmul_reference<float>(ref.data(), a.data(), b.data(), M, N, K, false, true);
+  for (int r = 0; r < M; ++r)
+    for (int c = 0; c < N; ++c) ref[r * N + c] += bias[c];
+  GemmArgs g;
+  g.M = M, g.N = N, g.K = K, g.trans_b = true;
+  g.ab_type = g.c_type = DType::kBF16;
+  g.epilogue = GemmEpilogue::kBias, g.bias = dbias.data();
+  auto dc = poisoned<uint16_t>(M * N);
+  const int n = gemm_candidates(ctx(), g, da.data(), db.data(), dc.data());
+  ASSERT_GE(n, 1);
+  ASSERT_LE(n, 8);
+  for (int k = 0; k < n; ++k) {
+    auto out = poisoned<uint16_t>(M * N);
+    g.candidate = k;
+    gemm(ctx(), g, da.data(), db.data(), out.data());
+    EXPECT_TRUE(all_close(from_bf16(download(out)), ref, kTolBf16)) << "candidate " << k << " of " << n;
+  }
+  g.candidate = n;  // past the list: an error naming it, not a crash
+  EXPECT_THROW(gemm(ctx(), g, da.data(), db.data(), dc.data()), forge::Error);
 }
 
 }  // namespace

@@ -69,6 +69,9 @@ struct CudaModelOptions {
   // Weight-gradient sums taken in the norms' own backward pass, finished by the 32-group kernel
   // (cuda::Context::fused_wgrad_sums; an A/B setting while it is measured, default off).
   bool fused_wgrad_sums = false;
+  // cuBLASLt algorithms timed per plan on its first call instead of the heuristic's first
+  // (cuda::Context::timed_gemm_algos; an A/B setting while it is measured, default off).
+  bool timed_gemm_algos = false;
 };
 
 class CudaBackend {

@@ -46,6 +46,12 @@ class Context {
   // pass is the 32-group one (kernel_utils.cuh). Different summation orders, both fixed.
   bool fused_wgrad_sums() const { return fused_wgrad_sums_; }
   void set_fused_wgrad_sums(bool on) { fused_wgrad_sums_ = on; }
+  // How cuBLASLt algorithms are chosen (an A/B setting while it is measured:
+  // CudaModelOptions::timed_gemm_algos). Off: the heuristic's first. On: each plan's first eager
+  // call times the heuristic's candidates and keeps the fastest (gemm.cu). Plans already built
+  // keep their algorithm.
+  bool timed_gemm_algos() const { return timed_gemm_algos_; }
+  void set_timed_gemm_algos(bool on) { timed_gemm_algos_ = on; }
   // Waits for everything enqueued so far.
   void synchronize();
 
@@ -58,6 +64,7 @@ class Context {
   size_t workspace_bytes_ = 0;
   bool pdl_ = false;
   bool fused_wgrad_sums_ = false;
+  bool timed_gemm_algos_ = false;
   Allocator allocator_;
   struct GemmPlanCacheDeleter {
     void operator()(GemmPlanCache* p) const;

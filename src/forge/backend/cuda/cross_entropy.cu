@@ -268,6 +268,12 @@ int chunk_rows(int N, int ld) {
   return static_cast<int>((rows + kRowGranule - 1) / kRowGranule * kRowGranule);
 }
 
+}  // namespace
+
+int lm_head_chunk_rows(int N, int Vp) { return chunk_rows(N, row_stride(Vp)); }
+
+namespace {
+
 // ---- f32: vocabulary chunks -----------------------------------------------------------------
 
 constexpr int kThreads = 256;  // per row block

@@ -15,4 +15,9 @@ void lm_head_cross_entropy_bf16(Context& ctx, float* losses, void* dx, float* dw
                                 const void* w, const int32_t* targets, const float* dloss, int N,
                                 int C, int V, int Vp, int chunk_rows);
 
+// The rows of one chunk that lm_head_cross_entropy (bf16) takes for N tokens and a padded
+// vocabulary Vp: all N, or the fewest equal chunks whose bf16 logits fit its 1 GiB bound
+// (forge bench gemm times the LM head's products at this size).
+int lm_head_chunk_rows(int N, int Vp);
+
 }  // namespace forge::cuda

@@ -8,16 +8,28 @@
 // Determinism: every cuBLASLt reduction scheme (none, in-place with ordering counters, or a
 // separate reduction over a workspace) sums in a fixed order, and the algorithm for a key never
 // changes within a process, so equal inputs give bit-identical outputs.
+//
+// Which algorithm: the heuristic returns up to kCandidates, its estimate of the fastest first.
+// By default a plan runs that first one. Under Context::timed_gemm_algos (an A/B setting while it
+// is measured) the plan's first call, when it runs eagerly, times every candidate on the call's
+// own operands and keeps the fastest — what issue 16 calls "cuBLASLt algorithm choice per shape".
+// The choice is made once per plan, so results stay bit-identical within a process; another
+// process may time differently and pick another algorithm, so its last bits may differ.
 #include <algorithm>
 #include <cstdint>
+#include <limits>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <tuple>
 #include <utility>
+#include <vector>
 
+#include "forge/backend/cuda/allocator.h"
 #include "forge/backend/cuda/check.h"
 #include "forge/backend/cuda/gemm.h"
 #include "forge/core/error.h"
+#include "forge/core/log.h"
 
 namespace forge::cuda {
 
@@ -41,10 +53,14 @@ cudaDataType_t to_cuda(DType t) {
   return CUDA_R_32F;
 }
 
+// How many algorithms the heuristic is asked for (bench gemm --algos and the timed choice).
+constexpr int kCandidates = 8;
+
 struct Plan {
   cublasLtMatmulDesc_t op = nullptr;
   cublasLtMatrixLayout_t la = nullptr, lb = nullptr, lc = nullptr;
-  cublasLtMatmulAlgo_t algo{};
+  std::vector<cublasLtMatmulAlgo_t> candidates;  // the heuristic's, its estimated fastest first
+  int chosen = 0;                                // the one gemm() runs
 };
 
 // Byte alignments of the three operands as cuBLASLt sees them (its "A" is our B).
@@ -153,15 +169,94 @@ Plan make_plan(Context& ctx, const GemmArgs& g, const Stored& st, const Alignmen
       {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, al.c}};
   for (const auto& [attr, bytes] : aligns)
     FORGE_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, attr, &bytes, sizeof(bytes)));
-  cublasLtMatmulHeuristicResult_t result{};
+  cublasLtMatmulHeuristicResult_t results[kCandidates] = {};
   int found = 0;
-  FORGE_CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(ctx.lt(), p.op, p.la, p.lb, p.lc, p.lc, pref, 1,
-                                                    &result, &found));
+  FORGE_CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(ctx.lt(), p.op, p.la, p.lb, p.lc, p.lc, pref,
+                                                    kCandidates, results, &found));
   cublasLtMatmulPreferenceDestroy(pref);
-  FORGE_CHECK(found > 0, "[gemm] cuBLASLt has no algorithm for M=", g.M, " N=", g.N, " K=", g.K,
-              " alignments ", al.b, "/", al.a, "/", al.c, " bytes");
-  p.algo = result.algo;
+  for (int i = 0; i < found; ++i)
+    if (results[i].state == CUBLAS_STATUS_SUCCESS) p.candidates.push_back(results[i].algo);
+  FORGE_CHECK(!p.candidates.empty(), "[gemm] cuBLASLt has no algorithm for M=", g.M, " N=", g.N,
+              " K=", g.K, " alignments ", al.b, "/", al.a, "/", al.c, " bytes");
   return p;
+}
+
+// The per-call pointers live in the descriptor (set under the cache's lock).
+void set_call_pointers(const Plan& p, const GemmArgs& g) {
+  if (g.bias)
+    FORGE_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
+                                                      &g.bias, sizeof(g.bias)));
+  if (g.aux)
+    FORGE_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(
+        p.op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &g.aux, sizeof(g.aux)));
+}
+
+cublasStatus_t enqueue(Context& ctx, const Plan& p, int candidate, const GemmArgs& g, const void* a,
+                       const void* b, void* c) {
+  return cublasLtMatmul(ctx.lt(), p.op, &g.alpha, b, p.la, a, p.lb, &g.beta, c, p.lc, c, p.lc,
+                        &p.candidates[candidate], ctx.workspace(), ctx.workspace_bytes(),
+                        ctx.stream());
+}
+
+// Under Context::timed_gemm_algos: times each candidate on the call's own operands (a warm-up,
+// then kReps calls between two events) and returns the fastest's index; 0 (the heuristic's
+// first) when there is nothing to choose, while the stream is being captured (no timing or
+// synchronising inside a capture: the plan keeps the heuristic's choice), or when C cannot be
+// saved. Every trial writes C (and a GELU epilogue's aux output, which the real call then
+// rewrites); where the call accumulates (beta ≠ 0) C is saved first and put back afterwards, so
+// the real call that follows sees C as it was.
+int time_candidates(Context& ctx, const GemmArgs& g, const Stored& st, const Plan& p, const void* a,
+                    const void* b, void* c) {
+  constexpr int kReps = 5;
+  if (p.candidates.size() < 2) return 0;
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  FORGE_CUDA_CHECK(cudaStreamIsCapturing(ctx.stream(), &capture));
+  if (capture != cudaStreamCaptureStatusNone) return 0;
+  // C's elements from its first to its last: (batch − 1) strides, then M rows of ldc.
+  const size_t c_bytes =
+      static_cast<size_t>(static_cast<int64_t>(g.batch - 1) * g.stride_c +
+                          static_cast<int64_t>(g.M - 1) * st.ldc + g.N) *
+      dtype_size(g.c_type);
+  std::optional<DeviceBuffer<uint8_t>> saved;
+  if (g.beta != 0.0f) {
+    try {
+      saved.emplace(ctx.allocator(), c_bytes);
+    } catch (const Error&) {
+      log_debug("gemm: no memory to save C for timing M=", g.M, " N=", g.N, " K=", g.K,
+                "; the heuristic's algorithm is kept");
+      return 0;
+    }
+    FORGE_CUDA_CHECK(
+        cudaMemcpyAsync(saved->data(), c, c_bytes, cudaMemcpyDeviceToDevice, ctx.stream()));
+  }
+  cudaEvent_t e0, e1;
+  FORGE_CUDA_CHECK(cudaEventCreate(&e0));
+  FORGE_CUDA_CHECK(cudaEventCreate(&e1));
+  int best = 0;
+  float best_ms = std::numeric_limits<float>::infinity(), first_ms = best_ms;
+  for (int i = 0; i < static_cast<int>(p.candidates.size()); ++i) {
+    if (enqueue(ctx, p, i, g, a, b, c) != CUBLAS_STATUS_SUCCESS) continue;  // not runnable here
+    FORGE_CUDA_CHECK(cudaEventRecord(e0, ctx.stream()));
+    bool ok = true;
+    for (int r = 0; r < kReps && ok; ++r) ok = enqueue(ctx, p, i, g, a, b, c) == CUBLAS_STATUS_SUCCESS;
+    FORGE_CUDA_CHECK(cudaEventRecord(e1, ctx.stream()));
+    FORGE_CUDA_CHECK(cudaEventSynchronize(e1));
+    float ms = 0;
+    FORGE_CUDA_CHECK(cudaEventElapsedTime(&ms, e0, e1));
+    if (i == 0) first_ms = ms;
+    if (ok && ms < best_ms) best = i, best_ms = ms;
+  }
+  cudaEventDestroy(e0);
+  cudaEventDestroy(e1);
+  if (saved) {
+    FORGE_CUDA_CHECK(
+        cudaMemcpyAsync(c, saved->data(), c_bytes, cudaMemcpyDeviceToDevice, ctx.stream()));
+    FORGE_CUDA_CHECK(cudaStreamSynchronize(ctx.stream()));  // before the buffer goes back
+  }
+  log_debug("gemm: M=", g.M, " N=", g.N, " K=", g.K, " epilogue ", static_cast<int>(g.epilogue),
+            ": candidate ", best, " of ", p.candidates.size(), ", ", 1e3 * best_ms / kReps,
+            " us a call (the heuristic's first: ", 1e3 * first_ms / kReps, " us)");
+  return best;
 }
 
 }  // namespace
@@ -183,7 +278,12 @@ class GemmPlanCache {
 GemmPlanCache* new_gemm_plan_cache() { return new GemmPlanCache(); }
 void Context::GemmPlanCacheDeleter::operator()(GemmPlanCache* p) const { delete p; }
 
-void gemm(Context& ctx, const GemmArgs& g, const void* a, const void* b, void* c) {
+namespace {
+
+// The plan of g's key, built (and under timed_gemm_algos its algorithm chosen) on first use.
+// The caller holds cache.mu.
+Plan& plan_for(Context& ctx, GemmPlanCache& cache, const GemmArgs& g, const void* a, const void* b,
+               void* c) {
   FORGE_CHECK(g.M > 0 && g.N > 0 && g.K > 0 && g.batch > 0, "[gemm] bad shape M=", g.M, " N=", g.N,
               " K=", g.K);
   FORGE_CHECK(!uses_bias(g.epilogue) || g.bias != nullptr, "[gemm] bias epilogue without a bias");
@@ -198,7 +298,6 @@ void gemm(Context& ctx, const GemmArgs& g, const void* a, const void* b, void* c
   const Alignment al{alignment_of(b, st.ldb, g.stride_b, g.batch, dtype_size(g.ab_type)),
                      alignment_of(a, st.lda, g.stride_a, g.batch, dtype_size(g.ab_type)),
                      alignment_of(c, st.ldc, g.stride_c, g.batch, dtype_size(g.c_type))};
-  GemmPlanCache& cache = ctx.gemm_plans();
   const PlanKey key{g.M,
                     g.N,
                     g.K,
@@ -218,19 +317,34 @@ void gemm(Context& ctx, const GemmArgs& g, const void* a, const void* b, void* c
                     al.b,
                     al.c,
                     g.beta != 0.0f};
-  std::lock_guard<std::mutex> lock(cache.mu);
   auto it = cache.plans.find(key);
-  if (it == cache.plans.end()) it = cache.plans.emplace(key, make_plan(ctx, g, st, al)).first;
-  Plan* plan = &it->second;
-  if (g.bias)
-    FORGE_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
-                                                      &g.bias, sizeof(g.bias)));
-  if (g.aux)
-    FORGE_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(
-        plan->op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &g.aux, sizeof(g.aux)));
-  FORGE_CUBLAS_CHECK(cublasLtMatmul(ctx.lt(), plan->op, &g.alpha, b, plan->la, a, plan->lb, &g.beta,
-                                    c, plan->lc, c, plan->lc, &plan->algo, ctx.workspace(),
-                                    ctx.workspace_bytes(), ctx.stream()));
+  if (it == cache.plans.end()) {
+    it = cache.plans.emplace(key, make_plan(ctx, g, st, al)).first;
+    if (ctx.timed_gemm_algos()) {
+      set_call_pointers(it->second, g);
+      it->second.chosen = time_candidates(ctx, g, st, it->second, a, b, c);
+    }
+  }
+  return it->second;
+}
+
+}  // namespace
+
+void gemm(Context& ctx, const GemmArgs& g, const void* a, const void* b, void* c) {
+  GemmPlanCache& cache = ctx.gemm_plans();
+  std::lock_guard<std::mutex> lock(cache.mu);
+  const Plan& plan = plan_for(ctx, cache, g, a, b, c);
+  const int candidate = g.candidate < 0 ? plan.chosen : g.candidate;
+  FORGE_CHECK(candidate < static_cast<int>(plan.candidates.size()), "[gemm] candidate ", candidate,
+              " of ", plan.candidates.size());
+  set_call_pointers(plan, g);
+  FORGE_CUBLAS_CHECK(enqueue(ctx, plan, candidate, g, a, b, c));
+}
+
+int gemm_candidates(Context& ctx, const GemmArgs& g, const void* a, const void* b, void* c) {
+  GemmPlanCache& cache = ctx.gemm_plans();
+  std::lock_guard<std::mutex> lock(cache.mu);
+  return static_cast<int>(plan_for(ctx, cache, g, a, b, c).candidates.size());
 }
 
 }  // namespace forge::cuda

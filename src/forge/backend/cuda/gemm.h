@@ -45,10 +45,17 @@ struct GemmArgs {
   int batch = 1;
   int64_t stride_a = 0, stride_b = 0, stride_c = 0;  // elements, for batch > 1
   int64_t lda = 0, ldb = 0, ldc = 0;  // row strides in elements of the stored A, B, C; 0 = packed
+  // -1: the plan's algorithm; k ≥ 0: the heuristic's k-th candidate (forge bench gemm --algos).
+  int candidate = -1;
 };
 
-// Enqueues C = op(A)·op(B) on the context's stream. Algorithms are chosen once per shape by
-// cuBLASLt's heuristic and cached.
+// Enqueues C = op(A)·op(B) on the context's stream. Algorithms are chosen once per shape and
+// cached: cuBLASLt's heuristic's first, or under Context::timed_gemm_algos the fastest of its
+// candidates timed on the first (eager) call (gemm.cu).
 void gemm(Context& ctx, const GemmArgs& g, const void* a, const void* b, void* c);
+
+// How many algorithms the heuristic offers for this call (at most 8; at least 1, or it throws).
+// Builds the call's plan as gemm() would, without enqueueing the product.
+int gemm_candidates(Context& ctx, const GemmArgs& g, const void* a, const void* b, void* c);
 
 }  // namespace forge::cuda
