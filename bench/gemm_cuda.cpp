@@ -17,6 +17,7 @@
 #include <nlohmann/json.hpp>
 
 #include "bench.h"
+#include "cuda_timing.h"
 #include "forge/backend/cuda/check.h"
 #include "forge/backend/cuda/context.h"
 #include "forge/backend/cuda/cross_entropy.h"
@@ -24,7 +25,6 @@
 #include "forge/backend/cuda/ops.h"
 #include "forge/backend/cuda/runtime.h"
 #include "forge/core/error.h"
-#include "forge/core/rng.h"
 #include "forge/model/config.h"
 
 namespace forge::bench {
@@ -37,45 +37,8 @@ struct Shape {
   int calls_per_step;  // how often one training step makes this product
 };
 
-// Fills a bf16 buffer with normal(0, scale) values: 2^20 generated on the host (in f32, converted
-// on the device), then repeated by device copies — host generation of the largest operands
-// (65,536 × 3,072) would take longer than the benchmark.
-void fill_random(cuda::Context& ctx, void* dst, size_t n, uint64_t seed, float scale = 1.0f) {
-  const size_t block = std::min<size_t>(n, size_t{1} << 20);
-  std::vector<float> h(block);
-  for (size_t i = 0; i < block; ++i) h[i] = scale * philox_normal(seed, 3, i);
-  cuda::DeviceBuffer<float> tmp(ctx.allocator(), block);
-  FORGE_CUDA_CHECK(cudaMemcpy(tmp.data(), h.data(), block * 4, cudaMemcpyHostToDevice));
-  FORGE_CUDA_CHECK(cudaDeviceSynchronize());  // the DMA must land before convert() reads it
-  cuda::convert(ctx, DType::kBF16, dst, DType::kF32, tmp.data(), block);
-  auto* bytes = static_cast<char*>(dst);
-  for (size_t done = block; done < n;) {
-    const size_t k = std::min(done, n - done);
-    FORGE_CUDA_CHECK(cudaMemcpyAsync(bytes + done * 2, bytes, k * 2, cudaMemcpyDeviceToDevice, ctx.stream()));
-    done += k;
-  }
-  ctx.synchronize();
-}
-
 double time_gemm(cuda::Context& ctx, const cuda::GemmArgs& g, const void* a, const void* b, void* c) {
-  cudaEvent_t e0, e1;
-  FORGE_CUDA_CHECK(cudaEventCreate(&e0));
-  FORGE_CUDA_CHECK(cudaEventCreate(&e1));
-  for (int i = 0; i < 3; ++i) cuda::gemm(ctx, g, a, b, c);
-  std::vector<float> trials;
-  for (int t = 0; t < 5; ++t) {
-    FORGE_CUDA_CHECK(cudaEventRecord(e0, ctx.stream()));
-    for (int i = 0; i < 20; ++i) cuda::gemm(ctx, g, a, b, c);
-    FORGE_CUDA_CHECK(cudaEventRecord(e1, ctx.stream()));
-    FORGE_CUDA_CHECK(cudaEventSynchronize(e1));
-    float ms = 0;
-    FORGE_CUDA_CHECK(cudaEventElapsedTime(&ms, e0, e1));
-    trials.push_back(ms / 20);
-  }
-  cudaEventDestroy(e0);
-  cudaEventDestroy(e1);
-  std::sort(trials.begin(), trials.end());
-  return trials[2] * 1e-3;
+  return time_op(ctx, [&] { cuda::gemm(ctx, g, a, b, c); });
 }
 
 cuda::GemmArgs args(int M, int N, int K, bool ta, bool tb) {
@@ -154,17 +117,17 @@ void gemm_cuda(const BenchOptions& o) {
     cuda::DeviceBuffer<uint16_t> a(ctx.allocator(), a_n), b(ctx.allocator(), b_n);
     cuda::DeviceBuffer<float> c(ctx.allocator(), c_n);  // room for f32; bf16 uses half
     cuda::DeviceBuffer<uint16_t> aux, bias;
-    fill_random(ctx, a.data(), a_n, 1);
-    fill_random(ctx, b.data(), b_n, 2, 0.05f);
+    fill_random_bf16(ctx, a.data(), a_n, 1);
+    fill_random_bf16(ctx, b.data(), b_n, 2, 0.05f);
     FORGE_CUDA_CHECK(cudaMemsetAsync(c.data(), 0, c_n * 4, ctx.stream()));
     if (g.epilogue == cuda::GemmEpilogue::kBias || g.epilogue == cuda::GemmEpilogue::kBiasGeluAux) {
       bias = cuda::DeviceBuffer<uint16_t>(ctx.allocator(), g.N);
-      fill_random(ctx, bias.data(), g.N, 3);
+      fill_random_bf16(ctx, bias.data(), g.N, 3);
       g.bias = bias.data();
     }
     if (g.epilogue == cuda::GemmEpilogue::kBiasGeluAux || g.epilogue == cuda::GemmEpilogue::kDGelu) {
       aux = cuda::DeviceBuffer<uint16_t>(ctx.allocator(), c_n);
-      fill_random(ctx, aux.data(), c_n, 4);
+      fill_random_bf16(ctx, aux.data(), c_n, 4);
       g.aux = aux.data();
     }
     const double flop = 2.0 * g.M * g.N * g.K;

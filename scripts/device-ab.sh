@@ -11,7 +11,8 @@
 #     SmolLM2; wgrad: each of those five with FORGE_WGRAD_SUMS=split and =fused, the setting
 #     written without a GPU on 2026-12-05, docs/perf-notes.md; gemm: GPT-2 124M, plain Llama and
 #     SmolLM2 with FORGE_GEMM_ALGO=heuristic and =timed, after `forge bench gemm --algos` on each
-#     of those shapes, written to $OUT/algos-<preset>.txt, and `forge bench generate` with each);
+#     of those shapes, written to $OUT/algos-<preset>.txt, `forge bench gemm --fp8` to
+#     $OUT/fp8-<preset>.txt, and `forge bench generate` with each setting);
 #  3. with TIMELINE="label ..." dev/train_timeline's CSV of those runs ($OUT/<label>.csv; compare
 #     two with dev/timeline_diff.py).
 # Usage (device run, carry dev-out): bash scripts/device-ab.sh
@@ -47,7 +48,7 @@ esac
 nvidia-smi --query-gpu=name,driver_version,clocks.sm --format=csv,noheader | tee "$out/gpu.txt"
 default_tests='*HeadNormRope*:*HfGolden*'
 [[ ${AB_SET:-} == wgrad ]] && default_tests='*Norm*:*BiasGrad*:*Rope*:*LinearBwd*:CudaModelTest*:*HfGolden*'
-[[ ${AB_SET:-} == gemm ]] && default_tests='*Gemm*:*LinearBwd*:*CrossEntropy*:CudaModelTest*:*HfGolden*'
+[[ ${AB_SET:-} == gemm ]] && default_tests='*Gemm*:*Fp8*:*LinearBwd*:*CrossEntropy*:CudaModelTest*:*HfGolden*'
 tests=${AB_TESTS-$default_tests}
 if [[ -n $tests ]]; then
   "$bin/forge_cuda_tests" --gtest_filter="$tests" 2>&1 | tee "$out/ab_tests.log" \
@@ -58,6 +59,9 @@ if [[ ${AB_SET:-} == gemm ]]; then
     # shellcheck disable=SC2086
     "$bin/forge" bench gemm --algos --preset $shape > "$out/algos-${shape%% *}.txt" 2>&1 || status=1
     grep -A3 "^one step" "$out/algos-${shape%% *}.txt" | head -1
+    # shellcheck disable=SC2086
+    "$bin/forge" bench gemm --fp8 --preset $shape > "$out/fp8-${shape%% *}.txt" 2>&1 || status=1
+    grep "^one step" "$out/fp8-${shape%% *}.txt"
   done
   for r in $(seq "${ROUNDS:-2}"); do  # decode: the LM head and the products cuBLASLt runs there
     for algo in heuristic timed; do

@@ -119,6 +119,7 @@ TEST_F(TokenizerCli, OneLineErrors) {
   expect_user_error(forge("bench gemm --gpus 1"), "--gpus goes with bench train");
   expect_user_error(forge("bench train --algos"), "--algos goes with bench gemm (without --rows)");
   expect_user_error(forge("bench gemm --rows 1 --algos"), "--algos goes with bench gemm (without --rows)");
+  expect_user_error(forge("bench gemm --fp8 --algos"), "--fp8 goes with bench gemm (without --rows or --algos)");
   expect_user_error(forge("bench train --gpus 1 --sft"), "--gpus and --sft do not go together");
   expect_user_error(forge("bench frob"), "unknown benchmark 'frob'");
   expect_user_error(forge("data frob"), "unknown action 'frob'");

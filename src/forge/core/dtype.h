@@ -8,7 +8,8 @@
 
 namespace forge {
 
-enum class DType : uint8_t { kF32, kF64, kBF16, kF16, kI32, kU16, kU32 };
+// kF8E4M3 / kF8E5M2: the 8-bit floats of Hopper's tensor cores (io/fp8.h), GEMM operands only.
+enum class DType : uint8_t { kF32, kF64, kBF16, kF16, kI32, kU16, kU32, kF8E4M3, kF8E5M2 };
 enum class Device : uint8_t { kCpu, kCuda };
 
 size_t dtype_size(DType t);

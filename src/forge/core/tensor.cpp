@@ -9,6 +9,7 @@ size_t dtype_size(DType t) {
     case DType::kF64: return 8;
     case DType::kF32: case DType::kI32: case DType::kU32: return 4;
     case DType::kBF16: case DType::kF16: case DType::kU16: return 2;
+    case DType::kF8E4M3: case DType::kF8E5M2: return 1;
   }
   return 0;
 }
@@ -22,6 +23,8 @@ const char* dtype_name(DType t) {
     case DType::kI32: return "i32";
     case DType::kU16: return "u16";
     case DType::kU32: return "u32";
+    case DType::kF8E4M3: return "f8e4m3";
+    case DType::kF8E5M2: return "f8e5m2";
   }
   return "?";
 }

@@ -47,6 +47,10 @@ cudaDataType_t to_cuda(DType t) {
       return CUDA_R_16BF;
     case DType::kF16:
       return CUDA_R_16F;
+    case DType::kF8E4M3:
+      return CUDA_R_8F_E4M3;
+    case DType::kF8E5M2:
+      return CUDA_R_8F_E5M2;
     default:
       FORGE_CHECK(false, "[gemm] unsupported dtype ", dtype_name(t));
   }
@@ -69,7 +73,10 @@ struct Alignment {
 };
 
 using PlanKey = std::tuple<int, int, int, bool, bool, int, int, int, int, int64_t, int64_t, int64_t,
-                           int64_t, int64_t, int64_t, uint32_t, uint32_t, uint32_t, bool>;
+                           int64_t, int64_t, int64_t, uint32_t, uint32_t, uint32_t, bool, int, bool>;
+
+// B's element type: b_type for FP8 products, else ab_type.
+DType b_type_of(const GemmArgs& g) { return is_fp8(g.ab_type) ? g.b_type : g.ab_type; }
 
 // Largest power of two ≤ 256 dividing the address, the row stride and (batched) the batch stride,
 // all in bytes: what an algorithm may assume about every row of every batch entry.
@@ -148,12 +155,17 @@ Plan make_plan(Context& ctx, const GemmArgs& g, const Stored& st, const Alignmen
     FORGE_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD,
                                                       &ld, sizeof(ld)));
   }
+  if (is_fp8(g.ab_type) && g.fast_accum) {
+    const int8_t on = 1;
+    FORGE_CUBLAS_CHECK(
+        cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_FAST_ACCUM, &on, sizeof(on)));
+  }
   if (uses_bias(g.epilogue)) {
     const cudaDataType_t bt = to_cuda(g.c_type);
     FORGE_CUBLAS_CHECK(
         cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bt, sizeof(bt)));
   }
-  p.la = layout(g.ab_type, st.b_rows, st.b_cols, st.ldb, g.batch, g.stride_b);
+  p.la = layout(b_type_of(g), st.b_rows, st.b_cols, st.ldb, g.batch, g.stride_b);
   p.lb = layout(g.ab_type, st.a_rows, st.a_cols, st.lda, g.batch, g.stride_a);
   p.lc = layout(g.c_type, g.M, g.N, st.ldc, g.batch, g.stride_c);
 
@@ -181,8 +193,15 @@ Plan make_plan(Context& ctx, const GemmArgs& g, const Stored& st, const Alignmen
   return p;
 }
 
-// The per-call pointers live in the descriptor (set under the cache's lock).
+// The per-call pointers live in the descriptor (set under the cache's lock). cuBLASLt's A is our
+// B, so its A scale is b_scale.
 void set_call_pointers(const Plan& p, const GemmArgs& g) {
+  if (is_fp8(g.ab_type)) {
+    FORGE_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER,
+                                                      &g.b_scale, sizeof(g.b_scale)));
+    FORGE_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER,
+                                                      &g.a_scale, sizeof(g.a_scale)));
+  }
   if (g.bias)
     FORGE_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
                                                       &g.bias, sizeof(g.bias)));
@@ -291,11 +310,21 @@ Plan& plan_for(Context& ctx, GemmPlanCache& cache, const GemmArgs& g, const void
   FORGE_CHECK(!needs_aux || g.aux != nullptr, "[gemm] GELU aux epilogue without an aux buffer");
   FORGE_CHECK(g.epilogue != GemmEpilogue::kDGelu || (g.beta == 0.0f && g.batch == 1),
               "[gemm] the DGELU epilogue needs beta = 0 and no batch");
+  if (is_fp8(g.ab_type)) {
+    FORGE_CHECK(is_fp8(g.b_type) && !(g.ab_type == DType::kF8E5M2 && g.b_type == DType::kF8E5M2),
+                "[gemm] FP8 operands ", dtype_name(g.ab_type), " x ", dtype_name(g.b_type),
+                " (want e4m3 or e5m2 each, not both e5m2)");
+    FORGE_CHECK(!g.trans_a && g.trans_b, "[gemm] FP8 products run in the TN layout only (trans_a false, "
+                "trans_b true: A (M, K) and B (N, K)); cast_transpose_fp8 makes such operands");
+    FORGE_CHECK(g.a_scale != nullptr && g.b_scale != nullptr, "[gemm] an FP8 product without its scales");
+    FORGE_CHECK(g.c_type == DType::kBF16 || g.c_type == DType::kF32, "[gemm] FP8 products write bf16 or f32, not ",
+                dtype_name(g.c_type));
+  }
   const Stored st = stored_shapes(g);
   FORGE_CHECK(st.lda >= st.a_cols && st.ldb >= st.b_cols && st.ldc >= g.N,
               "[gemm] row strides lda=", st.lda, " ldb=", st.ldb, " ldc=", st.ldc,
               " below the stored widths ", st.a_cols, " ", st.b_cols, " ", g.N);
-  const Alignment al{alignment_of(b, st.ldb, g.stride_b, g.batch, dtype_size(g.ab_type)),
+  const Alignment al{alignment_of(b, st.ldb, g.stride_b, g.batch, dtype_size(b_type_of(g))),
                      alignment_of(a, st.lda, g.stride_a, g.batch, dtype_size(g.ab_type)),
                      alignment_of(c, st.ldc, g.stride_c, g.batch, dtype_size(g.c_type))};
   const PlanKey key{g.M,
@@ -316,7 +345,9 @@ Plan& plan_for(Context& ctx, GemmPlanCache& cache, const GemmArgs& g, const void
                     al.a,
                     al.b,
                     al.c,
-                    g.beta != 0.0f};
+                    g.beta != 0.0f,
+                    static_cast<int>(b_type_of(g)),
+                    is_fp8(g.ab_type) && g.fast_accum};
   auto it = cache.plans.find(key);
   if (it == cache.plans.end()) {
     it = cache.plans.emplace(key, make_plan(ctx, g, st, al)).first;

@@ -47,7 +47,19 @@ struct GemmArgs {
   int64_t lda = 0, ldb = 0, ldc = 0;  // row strides in elements of the stored A, B, C; 0 = packed
   // -1: the plan's algorithm; k ≥ 0: the heuristic's k-th candidate (forge bench gemm --algos).
   int candidate = -1;
+  // FP8 products (Hopper tensor cores): ab_type is A's format (kF8E4M3 or kF8E5M2) and b_type
+  // B's (E5M2 × E5M2 does not exist); C is bf16 or f32. C = a_scale·b_scale·α·A·B + βC with the
+  // scales device floats: an operand stored as fp8(x·s) is passed with scale 1/s. cuBLASLt runs
+  // FP8 only in the TN layout — here trans_a false and trans_b true, both operands K-contiguous
+  // (A (M, K), B (N, K)), which the forward X·Wᵀ with W (OC, C) is; the backward's operands get
+  // there through cast_transpose_fp8 (ops.h).
+  DType b_type = DType::kF32;  // ignored unless ab_type is an FP8 type
+  const float* a_scale = nullptr;
+  const float* b_scale = nullptr;
+  bool fast_accum = false;  // FP8: cuBLASLt's faster accumulation (fewer f32 promotions)
 };
+
+inline bool is_fp8(DType t) { return t == DType::kF8E4M3 || t == DType::kF8E5M2; }
 
 // Enqueues C = op(A)·op(B) on the context's stream. Algorithms are chosen once per shape and
 // cached: cuBLASLt's heuristic's first, or under Context::timed_gemm_algos the fastest of its

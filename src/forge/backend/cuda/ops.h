@@ -42,6 +42,16 @@ void swiglu_fwd(Context& ctx, DType dt, void* out, const void* gate, const void*
 void swiglu_bwd(Context& ctx, DType dt, void* dgate, void* dup, const void* dout, const void* gate,
                 const void* up, int64_t n);
 
+// ---- FP8 GEMM operands (twins: cpu::cast_fp8, cpu::cast_transpose_fp8, ops/fp8.h) --------------
+// y (n) = fp8(x · *scale) in y_t (kF8E4M3 or kF8E5M2), x of x_t (f32, bf16 or f16); *amax (when
+// given; zeroed first) = max |x|. scale and amax are device floats.
+void cast_fp8(Context& ctx, DType y_t, uint8_t* y, DType x_t, const void* x, int64_t n,
+              const float* scale, float* amax);
+// y (cols, rows) = fp8(xᵀ · *scale) for x (rows, cols): the transposed operand of a TN GEMM
+// (gemm.h). rows must be a multiple of 16 and y 16-byte aligned.
+void cast_transpose_fp8(Context& ctx, DType y_t, uint8_t* y, DType x_t, const void* x, int rows, int cols,
+                        const float* scale, float* amax);
+
 // ---- embedding ------------------------------------------------------------------------------
 // out (B, T, C) = wte[tokens] + wpe[p] (wpe may be null), p = pos[b, t] when pos (B, T, device)
 // is given (packed rows, cpu::embedding_fwd's contract), else t.

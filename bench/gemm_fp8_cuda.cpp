@@ -1,0 +1,145 @@
+// forge bench gemm --fp8: what FP8 (Hopper e4m3 / e5m2) would do to a training step's linear
+// layers, before any of it is wired into training (issue 16 welcomes FP8 as an option). For each
+// linear layer of the preset, its three products — forward X·Wᵀ (e4m3 × e4m3), dX = dY·W (e5m2 ×
+// e4m3), dW = dYᵀ·X (e5m2 × e4m3, f32 accumulated) — in the TN layout cuBLASLt's FP8 kernels
+// take, with and without fast accumulation, beside the same products in bf16; and the casts an
+// FP8 step adds (X and dY to fp8 for the first two, both transposed for dW). The sums at the end
+// are one step's linear layers in bf16 against FP8 plus its casts: the most FP8 could take off a
+// step before scaling bookkeeping (amax history), which is not modelled. The LM head is left in
+// bf16 (its accuracy matters most, and FP8 recipes keep it there).
+#include <cuda_runtime.h>
+
+#include <cstdio>
+#include <fstream>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "bench.h"
+#include "cuda_timing.h"
+#include "forge/backend/cuda/context.h"
+#include "forge/backend/cuda/gemm.h"
+#include "forge/backend/cuda/ops.h"
+#include "forge/backend/cuda/runtime.h"
+#include "forge/core/error.h"
+#include "forge/model/config.h"
+
+namespace forge::bench {
+
+namespace {
+
+struct Linear {
+  std::string name;
+  int in, out;  // C -> OC
+  int calls;    // per step (layers; Llama's gate and up: two a layer)
+};
+
+struct Product {
+  std::string what;
+  int M, N, K;
+  DType a, b, c;  // FP8 operand formats and the output type
+};
+
+}  // namespace
+
+void gemm_fp8_cuda(const BenchOptions& o) {
+  if (!cuda::available()) throw Error("forge bench gemm --fp8 needs a CUDA GPU: " + cuda::device_summary());
+  cuda::Context ctx(0);
+  if (ctx.props().major * 10 + ctx.props().minor < 89)
+    throw Error("forge bench gemm --fp8 needs FP8 tensor cores (compute capability 8.9 or newer): " +
+                cuda::device_summary());
+  const ModelConfig cfg = preset_config(o.preset);
+  const int R = o.batch * o.seq_len, C = cfg.n_embd, FF = cfg.ffn_hidden, L = cfg.n_layer, HS = cfg.head_dim();
+  const int QKV = (cfg.n_head + 2 * cfg.n_kv_head) * HS, ATT = cfg.n_head * HS;
+  std::vector<Linear> linears = {{"qkv", C, QKV, L}, {"attn-out", ATT, C, L}};
+  if (cfg.family == Family::kGpt2) {
+    linears.push_back({"mlp-fc", C, FF, L});
+    linears.push_back({"mlp-proj", FF, C, L});
+  } else {
+    linears.push_back({"mlp-gate|up", C, FF, 2 * L});
+    linears.push_back({"mlp-down", FF, C, L});
+  }
+  std::printf("forge bench gemm --fp8: cuBLASLt, FP8 (e4m3 weights and activations, e5m2 gradients, f32 "
+              "accumulate) against bf16\n");
+  std::printf("device %s; preset %s, %d x %d = %d rows; TN layout for both dtypes; 'fast': FP8 fast "
+              "accumulation\n\n",
+              cuda::device_summary().c_str(), o.preset.c_str(), o.batch, o.seq_len, R);
+  std::printf("%-22s %6s %6s %6s %9s %8s %9s %8s %9s %6s\n", "product", "M", "N", "K", "bf16 us", "TFLOP/s",
+              "fp8 us", "TFLOP/s", "fast us", "x bf16");
+  nlohmann::json rows = nlohmann::json::array();
+  auto scale = cuda::DeviceBuffer<float>(ctx.allocator(), 2);
+  const float ones[2] = {1.0f, 1.0f};
+  FORGE_CUDA_CHECK(cudaMemcpy(scale.data(), ones, sizeof(ones), cudaMemcpyHostToDevice));
+  cuda::DeviceBuffer<float> amax(ctx.allocator(), 1);
+  double step_bf16 = 0, step_fp8 = 0, step_casts = 0;
+  for (const Linear& l : linears) {
+    const std::vector<Product> products = {
+        {l.name + " fwd", R, l.out, l.in, DType::kF8E4M3, DType::kF8E4M3, DType::kBF16},
+        {l.name + " dX", R, l.in, l.out, DType::kF8E5M2, DType::kF8E4M3, DType::kBF16},
+        {l.name + " dW", l.out, l.in, R, DType::kF8E5M2, DType::kF8E4M3, DType::kF32},
+    };
+    for (const Product& p : products) {
+      const size_t a_n = size_t(p.M) * p.K, b_n = size_t(p.N) * p.K, c_n = size_t(p.M) * p.N;
+      cuda::DeviceBuffer<uint16_t> a16(ctx.allocator(), a_n), b16(ctx.allocator(), b_n);
+      cuda::DeviceBuffer<uint8_t> a8(ctx.allocator(), a_n), b8(ctx.allocator(), b_n);
+      cuda::DeviceBuffer<float> c(ctx.allocator(), c_n);  // room for f32
+      fill_random_bf16(ctx, a16.data(), a_n, 1);
+      fill_random_bf16(ctx, b16.data(), b_n, 2, 0.05f);
+      FORGE_CUDA_CHECK(cudaMemsetAsync(c.data(), 0, c_n * 4, ctx.stream()));
+      cuda::cast_fp8(ctx, p.a, a8.data(), DType::kBF16, a16.data(), static_cast<int64_t>(a_n), scale.data(), nullptr);
+      cuda::cast_fp8(ctx, p.b, b8.data(), DType::kBF16, b16.data(), static_cast<int64_t>(b_n), scale.data(), nullptr);
+      cuda::GemmArgs g;
+      g.M = p.M, g.N = p.N, g.K = p.K, g.trans_b = true;
+      g.ab_type = DType::kBF16, g.c_type = p.c == DType::kF32 ? DType::kF32 : DType::kBF16;
+      g.beta = p.c == DType::kF32 ? 1.0f : 0.0f;
+      const double t16 = time_op(ctx, [&] { cuda::gemm(ctx, g, a16.data(), b16.data(), c.data()); });
+      cuda::GemmArgs g8 = g;
+      g8.ab_type = p.a, g8.b_type = p.b, g8.a_scale = scale.data(), g8.b_scale = scale.data() + 1;
+      const double t8 = time_op(ctx, [&] { cuda::gemm(ctx, g8, a8.data(), b8.data(), c.data()); });
+      g8.fast_accum = true;
+      const double t8f = time_op(ctx, [&] { cuda::gemm(ctx, g8, a8.data(), b8.data(), c.data()); });
+      const double flop = 2.0 * p.M * p.N * p.K;
+      std::printf("%-22s %6d %6d %6d %9.1f %8.1f %9.1f %8.1f %9.1f %6.2f\n", p.what.c_str(), p.M, p.N, p.K,
+                  t16 * 1e6, flop / t16 / 1e12, t8 * 1e6, flop / t8 / 1e12, t8f * 1e6, t16 / t8);
+      rows.push_back({{"product", p.what}, {"M", p.M}, {"N", p.N}, {"K", p.K}, {"calls_per_step", l.calls},
+                      {"bf16_seconds", t16}, {"fp8_seconds", t8}, {"fp8_fast_seconds", t8f}});
+      step_bf16 += t16 * l.calls;
+      step_fp8 += (p.c == DType::kF32 ? t8 : t8f) * l.calls;  // fast accumulation for fwd and dX only
+    }
+    // The casts this layer adds a step: X and dY to fp8 (fwd, dX), both transposed (dW).
+    cuda::DeviceBuffer<uint16_t> x16(ctx.allocator(), size_t(R) * l.in), dy16(ctx.allocator(), size_t(R) * l.out);
+    cuda::DeviceBuffer<uint8_t> x8(ctx.allocator(), size_t(R) * l.in), dy8(ctx.allocator(), size_t(R) * l.out);
+    fill_random_bf16(ctx, x16.data(), size_t(R) * l.in, 5);
+    fill_random_bf16(ctx, dy16.data(), size_t(R) * l.out, 6);
+    const double cx = time_op(ctx, [&] {
+      cuda::cast_fp8(ctx, DType::kF8E4M3, x8.data(), DType::kBF16, x16.data(), int64_t(R) * l.in, scale.data(),
+                     amax.data());
+    });
+    const double cdy = time_op(ctx, [&] {
+      cuda::cast_fp8(ctx, DType::kF8E5M2, dy8.data(), DType::kBF16, dy16.data(), int64_t(R) * l.out, scale.data(),
+                     amax.data());
+    });
+    const double tx = time_op(ctx, [&] {
+      cuda::cast_transpose_fp8(ctx, DType::kF8E4M3, x8.data(), DType::kBF16, x16.data(), R, l.in, scale.data(),
+                               amax.data());
+    });
+    const double tdy = time_op(ctx, [&] {
+      cuda::cast_transpose_fp8(ctx, DType::kF8E5M2, dy8.data(), DType::kBF16, dy16.data(), R, l.out,
+                               scale.data(), amax.data());
+    });
+    std::printf("%-22s casts: X %.1f us, dY %.1f us, X^T %.1f us, dY^T %.1f us (%.1f GB/s for X)\n",
+                l.name.c_str(), cx * 1e6, cdy * 1e6, tx * 1e6, tdy * 1e6, 3.0 * R * l.in / cx / 1e9);
+    rows.push_back({{"casts", l.name}, {"x_seconds", cx}, {"dy_seconds", cdy}, {"xt_seconds", tx},
+                    {"dyt_seconds", tdy}, {"calls_per_step", l.calls}});
+    step_casts += (cx + cdy + tx + tdy) * l.calls;
+  }
+  std::printf("\none step's linear layers: bf16 %.2f ms; FP8 %.2f ms of products (fast accumulation in fwd and "
+              "dX) + %.2f ms of casts = %.2f ms (%+.2f ms a step).\n",
+              step_bf16 * 1e3, step_fp8 * 1e3, step_casts * 1e3, (step_fp8 + step_casts) * 1e3,
+              (step_fp8 + step_casts - step_bf16) * 1e3);
+  std::printf("Not counted: the weights' casts (once a step, small), amax bookkeeping, the LM head (bf16).\n");
+  if (!o.json_out.empty())
+    std::ofstream(o.json_out) << nlohmann::json{{"bench", "gemm-fp8"}, {"rows", rows}}.dump(2) << "\n";
+}
+
+}  // namespace forge::bench
