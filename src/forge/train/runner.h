@@ -90,6 +90,7 @@ class StepRunner {
   virtual void set_weights(const std::vector<float>& w) = 0;
   virtual std::vector<float> adam_m() = 0;
   virtual std::vector<float> adam_v() = 0;
+  // Both empty: zero moments (a fresh run), without the caller building P zeros twice.
   virtual void set_adam_state(const std::vector<float>& m, const std::vector<float>& v) = 0;
 
   // f16 dynamic loss scaling (ops/loss_scale.h), for checkpoints: the state after the last

@@ -113,6 +113,11 @@ class CpuRunner final : public HostStepRunner {
   std::vector<float> adam_m() override { return comm_ ? gather_shards(m_) : m_; }
   std::vector<float> adam_v() override { return comm_ ? gather_shards(v_) : v_; }
   void set_adam_state(const std::vector<float>& m, const std::vector<float>& v) override {
+    if (m.empty() && v.empty()) {  // zeros (runner.h); m_ and v_ keep their (shard) size
+      std::fill(m_.begin(), m_.end(), 0.0f);
+      std::fill(v_.begin(), v_.end(), 0.0f);
+      return;
+    }
     FORGE_CHECK(m.size() == n_ && v.size() == n_, "set_adam_state: ", m.size(), " and ", v.size(),
                 " values for ", n_, " trained parameters");
     if (!comm_) {

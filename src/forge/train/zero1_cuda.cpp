@@ -213,6 +213,13 @@ std::vector<float> Zero1Cuda::weights() {
 }
 
 void Zero1Cuda::set_adam_state(const std::vector<float>& m, const std::vector<float>& v) {
+  if (m.empty() && v.empty()) {  // zeros (runner.h): this rank's shard
+    ctx_.synchronize();
+    FORGE_CUDA_CHECK(cudaMemsetAsync(m_.data(), 0, m_.bytes(), ctx_.stream()));
+    FORGE_CUDA_CHECK(cudaMemsetAsync(v_.data(), 0, v_.bytes(), ctx_.stream()));
+    ctx_.synchronize();
+    return;
+  }
   if (m.size() != P_ || v.size() != P_)
     throw Error(str("set_adam_state: ", m.size(), " and ", v.size(), " values for ", P_,
                     " trained parameters"));

@@ -124,6 +124,12 @@ std::vector<float> CudaBackend::adam_m_host() const { return to_host(ctx_, m_); 
 std::vector<float> CudaBackend::adam_v_host() const { return to_host(ctx_, v_); }
 
 void CudaBackend::set_adam_state(const std::vector<float>& m, const std::vector<float>& v) {
+  if (m.empty() && v.empty()) {  // zeros (train/runner.h)
+    FORGE_CUDA_CHECK(cudaMemsetAsync(m_.data(), 0, m_.bytes(), ctx_.stream()));
+    FORGE_CUDA_CHECK(cudaMemsetAsync(v_.data(), 0, v_.bytes(), ctx_.stream()));
+    ctx_.synchronize();
+    return;
+  }
   if (m.size() != m_.size() || v.size() != v_.size())
     throw Error(str("set_adam_state: ", m.size(), " and ", v.size(), " values for ", m_.size(),
                     " trained parameters"));
