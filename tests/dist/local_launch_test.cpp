@@ -16,6 +16,7 @@
 #include <thread>
 
 #include "forge/core/error.h"
+#include "scratch_dir.h"
 
 namespace forge {
 namespace {
@@ -23,12 +24,6 @@ namespace {
 namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
 
-std::string temp_dir() {
-  char tmpl[] = "/tmp/forge_local_launch_XXXXXX";
-  const char* d = ::mkdtemp(tmpl);
-  EXPECT_NE(d, nullptr);
-  return d ? d : "/tmp";
-}
 
 std::string slurp(const std::string& path) {
   std::ifstream f(path);
@@ -49,7 +44,8 @@ double seconds_since(Clock::time_point t) {
 }
 
 TEST(LocalLaunch, EveryRankGetsItsTorchrunEnvironment) {
-  const std::string dir = temp_dir();
+  const testing::ScratchDir scratch("forge_local_launch");
+  const std::string& dir = scratch.path();
   ::setenv("RANK", "99", 1);  // a stale value of the caller's is replaced
   const LaunchOutcome o = run_local_ranks(
       sh("echo $RANK $LOCAL_RANK $WORLD_SIZE $LOCAL_WORLD_SIZE $MASTER_ADDR $MASTER_PORT > " + dir +
@@ -103,7 +99,8 @@ TEST(LocalLaunch, RanksThatIgnoreSigtermAreKilledAfterTheGrace) {
 }
 
 TEST(LocalLaunch, SigtermIsForwardedOnceToEveryRank) {
-  const std::string dir = temp_dir();
+  const testing::ScratchDir scratch("forge_local_launch");
+  const std::string& dir = scratch.path();
   // Each rank counts the TERMs it gets for a moment after the first, then ends with 0.
   const std::string script =
       "n=0; trap 'n=$((n+1))' TERM; touch " + dir + "/up.$RANK; "

@@ -17,6 +17,7 @@
 
 #include "dist/free_port.h"
 #include "forge/core/error.h"
+#include "scratch_dir.h"
 
 namespace forge {
 namespace {
@@ -119,15 +120,10 @@ std::vector<int> run_ranks(int W, const std::string& dir,
   return status;
 }
 
-std::string temp_dir() {
-  char tmpl[] = "/tmp/forge_tcp_comm_XXXXXX";
-  const char* d = ::mkdtemp(tmpl);
-  EXPECT_NE(d, nullptr);
-  return d ? d : "/tmp";
-}
 
 TEST(TcpComm, ARankThatEndsStopsTheOthersAndIsNamed) {
-  const std::string dir = temp_dir();
+  const testing::ScratchDir scratch("forge_tcp_comm");
+  const std::string& dir = scratch.path();
   const auto status = run_ranks(3, dir, [](Communicator& c) {
     if (c.rank() == 2) std::_Exit(3);  // dies after the setup, before the barrier
     c.barrier();
@@ -139,7 +135,8 @@ TEST(TcpComm, ARankThatEndsStopsTheOthersAndIsNamed) {
 }
 
 TEST(TcpComm, MismatchedCollectivesStopTheWorldNamingTheRank) {
-  const std::string dir = temp_dir();
+  const testing::ScratchDir scratch("forge_tcp_comm");
+  const std::string& dir = scratch.path();
   const auto status = run_ranks(2, dir, [](Communicator& c) {
     if (c.rank() == 1) {
       double x = 1;
