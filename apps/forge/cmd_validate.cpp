@@ -14,6 +14,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <limits>
+#include <optional>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
@@ -83,28 +84,54 @@ int cmd_validate(const Argv& argv) {
   if (a.positional().empty()) throw Error("missing DIR (see forge validate --help)");
   const std::string dir = a.positional();
   const ModelDirInfo info = inspect_model_dir(dir);
-  Transformer<float> model = load_model_dir(dir, GradBuffers::kNone);
-  const ModelConfig& cfg = model.config();
+  // The model is released before its saved copy is loaded: peak memory one model, not two. The
+  // canonical save holds every weight as f32, verbatim, so "the reloaded weights equal the
+  // loaded ones" is "the second save's files equal the first's", which is checked below.
+  std::optional<Transformer<float>> model(load_model_dir(dir, GradBuffers::kNone));
+  const ModelConfig cfg = model->config();
 
-  for (const auto& p : model.table().params())
+  for (const auto& p : model->table().params())
     for (int64_t i = 0; i < p.numel(); ++i)
-      if (!std::isfinite(model.weights()[p.offset + i]))
+      if (!std::isfinite(model->weights()[p.offset + i]))
         throw Error(str(dir, ": tensor '", p.name, "' holds a non-finite value at element ", i));
+
+  std::vector<int> ids;
+  if (a.has("ids"))
+    ids = parse_id_list(a.get("ids"));
+  else
+    for (int i = 0; i < std::min(8, cfg.vocab_size); ++i) ids.push_back(i);
+  if (ids.empty() || static_cast<int>(ids.size()) > cfg.max_seq_len)
+    throw Error(str("--ids: need 1 to ", cfg.max_seq_len, " ids, got ", ids.size()));
+  for (const int id : ids)
+    if (id < 0 || id >= cfg.vocab_size)
+      throw Error(str("--ids: id ", id, " is out of range for vocabulary size ", cfg.vocab_size));
+  const std::vector<int32_t> tokens(ids.begin(), ids.end());
+  const int T_ = static_cast<int>(tokens.size()), V = cfg.vocab_size, Vp = cfg.padded_vocab();
+  const float* all = model->logits_of(tokens.data(), 1, T_);  // (T, Vp)
+  nlohmann::json logits = nlohmann::json::array();
+  for (int t = 0; t < T_; ++t) {
+    const float* row = all + static_cast<size_t>(t) * Vp;  // (Vp)
+    for (int v = 0; v < V; ++v)
+      if (!std::isfinite(row[v]))
+        throw Error(str(dir, ": non-finite logit at position ", t, ", token ", v));
+    if (a.has("logits")) logits.push_back(std::vector<float>(row, row + V));
+  }
+  if (a.has("logits")) {
+    std::ofstream f(a.get("logits"));
+    if (!f) throw Error(str(a.get("logits"), ": cannot write"));
+    f << nlohmann::json{{"ids", ids}, {"logits", logits}}.dump() << "\n";
+  }
 
   const TempDir tmp;
   const std::string first = tmp.path + "/first", second = tmp.path + "/second";
   ModelSaveOptions save;
   save.shard_size = a.get_int64("shard-size", kDefaultShardSize, 1, std::numeric_limits<int64_t>::max());
-  save_model_dir(first, model, save);
-  {
-    const Transformer<float> reloaded = load_model_dir(first, GradBuffers::kNone);
-    if (reloaded.weights() != model.weights())
-      throw Error(str(dir, ": weights changed in a save/load round trip (a Forge bug)"));
-    save_model_dir(second, reloaded, save);
-  }
+  save_model_dir(first, *model, save);
+  model.reset();
+  save_model_dir(second, load_model_dir(first, GradBuffers::kNone), save);
   const nlohmann::json canonical = weight_file_sums(first);
   if (canonical.empty() || canonical != weight_file_sums(second))
-    throw Error(str(dir, ": the weights files differ between two saves (a Forge bug)"));
+    throw Error(str(dir, ": weights changed in a save/load round trip: the two saves' files differ (a Forge bug)"));
 
   std::vector<std::string> files;
   for (const auto& t : info.tensors)
@@ -122,33 +149,6 @@ int cmd_validate(const Argv& argv) {
   }
   identical = identical && canonical_weights == file_sums.size();
   const bool one_file = canonical.size() == 1;
-
-  std::vector<int> ids;
-  if (a.has("ids"))
-    ids = parse_id_list(a.get("ids"));
-  else
-    for (int i = 0; i < std::min(8, cfg.vocab_size); ++i) ids.push_back(i);
-  if (ids.empty() || static_cast<int>(ids.size()) > cfg.max_seq_len)
-    throw Error(str("--ids: need 1 to ", cfg.max_seq_len, " ids, got ", ids.size()));
-  for (const int id : ids)
-    if (id < 0 || id >= cfg.vocab_size)
-      throw Error(str("--ids: id ", id, " is out of range for vocabulary size ", cfg.vocab_size));
-  const std::vector<int32_t> tokens(ids.begin(), ids.end());
-  const int T_ = static_cast<int>(tokens.size()), V = cfg.vocab_size, Vp = cfg.padded_vocab();
-  const float* all = model.logits_of(tokens.data(), 1, T_);  // (T, Vp)
-  nlohmann::json logits = nlohmann::json::array();
-  for (int t = 0; t < T_; ++t) {
-    const float* row = all + static_cast<size_t>(t) * Vp;  // (Vp)
-    for (int v = 0; v < V; ++v)
-      if (!std::isfinite(row[v]))
-        throw Error(str(dir, ": non-finite logit at position ", t, ", token ", v));
-    if (a.has("logits")) logits.push_back(std::vector<float>(row, row + V));
-  }
-  if (a.has("logits")) {
-    std::ofstream f(a.get("logits"));
-    if (!f) throw Error(str(a.get("logits"), ": cannot write"));
-    f << nlohmann::json{{"ids", ids}, {"logits", logits}}.dump() << "\n";
-  }
 
   const std::vector<std::string> warnings = hf_config_warnings(cfg);
   if (a.has("json")) {
