@@ -1,5 +1,6 @@
-// libFuzzer target: arbitrary bytes as a Hugging Face config.json (model/hf_config.cpp). Reading
-// must give a valid ModelConfig or throw a one-line forge::Error; a config that reads must
+// libFuzzer target: arbitrary bytes as a Hugging Face config.json (model/hf_config.cpp, and its
+// quantization_config: model/fp8_checkpoint.h). Reading must give a valid ModelConfig or throw a
+// one-line forge::Error; a config that reads must
 // survive to_hf_config -> read_hf_config unchanged, and its parameter table (what inspect and
 // every load build first) must come out without allocating more than its size implies.
 #include <cstddef>
@@ -38,6 +39,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   } catch (const nlohmann::json::exception&) {  // not JSON: the file readers' business
     return 0;
   }
+  // An FP8 quantization_config gives its block size or a one-line error (model/fp8_checkpoint.h).
+  forge::fuzz::expect_ok_or_error([&] { (void)forge::fp8_quantization(j); });
   forge::ModelConfig c;
   bool ok = false;
   forge::fuzz::expect_ok_or_error([&] {

@@ -25,10 +25,19 @@ const Command kInspect = {
     "DIR",
     "DIR is a Hugging Face model directory (config.json + model.safetensors or shards)."};
 
-nlohmann::json config_json(const ModelConfig& c) {
+// The model's features as forge computes them, and how its weights are stored when that is not
+// plain (FP8 blocks, dequantized on load).
+std::vector<std::string> features_of(const ModelDirInfo& info) {
+  std::vector<std::string> f = model_features(info.config);
+  if (info.fp8) f.push_back(fp8_feature(info.fp8));
+  return f;
+}
+
+nlohmann::json config_json(const ModelDirInfo& info) {
+  const ModelConfig& c = info.config;
   nlohmann::json j = {{"family", c.family_name()},
                       {"model_type", c.model_type()},
-                      {"features", model_features(c)},
+                      {"features", features_of(info)},
                       {"vocab_size", c.vocab_size},
                       {"max_seq_len", c.max_seq_len},
                       {"n_layer", c.n_layer},
@@ -70,7 +79,7 @@ int cmd_inspect(const Argv& argv) {
                          {"bytes", t.info.end - t.info.begin}});
     const nlohmann::json j = {{"dir", dir},
                               {"model_type", info.hf_config.value("model_type", "")},
-                              {"config", config_json(c)},
+                              {"config", config_json(info)},
                               {"parameters", info.num_params},
                               {"tied", c.tie_embeddings},
                               {"tokenizer", info.has_tokenizer},
@@ -82,7 +91,7 @@ int cmd_inspect(const Argv& argv) {
   std::printf("%s: %s model (%s family), %.3fM parameters (%lld)\n", dir.c_str(),
               info.hf_config.value("model_type", "").c_str(), c.family_name().c_str(),
               info.num_params / 1e6, static_cast<long long>(info.num_params));
-  const std::vector<std::string> features = model_features(c);
+  const std::vector<std::string> features = features_of(info);
   std::string joined;
   for (const auto& f : features) joined += (joined.empty() ? "" : ", ") + f;
   std::printf("  features: %s\n", features.empty() ? "none beyond the family's plain form" : joined.c_str());

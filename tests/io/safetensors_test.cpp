@@ -200,16 +200,24 @@ TEST_F(Safetensors, ReadF32ConvertsHalfTypes) {
   const std::vector<uint16_t> bf16 = {0x3FC0, 0xC000, 0x3E80};
   const std::vector<uint16_t> f16 = {0x3E00, 0xC000, 0x3400};
   const std::vector<double> f64 = {1.5, -2.0, 0.25};
+  const std::vector<uint8_t> e4m3 = {0x3C, 0xC0, 0x28};  // 0 0111 100, 1 1000 000, 0 0101 000
+  const std::vector<uint8_t> e5m2 = {0x3E, 0xC0, 0x34};  // 0 01111 10, 1 10000 00, 0 01101 00
   const std::vector<int32_t> i32 = {1, 2, 3};
   write_safetensors(path("h.safetensors"), {{"bf", StDType::kBF16, {3}, bf16.data()},
                                             {"f16", StDType::kF16, {3}, f16.data()},
                                             {"f64", StDType::kF64, {1, 3}, f64.data()},
+                                            {"e4m3", StDType::kF8E4M3, {3}, e4m3.data()},
+                                            {"e5m2", StDType::kF8E5M2, {3}, e5m2.data()},
                                             {"ints", StDType::kI32, {3}, i32.data()}});
   const SafetensorsFile f = SafetensorsFile::open(path("h.safetensors"));
   const std::vector<float> want = {1.5f, -2.0f, 0.25f};
   EXPECT_EQ(f.read_f32("bf"), want);
   EXPECT_EQ(f.read_f32("f16"), want);
   EXPECT_EQ(f.read_f32("f64"), want);
+  EXPECT_EQ(f.read_f32("e4m3"), want);
+  EXPECT_EQ(f.read_f32("e5m2"), want);
+  EXPECT_EQ(f.find("e4m3")->dtype, StDType::kF8E4M3);  // and the header names round-trip
+  EXPECT_EQ(f.find("e5m2")->dtype, StDType::kF8E5M2);
   try {
     f.read_f32("ints");
     ADD_FAILURE() << "read_f32 of I32 did not throw";
@@ -397,8 +405,8 @@ TEST_F(Safetensors, RejectsUnknownDType) {
                   std::string(16, '\0'), {"'x'", "unsupported dtype 'float32'"});
   expect_rejected(p, R"({"x":{"dtype":"f32","shape":[4],"data_offsets":[0,16]}})",
                   std::string(16, '\0'), {"'x'", "'f32'"});  // names are case-sensitive
-  expect_rejected(p, R"({"x":{"dtype":"F8_E4M3","shape":[4],"data_offsets":[0,4]}})",
-                  std::string(4, '\0'), {"'x'", "F8_E4M3"});
+  expect_rejected(p, R"({"x":{"dtype":"F8_E8M0","shape":[4],"data_offsets":[0,4]}})",
+                  std::string(4, '\0'), {"'x'", "F8_E8M0"});
 }
 
 TEST_F(Safetensors, RejectsBadShapes) {

@@ -37,6 +37,7 @@
 #include "forge/core/error.h"
 #include "forge/io/atomic_file.h"
 #include "forge/io/bf16.h"
+#include "forge/io/fp8.h"
 
 namespace forge::io {
 
@@ -57,7 +58,7 @@ constexpr DTypeEntry kDTypes[] = {
     {StDType::kBF16, "BF16", 2}, {StDType::kI64, "I64", 8}, {StDType::kI32, "I32", 4},
     {StDType::kI16, "I16", 2},   {StDType::kI8, "I8", 1},   {StDType::kU8, "U8", 1},
     {StDType::kU16, "U16", 2},   {StDType::kU32, "U32", 4}, {StDType::kU64, "U64", 8},
-    {StDType::kBool, "BOOL", 1},
+    {StDType::kBool, "BOOL", 1}, {StDType::kF8E4M3, "F8_E4M3", 1}, {StDType::kF8E5M2, "F8_E5M2", 1},
 };
 
 const DTypeEntry& dtype_entry(StDType t) {
@@ -117,7 +118,7 @@ void parse_entry(const nlohmann::json& entry, uint64_t data_bytes, TensorInfo* i
   if (!dt)
     throw Error(
         str(who, " has unsupported dtype ", quote(dtype_name),
-            " (expected F64, F32, F16, BF16, I64, I32, I16, I8, U8, U16, U32, U64 or BOOL)"));
+            " (expected F64, F32, F16, BF16, F8_E4M3, F8_E5M2, I64, I32, I16, I8, U8, U16, U32, U64 or BOOL)"));
   info->dtype = dt->dtype;
 
   const nlohmann::json& shape = entry["shape"];
@@ -363,9 +364,13 @@ void SafetensorsFile::read_f32_into(const std::string& name, float* out_ptr, siz
         out[i] = t->dtype == StDType::kBF16 ? bf16_to_f32(h) : f16_to_f32(h);
       }
       break;
+    case StDType::kF8E4M3:
+    case StDType::kF8E5M2:
+      for (size_t i = 0; i < n; ++i) out[i] = t->dtype == StDType::kF8E4M3 ? e4m3_to_f32(src[i]) : e5m2_to_f32(src[i]);
+      break;
     default:
       throw Error(str(path_, ": tensor ", quote(name), " is ", st_dtype_name(t->dtype),
-                      "; only F32, F16, BF16 and F64 tensors can be read as f32"));
+                      "; only F32, F16, BF16, F64, F8_E4M3 and F8_E5M2 tensors can be read as f32"));
   }
 }
 

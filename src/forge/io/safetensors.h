@@ -27,7 +27,8 @@
 
 namespace forge::io {
 
-enum class StDType { kF64, kF32, kF16, kBF16, kI64, kI32, kI16, kI8, kU8, kU16, kU32, kU64, kBool };
+// kF8E4M3 / kF8E5M2: "F8_E4M3" / "F8_E5M2", the 8-bit floats of FP8 checkpoints (io/fp8.h).
+enum class StDType { kF64, kF32, kF16, kBF16, kI64, kI32, kI16, kI8, kU8, kU16, kU32, kU64, kBool, kF8E4M3, kF8E5M2 };
 
 // Bytes per element of a safetensors dtype.
 size_t st_dtype_size(StDType t);
@@ -61,7 +62,7 @@ class SafetensorsFile {
   const std::map<std::string, std::string>& metadata() const { return metadata_; }
   // The tensor's bytes inside the mapping (little-endian, no alignment guaranteed).
   const uint8_t* data(const TensorInfo& t) const { return data_section_ + t.begin; }
-  // The tensor converted to f32 (from F32, F16, BF16 or F64); throws forge::Error naming the
+  // The tensor converted to f32 (from F32, F16, BF16, F64, F8_E4M3 or F8_E5M2); throws forge::Error naming the
   // tensor when it is missing or of another dtype.
   std::vector<float> read_f32(const std::string& name) const;
   // The same into out[0, n); throws forge::Error when n is not the tensor's element count.

@@ -13,6 +13,7 @@
 #include "forge/core/error.h"
 #include "forge/io/atomic_file.h"
 #include "forge/io/bf16.h"
+#include "forge/model/fp8_checkpoint.h"
 
 namespace forge {
 
@@ -113,6 +114,7 @@ ModelConfig resolve_config(const std::string& dir, const nlohmann::json& j, cons
   ModelConfig cfg;
   try {
     cfg = read_hf_config(j);
+    fp8_quantization(j);  // an unsupported quantization is refused here, for every command
   } catch (const Error& e) {
     std::string msg = e.what();
     if (msg.starts_with("config.json: ")) msg = msg.substr(13);
@@ -297,11 +299,38 @@ void save_model_dir(const std::string& dir, const Transformer<float>& model,
   out.commit();
 }
 
+bool is_fp8(io::StDType t) { return t == io::StDType::kF8E4M3 || t == io::StDType::kF8E5M2; }
+
+// An FP8 parameter tensor needs the quantization_config that says how it is scaled, two
+// dimensions and its block scales beside it, of ⌈rows/block⌉ × ⌈cols/block⌉ (fp8_checkpoint.h).
+void check_fp8_tensor(const TensorSet& ts, const std::string& dir, const io::TensorInfo& t, const Shape& shape,
+                      Fp8Blocks fp8) {
+  if (!is_fp8(t.dtype)) return;
+  const std::string where = tensor_file_name(ts, dir, t.name);
+  if (!fp8)
+    throw Error(str(where, ": tensor ", quote(t.name), " is ", io::st_dtype_name(t.dtype),
+                    " but config.json has no FP8 quantization_config to scale it"));
+  if (t.dtype != io::StDType::kF8E4M3)
+    throw Error(str(where, ": tensor ", quote(t.name), " is F8_E5M2; FP8 checkpoints store weights as F8_E4M3"));
+  if (shape.size() != 2) throw Error(str(where, ": FP8 tensor ", quote(t.name), " is not a matrix"));
+  const std::string scale = fp8_scale_name(t.name);
+  const io::TensorInfo* s = ts.find(scale);
+  if (!s) throw Error(str(where, ": FP8 tensor ", quote(t.name), " has no block scales ", quote(scale)));
+  const Shape want = {(shape[0] + fp8.rows - 1) / fp8.rows, (shape[1] + fp8.cols - 1) / fp8.cols};
+  if (s->shape != want)
+    throw Error(str(tensor_file_name(ts, dir, scale), ": tensor ", quote(scale), " has shape ", shape_str(s->shape),
+                    " but ", shape_str(shape), " in blocks of ", fp8.rows, "x", fp8.cols, " needs ", shape_str(want)));
+  if (s->dtype != io::StDType::kF32 && s->dtype != io::StDType::kBF16 && s->dtype != io::StDType::kF16)
+    throw Error(str(tensor_file_name(ts, dir, scale), ": block scales ", quote(scale), " are ",
+                    io::st_dtype_name(s->dtype), " (expected F32, BF16 or F16)"));
+}
+
 Transformer<float> load_model_dir(const std::string& dir, GradBuffers grads) {
   if (!fs::is_directory(dir)) throw Error(str(dir, ": not a model directory"));
   const nlohmann::json j = read_json_file(dir + "/config.json");
   const TensorSet ts = open_tensors(dir);
   const ModelConfig cfg = resolve_config(dir, j, ts);
+  const Fp8Blocks fp8 = fp8_quantization(j);
   // Every tensor is found and its shape checked against the parameter table before the model is
   // allocated: a config.json that claims a far bigger model than its files hold fails here,
   // naming the first tensor that disagrees, instead of first allocating what it claims.
@@ -317,9 +346,12 @@ Transformer<float> load_model_dir(const std::string& dir, GradBuffers grads) {
     if (t->shape != want)
       throw Error(str(tensor_file_name(ts, dir, name), ": tensor '", name, "' has shape ",
                       shape_str(t->shape), " but config.json implies ", shape_str(want)));
+    check_fp8_tensor(ts, dir, *t, want, fp8);
     names.push_back(std::move(name));
   }
-  const std::set<std::string> used(names.begin(), names.end());
+  std::set<std::string> used(names.begin(), names.end());
+  for (const auto& name : names)
+    if (is_fp8(ts.find(name)->dtype)) used.insert(fp8_scale_name(name));
   for (const auto& [name, file] : ts.where) {
     if (used.count(name) || is_known_buffer(name)) continue;
     if (name == "lm_head.weight" && cfg.tie_embeddings) continue;  // tied: the embedding wins
@@ -331,8 +363,14 @@ Transformer<float> load_model_dir(const std::string& dir, GradBuffers grads) {
     const io::SafetensorsFile& f = ts.file_of(names[i]);
     const ParamInfo& p = table.params()[i];  // the file holds the checked shape (vocabulary rows unpadded)
     const auto n = static_cast<size_t>(shape_numel(checkpoint_shape(table, p, cfg)));
-    f.read_f32_into(names[i], model.weights().data() + p.offset, n);
+    float* w = model.weights().data() + p.offset;
+    f.read_f32_into(names[i], w, n);
     f.release_pages(*ts.find(names[i]));  // the file's pages need not stay beside the f32 copy
+    if (is_fp8(ts.find(names[i])->dtype)) {  // 2-D, its scales checked by check_fp8_tensor
+      const Shape& s = ts.find(names[i])->shape;
+      const std::vector<float> scales = ts.file_of(fp8_scale_name(names[i])).read_f32(fp8_scale_name(names[i]));
+      apply_fp8_block_scales(w, s[0], s[1], scales.data(), fp8);
+    }
   }
   return model;
 }
@@ -349,6 +387,7 @@ ModelDirInfo inspect_model_dir(const std::string& dir) {
   for (const auto& p : table.params())
     info.num_params += shape_numel(checkpoint_shape(table, p, info.config));
   info.has_tokenizer = fs::exists(dir + "/tokenizer.json");
+  info.fp8 = fp8_quantization(info.hf_config);
   return info;
 }
 

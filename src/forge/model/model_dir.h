@@ -23,6 +23,7 @@
 
 #include "forge/io/model_files.h"
 #include "forge/io/safetensors.h"
+#include "forge/model/fp8_checkpoint.h"
 #include "forge/model/transformer.h"
 
 namespace forge {
@@ -91,6 +92,7 @@ struct ModelDirInfo {
   std::vector<ModelDirTensor> tensors;  // every tensor in the files, in file order
   int64_t num_params = 0;  // real parameters (vocab_size rows; a tied embedding counted once)
   bool has_tokenizer = false;
+  Fp8Blocks fp8;  // block-scaled FP8 weights, dequantized on load (model/fp8_checkpoint.h)
 };
 ModelDirInfo inspect_model_dir(const std::string& dir);
 
