@@ -299,6 +299,8 @@ void save_model_dir(const std::string& dir, const Transformer<float>& model,
   out.commit();
 }
 
+namespace {
+
 bool is_fp8(io::StDType t) { return t == io::StDType::kF8E4M3 || t == io::StDType::kF8E5M2; }
 
 // An FP8 parameter tensor needs the quantization_config that says how it is scaled, two
@@ -324,6 +326,8 @@ void check_fp8_tensor(const TensorSet& ts, const std::string& dir, const io::Ten
     throw Error(str(tensor_file_name(ts, dir, scale), ": block scales ", quote(scale), " are ",
                     io::st_dtype_name(s->dtype), " (expected F32, BF16 or F16)"));
 }
+
+}  // namespace
 
 Transformer<float> load_model_dir(const std::string& dir, GradBuffers grads) {
   if (!fs::is_directory(dir)) throw Error(str(dir, ": not a model directory"));
