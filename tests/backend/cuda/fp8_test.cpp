@@ -97,12 +97,6 @@ TEST_F(Fp8Test, CastTransposeMatchesTheCpuBitForBit) {
         EXPECT_EQ(diff, 0u);
         EXPECT_EQ(download(damax)[0], want_amax);
       }
-  auto dy = poisoned<uint8_t>(64);
-  auto dx = to_device(DType::kF32, std::vector<float>(64, 1.0f));
-  auto dscale = scalar(1.0f);
-  EXPECT_THROW(cast_transpose_fp8(ctx(), DType::kF8E4M3, dy.data(), DType::kF32, dx.data(), 8, 8, dscale.data(),
-                                  nullptr),
-               forge::Error);  // rows not a multiple of 16
 }
 
 // C (M, N) = sa·sb·A (M, K)·B (N, K)ᵀ (+ bias) (+ C), A and B fp8 bytes made by cast_fp8 from
@@ -169,17 +163,6 @@ TEST_F(Fp8Test, GemmMatchesTheDecodedOperands) {
                                                         : kTolBf16;
     EXPECT_TRUE(all_close(got, std::vector<float>(ref.begin(), ref.end()), tol));
   }
-  // The layouts cuBLASLt has no FP8 kernels for are refused with one line, not run.
-  GemmArgs bad;
-  bad.M = M, bad.N = N, bad.K = K, bad.trans_b = false;
-  bad.ab_type = bad.b_type = DType::kF8E4M3, bad.c_type = DType::kBF16;
-  auto dsa = scalar(1.0f);
-  bad.a_scale = bad.b_scale = dsa.data();
-  auto da = poisoned<uint8_t>(size_t(M) * K), db = poisoned<uint8_t>(size_t(N) * K);
-  auto dc = poisoned<uint16_t>(size_t(M) * N);
-  EXPECT_THROW(gemm(ctx(), bad, da.data(), db.data(), dc.data()), forge::Error);
-  bad.trans_b = true, bad.ab_type = bad.b_type = DType::kF8E5M2;
-  EXPECT_THROW(gemm(ctx(), bad, da.data(), db.data(), dc.data()), forge::Error);
 }
 
 }  // namespace

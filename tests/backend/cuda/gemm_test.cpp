@@ -294,8 +294,6 @@ TEST_F(GemmTest, EveryCandidateMatchesCpu) {
     gemm(ctx(), g, da.data(), db.data(), out.data());
     EXPECT_TRUE(all_close(from_bf16(download(out)), ref, kTolBf16)) << "candidate " << k << " of " << n;
   }
-  g.candidate = n;  // past the list: an error naming it, not a crash
-  EXPECT_THROW(gemm(ctx(), g, da.data(), db.data(), dc.data()), forge::Error);
 }
 
 }  // namespace

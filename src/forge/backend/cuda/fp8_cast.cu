@@ -33,17 +33,20 @@ __device__ __forceinline__ uint8_t to_fp8(float v) {
   return static_cast<uint8_t>(__nv_cvt_float_to_fp8(v, __NV_SATFINITE, kE4M3 ? __NV_E4M3 : __NV_E5M2));
 }
 
-// The block's max |x| (m ≥ 0 from every thread) into *amax by one integer atomicMax.
+// The block's max |x| (m ≥ 0 or NaN from every thread) into *amax by one integer atomicMax. The
+// whole reduction is on the f32 bits as ints (fmaxf would drop a NaN; its bits, 0x7fc00000 for
+// |NaN|, are above every finite value's and inf's, so NaN wins as in the CPU twin).
 __device__ __forceinline__ void block_amax(float m, float* amax) {
-  __shared__ float s[kThreads / 32];
+  __shared__ int s[kThreads / 32];
+  int b = __float_as_int(m);
 #pragma unroll
-  for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+  for (int o = 16; o > 0; o >>= 1) b = max(b, __shfl_xor_sync(0xffffffffu, b, o));
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  if (lane == 0) s[warp] = m;
+  if (lane == 0) s[warp] = b;
   __syncthreads();
   if (threadIdx.x == 0) {
-    for (int w = 1; w < kThreads / 32; ++w) m = fmaxf(m, s[w]);
-    atomicMax(reinterpret_cast<int*>(amax), __float_as_int(m));
+    for (int w = 1; w < kThreads / 32; ++w) b = max(b, s[w]);
+    atomicMax(reinterpret_cast<int*>(amax), b);
   }
 }
 
