@@ -167,7 +167,7 @@ void gemm_cuda(const BenchOptions& o) {
                 "what it saves over one step's calls.\n",
                 step_heuristic, step_best, step_heuristic - step_best,
                 100.0 * (step_heuristic - step_best) / std::max(step_heuristic, 1e-9));
-  std::printf("\nreference: cuBLASLt 8192^3 bf16 on this H200 model measured 788-806 TFLOP/s (ANCHORS.md);\n"
+  std::printf("\nreference: cuBLASLt 8192^3 bf16 on an H200 measured 788-806 TFLOP/s (ANCHORS.md; other GPUs differ);\n"
               "the first row is the same product measured in this run.\n");
   if (!o.json_out.empty()) std::ofstream(o.json_out) << nlohmann::json{{"bench", "gemm"}, {"rows", rows}}.dump(2) << "\n";
 }

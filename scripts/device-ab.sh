@@ -8,8 +8,7 @@
 #     (suffix optional: "_base" or "_prev" runs forge_base / forge_prev and their train_timeline,
 #     the earlier builds scripts/device-bundle.sh packs),
 #     by default the runs of AB_SET (families: plain Llama, Qwen3 and Qwen2; gpt2: GPT-2 and
-#     SmolLM2; wgrad: each of those five with FORGE_WGRAD_SUMS=split and =fused, the setting
-#     written without a GPU on 2026-12-05, docs/perf-notes.md; gemm: GPT-2 124M, plain Llama and
+#     SmolLM2; gemm: GPT-2 124M, plain Llama and
 #     SmolLM2 with FORGE_GEMM_ALGO=heuristic and =timed, after `forge bench gemm --algos` on each
 #     of those shapes, written to $OUT/algos-<preset>.txt, `forge bench gemm --fp8` to
 #     $OUT/fp8-<preset>.txt, and `forge bench generate` with each setting);
@@ -30,24 +29,16 @@ case ${AB_SET:-families} in
     default_runs="plain||$llama;qwen3||$llama --set variant=qwen3;qwen2||$llama --set variant=qwen2" ;;
   gpt2)  # issue 16: GPT-2 124M and SmolLM2-135M
     default_runs="gpt2||--preset gpt2-124m;smollm2||$smol" ;;
-  wgrad)  # FORGE_WGRAD_SUMS=fused against the default on every training shape
-    default_runs=""
-    for spec in "gpt2|--preset gpt2-124m" "plain|$llama" "qwen3|$llama --set variant=qwen3" \
-                "qwen2|$llama --set variant=qwen2" "smollm2|$smol"; do
-      default_runs+="${spec%%|*}||${spec#*|};${spec%%|*}-fused|FORGE_WGRAD_SUMS=fused|${spec#*|};"
-    done
-    default_runs=${default_runs%;} ;;
   gemm)  # FORGE_GEMM_ALGO=timed against the heuristic's first algorithm
     default_runs=""
     for spec in "gpt2|--preset gpt2-124m" "plain|$llama" "smollm2|$smol"; do
       default_runs+="${spec%%|*}||${spec#*|};${spec%%|*}-timed|FORGE_GEMM_ALGO=timed|${spec#*|};"
     done
     default_runs=${default_runs%;} ;;
-  *) echo "AB_SET: families, gpt2, wgrad or gemm"; exit 2 ;;
+  *) echo "AB_SET: families, gpt2 or gemm"; exit 2 ;;
 esac
 nvidia-smi --query-gpu=name,driver_version,clocks.sm --format=csv,noheader | tee "$out/gpu.txt"
 default_tests='*HeadNormRope*:*HfGolden*'
-[[ ${AB_SET:-} == wgrad ]] && default_tests='*Norm*:*BiasGrad*:*Rope*:*LinearBwd*:CudaModelTest*:*HfGolden*'
 [[ ${AB_SET:-} == gemm ]] && default_tests='*Gemm*:*Fp8*:*LinearBwd*:*CrossEntropy*:CudaModelTest*:*HfGolden*'
 tests=${AB_TESTS-$default_tests}
 if [[ -n $tests ]]; then

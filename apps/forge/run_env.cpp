@@ -15,11 +15,6 @@ CudaSettings cuda_settings_from_env() {
     if (v != "0" && v != "1") throw Error(str("FORGE_CUDA_GRAPH=", quote(v), " (expected 0 or 1)"));
     s.graphs = v == "1";
   }
-  if (const char* w = std::getenv("FORGE_WGRAD_SUMS")) {
-    const std::string v = w;
-    if (v != "split" && v != "fused") throw Error(str("FORGE_WGRAD_SUMS=", quote(v), " (expected split or fused)"));
-    s.fused_wgrad_sums = v == "fused";
-  }
   if (const char* w = std::getenv("FORGE_GEMM_ALGO")) {
     const std::string v = w;
     if (v != "heuristic" && v != "timed")

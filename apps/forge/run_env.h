@@ -1,9 +1,9 @@
 // CLI-level overrides from the environment, read in one place (the library reads none):
 //   FORGE_ATTENTION=auto|flash|unfused|flash-mma|flash-wgmma   attention kernels of a GPU run
 //   FORGE_CUDA_GRAPH=0|1                                        0: every GPU step runs eagerly
-//   FORGE_WGRAD_SUMS=split|fused                                A/B: weight sums in the norms' pass
-//   FORGE_GEMM_ALGO=heuristic|timed                             A/B: cuBLASLt algorithm per shape
-//                                                               timed on its first call
+//   FORGE_GEMM_ALGO=heuristic|timed                             timed: cuBLASLt's algorithm per shape
+//                                                               timed on its first call (faster, not
+//                                                               bit-reproducible across processes)
 //   FORGE_FAULT_INJECT=nan_grad@STEP,nan_loss@FIRST-LAST,kill@STEP  a testing hook: faults injected
 //                                                               into training steps (forge
 //                                                               train; train/fault_inject.h)

@@ -1,4 +1,4 @@
-// FORGE_ATTENTION, FORGE_CUDA_GRAPH, FORGE_WGRAD_SUMS and FORGE_FAULT_INJECT are read by the CLI alone
+// FORGE_ATTENTION, FORGE_CUDA_GRAPH, FORGE_GEMM_ALGO and FORGE_FAULT_INJECT are read by the CLI alone
 // (apps/forge/run_env.cpp): a bad value is a one-line error before any work; the library never
 // looks at them (the CUDA side of that is tested in tests/model/transformer_cuda_test.cpp).
 #include <string>
@@ -24,12 +24,6 @@ TEST_F(RunEnv, BadGraphSwitchIsAOneLineError) {
   EXPECT_NE(r.err.find("FORGE_CUDA_GRAPH='yes'"), std::string::npos) << r.err;
 }
 
-TEST_F(RunEnv, BadWgradSumsIsAOneLineError) {
-  const CmdResult r = forge_env("FORGE_WGRAD_SUMS=both", "train --data /nonexistent --steps 1");
-  EXPECT_EQ(r.code, 1);
-  EXPECT_NE(r.err.find("FORGE_WGRAD_SUMS='both' (expected split or fused)"), std::string::npos) << r.err;
-}
-
 TEST_F(RunEnv, BadGemmAlgoIsAOneLineError) {
   const CmdResult r = forge_env("FORGE_GEMM_ALGO=fastest", "train --data /nonexistent --steps 1");
   EXPECT_EQ(r.code, 1);
@@ -45,7 +39,7 @@ TEST_F(RunEnv, BadFaultPlanIsAOneLineError) {
 // A known value passes the CLI's check: the run then fails on the missing data, not the setting.
 TEST_F(RunEnv, KnownValuesAreAccepted) {
   const CmdResult r =
-      forge_env("FORGE_ATTENTION=unfused FORGE_CUDA_GRAPH=0 FORGE_WGRAD_SUMS=fused FORGE_GEMM_ALGO=timed "
+      forge_env("FORGE_ATTENTION=unfused FORGE_CUDA_GRAPH=0 FORGE_GEMM_ALGO=timed "
                 "FORGE_FAULT_INJECT=nan_loss@1-2",
                 "train --data /nonexistent --steps 1");
   EXPECT_EQ(r.code, 1);

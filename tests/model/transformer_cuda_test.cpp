@@ -51,11 +51,10 @@ CpuBatch cpu_step(Transformer<float>& ref, int B, int T, uint64_t seed_x, uint64
 }
 
 std::unique_ptr<CudaTransformer> make_gpu(cuda::Context& ctx, const ModelConfig& cfg, DType dt,
-                                          AttentionPath path = AttentionPath::kAuto, bool fused_wgrad_sums = false) {
+                                          AttentionPath path = AttentionPath::kAuto) {
   CudaModelOptions o;
   o.dtype = dt;
   o.attention = path;
-  o.fused_wgrad_sums = fused_wgrad_sums;
   return std::make_unique<CudaTransformer>(cfg, ctx, o);
 }
 
@@ -66,7 +65,7 @@ class CudaModelTest : public CudaTest {
     std::vector<float> grads;
   };
   void expect_step_matches_cpu(DType dt, uint64_t init_seed, int B, int T, uint64_t seed_x, uint64_t seed_y,
-                               double rtol, bool fused_wgrad_sums = false);
+                               double rtol);
   Result gpu_step(CudaTransformer& m, const std::vector<int32_t>& x, const std::vector<int32_t>& y, int B, int T) {
     auto dx = upload(x), dy = upload(y);
     const float dloss = 1.0f / static_cast<float>(B * T);
@@ -107,7 +106,7 @@ void expect_grad_norms_close(const ParamTable& t, const std::vector<float>& gpu,
 // One step of both families in dt against the CPU: the loss within rtol, and every gradient
 // element (fp32) or every parameter's gradient norm (16-bit modes) within rtol.
 void CudaModelTest::expect_step_matches_cpu(DType dt, uint64_t init_seed, int B, int T, uint64_t seed_x,
-                                            uint64_t seed_y, double rtol, bool fused_wgrad_sums) {
+                                            uint64_t seed_y, double rtol) {
   // Both families, and the Llama-shaped HF variants with perturbed biases and norm gains.
   std::vector<std::pair<std::string, ModelConfig>> cfgs = {{"gpt2", small_config(Family::kGpt2)},
                                                            {"llama", small_config(Family::kLlama)}};
@@ -117,7 +116,7 @@ void CudaModelTest::expect_step_matches_cpu(DType dt, uint64_t init_seed, int B,
     Transformer<float> ref(cfg);
     ref.init_weights(init_seed);
     if (name != "gpt2" && name != "llama") testing::perturb_weights(ref.weights(), ref.table(), init_seed + 1);
-    auto gpu = make_gpu(ctx(), cfg, dt, AttentionPath::kAuto, fused_wgrad_sums);
+    auto gpu = make_gpu(ctx(), cfg, dt);
     gpu->set_weights(ref.weights());
     const CpuBatch c = cpu_step(ref, B, T, seed_x, seed_y);
     const Result r = gpu_step(*gpu, c.x, c.y, B, T);
@@ -133,13 +132,6 @@ TEST_F(CudaModelTest, Fp32LossAndEveryGradientMatchTheCpu) {
 
 TEST_F(CudaModelTest, Bf16LossAndGradientNormsWithinTwoPercent) {
   expect_step_matches_cpu(DType::kBF16, 8, 4, 32, 3, 4, 2e-2);
-}
-
-// The A/B setting CudaModelOptions::fused_wgrad_sums (the norms' backward keeping their weight
-// sums, GPT-2's residual biases among them; the 32-group finishing pass): the same CPU agreement.
-TEST_F(CudaModelTest, FusedWeightGradientSumsMatchTheCpu) {
-  expect_step_matches_cpu(DType::kF32, 7, 3, 17, 1, 2, 1e-4, true);
-  expect_step_matches_cpu(DType::kBF16, 8, 4, 32, 3, 4, 2e-2, true);
 }
 
 TEST_F(CudaModelTest, TenStepsTrackTheCpuAndRerunsAreBitIdentical) {

@@ -144,14 +144,11 @@ std::unique_ptr<StepRunner> make_lora_cpu_runner(
     size_t bucket_elems = bucket_elems_of_bytes(kDefaultBucketBytes));
 
 // Settings of a CUDA run. Nothing in the library reads the environment: the CLI fills these from
-// its flags and from FORGE_ATTENTION / FORGE_CUDA_GRAPH / FORGE_WGRAD_SUMS / FORGE_GEMM_ALGO
+// its flags and from FORGE_ATTENTION / FORGE_CUDA_GRAPH / FORGE_GEMM_ALGO
 // (apps/forge/run_env.h).
 struct CudaSettings {
   LossScaleOptions loss_scale;                     // fp16 only
   AttentionPath attention = AttentionPath::kAuto;  // ops/attention.h
-  // Weight-gradient sums in the norms' own backward pass (CudaModelOptions::fused_wgrad_sums; an
-  // A/B setting while it is measured, default off).
-  bool fused_wgrad_sums = false;
   // cuBLASLt algorithms timed per shape instead of the heuristic's first
   // (CudaModelOptions::timed_gemm_algos; an A/B setting while it is measured, default off).
   bool timed_gemm_algos = false;

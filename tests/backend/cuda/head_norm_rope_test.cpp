@@ -61,69 +61,64 @@ std::vector<Case> cases() {
 }
 
 TEST_P(HeadNormRopeTest, FwdBwdMatchCpuAndAreDeterministic) {
-  // Both ways of taking the gradient sums (Context::fused_wgrad_sums).
-  for (bool fused : {false, true}) {
-    ctx().set_fused_wgrad_sums(fused);
-    SCOPED_TRACE(fused ? "fused_wgrad_sums" : "split sums");
-    uint64_t seed = 300;
-    for (const Case& c : cases()) {
-      const Shape& s = c.s;
-      const Rope rope{1000000.0f, c.style};  // Qwen3's base
-      const Rope* r = c.rope ? &rope : nullptr;
-      const size_t rows = static_cast<size_t>(s.B) * s.T * s.H, n = rows * s.HS;
-      forge::testing::PackedLayout lay = forge::testing::random_packed_layout(s.B, s.T, 9, seed++);
-      for (int32_t& p : lay.pos) p += 3000;  // long positions: the angle's accuracy matters
-      const int32_t* hpos = c.packed ? lay.pos.data() : nullptr;
-      const auto x_raw = as_dt(dt(), random_normal<float>(n, seed++));
-      auto wv = random_normal<float>(s.HS, seed++, 0.3);
-      for (float& v : wv) v += 1.0f;
-      const auto w = as_dt(dt(), wv);
-      const auto dx = as_dt(dt(), random_normal<float>(n, seed++));
-      const auto dw0 = random_normal<float>(s.HS, seed++);
+  uint64_t seed = 300;
+  for (const Case& c : cases()) {
+    const Shape& s = c.s;
+    const Rope rope{1000000.0f, c.style};  // Qwen3's base
+    const Rope* r = c.rope ? &rope : nullptr;
+    const size_t rows = static_cast<size_t>(s.B) * s.T * s.H, n = rows * s.HS;
+    forge::testing::PackedLayout lay = forge::testing::random_packed_layout(s.B, s.T, 9, seed++);
+    for (int32_t& p : lay.pos) p += 3000;  // long positions: the angle's accuracy matters
+    const int32_t* hpos = c.packed ? lay.pos.data() : nullptr;
+    const auto x_raw = as_dt(dt(), random_normal<float>(n, seed++));
+    auto wv = random_normal<float>(s.HS, seed++, 0.3);
+    for (float& v : wv) v += 1.0f;
+    const auto w = as_dt(dt(), wv);
+    const auto dx = as_dt(dt(), random_normal<float>(n, seed++));
+    const auto dw0 = random_normal<float>(s.HS, seed++);
 
-      std::vector<float> ref_x(n), ref_rstd(rows);
-      cpu::head_norm_rope_fwd<float>(ref_x.data(), ref_rstd.data(), x_raw.data(), w.data(), s.B, s.T,
-                                     s.H, s.HS, 1e-6f, r, hpos);
-      std::vector<float> ref_dx_raw(n), ref_dw = dw0;
-      cpu::head_norm_rope_bwd<float>(ref_dx_raw.data(), ref_dw.data(), dx.data(), x_raw.data(),
-                                     w.data(), ref_rstd.data(), s.B, s.T, s.H, s.HS, r, hpos);
+    std::vector<float> ref_x(n), ref_rstd(rows);
+    cpu::head_norm_rope_fwd<float>(ref_x.data(), ref_rstd.data(), x_raw.data(), w.data(), s.B, s.T,
+                                   s.H, s.HS, 1e-6f, r, hpos);
+    std::vector<float> ref_dx_raw(n), ref_dw = dw0;
+    cpu::head_norm_rope_bwd<float>(ref_dx_raw.data(), ref_dw.data(), dx.data(), x_raw.data(),
+                                   w.data(), ref_rstd.data(), s.B, s.T, s.H, s.HS, r, hpos);
 
-      auto dpos = upload(lay.pos);
-      const int32_t* pos = c.packed ? dpos.data() : nullptr;
-      auto d_x_raw = up(x_raw), d_w = up(w), d_dx = up(dx);
-      auto d_x = poison(n);
-      auto d_rstd = poisoned<float>(rows);
-      head_norm_rope_fwd(ctx(), dt(), d_x.data(), d_rstd.data(), d_x_raw.data(), d_w.data(), s.B, s.T,
-                         s.H, s.HS, 1e-6f, r, pos);
-      // One rounding of the output to dt (the normalised value is rotated in f32).
-      EXPECT_TRUE(all_close(down(d_x), ref_x, tol_for(dt()))) << "x " << where(c);
-      EXPECT_TRUE(all_close(download(d_rstd), ref_rstd, kTolRstd)) << "rstd " << where(c);
+    auto dpos = upload(lay.pos);
+    const int32_t* pos = c.packed ? dpos.data() : nullptr;
+    auto d_x_raw = up(x_raw), d_w = up(w), d_dx = up(dx);
+    auto d_x = poison(n);
+    auto d_rstd = poisoned<float>(rows);
+    head_norm_rope_fwd(ctx(), dt(), d_x.data(), d_rstd.data(), d_x_raw.data(), d_w.data(), s.B, s.T,
+                       s.H, s.HS, 1e-6f, r, pos);
+    // One rounding of the output to dt (the normalised value is rotated in f32).
+    EXPECT_TRUE(all_close(down(d_x), ref_x, tol_for(dt()))) << "x " << where(c);
+    EXPECT_TRUE(all_close(download(d_rstd), ref_rstd, kTolRstd)) << "rstd " << where(c);
 
-      auto d_ref_rstd = upload(ref_rstd);
-      std::vector<float> got_dx_raw[2], got_dw[2];
-      for (int run = 0; run < 2; ++run) {
-        auto d_dx_raw = poison(n);
-        auto d_dw = upload(dw0);
-        head_norm_rope_bwd(ctx(), dt(), d_dx_raw.data(), d_dw.data(), d_dx.data(), d_x_raw.data(),
-                           d_w.data(), d_ref_rstd.data(), s.B, s.T, s.H, s.HS, r, pos);
-        got_dx_raw[run] = down(d_dx_raw);
-        got_dw[run] = download(d_dw);
-      }
-      // d(x_raw): one rounding to dt of an f32 computation on the same inputs.
-      EXPECT_TRUE(all_close(got_dx_raw[0], ref_dx_raw, tol_for(dt()))) << "dx_raw " << where(c);
-      // dweight: f32 sums over up to 4096 heads in another order than the CPU's. Over 131,072
-      // heads (the CPU twin sums in f32 too) the rounding walk of sums of ~362 is ~eps·n ≈ 8e-3.
-      const Tol tol_dw = rows > 4096 ? Tol{2e-2, 1e-4} : kTolWgrad;
-      EXPECT_TRUE(all_close(got_dw[0], ref_dw, tol_dw)) << "dweight " << where(c);
-      EXPECT_TRUE(same_bits(got_dx_raw[1], got_dx_raw[0])) << "dx_raw rerun " << where(c);
-      EXPECT_TRUE(same_bits(got_dw[1], got_dw[0])) << "dweight rerun " << where(c);
-
-      // In place over dx (the model's call) without dweight (a frozen gain): the same d(x_raw).
-      auto d_inplace = up(dx);
-      head_norm_rope_bwd(ctx(), dt(), d_inplace.data(), nullptr, d_inplace.data(), d_x_raw.data(),
+    auto d_ref_rstd = upload(ref_rstd);
+    std::vector<float> got_dx_raw[2], got_dw[2];
+    for (int run = 0; run < 2; ++run) {
+      auto d_dx_raw = poison(n);
+      auto d_dw = upload(dw0);
+      head_norm_rope_bwd(ctx(), dt(), d_dx_raw.data(), d_dw.data(), d_dx.data(), d_x_raw.data(),
                          d_w.data(), d_ref_rstd.data(), s.B, s.T, s.H, s.HS, r, pos);
-      EXPECT_TRUE(same_bits(down(d_inplace), got_dx_raw[0])) << "in place " << where(c);
+      got_dx_raw[run] = down(d_dx_raw);
+      got_dw[run] = download(d_dw);
     }
+    // d(x_raw): one rounding to dt of an f32 computation on the same inputs.
+    EXPECT_TRUE(all_close(got_dx_raw[0], ref_dx_raw, tol_for(dt()))) << "dx_raw " << where(c);
+    // dweight: f32 sums over up to 4096 heads in another order than the CPU's. Over 131,072
+    // heads (the CPU twin sums in f32 too) the rounding walk of sums of ~362 is ~eps·n ≈ 8e-3.
+    const Tol tol_dw = rows > 4096 ? Tol{2e-2, 1e-4} : kTolWgrad;
+    EXPECT_TRUE(all_close(got_dw[0], ref_dw, tol_dw)) << "dweight " << where(c);
+    EXPECT_TRUE(same_bits(got_dx_raw[1], got_dx_raw[0])) << "dx_raw rerun " << where(c);
+    EXPECT_TRUE(same_bits(got_dw[1], got_dw[0])) << "dweight rerun " << where(c);
+
+    // In place over dx (the model's call) without dweight (a frozen gain): the same d(x_raw).
+    auto d_inplace = up(dx);
+    head_norm_rope_bwd(ctx(), dt(), d_inplace.data(), nullptr, d_inplace.data(), d_x_raw.data(),
+                       d_w.data(), d_ref_rstd.data(), s.B, s.T, s.H, s.HS, r, pos);
+    EXPECT_TRUE(same_bits(down(d_inplace), got_dx_raw[0])) << "in place " << where(c);
   }
 }
 

@@ -85,51 +85,46 @@ void expect_residual_sum(const std::vector<float>& got, const std::vector<float>
 }
 
 TEST_P(NormTest, LayerNormBwdMatchesCpuAndIsDeterministic) {
-  // Both ways of taking the gradient sums (Context::fused_wgrad_sums).
-  for (bool fused : {false, true}) {
-    ctx().set_fused_wgrad_sums(fused);
-    SCOPED_TRACE(fused ? "fused_wgrad_sums" : "split sums");
-    uint64_t seed = 20;
-    for (const Shape& s : kShapes) {
-      const size_t n = static_cast<size_t>(s.N) * s.C;
-      const auto x = as_dt(dt(), rows(s, seed++));
-      const auto w = as_dt(dt(), gains(s.C, seed++));
-      const auto b = as_dt(dt(), random_normal<float>(s.C, seed++, 0.2));
-      const auto dout = as_dt(dt(), random_normal<float>(n, seed++));
-      const auto dinp0 = as_dt(dt(), random_normal<float>(n, seed++));
-      const auto dw0 = random_normal<float>(s.C, seed++), db0 = random_normal<float>(s.C, seed++);
-      std::vector<float> y(n), mean(s.N), rstd(s.N);
-      cpu::layernorm_fwd<float>(y.data(), mean.data(), rstd.data(), x.data(), w.data(), b.data(), s.N,
-                                s.C, 1e-5f);
-      std::vector<float> ref_dinp = dinp0, ref_dw = dw0, ref_db = db0;
-      cpu::layernorm_bwd<float>(ref_dinp.data(), ref_dw.data(), ref_db.data(), dout.data(), x.data(),
-                                w.data(), mean.data(), rstd.data(), s.N, s.C);
-      auto dx = up(x), dwt = up(w), ddout = up(dout);
-      auto dmean = upload(mean), drstd = upload(rstd);
-      const auto dres0 = random_normal<float>(s.C, seed++);
-      std::vector<float> got_dinp[3], got_dw[3], got_db[3], got_dres[3];
-      for (int run = 0; run < 3; ++run) {  // 0, 1: with the residual sum; 2: without
-        auto ddinp = up(dinp0);
-        auto ddw = upload(dw0), ddb = upload(db0), ddres = upload(dres0);
-        layernorm_bwd(ctx(), dt(), ddinp.data(), ddw.data(), ddb.data(), ddout.data(), dx.data(),
-                      dwt.data(), dmean.data(), drstd.data(), s.N, s.C, run < 2 ? ddres.data() : nullptr);
-        got_dinp[run] = down(ddinp);
-        got_dw[run] = download(ddw);
-        got_db[run] = download(ddb);
-        got_dres[run] = download(ddres);
-      }
-      EXPECT_TRUE(all_close(got_dinp[0], ref_dinp, tol_for(dt()))) << "dinp " << where(s);
-      EXPECT_TRUE(all_close(got_dw[0], ref_dw, kTolWgrad)) << "dweight " << where(s);
-      EXPECT_TRUE(all_close(got_db[0], ref_db, kTolWgrad)) << "dbias " << where(s);
-      expect_residual_sum(got_dres[0], dres0, got_dinp[0], s);
-      EXPECT_TRUE(bit_identical(got_dres[2], dres0)) << "dres untouched when null " << where(s);
-      for (int run : {1, 2}) {  // reruns, and the sum changes nothing else
-        EXPECT_TRUE(bit_identical(got_dinp[0], got_dinp[run])) << where(s) << " run " << run;
-        EXPECT_TRUE(bit_identical(got_dw[0], got_dw[run])) << where(s) << " run " << run;
-        EXPECT_TRUE(bit_identical(got_db[0], got_db[run])) << where(s) << " run " << run;
-      }
-      EXPECT_TRUE(bit_identical(got_dres[0], got_dres[1])) << where(s);
+  uint64_t seed = 20;
+  for (const Shape& s : kShapes) {
+    const size_t n = static_cast<size_t>(s.N) * s.C;
+    const auto x = as_dt(dt(), rows(s, seed++));
+    const auto w = as_dt(dt(), gains(s.C, seed++));
+    const auto b = as_dt(dt(), random_normal<float>(s.C, seed++, 0.2));
+    const auto dout = as_dt(dt(), random_normal<float>(n, seed++));
+    const auto dinp0 = as_dt(dt(), random_normal<float>(n, seed++));
+    const auto dw0 = random_normal<float>(s.C, seed++), db0 = random_normal<float>(s.C, seed++);
+    std::vector<float> y(n), mean(s.N), rstd(s.N);
+    cpu::layernorm_fwd<float>(y.data(), mean.data(), rstd.data(), x.data(), w.data(), b.data(), s.N,
+                              s.C, 1e-5f);
+    std::vector<float> ref_dinp = dinp0, ref_dw = dw0, ref_db = db0;
+    cpu::layernorm_bwd<float>(ref_dinp.data(), ref_dw.data(), ref_db.data(), dout.data(), x.data(),
+                              w.data(), mean.data(), rstd.data(), s.N, s.C);
+    auto dx = up(x), dwt = up(w), ddout = up(dout);
+    auto dmean = upload(mean), drstd = upload(rstd);
+    const auto dres0 = random_normal<float>(s.C, seed++);
+    std::vector<float> got_dinp[3], got_dw[3], got_db[3], got_dres[3];
+    for (int run = 0; run < 3; ++run) {  // 0, 1: with the residual sum; 2: without
+      auto ddinp = up(dinp0);
+      auto ddw = upload(dw0), ddb = upload(db0), ddres = upload(dres0);
+      layernorm_bwd(ctx(), dt(), ddinp.data(), ddw.data(), ddb.data(), ddout.data(), dx.data(),
+                    dwt.data(), dmean.data(), drstd.data(), s.N, s.C, run < 2 ? ddres.data() : nullptr);
+      got_dinp[run] = down(ddinp);
+      got_dw[run] = download(ddw);
+      got_db[run] = download(ddb);
+      got_dres[run] = download(ddres);
     }
+    EXPECT_TRUE(all_close(got_dinp[0], ref_dinp, tol_for(dt()))) << "dinp " << where(s);
+    EXPECT_TRUE(all_close(got_dw[0], ref_dw, kTolWgrad)) << "dweight " << where(s);
+    EXPECT_TRUE(all_close(got_db[0], ref_db, kTolWgrad)) << "dbias " << where(s);
+    expect_residual_sum(got_dres[0], dres0, got_dinp[0], s);
+    EXPECT_TRUE(bit_identical(got_dres[2], dres0)) << "dres untouched when null " << where(s);
+    for (int run : {1, 2}) {  // reruns, and the sum changes nothing else
+      EXPECT_TRUE(bit_identical(got_dinp[0], got_dinp[run])) << where(s) << " run " << run;
+      EXPECT_TRUE(bit_identical(got_dw[0], got_dw[run])) << where(s) << " run " << run;
+      EXPECT_TRUE(bit_identical(got_db[0], got_db[run])) << where(s) << " run " << run;
+    }
+    EXPECT_TRUE(bit_identical(got_dres[0], got_dres[1])) << where(s);
   }
 }
 
@@ -179,46 +174,41 @@ TEST_P(NormTest, HeadRmsNormInPlaceMatchesCpu) {
 }
 
 TEST_P(NormTest, RmsNormBwdMatchesCpuAndIsDeterministic) {
-  // Both ways of taking the gradient sums (Context::fused_wgrad_sums).
-  for (bool fused : {false, true}) {
-    ctx().set_fused_wgrad_sums(fused);
-    SCOPED_TRACE(fused ? "fused_wgrad_sums" : "split sums");
-    uint64_t seed = 40;
-    for (const Shape& s : kShapes) {
-      const size_t n = static_cast<size_t>(s.N) * s.C;
-      const auto x = as_dt(dt(), rows(s, seed++));
-      const auto w = as_dt(dt(), gains(s.C, seed++));
-      const auto dout = as_dt(dt(), random_normal<float>(n, seed++));
-      const auto dinp0 = as_dt(dt(), random_normal<float>(n, seed++));
-      const auto dw0 = random_normal<float>(s.C, seed++);
-      std::vector<float> y(n), rstd(s.N);
-      cpu::rmsnorm_fwd<float>(y.data(), rstd.data(), x.data(), w.data(), s.N, s.C, 1e-6f);
-      std::vector<float> ref_dinp = dinp0, ref_dw = dw0;
-      cpu::rmsnorm_bwd<float>(ref_dinp.data(), ref_dw.data(), dout.data(), x.data(), w.data(),
-                              rstd.data(), s.N, s.C);
-      auto dx = up(x), dwt = up(w), ddout = up(dout);
-      auto drstd = upload(rstd);
-      const auto dres0 = random_normal<float>(s.C, seed++);
-      std::vector<float> got_dinp[3], got_dw[3], got_dres[3];
-      for (int run = 0; run < 3; ++run) {  // 0, 1: with the residual sum; 2: without
-        auto ddinp = up(dinp0);
-        auto ddw = upload(dw0), ddres = upload(dres0);
-        rmsnorm_bwd(ctx(), dt(), ddinp.data(), ddw.data(), ddout.data(), dx.data(), dwt.data(),
-                    drstd.data(), s.N, s.C, run < 2 ? ddres.data() : nullptr);
-        got_dinp[run] = down(ddinp);
-        got_dw[run] = download(ddw);
-        got_dres[run] = download(ddres);
-      }
-      EXPECT_TRUE(all_close(got_dinp[0], ref_dinp, tol_for(dt()))) << "dinp " << where(s);
-      EXPECT_TRUE(all_close(got_dw[0], ref_dw, kTolWgrad)) << "dweight " << where(s);
-      expect_residual_sum(got_dres[0], dres0, got_dinp[0], s);
-      EXPECT_TRUE(bit_identical(got_dres[2], dres0)) << "dres untouched when null " << where(s);
-      for (int run : {1, 2}) {  // reruns, and the sum changes nothing else
-        EXPECT_TRUE(bit_identical(got_dinp[0], got_dinp[run])) << where(s) << " run " << run;
-        EXPECT_TRUE(bit_identical(got_dw[0], got_dw[run])) << where(s) << " run " << run;
-      }
-      EXPECT_TRUE(bit_identical(got_dres[0], got_dres[1])) << where(s);
+  uint64_t seed = 40;
+  for (const Shape& s : kShapes) {
+    const size_t n = static_cast<size_t>(s.N) * s.C;
+    const auto x = as_dt(dt(), rows(s, seed++));
+    const auto w = as_dt(dt(), gains(s.C, seed++));
+    const auto dout = as_dt(dt(), random_normal<float>(n, seed++));
+    const auto dinp0 = as_dt(dt(), random_normal<float>(n, seed++));
+    const auto dw0 = random_normal<float>(s.C, seed++);
+    std::vector<float> y(n), rstd(s.N);
+    cpu::rmsnorm_fwd<float>(y.data(), rstd.data(), x.data(), w.data(), s.N, s.C, 1e-6f);
+    std::vector<float> ref_dinp = dinp0, ref_dw = dw0;
+    cpu::rmsnorm_bwd<float>(ref_dinp.data(), ref_dw.data(), dout.data(), x.data(), w.data(),
+                            rstd.data(), s.N, s.C);
+    auto dx = up(x), dwt = up(w), ddout = up(dout);
+    auto drstd = upload(rstd);
+    const auto dres0 = random_normal<float>(s.C, seed++);
+    std::vector<float> got_dinp[3], got_dw[3], got_dres[3];
+    for (int run = 0; run < 3; ++run) {  // 0, 1: with the residual sum; 2: without
+      auto ddinp = up(dinp0);
+      auto ddw = upload(dw0), ddres = upload(dres0);
+      rmsnorm_bwd(ctx(), dt(), ddinp.data(), ddw.data(), ddout.data(), dx.data(), dwt.data(),
+                  drstd.data(), s.N, s.C, run < 2 ? ddres.data() : nullptr);
+      got_dinp[run] = down(ddinp);
+      got_dw[run] = download(ddw);
+      got_dres[run] = download(ddres);
     }
+    EXPECT_TRUE(all_close(got_dinp[0], ref_dinp, tol_for(dt()))) << "dinp " << where(s);
+    EXPECT_TRUE(all_close(got_dw[0], ref_dw, kTolWgrad)) << "dweight " << where(s);
+    expect_residual_sum(got_dres[0], dres0, got_dinp[0], s);
+    EXPECT_TRUE(bit_identical(got_dres[2], dres0)) << "dres untouched when null " << where(s);
+    for (int run : {1, 2}) {  // reruns, and the sum changes nothing else
+      EXPECT_TRUE(bit_identical(got_dinp[0], got_dinp[run])) << where(s) << " run " << run;
+      EXPECT_TRUE(bit_identical(got_dw[0], got_dw[run])) << where(s) << " run " << run;
+    }
+    EXPECT_TRUE(bit_identical(got_dres[0], got_dres[1])) << where(s);
   }
 }
 

@@ -164,54 +164,49 @@ TEST_P(RopeTest, PositionsTAreTheUnpackedOpBitForBit) {
 // element path), 40 heads of 128 (2 strips in bf16, 3 in f32: strip boundaries inside a row),
 // and 74 rows in 2 splits of 37.
 TEST_P(RopeTest, BiasBwdMatchesCpuAndIsDeterministic) {
-  // Both ways of taking the gradient sums (Context::fused_wgrad_sums).
-  for (bool fused : {false, true}) {
-    ctx().set_fused_wgrad_sums(fused);
-    SCOPED_TRACE(fused ? "fused_wgrad_sums" : "split sums");
-    struct Case {
-      int B, T, H, HS;
-    };
-    const Case cases[] = {
-        {4, 256, 12, 64}, {4, 256, 4, 64}, {2, 37, 3, 20}, {2, 16, 40, 128}, {2, 37, 5, 64}};
-    uint64_t seed = 90;
-    for (RopeStyle style : {RopeStyle::kRotateHalf, RopeStyle::kInterleaved})
-      for (const Case& c : cases)
-        for (bool packed : {false, true}) {
-          const Rope rope{1000000.0f, style};
-          forge::testing::PackedLayout lay =
-              forge::testing::random_packed_layout(c.B, c.T, 11, seed++);
-          for (int32_t& p : lay.pos) p += 2000;
-          const size_t n = static_cast<size_t>(c.B) * c.T * c.H * c.HS;
-          const size_t C = static_cast<size_t>(c.H) * c.HS;
-          const auto x = as_dt(dt(), random_normal<float>(n, seed++));
-          const auto db0 = random_normal<float>(C, seed++);
-          std::vector<float> ref = x, ref_db = db0;
-          cpu::rope_bias_bwd<float>(ref.data(), ref_db.data(), c.B, c.T, c.H, c.HS, rope,
-                                    packed ? lay.pos.data() : nullptr);
-          const std::string where =
-              std::string(style == RopeStyle::kRotateHalf ? "rotate_half" : "interleaved") +
-              " B=" + std::to_string(c.B) + " T=" + std::to_string(c.T) +
-              " H=" + std::to_string(c.H) + " HS=" + std::to_string(c.HS) + (packed ? " packed" : "");
-          auto dpos = upload(lay.pos);
-          const int32_t* pos = packed ? dpos.data() : nullptr;
-          std::vector<float> got[2], got_db[2];
-          for (int run = 0; run < 2; ++run) {
-            auto dx = up(x);
-            auto ddb = upload(db0);
-            rope_bias_bwd(ctx(), dt(), dx.data(), ddb.data(), c.B, c.T, c.H, c.HS, rope, pos);
-            got[run] = down(dx);
-            got_db[run] = download(ddb);
-          }
-          EXPECT_TRUE(all_close(got[0], ref, tol_for(dt()))) << "dx " << where;
-          EXPECT_TRUE(all_close(got_db[0], ref_db, kTolWgrad)) << "dbias " << where;
-          EXPECT_TRUE(same_bits(got[1], got[0])) << "dx rerun " << where;
-          EXPECT_TRUE(same_bits(got_db[1], got_db[0])) << "dbias rerun " << where;
-          auto plain = up(x), fused = up(x);
-          rope_bwd(ctx(), dt(), plain.data(), c.B, c.T, c.H, c.HS, rope, 0, pos);
-          rope_bias_bwd(ctx(), dt(), fused.data(), nullptr, c.B, c.T, c.H, c.HS, rope, pos);
-          EXPECT_TRUE(same_bits(down(fused), down(plain))) << "no dbias " << where;
+  struct Case {
+    int B, T, H, HS;
+  };
+  const Case cases[] = {
+      {4, 256, 12, 64}, {4, 256, 4, 64}, {2, 37, 3, 20}, {2, 16, 40, 128}, {2, 37, 5, 64}};
+  uint64_t seed = 90;
+  for (RopeStyle style : {RopeStyle::kRotateHalf, RopeStyle::kInterleaved})
+    for (const Case& c : cases)
+      for (bool packed : {false, true}) {
+        const Rope rope{1000000.0f, style};
+        forge::testing::PackedLayout lay =
+            forge::testing::random_packed_layout(c.B, c.T, 11, seed++);
+        for (int32_t& p : lay.pos) p += 2000;
+        const size_t n = static_cast<size_t>(c.B) * c.T * c.H * c.HS;
+        const size_t C = static_cast<size_t>(c.H) * c.HS;
+        const auto x = as_dt(dt(), random_normal<float>(n, seed++));
+        const auto db0 = random_normal<float>(C, seed++);
+        std::vector<float> ref = x, ref_db = db0;
+        cpu::rope_bias_bwd<float>(ref.data(), ref_db.data(), c.B, c.T, c.H, c.HS, rope,
+                                  packed ? lay.pos.data() : nullptr);
+        const std::string where =
+            std::string(style == RopeStyle::kRotateHalf ? "rotate_half" : "interleaved") +
+            " B=" + std::to_string(c.B) + " T=" + std::to_string(c.T) +
+            " H=" + std::to_string(c.H) + " HS=" + std::to_string(c.HS) + (packed ? " packed" : "");
+        auto dpos = upload(lay.pos);
+        const int32_t* pos = packed ? dpos.data() : nullptr;
+        std::vector<float> got[2], got_db[2];
+        for (int run = 0; run < 2; ++run) {
+          auto dx = up(x);
+          auto ddb = upload(db0);
+          rope_bias_bwd(ctx(), dt(), dx.data(), ddb.data(), c.B, c.T, c.H, c.HS, rope, pos);
+          got[run] = down(dx);
+          got_db[run] = download(ddb);
         }
-  }
+        EXPECT_TRUE(all_close(got[0], ref, tol_for(dt()))) << "dx " << where;
+        EXPECT_TRUE(all_close(got_db[0], ref_db, kTolWgrad)) << "dbias " << where;
+        EXPECT_TRUE(same_bits(got[1], got[0])) << "dx rerun " << where;
+        EXPECT_TRUE(same_bits(got_db[1], got_db[0])) << "dbias rerun " << where;
+        auto plain = up(x), fused = up(x);
+        rope_bwd(ctx(), dt(), plain.data(), c.B, c.T, c.H, c.HS, rope, 0, pos);
+        rope_bias_bwd(ctx(), dt(), fused.data(), nullptr, c.B, c.T, c.H, c.HS, rope, pos);
+        EXPECT_TRUE(same_bits(down(fused), down(plain))) << "no dbias " << where;
+      }
 }
 
 INSTANTIATE_TEST_SUITE_P(Dtypes, RopeTest,

@@ -30,7 +30,6 @@ CudaBackend::CudaBackend(const ModelConfig& cfg, const ParamTable& table, cuda::
   flash_kernels_ = o.attention == AttentionPath::kFlashMma     ? cuda::FlashKernels::kMma
                    : o.attention == AttentionPath::kFlashWgmma ? cuda::FlashKernels::kWgmma
                                                                : cuda::FlashKernels::kAuto;
-  ctx.set_fused_wgrad_sums(o.fused_wgrad_sums);
   ctx.set_timed_gemm_algos(o.timed_gemm_algos);
   auto& a = ctx.allocator();
   const size_t P = table_.total();

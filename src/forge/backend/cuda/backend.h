@@ -66,9 +66,6 @@ struct CudaModelOptions {
   // false: no base Adam state (m, v) is allocated; the data-parallel runner keeps its own shard
   // of it (train/zero1_cuda.h) and runs the optimizer over the buffers below itself.
   bool adam_state = true;
-  // Weight-gradient sums taken in the norms' own backward pass, finished by the 32-group kernel
-  // (cuda::Context::fused_wgrad_sums; an A/B setting while it is measured, default off).
-  bool fused_wgrad_sums = false;
   // cuBLASLt algorithms timed per plan on its first call instead of the heuristic's first
   // (cuda::Context::timed_gemm_algos; an A/B setting while it is measured, default off).
   bool timed_gemm_algos = false;

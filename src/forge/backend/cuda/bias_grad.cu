@@ -22,7 +22,7 @@
 //   channel_grad_partial_kernel<bf16, 8, kBias>         36 regs, 0 spill, 0 stack
 //   channel_grad_partial_kernel<float, 1, kBias>        24 regs, 0 spill, 0 stack
 //   channel_grad_partial_kernel<float, 4, kBias>        32 regs, 0 spill, 0 stack
-//   channel_grad_finish_kernel<1>                       24 regs, 0 spill, 0 stack
+//   channel_grad_finish_wide_kernel<1>                  48 regs, 0 spill, 0 stack
 #include <cuda_runtime.h>
 
 #include "forge/backend/cuda/context.h"

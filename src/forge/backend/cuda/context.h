@@ -39,13 +39,6 @@ class Context {
   // where the device has it (compute capability >= 9); off to measure what it gives.
   bool pdl() const { return pdl_; }
   void set_pdl(bool on) { pdl_ = on && props_.major >= 9; }
-  // How per-channel gradient sums are taken (an A/B setting while it is measured:
-  // CudaModelOptions::fused_wgrad_sums). Off: the norms' backward is a row kernel, then
-  // kernels::channel_grad's partial pass over dout and x, then the 8-group finishing kernel. On:
-  // model-width norms keep their sums in the row pass (norm_bwd_fused.cuh) and every finishing
-  // pass is the 32-group one (kernel_utils.cuh). Different summation orders, both fixed.
-  bool fused_wgrad_sums() const { return fused_wgrad_sums_; }
-  void set_fused_wgrad_sums(bool on) { fused_wgrad_sums_ = on; }
   // How cuBLASLt algorithms are chosen (an A/B setting while it is measured:
   // CudaModelOptions::timed_gemm_algos). Off: the heuristic's first. On: each plan's first eager
   // call times the heuristic's candidates and keeps the fastest (gemm.cu). Plans already built
@@ -63,7 +56,6 @@ class Context {
   void* workspace_ = nullptr;
   size_t workspace_bytes_ = 0;
   bool pdl_ = false;
-  bool fused_wgrad_sums_ = false;
   bool timed_gemm_algos_ = false;
   Allocator allocator_;
   struct GemmPlanCacheDeleter {

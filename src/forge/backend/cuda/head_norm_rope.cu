@@ -32,7 +32,7 @@
 // Determinism of dweight: the backward's grid is `splits` blocks over fixed position ranges (a
 // function of the shape only); within a block each lane accumulates its channels over the heads
 // its group visits, in order; the groups are then summed in group order through shared memory
-// into partial (splits, HS), and kernels::channel_grad_finish_kernel adds the splits in a fixed
+// into partial (splits, HS), and kernels::channel_grad_finish_wide_kernel adds the splits in a fixed
 // order to dweight. Two runs are bit-identical.
 //
 // ptxas (sm_90a, CUDA 13.0, -Xptxas=-v): registers per kernel, 0 spill and 0 stack for all

@@ -280,14 +280,13 @@ inline int grid_for(int64_t work, int threads, int num_sms, int per_sm = 8) {
 // row-threads y take rows y, y + 8, ... and are then summed in y order through shared memory.
 // Each warp reads 32 · 16 contiguous bytes of one row per step, fully coalesced. Result:
 // partial (splits, kAcc, C) f32, scratch from the context's allocator.
-// Pass 2 (channel_grad_finish_kernel): 32 channels × 8 split-groups per block; group y sums
-// splits y, y + 8, ... in order (its loads issued 16 at a time), then the 8 groups are added in
-// order and the total is added (+=) to the outputs. Under Context::fused_wgrad_sums the pass is
-// channel_grad_finish_wide_kernel (32 groups, below) instead.
+// Pass 2 (channel_grad_finish_wide_kernel, below): 32 channels × 32 split-groups per block,
+// each group's terms loaded in one batch, the groups added by a fixed shuffle tree, the total
+// added (+=) to the outputs.
 // The split sizes depend only on N, so the summation order (and result) is a function of the
 // inputs alone. For the norms, pass 1 re-reads dout and inp after the row kernel that computed
 // dinp: at a training step's sizes (100 MB a tensor) from DRAM, which is why model-width rows
-// take norm_bwd_fused.cuh instead under Context::fused_wgrad_sums. For kBias, dout is the
+// take norm_bwd_fused.cuh instead. For kBias, dout is the
 // (N, OC) output gradient of a linear layer, up to 400 MB at GPT-2 sizes (N = 65536, OC = 3072,
 // bf16), read once from DRAM: 512 splits × OC/(32·kN) strips is ≥ 1536 blocks of 256 threads,
 // and its row loop is unrolled 4 deep (one tensor to load instead of two) so each thread keeps
@@ -361,58 +360,10 @@ __global__ void __launch_bounds__(32 * kWgradRows)
   }
 }
 
-// out0[c] += Σ_splits Σ_g partial[s, 0, g·C + c] and (kAcc = 2) out1 likewise from row 1, for
-// c < C; the partials are `group` real rows side by side (group = 1: one real row of C).
-template <int kAcc>
-__global__ void __launch_bounds__(32 * kWgradRows)
-    channel_grad_finish_kernel(float* __restrict__ out0, float* __restrict__ out1,
-                               const float* __restrict__ partial, int splits, int C, int group) {
-  __shared__ float sh[kAcc][kWgradRows][33];
-  const int tx = threadIdx.x, ty = threadIdx.y;
-  const int c = blockIdx.x * 32 + tx;
-  const int64_t width = static_cast<int64_t>(C) * group;  // partial row length
-  float acc[kAcc];
-#pragma unroll
-  for (int a = 0; a < kAcc; ++a) acc[a] = 0.0f;
-  if (c < C) {
-    // This row-thread's terms, in summation order: splits ty, ty + 8, ..., each its `group`
-    // values. They are loaded kLoads at a time before any is added, so the loads overlap instead
-    // of forming one chain of dependent L2 round trips (64 of them at 512 splits: ~25 µs a
-    // call, measured); the additions keep their order, so the sums are the same bits.
-    constexpr int kLoads = 16;
-    const int terms = (ty < splits ? (splits - 1 - ty) / kWgradRows + 1 : 0) * group;
-#pragma unroll
-    for (int a = 0; a < kAcc; ++a)
-      for (int t0 = 0; t0 < terms; t0 += kLoads) {
-        float v[kLoads];
-#pragma unroll
-        for (int u = 0; u < kLoads; ++u) {
-          const int t = t0 + u, s = ty + (t / group) * kWgradRows, g = t % group;
-          v[u] = t < terms ? partial[(static_cast<int64_t>(s) * kAcc + a) * width + g * C + c] : 0.0f;
-        }
-#pragma unroll
-        for (int u = 0; u < kLoads; ++u)
-          if (t0 + u < terms) acc[a] += v[u];
-      }
-  }
-#pragma unroll
-  for (int a = 0; a < kAcc; ++a) sh[a][ty][tx] = acc[a];
-  __syncthreads();
-  if (ty == 0 && c < C) {
-#pragma unroll
-    for (int a = 0; a < kAcc; ++a) {
-      float t = 0.0f;
-#pragma unroll
-      for (int y = 0; y < kWgradRows; ++y) t += sh[a][y][tx];
-      (a == 0 ? out0 : out1)[c] += t;
-    }
-  }
-}
-
 // outs.p[a][c] += Σ_splits Σ_g partial[s, a, g·C + c] for a < kAcc (1 to 3 sums) and c < C; the
 // partials are `group` real rows side by side (group = 1: one real row of C).
 //
-// channel_grad_finish_wide_kernel, the finishing pass under Context::fused_wgrad_sums: a block
+// channel_grad_finish_wide_kernel, every channel sum's finishing pass: a block
 // is 32 channels × kFinishRows split-groups (1,024 threads). Group y sums splits y,
 // y + 32, ... in order, their loads issued 16 at a time (8 for three sums) before any is added:
 // at channel_grad's 512 splits that is 16 terms a thread, one batch of L2 loads, where 8 groups of
@@ -473,22 +424,14 @@ __global__ void __launch_bounds__(32 * kFinishRows)
   }
 }
 
-// Enqueues the finishing pass over `splits` rows of kAcc partial sums: the 32-group kernel under
-// Context::fused_wgrad_sums (one to three sums), else the 8-group one (one or two).
+// Enqueues the finishing pass over `splits` rows of kAcc (one to three) partial sums.
 template <int kAcc>
 void channel_grad_finish(Context& ctx, FinishOuts outs, const float* partial, int splits, int C, int group) {
   FORGE_CHECK(static_cast<int64_t>(splits) * kAcc * C * group < (int64_t{1} << 31),
               "channel_grad_finish: ", splits, " × ", kAcc, " rows of ", C, " × ", group,
               " partials exceed the kernel's 32-bit offsets");
-  if (ctx.fused_wgrad_sums()) {
-    channel_grad_finish_wide_kernel<kAcc><<<(C + 31) / 32, dim3(32, kFinishRows), 0, ctx.stream()>>>(
-        outs, partial, splits, C, group);
-  } else if constexpr (kAcc <= 2) {
-    channel_grad_finish_kernel<kAcc><<<(C + 31) / 32, dim3(32, kWgradRows), 0, ctx.stream()>>>(
-        outs.p[0], outs.p[1], partial, splits, C, group);
-  } else {
-    FORGE_CHECK(false, "channel_grad_finish: three sums only under fused_wgrad_sums");
-  }
+  channel_grad_finish_wide_kernel<kAcc><<<(C + 31) / 32, dim3(32, kFinishRows), 0, ctx.stream()>>>(
+      outs, partial, splits, C, group);
   FORGE_CUDA_CHECK_LAUNCH();
 }
 

@@ -22,9 +22,8 @@
 // Backward:
 //   dinp += rstd·(dnorm − mean(dnorm) − norm·mean(dnorm·norm)),  dnorm = dout·w,
 //   dweight += Σ_rows dout·norm,  dbias += Σ_rows dout.
-// Under Context::fused_wgrad_sums (an A/B setting, default off), rows of C ≤ 1,024 with 16-byte
-// lanes take norm_bwd_fused.cuh's kernel (the row kernel's arithmetic, the sums kept per block,
-// optionally dres += Σ_rows of the updated dinp — GPT-2's attention and MLP output biases — then
+// Rows of C ≤ 1,024 with 16-byte lanes take norm_bwd_fused.cuh's kernel (the row kernel's
+// arithmetic, the sums kept per block, optionally dres += Σ_rows of the updated dinp — GPT-2's attention and MLP output biases — then
 // a fixed-order finishing pass). Otherwise: the row kernel (one warp per row, two sweeps),
 // dweight/dbias through kernels::channel_grad (kernel_utils.cuh), dres by bias_grad over dinp.
 // No atomics: two runs are bit-identical.
@@ -48,7 +47,7 @@
 //   channel_grad_partial_kernel<bf16, 8, kLayerNorm>    48 regs, 0 spill, 0 stack
 //   channel_grad_partial_kernel<float, 1, kLayerNorm>   30 regs, 0 spill, 0 stack
 //   channel_grad_partial_kernel<float, 4, kLayerNorm>   40 regs, 0 spill, 0 stack
-//   channel_grad_finish_kernel<2>                       32 regs, 0 spill, 0 stack
+//   channel_grad_finish_wide_kernel<2>                  64 regs, 0 spill, 0 stack
 //   norm_bwd_fused_kernel<bf16, 8, kLayerNorm, 3, false> 99 regs, 0 spill, 0 stack (C ≤ 768)
 //   norm_bwd_fused_kernel<bf16, 8, kLayerNorm, 3, true>  122 regs, 0 spill, 0 stack (with dres)
 //   norm_bwd_fused_kernel<*, *, kLayerNorm, 1..8, *>     all instantiations 44–138 regs, 0 spill
@@ -219,7 +218,7 @@ void layernorm_bwd(Context& ctx, DType dt, void* dinp, float* dweight, float* db
     using T = decltype(tag);
     const bool vec = C % kVec<T> == 0 && aligned16(dinp) && aligned16(dout) && aligned16(inp) &&
                      aligned16(weight);
-    if (ctx.fused_wgrad_sums() && norm_bwd_fused<T, ChannelGrad::kLayerNorm>(
+    if (norm_bwd_fused<T, ChannelGrad::kLayerNorm>(
             ctx, static_cast<T*>(dinp), dweight, dbias, dres, static_cast<const T*>(dout),
             static_cast<const T*>(inp), static_cast<const T*>(weight), mean, rstd, N, C, vec))
       return;

@@ -18,9 +18,8 @@
 //
 // Backward, with norm = x·rstd and dnorm = dout·w:
 //   dinp += rstd·(dnorm − norm·mean(dnorm·norm)),   dweight += Σ_rows dout·norm
-// Under Context::fused_wgrad_sums (an A/B setting, default off), model-width rows with 16-byte
-// lanes (C ≤ 1,024) take norm_bwd_fused.cuh's kernel: the row arithmetic of the one-warp-per-row
-// kernel below, each block keeping its rows' dweight sums (and, when asked, dres += Σ_rows of
+// Model-width rows with 16-byte lanes (C ≤ 1,024) take norm_bwd_fused.cuh's kernel: the row
+// arithmetic of the one-warp-per-row kernel below, each block keeping its rows' dweight sums (and, when asked, dres += Σ_rows of
 // the updated dinp: a residual bias's gradient), then a fixed-order finishing pass. Otherwise
 // (and for other rows) the row kernel (two sweeps) and dweight through
 // kernels::channel_grad (kernel_utils.cuh): fixed row ranges → per-block partials in allocator
@@ -46,7 +45,7 @@
 //   channel_grad_partial_kernel<bf16, 8, kRmsNorm>      40 regs, 0 spill, 0 stack
 //   channel_grad_partial_kernel<float, 1, kRmsNorm>     26 regs, 0 spill, 0 stack
 //   channel_grad_partial_kernel<float, 4, kRmsNorm>     32 regs, 0 spill, 0 stack
-//   channel_grad_finish_kernel<1>                       24 regs, 0 spill, 0 stack
+//   channel_grad_finish_wide_kernel<1>                  48 regs, 0 spill, 0 stack
 //   norm_bwd_fused_kernel<bf16, 8, kRmsNorm, 3, false>   64 regs, 0 spill, 0 stack (C ≤ 768)
 //   norm_bwd_fused_kernel<bf16, 8, kRmsNorm, 3, true>    98 regs, 0 spill, 0 stack (with dres)
 //   norm_bwd_fused_kernel<*, *, kRmsNorm, 1..8, *>       all instantiations 40–103 regs, 0 spill
@@ -268,7 +267,7 @@ void rmsnorm_bwd(Context& ctx, DType dt, void* dinp, float* dweight, const void*
     const bool vec = C % kVec<T> == 0 && aligned16(dinp) && aligned16(dout) && aligned16(inp) &&
                      aligned16(weight);
     const int lanes = vec ? lanes_for<T, kVec<T>>(C) : 32;
-    if (ctx.fused_wgrad_sums() && lanes == 32 &&
+    if (lanes == 32 &&
         norm_bwd_fused<T, ChannelGrad::kRmsNorm>(
                            ctx, static_cast<T*>(dinp), dweight, nullptr, dres,
                            static_cast<const T*>(dout), static_cast<const T*>(inp),

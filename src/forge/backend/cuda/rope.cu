@@ -124,7 +124,7 @@ void rope_rotate(Context& ctx, DType dt, void* x, int B, int T_, int H, int HS, 
 // time (q of llama-100m: P = 48, 5 rows a step; k: P = 16, 16 rows), over the fixed row range of
 // its split (blockIdx.y). Each thread sums its chunk's channels over its rows; the row-threads of
 // a chunk are then added in order through shared memory into partial (splits, H·HS), which
-// channel_grad_finish_kernel reduces in a fixed order. No atomics: bit-identical reruns.
+// channel_grad_finish_wide_kernel reduces in a fixed order. No atomics: bit-identical reruns.
 template <typename T, int kN, bool kRotateHalf>
 __global__ void __launch_bounds__(kThreads)
     rope_bias_bwd_kernel(T* dx, float* __restrict__ partial,
