@@ -67,9 +67,12 @@ void gemm_fp8_cuda(const BenchOptions& o) {
   std::printf("%-22s %6s %6s %6s %9s %8s %9s %8s %9s %6s\n", "product", "M", "N", "K", "bf16 us", "TFLOP/s",
               "fp8 us", "TFLOP/s", "fast us", "x bf16");
   nlohmann::json rows = nlohmann::json::array();
-  auto scale = cuda::DeviceBuffer<float>(ctx.allocator(), 2);
-  const float ones[2] = {1.0f, 1.0f};
-  FORGE_CUDA_CHECK(cudaMemcpy(scale.data(), ones, sizeof(ones), cudaMemcpyHostToDevice));
+  // Unit scales, each in its own allocation (as the tests pass them: a scale pointer 4 bytes into
+  // a buffer is not what cuBLASLt is given anywhere else).
+  auto scale = cuda::DeviceBuffer<float>(ctx.allocator(), 1), scale_b = cuda::DeviceBuffer<float>(ctx.allocator(), 1);
+  const float one = 1.0f;
+  FORGE_CUDA_CHECK(cudaMemcpy(scale.data(), &one, sizeof(one), cudaMemcpyHostToDevice));
+  FORGE_CUDA_CHECK(cudaMemcpy(scale_b.data(), &one, sizeof(one), cudaMemcpyHostToDevice));
   cuda::DeviceBuffer<float> amax(ctx.allocator(), 1);
   double step_bf16 = 0, step_fp8 = 0, step_casts = 0;
   for (const Linear& l : linears) {
@@ -94,7 +97,7 @@ void gemm_fp8_cuda(const BenchOptions& o) {
       g.beta = p.c == DType::kF32 ? 1.0f : 0.0f;
       const double t16 = time_op(ctx, [&] { cuda::gemm(ctx, g, a16.data(), b16.data(), c.data()); });
       cuda::GemmArgs g8 = g;
-      g8.ab_type = p.a, g8.b_type = p.b, g8.a_scale = scale.data(), g8.b_scale = scale.data() + 1;
+      g8.ab_type = p.a, g8.b_type = p.b, g8.a_scale = scale.data(), g8.b_scale = scale_b.data();
       const double t8 = time_op(ctx, [&] { cuda::gemm(ctx, g8, a8.data(), b8.data(), c.data()); });
       g8.fast_accum = true;
       const double t8f = time_op(ctx, [&] { cuda::gemm(ctx, g8, a8.data(), b8.data(), c.data()); });

@@ -156,9 +156,11 @@ TEST_F(Fp8Test, GemmMatchesTheDecodedOperands) {
       gemm(ctx(), g, da.data(), db.data(), dc.data());
       got = from_bf16(download(dc));
     }
-    // f32 accumulation of 256 exact products (fp8 × fp8 is exact in f32): ~1e-6 relative, or
-    // 2^-8 when the output is bf16; fast accumulation promotes less often: 1e-3 allowed.
-    const forge::testing::Tol tol = cs.c == DType::kF32 ? forge::testing::Tol{1e-4, 1e-4}
+    // Hopper's FP8 tensor cores keep fewer accumulator bits than f32 (measured on an H100: up to
+    // 1.4e-4 relative at K = 256 without fast accumulation, where an f32 sum would be ~1e-6), so
+    // f32 output is held to 1e-3; bf16 output to bf16's 2^-8; fast accumulation promotes less
+    // often: 1e-2. An operand read wrongly (layout, scale, format) is off by O(1).
+    const forge::testing::Tol tol = cs.c == DType::kF32 ? forge::testing::Tol{1e-3, 1e-3}
                                     : cs.fast           ? forge::testing::Tol{1e-2, 2e-2}
                                                         : kTolBf16;
     EXPECT_TRUE(all_close(got, std::vector<float>(ref.begin(), ref.end()), tol));
