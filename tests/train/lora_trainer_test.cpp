@@ -22,6 +22,7 @@
 #include "forge/io/safetensors.h"
 #include "forge/model/lora_dir.h"
 #include "forge/model/model_dir.h"
+#include "asan.h"
 #include "train/sft_task.h"
 #include "forge/tokenizer/trainer.h"
 #include "forge/train/trainer.h"
@@ -104,6 +105,10 @@ Transformer<float> merged(const std::string& base, const std::string& adapter_di
 }
 
 TEST_F(LoraTrainerTest, AdaptersAloneTeachAHeldOutTask) {
+  // Three training runs (~2 min in the plain build on CI's 2 cores) take over ctest's 10 minutes
+  // under AddressSanitizer; the LoRA code paths it runs are exercised under ASan by the resume and
+  // refusal tests below, so the sanitizer build leaves this acceptance run to the plain one.
+  if (forge::testing::kAsan) GTEST_SKIP() << "an acceptance run: too slow under AddressSanitizer";
   const std::string base = chat_model(60, 128);
   Rng rng(1234, 0);
   std::set<std::string> seen;
