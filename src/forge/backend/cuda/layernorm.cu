@@ -23,10 +23,10 @@
 //   dinp += rstd·(dnorm − mean(dnorm) − norm·mean(dnorm·norm)),  dnorm = dout·w,
 //   dweight += Σ_rows dout·norm,  dbias += Σ_rows dout.
 // Rows of C ≤ 1,024 with 16-byte lanes take norm_bwd_fused.cuh's kernel (the row kernel's
-// arithmetic, the sums kept per block, optionally dres += Σ_rows of the updated dinp — GPT-2's attention and MLP output biases — then
-// a fixed-order finishing pass). Otherwise: the row kernel (one warp per row, two sweeps),
-// dweight/dbias through kernels::channel_grad (kernel_utils.cuh), dres by bias_grad over dinp.
-// No atomics: two runs are bit-identical.
+// arithmetic, the sums kept per block, optionally dres += Σ_rows of the updated dinp — GPT-2's
+// attention and MLP output biases — then a fixed-order finishing pass). Otherwise: the row kernel
+// (one warp per row, two sweeps), dweight/dbias through kernels::channel_grad (kernel_utils.cuh),
+// dres by bias_grad over dinp. No atomics: two runs are bit-identical.
 //
 // ptxas (sm_90a, CUDA 13.0, -Xptxas=-v): registers, spill stores, stack frame per kernel
 // (<T, kN, ...>: kN = 1 is the element-by-element instantiation; the fwd kernel's last

@@ -19,9 +19,9 @@
 // Backward, with norm = x·rstd and dnorm = dout·w:
 //   dinp += rstd·(dnorm − norm·mean(dnorm·norm)),   dweight += Σ_rows dout·norm
 // Model-width rows with 16-byte lanes (C ≤ 1,024) take norm_bwd_fused.cuh's kernel: the row
-// arithmetic of the one-warp-per-row kernel below, each block keeping its rows' dweight sums (and, when asked, dres += Σ_rows of
-// the updated dinp: a residual bias's gradient), then a fixed-order finishing pass. Otherwise
-// (and for other rows) the row kernel (two sweeps) and dweight through
+// arithmetic of the one-warp-per-row kernel below, each block keeping its rows' dweight sums (and,
+// when asked, dres += Σ_rows of the updated dinp: a residual bias's gradient), then a fixed-order
+// finishing pass. Otherwise (and for other rows) the row kernel (two sweeps) and dweight through
 // kernels::channel_grad (kernel_utils.cuh): fixed row ranges → per-block partials in allocator
 // scratch → fixed-order reduction; dres then by bias_grad over dinp. No atomics; two runs are
 // bit-identical.
