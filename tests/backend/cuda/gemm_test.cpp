@@ -109,6 +109,74 @@ TEST_F(GemmTest, DGeluEpilogueMatchesCpuGeluBackward) {
   }
 }
 
+// The bias-gradient epilogues as the linear backward would use them, in bf16 and f16 (the model's
+// 16-bit modes): the weight-gradient products of both weight layouts (f32 C, beta 1) with dbias =
+// Σ_n dout, and the DGELU product with dbias = Σ_m dfc. dbias is poisoned first (it must be
+// written, not accumulated). Reference: the CPU matmul / gelu_bwd in f32 on the rounded inputs,
+// the sums in double. Tolerances: dW as the plain product (f32 output, f32 accumulation: 1e-4);
+// dbias summed in f32 by cuBLASLt, 1e-4 of the sum of |terms|; the DGELU sum is of the f32 values
+// before dfc's 16-bit rounding or after it (not documented), so 2^-8 of the sum of |terms|.
+TEST_F(GemmTest, BiasGradEpiloguesMatchCpuSums) {
+  const int N = 96, C = 40, OC = 72;  // rows (the product's k), the layer's in and out widths
+  uint64_t seed = 300;
+  auto abs_sum_tol = [](const std::vector<double>& ref, const std::vector<double>& abs_sum, double rel,
+                        const std::vector<float>& got) {
+    size_t bad = 0;
+    for (size_t i = 0; i < ref.size(); ++i)
+      if (!(std::fabs(got[i] - ref[i]) <= rel * abs_sum[i] + 1e-6)) ++bad;
+    return bad;
+  };
+  for (DType dt : {DType::kBF16, DType::kF16}) {
+    SCOPED_TRACE(dtype_name(dt));
+    const auto inp = round_to(dt, random_normal<float>(size_t(N) * C, seed++));
+    const auto dout = round_to(dt, random_normal<float>(size_t(N) * OC, seed++));
+    auto dinp = to_device(dt, inp), ddout = to_device(dt, dout);
+    std::vector<double> db_ref(OC, 0.0), db_abs(OC, 0.0);
+    for (int n = 0; n < N; ++n)
+      for (int o = 0; o < OC; ++o) db_ref[o] += dout[size_t(n) * OC + o], db_abs[o] += std::fabs(dout[size_t(n) * OC + o]);
+    for (bool in_out : {false, true}) {
+      SCOPED_TRACE(in_out ? "dW (C, OC) = inpT dout" : "dW (OC, C) = doutT inp");
+      const auto w0 = random_normal<float>(size_t(C) * OC, seed++);  // dW accumulates into this
+      auto ddw = upload(w0);
+      auto ddb = upload(std::vector<float>(OC, 1e30f));
+      GemmArgs g;
+      g.trans_a = true, g.beta = 1.0f, g.ab_type = dt, g.c_type = DType::kF32, g.K = N;
+      g.dbias = ddb.data();
+      std::vector<float> ref = w0;
+      if (in_out) {
+        g.M = C, g.N = OC, g.epilogue = GemmEpilogue::kBiasGradB;
+        gemm(ctx(), g, dinp.data(), ddout.data(), ddw.data());
+        cpu::matmul_reference<float>(ref.data(), inp.data(), dout.data(), C, OC, N, true, false, 1.0f, 1.0f);
+      } else {
+        g.M = OC, g.N = C, g.epilogue = GemmEpilogue::kBiasGradA;
+        gemm(ctx(), g, ddout.data(), dinp.data(), ddw.data());
+        cpu::matmul_reference<float>(ref.data(), dout.data(), inp.data(), OC, C, N, true, false, 1.0f, 1.0f);
+      }
+      EXPECT_TRUE(all_close(download(ddw), ref, {1e-4, 1e-4}));
+      EXPECT_EQ(abs_sum_tol(db_ref, db_abs, 1e-4, download(ddb)), 0u) << "dbias of " << OC;
+    }
+    // dfc (N, FF) = (dout (N, OC) · W (FF, OC)ᵀ) ∘ gelu'(pre), dbias (FF) = Σ_n dfc.
+    const int FF = 56;
+    const auto w = round_to(dt, random_normal<float>(size_t(FF) * OC, seed++, 0.2));
+    const auto pre = round_to(dt, random_normal<float>(size_t(N) * FF, seed++, 1.5));
+    auto dw = to_device(dt, w), dpre = to_device(dt, pre);
+    auto ddfc = to_device(dt, std::vector<float>(size_t(N) * FF, 1e30f));
+    auto ddb = upload(std::vector<float>(FF, 1e30f));
+    GemmArgs g;
+    g.M = N, g.N = FF, g.K = OC, g.trans_b = true, g.ab_type = g.c_type = dt;
+    g.epilogue = GemmEpilogue::kDGeluBiasGrad, g.aux = dpre.data(), g.dbias = ddb.data();
+    gemm(ctx(), g, ddout.data(), dw.data(), ddfc.data());
+    std::vector<float> dy(size_t(N) * FF), dfc(size_t(N) * FF, 0.0f);
+    cpu::matmul_reference<float>(dy.data(), dout.data(), w.data(), N, FF, OC, false, true);
+    cpu::gelu_bwd<float>(dfc.data(), pre.data(), dy.data(), N * FF);
+    EXPECT_TRUE(all_close(to_host(dt, ddfc), dfc, dt == DType::kBF16 ? kTolBf16 : kTolF16));
+    std::vector<double> ref(FF, 0.0), abs(FF, 0.0);
+    for (int n = 0; n < N; ++n)
+      for (int f = 0; f < FF; ++f) ref[f] += dfc[size_t(n) * FF + f], abs[f] += std::fabs(dfc[size_t(n) * FF + f]);
+    EXPECT_EQ(abs_sum_tol(ref, abs, std::ldexp(1.0, -8), download(ddb)), 0u) << "DGELU dbias of " << FF;
+  }
+}
+
 // Strided views (lda/ldb/ldc with batch strides), as attention uses for per-head slices of a
 // (B, T, NH, HS) tensor: every transpose combination, views that start off the 256-byte
 // alignment cuBLASLt assumes by default (4 bytes in f32, 8 in bf16), row strides that are not a
