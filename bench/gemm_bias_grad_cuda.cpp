@@ -1,5 +1,5 @@
 // forge bench gemm --bias-grads: the bias gradients of one training step two ways, per biased
-// linear layer of the preset (GPT-2's four, Qwen2's q|k|v with --set qkv_bias=true):
+// linear layer of the preset (GPT-2's four; Qwen2's v with --set variant=qwen2 or qkv_bias=true):
 //   pass      — what CudaBackend runs today: the weight-gradient product (f32, beta 1), then
 //               bias_grad, a separate read of dout (N × OC);
 //   epilogue  — the same product with cuBLASLt's bias-gradient epilogue (BGRADA / BGRADB: the sum
@@ -121,7 +121,10 @@ void gemm_bias_grad_cuda(const BenchOptions& o) {
   const bool gpt2 = cfg.family == Family::kGpt2;
   const int N = o.batch * o.seq_len, C = cfg.n_embd, L = cfg.n_layer, HS = cfg.head_dim();
   std::vector<Linear> layers;
-  if (gpt2 || cfg.qkv_bias) layers.push_back({"qkv", C, (cfg.n_head + 2 * cfg.n_kv_head) * HS, gpt2, L});
+  // The Llama family runs q, k and v as three products and takes q's and k's bias sums from the
+  // RoPE backward (rope_bias_bwd), so only v's bias has a pass to replace.
+  if (gpt2) layers.push_back({"qkv", C, (cfg.n_head + 2 * cfg.n_kv_head) * HS, true, L});
+  else if (cfg.qkv_bias) layers.push_back({"v", C, cfg.n_kv_head * HS, false, L});
   if (gpt2 || cfg.o_bias) layers.push_back({"attn-out", cfg.n_head * HS, C, gpt2, L});
   if (gpt2) {
     layers.push_back({"mlp-fc", C, cfg.ffn_hidden, true, L});
