@@ -1,5 +1,5 @@
-// forge bench gemm --bias-grads: the bias gradients of one training step two ways, per biased
-// linear layer of the preset (GPT-2's four; Qwen2's v with --set variant=qwen2 or qkv_bias=true):
+// forge bench gemm --bias-grads: the bias gradients of one training step that are separate passes
+// today, two ways (GPT-2's qkv and fc; Qwen2's v with --set variant=qwen2 or qkv_bias=true):
 //   pass      — what CudaBackend runs today: the weight-gradient product (f32, beta 1), then
 //               bias_grad, a separate read of dout (N × OC);
 //   epilogue  — the same product with cuBLASLt's bias-gradient epilogue (BGRADA / BGRADB: the sum
@@ -120,17 +120,12 @@ void gemm_bias_grad_cuda(const BenchOptions& o) {
   cfg.validate();
   const bool gpt2 = cfg.family == Family::kGpt2;
   const int N = o.batch * o.seq_len, C = cfg.n_embd, L = cfg.n_layer, HS = cfg.head_dim();
-  std::vector<Linear> layers;
-  // The Llama family runs q, k and v as three products and takes q's and k's bias sums from the
-  // RoPE backward (rope_bias_bwd), so only v's bias has a pass to replace.
-  if (gpt2) layers.push_back({"qkv", C, (cfg.n_head + 2 * cfg.n_kv_head) * HS, true, L});
-  else if (cfg.qkv_bias) layers.push_back({"v", C, cfg.n_kv_head * HS, false, L});
-  if (gpt2 || cfg.o_bias) layers.push_back({"attn-out", cfg.n_head * HS, C, gpt2, L});
-  if (gpt2) {
-    layers.push_back({"mlp-fc", C, cfg.ffn_hidden, true, L});
-    layers.push_back({"mlp-proj", cfg.ffn_hidden, C, true, L});
-  }
-  if (layers.empty()) throw Error("bench gemm --bias-grads: preset " + shape + " has no biased linear layer");
+  // Only products whose bias gradient is a bias_grad pass today: the attention and MLP output
+  // biases are summed by the norm backward below them (dres, layernorm.cu / rmsnorm.cu), and the
+  // Llama family takes q's and k's bias sums from the RoPE backward (rope_bias_bwd), leaving v's.
+  if (!gpt2 && !cfg.qkv_bias) throw Error("bench gemm --bias-grads: preset " + shape + " has no bias_grad pass to replace");
+  const Linear qkv = gpt2 ? Linear{"qkv", C, (cfg.n_head + 2 * cfg.n_kv_head) * HS, true, L}
+                          : Linear{"v", C, cfg.n_kv_head * HS, false, L};
   cuda::Context ctx(0);
   std::printf("forge bench gemm --bias-grads: a step's bias gradients as a separate pass over dout vs in the\n"
               "product's cuBLASLt epilogue (+ an add of the written f32 vector); bf16 operands, f32 dW (beta 1)\n");
@@ -139,12 +134,10 @@ void gemm_bias_grad_cuda(const BenchOptions& o) {
   std::printf("%-22s %5s %10s %10s %12s %12s %8s\n", "product", "calls", "product us", "pass us", "epilogue us",
               "epi. cost us", "ms saved");
   double pass_ms = 0, epi_ms = 0;
-  for (const Linear& l : layers) {
-    if (gpt2 && l.name == "mlp-fc") continue;  // its bias comes from the proj's DGELU product below
-    print_row(l.name + " dW", l.calls, time_weight_grad(ctx, N, l), &pass_ms, &epi_ms);
-  }
-  if (gpt2) {
-    print_row("mlp-fc dW (not summed)", L, time_weight_grad(ctx, N, layers[2]), &pass_ms, &epi_ms, false);
+  print_row(qkv.name + " dW", L, time_weight_grad(ctx, N, qkv), &pass_ms, &epi_ms);
+  if (gpt2) {  // the fc bias: from its own dW product, or from the proj's dX + DGELU product
+    print_row("mlp-fc dW (not summed)", L, time_weight_grad(ctx, N, {"mlp-fc", C, cfg.ffn_hidden, true, L}), &pass_ms,
+              &epi_ms, false);
     print_row("mlp-proj dX+dGELU", L, time_dgelu(ctx, N, C, cfg.ffn_hidden), &pass_ms, &epi_ms);
   }
   std::printf("\n'epi. cost': the epilogue product + add minus the plain product; 'ms saved': a step's calls of\n"
