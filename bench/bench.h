@@ -29,7 +29,6 @@ struct BenchOptions {
   bool sweep = false;     // also time every tiling the small-N kernels take
   bool algos = false;     // bench gemm: time every algorithm cuBLASLt's heuristic offers a product
   bool fp8 = false;       // bench gemm: the linear layers' products in FP8 beside bf16
-  bool bias_grads = false;  // bench gemm: bias gradients in cuBLASLt's epilogues vs a separate pass
   // bench train --sft: pretraining rows beside SFT rows padded and packed, from synthetic
   // examples of lengths uniform in [sft_min, sft_max] tokens
   bool sft = false;
@@ -85,7 +84,6 @@ void serve_bench(const ServeBenchOptions& o);
 // Throw forge::Error when Forge was built without CUDA or no GPU is present.
 void gemm_cuda(const BenchOptions& o);
 void gemm_fp8_cuda(const BenchOptions& o);  // bench gemm --fp8
-void gemm_bias_grad_cuda(const BenchOptions& o);  // bench gemm --bias-grads
 void small_gemm_cuda(const BenchOptions& o);  // bench gemm --rows
 void train_cuda(const BenchOptions& o);
 void train_sft_cuda(const BenchOptions& o);

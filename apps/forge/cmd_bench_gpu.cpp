@@ -28,14 +28,13 @@ const Command kBenchGpu = {
      {"seq-len", "T", "sequence length (default 1024)"},
      {"steps", "N", "timed steps for train (default 20)"},
      {"precision", "bf16|fp32|fp16", "train precision (default bf16)"},
-     {"set", "KEY=VALUE", "train, gemm --bias-grads: a model setting over the preset (forge train --help lists them), "
+     {"set", "KEY=VALUE", "train: a model setting over the preset (forge train --help lists them), "
       "e.g. --set variant=qwen3; --set recompute=none|attn|mlp|full, repeated: one row per level; --set dp_bucket=BYTES: the --gpus ranks' gradient buckets", true},
      {"sft", "", "train: SFT rows padded and packed (forge train --sft [--pack]) beside pretraining rows"},
      {"sft-lengths", "MIN,MAX", "train --sft: the synthetic examples' token counts (default 64,1024)"},
      {"rows", "N", "gemm: the small-N linear kernels vs cuBLASLt at these row counts (1..32)", true},
      {"sweep", "", "gemm --rows: also time every tiling of the small-N kernels"},
      {"fp8", "", "gemm: the linear layers' products in FP8 (e4m3 / e5m2, TN) beside bf16, and the casts FP8 adds"},
-     {"bias-grads", "", "gemm: bias gradients in cuBLASLt's epilogues vs a separate pass (biased layers: GPT-2, --set qkv_bias=true)"},
      {"algos", "", "gemm: time every algorithm cuBLASLt's heuristic offers each product (FORGE_GEMM_ALGO=timed picks the fastest)"},
      {"gpus", "N", "train: data-parallel scaling: one GPU, then N ranks (ZeRO-1 over NCCL) of B x T each"},
      {"rank-result", "FILE", "(set by --gpus for the ranks it starts) rank 0 writes its numbers here"},
@@ -53,8 +52,7 @@ const Command kBenchGpu = {
     "one row per --set recompute=LEVEL given (default none).\n"
     "gemm times each product of one training step of the preset as the CUDA backend calls it\n"
     "(epilogues included); --algos adds every candidate of cuBLASLt's heuristic and what the\n"
-    "fastest would save a step; --fp8 times the linear layers' products in FP8 beside bf16;\n"
-    "--bias-grads times the bias gradients in cuBLASLt's epilogues against a separate pass.\n"
+    "fastest would save a step; --fp8 times the linear layers' products in FP8 beside bf16.\n"
     "gemm --rows 1 8 32 times a decode step's linear layers (smollm2-135m and gpt2-124m, or\n"
     "--preset) with the small-N kernels and with cuBLASLt, weights read from HBM.\n"
     "train --sft times the same model on SFT rows, padded and packed, built from synthetic examples\n"
@@ -174,7 +172,6 @@ int bench_gpu(const std::string& what, const Argv& argv) {
   o.sweep = a.has("sweep");
   o.algos = a.has("algos");
   o.fp8 = a.has("fp8");
-  o.bias_grads = a.has("bias-grads");
   o.sft = a.has("sft");
   if (a.has("sft-lengths")) {
     const std::string v = a.get("sft-lengths", "");
@@ -188,8 +185,6 @@ int bench_gpu(const std::string& what, const Argv& argv) {
   if (o.algos && (what != "gemm" || !o.rows.empty())) throw Error("--algos goes with bench gemm (without --rows)");
   if (o.fp8 && (what != "gemm" || !o.rows.empty() || o.algos))
     throw Error("--fp8 goes with bench gemm (without --rows or --algos)");
-  if (o.bias_grads && (what != "gemm" || !o.rows.empty() || o.algos || o.fp8))
-    throw Error("--bias-grads goes with bench gemm (without --rows, --algos or --fp8)");
   if ((a.has("gpus") || a.has("rank-result") || a.has("rank-plain")) && what != "train")
     throw Error("--gpus goes with bench train");
   if (a.has("gpus") && o.sft) throw Error("bench train: --gpus and --sft do not go together (yet)");
@@ -207,7 +202,6 @@ int bench_gpu(const std::string& what, const Argv& argv) {
   }
   if (what == "gemm" && !o.rows.empty()) bench::small_gemm_cuda(o);
   else if (what == "gemm" && o.fp8) bench::gemm_fp8_cuda(o);
-  else if (what == "gemm" && o.bias_grads) bench::gemm_bias_grad_cuda(o);
   else if (what == "gemm") bench::gemm_cuda(o);
   else bench::train_cuda(o);
   return 0;

@@ -120,9 +120,6 @@ TEST_F(TokenizerCli, OneLineErrors) {
   expect_user_error(forge("bench train --algos"), "--algos goes with bench gemm (without --rows)");
   expect_user_error(forge("bench gemm --rows 1 --algos"), "--algos goes with bench gemm (without --rows)");
   expect_user_error(forge("bench gemm --fp8 --algos"), "--fp8 goes with bench gemm (without --rows or --algos)");
-  expect_user_error(forge("bench train --bias-grads"), "--bias-grads goes with bench gemm (without --rows, --algos or --fp8)");
-  expect_user_error(forge("bench gemm --bias-grads --fp8"), "--bias-grads goes with bench gemm");
-  expect_user_error(forge("bench gemm --bias-grads --algos"), "--bias-grads goes with bench gemm");
   expect_user_error(forge("bench train --gpus 1 --sft"), "--gpus and --sft do not go together");
   expect_user_error(forge("bench frob"), "unknown benchmark 'frob'");
   expect_user_error(forge("data frob"), "unknown action 'frob'");

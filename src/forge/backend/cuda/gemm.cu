@@ -39,10 +39,6 @@ bool uses_bias(GemmEpilogue e) {
   return e == GemmEpilogue::kBias || e == GemmEpilogue::kBiasGelu || e == GemmEpilogue::kBiasGeluAux;
 }
 
-bool uses_aux(GemmEpilogue e) {
-  return e == GemmEpilogue::kBiasGeluAux || e == GemmEpilogue::kDGelu || e == GemmEpilogue::kDGeluBiasGrad;
-}
-
 cudaDataType_t to_cuda(DType t) {
   switch (t) {
     case DType::kF32:
@@ -151,20 +147,10 @@ Plan make_plan(Context& ctx, const GemmArgs& g, const Stored& st, const Alignmen
     case GemmEpilogue::kDGelu:
       ep = CUBLASLT_EPILOGUE_DGELU;
       break;
-    // cuBLASLt's A is our B (see above): our A's sum over k is its BGRADB, our B's its BGRADA.
-    case GemmEpilogue::kBiasGradA:
-      ep = CUBLASLT_EPILOGUE_BGRADB;
-      break;
-    case GemmEpilogue::kBiasGradB:
-      ep = CUBLASLT_EPILOGUE_BGRADA;
-      break;
-    case GemmEpilogue::kDGeluBiasGrad:
-      ep = CUBLASLT_EPILOGUE_DGELU_BGRAD;
-      break;
   }
   FORGE_CUBLAS_CHECK(
       cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_EPILOGUE, &ep, sizeof(ep)));
-  if (uses_aux(g.epilogue)) {
+  if (g.epilogue == GemmEpilogue::kBiasGeluAux || g.epilogue == GemmEpilogue::kDGelu) {
     const int64_t ld = g.N;
     FORGE_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD,
                                                       &ld, sizeof(ld)));
@@ -174,8 +160,8 @@ Plan make_plan(Context& ctx, const GemmArgs& g, const Stored& st, const Alignmen
     FORGE_CUBLAS_CHECK(
         cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_FAST_ACCUM, &on, sizeof(on)));
   }
-  if (uses_bias(g.epilogue) || writes_bias_grad(g.epilogue)) {
-    const cudaDataType_t bt = writes_bias_grad(g.epilogue) ? CUDA_R_32F : to_cuda(g.c_type);
+  if (uses_bias(g.epilogue)) {
+    const cudaDataType_t bt = to_cuda(g.c_type);
     FORGE_CUBLAS_CHECK(
         cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bt, sizeof(bt)));
   }
@@ -219,9 +205,6 @@ void set_call_pointers(const Plan& p, const GemmArgs& g) {
   if (g.bias)
     FORGE_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
                                                       &g.bias, sizeof(g.bias)));
-  if (g.dbias)
-    FORGE_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
-                                                      &g.dbias, sizeof(g.dbias)));
   if (g.aux)
     FORGE_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(
         p.op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &g.aux, sizeof(g.aux)));
@@ -323,12 +306,10 @@ Plan& plan_for(Context& ctx, GemmPlanCache& cache, const GemmArgs& g, const void
   FORGE_CHECK(g.M > 0 && g.N > 0 && g.K > 0 && g.batch > 0, "[gemm] bad shape M=", g.M, " N=", g.N,
               " K=", g.K);
   FORGE_CHECK(!uses_bias(g.epilogue) || g.bias != nullptr, "[gemm] bias epilogue without a bias");
-  FORGE_CHECK(!uses_aux(g.epilogue) || g.aux != nullptr, "[gemm] GELU aux epilogue without an aux buffer");
-  const bool dgelu = g.epilogue == GemmEpilogue::kDGelu || g.epilogue == GemmEpilogue::kDGeluBiasGrad;
-  FORGE_CHECK(!dgelu || (g.beta == 0.0f && g.batch == 1), "[gemm] the DGELU epilogue needs beta = 0 and no batch");
-  FORGE_CHECK(writes_bias_grad(g.epilogue) == (g.dbias != nullptr) && (!writes_bias_grad(g.epilogue) || g.batch == 1),
-              "[gemm] a bias-gradient epilogue takes dbias and no batch (and only it takes dbias)");
-  FORGE_CHECK(!writes_bias_grad(g.epilogue) || !is_fp8(g.ab_type), "[gemm] bias-gradient epilogues are bf16/f32 only");
+  const bool needs_aux = g.epilogue == GemmEpilogue::kBiasGeluAux || g.epilogue == GemmEpilogue::kDGelu;
+  FORGE_CHECK(!needs_aux || g.aux != nullptr, "[gemm] GELU aux epilogue without an aux buffer");
+  FORGE_CHECK(g.epilogue != GemmEpilogue::kDGelu || (g.beta == 0.0f && g.batch == 1),
+              "[gemm] the DGELU epilogue needs beta = 0 and no batch");
   if (is_fp8(g.ab_type)) {
     FORGE_CHECK(is_fp8(g.b_type) && !(g.ab_type == DType::kF8E5M2 && g.b_type == DType::kF8E5M2),
                 "[gemm] FP8 operands ", dtype_name(g.ab_type), " x ", dtype_name(g.b_type),

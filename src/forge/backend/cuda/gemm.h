@@ -31,17 +31,7 @@ enum class GemmEpilogue {
   kBiasGeluAux,  // as kBiasGelu, and the pre-GELU values go to `aux` (for the backward)
   kDGelu,        // C = (αAB) ∘ gelu'(aux): the GELU backward fused into the dX product; aux
                  // (M, N) of c_type holds the pre-GELU values kBiasGeluAux saved; beta must be 0
-  // Bias gradients summed by the product itself (cuBLASLt's BGRAD epilogues): `dbias` (f32) is
-  // written, never accumulated, with the sum over k of an operand.
-  kBiasGradA,      // C = αAB + βC, dbias (M) = Σ_k op(A)[m, k]: dW (OC, C) = doutᵀ·inp's bias
-  kBiasGradB,      // C = αAB + βC, dbias (N) = Σ_k op(B)[k, n]: dW (C, OC) = inpᵀ·dout's bias
-  kDGeluBiasGrad,  // kDGelu, and dbias (N) = Σ_m C[m, n]: the bias gradient of the GELU's input
 };
-
-// Whether the epilogue writes a bias gradient to GemmArgs::dbias.
-inline bool writes_bias_grad(GemmEpilogue e) {
-  return e == GemmEpilogue::kBiasGradA || e == GemmEpilogue::kBiasGradB || e == GemmEpilogue::kDGeluBiasGrad;
-}
 
 struct GemmArgs {
   int M = 0, N = 0, K = 0;
@@ -51,8 +41,7 @@ struct GemmArgs {
   float alpha = 1.0f, beta = 0.0f;
   GemmEpilogue epilogue = GemmEpilogue::kNone;
   const void* bias = nullptr;  // (N), of c_type
-  void* aux = nullptr;         // (M, N) of c_type, for kBiasGeluAux and kDGelu(BiasGrad)
-  float* dbias = nullptr;      // f32, written by the kBiasGrad* and kDGeluBiasGrad epilogues
+  void* aux = nullptr;         // (M, N) of c_type, for kBiasGeluAux and kDGelu
   int batch = 1;
   int64_t stride_a = 0, stride_b = 0, stride_c = 0;  // elements, for batch > 1
   int64_t lda = 0, ldb = 0, ldc = 0;  // row strides in elements of the stored A, B, C; 0 = packed
