@@ -3,7 +3,8 @@
 // LoraTrainerTest.AdaptersAloneTeachAHeldOutTask): a tiny model pretrained on the CPU on random
 // words cannot reverse held-out four-letter words; fine-tuned with forge's trainer on
 // --device cuda --precision bf16 — fully, fully with packed rows, and with LoRA adapters alone —
-// it reverses >= 95% of them (greedy answers, read back from the saved model on the CPU).
+// it reverses >= 95% of them (LoRA: >= 90%, see its test; greedy answers, read back from the
+// saved model on the CPU).
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -112,24 +113,21 @@ TEST_F(SftAcceptanceCudaTest, PackedFullFineTuneBf16ReversesHeldOutWords) {
 
 // LoRA adapters alone on the base frozen in bf16, from a chat model like the CPU LoRA test's (a
 // tiny Llama of width 128, pretrained, then fully fine-tuned to echo words: it knows ChatML's
-// tokens but cannot reverse) and with its LoRA settings (r=16, alpha=32 on all seven
-// projections, 6 epochs at lr 4e-3, batch 16). The echo model is trained here on the GPU (fp32,
-// 10 epochs; the CPU test trains it 3 epochs on the CPU, whose result depends on the thread
-// count: echo loss 1.11 on 2 cores, 0.84 on the GPU machine's 16). How the outcome follows the
-// echo model, measured on the H200 (2026-12-03; held-out words reversed by the bf16 adapters):
-//   echo model (epochs, where, loss)   LoRA epochs: 6      10     14
-//   3, CPU 16 cores, 0.84                          67%    92%    47%   (fp32 LoRA, 6: 36%)
-//   3, GPU, 0.56                                   90%
-//   6, GPU, 0.46                                   68%    100%         (lr 3e-3, 8: 76%; the
-//                                                                       CPU's fp32 LoRA, 6: 100%)
-//   10, GPU, 0.21                                  100%   94%          <- this test
-// An echo model that copies badly leaves the adapters more to learn, and bf16 adapters learn it
-// less reliably than fp32 ones (from the same echo model, val loss 0.203 in bf16 vs 0.115 on the
-// CPU in fp32).
-// The same test on an H100 machine (2026-12-06, another host, where the base pretrained on the
-// CPU comes out of other OpenBLAS kernels): 41% (LoRA val loss 0.280). So the bound is 30%, not the 95% one
-// machine gave: the base reverses < 10%, and adapters that learn nothing stay there; the CPU LoRA
-// test (lora_trainer_test.cpp) found the same spread over OpenBLAS's kernel sets.
+// tokens but cannot reverse), r=16, alpha=32 on all seven projections, batch 16, lr 1e-3 for 16
+// epochs. The echo model is trained here on the GPU (fp32, 10 epochs). The base is pretrained on
+// the CPU, so it differs with the host's OpenBLAS kernels, and the recipe must hold for each.
+// The CPU LoRA test's recipe (lr 4e-3, 6 epochs) gave 100% on an H200 machine (2026-12-03) but
+// 41% and 8% on H100 machines: a grid on one H100 (2026-12-06, forcing OpenBLAS's kernel set;
+// each cell the same on a rerun), held-out words reversed (LoRA validation loss):
+//   lr, epochs    Prescott kernels     Haswell kernels
+//   4e-3, 6        8% (0.547)          41% (0.280)
+//   3e-3, 10      97% (0.008)          73% (0.165)
+//   2e-3, 10      95% (0.054)          89% (0.138)
+//   2e-3, 16      89% (0.026)         100% (0.121)
+//   1e-3, 16     100% (0.002)         100% (0.122)   <- this test
+// At 4e-3 the bf16 adapters' loss spikes (5–17 standard deviations, the trainer's warnings) and
+// they end far from converged; a lower rate over more epochs learns the task on both bases. The
+// bound is 90%: the base reverses < 10%.
 TEST_F(SftAcceptanceCudaTest, LoraBf16ReversesHeldOutWords) {
   ModelConfig m;
   m.family = Family::kLlama;
@@ -157,8 +155,8 @@ TEST_F(SftAcceptanceCudaTest, LoraBf16ReversesHeldOutWords) {
   const std::string base = (dir_ / "echo" / "model").string();
   EXPECT_LT(accuracy(base), 0.1) << "the chat model already knew the task";
 
-  TrainConfig t = sft_config(1, 4e-3);
-  t.epochs = 6;
+  TrainConfig t = sft_config(1, 1e-3);
+  t.epochs = 16;
   t.eval_every = 400;
   RunOptions o = gpu_sft();
   o.lora = parse_lora_spec("r=16,alpha=32,targets=q,k,v,o,gate,up,down");
@@ -169,8 +167,9 @@ TEST_F(SftAcceptanceCudaTest, LoraBf16ReversesHeldOutWords) {
   const LoadedAdapter a = load_adapter_dir(adapter, merged.config());
   merge_lora(merged.table(), merged.weights(), AdapterTable(merged.config(), a.lora), a.weights);
   const double acc = reversal_accuracy(merged, adapter, held_out_);
-  std::printf("cuda bf16, LoRA adapters alone: held-out words reversed %.0f%%\n", 100 * acc);
-  EXPECT_GE(acc, 0.3);
+  std::printf("cuda bf16, LoRA adapters alone: held-out words reversed %.0f%% (validation loss %.4f)\n", 100 * acc,
+              r.last_val_loss);
+  EXPECT_GE(acc, 0.9);
 }
 
 }  // namespace
