@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <string>
 #include <utility>
 #include <vector>
@@ -43,6 +44,8 @@ class RecordingBackend : public CpuBackend<T> {
   FORGE_RECORD(linear_dgelu_bwd)
   FORGE_RECORD(swiglu_fwd)
   FORGE_RECORD(swiglu_bwd)
+  FORGE_RECORD(swiglu_fwd_rows)
+  FORGE_RECORD(swiglu_bwd_rows)
   FORGE_RECORD(rope_fwd)
   FORGE_RECORD(rope_bwd)
   FORGE_RECORD(head_norm_rope_fwd)
@@ -106,12 +109,11 @@ TEST(ModelOps, LlamaStepRunsTheFusedSequence) {
   const std::vector<std::string> want = {
       // forward
       "embedding_fwd", "rmsnorm_fwd", "linear_fwd", "linear_fwd", "linear_fwd" /* q, k, v */, "rope_fwd",
-      "rope_fwd", "attention_fwd", "linear_fwd" /* o_proj */, "residual_rmsnorm_fwd", "linear_fwd",
-      "linear_fwd" /* gate, up */, "swiglu_fwd", "linear_fwd" /* down */, "residual_rmsnorm_fwd" /* + norm */,
-      "lm_head_cross_entropy",
+      "rope_fwd", "attention_fwd", "linear_fwd" /* o_proj */, "residual_rmsnorm_fwd",
+      "linear_fwd" /* gate|up, one (N, 2FF) product */, "swiglu_fwd_rows", "linear_fwd" /* down */,
+      "residual_rmsnorm_fwd" /* + norm */, "lm_head_cross_entropy",
       // backward
-      "rmsnorm_bwd", "linear_bwd" /* down */, "swiglu_bwd", "linear_bwd", "linear_bwd" /* gate, up */,
-      "rmsnorm_bwd", "linear_bwd" /* o_proj */, "attention_bwd", "rope_bwd", "rope_bwd", "linear_bwd",
+      "rmsnorm_bwd", "linear_bwd" /* down */, "swiglu_bwd_rows", "linear_bwd" /* gate|up */, "rmsnorm_bwd", "linear_bwd" /* o_proj */, "attention_bwd", "rope_bwd", "rope_bwd", "linear_bwd",
       "linear_bwd", "linear_bwd" /* q, k, v */, "rmsnorm_bwd", "embedding_bwd"};
   EXPECT_EQ(record_step(one_layer(Family::kLlama)), want);
 }
@@ -126,11 +128,10 @@ TEST(ModelOps, Qwen3StepFusesTheHeadNormWithRope) {
       // forward
       "embedding_fwd", "rmsnorm_fwd", "linear_fwd", "linear_fwd", "linear_fwd" /* q, k, v */,
       "head_norm_rope_fwd", "head_norm_rope_fwd" /* q, k */, "attention_fwd", "linear_fwd" /* o_proj */,
-      "residual_rmsnorm_fwd", "linear_fwd", "linear_fwd" /* gate, up */, "swiglu_fwd", "linear_fwd" /* down */,
+      "residual_rmsnorm_fwd", "linear_fwd" /* gate|up */, "swiglu_fwd_rows", "linear_fwd" /* down */,
       "residual_rmsnorm_fwd" /* + norm */, "lm_head_cross_entropy",
       // backward
-      "rmsnorm_bwd", "linear_bwd" /* down */, "swiglu_bwd",
-      "linear_bwd", "linear_bwd" /* gate, up */, "rmsnorm_bwd", "linear_bwd" /* o_proj */, "attention_bwd",
+      "rmsnorm_bwd", "linear_bwd" /* down */, "swiglu_bwd_rows", "linear_bwd" /* gate|up */, "rmsnorm_bwd", "linear_bwd" /* o_proj */, "attention_bwd",
       "head_norm_rope_bwd", "head_norm_rope_bwd" /* q, k */, "linear_bwd", "linear_bwd",
       "linear_bwd" /* q, k, v */, "rmsnorm_bwd", "embedding_bwd"};
   EXPECT_EQ(record_step(cfg), want);
@@ -156,6 +157,35 @@ TEST(ModelOps, LaterLayersTakeTheirNormFromTheResidualAdd) {
   const auto calls = record_step(cfg);
   EXPECT_EQ(std::count(calls.begin(), calls.end(), "rmsnorm_fwd"), 1);
   EXPECT_EQ(std::count(calls.begin(), calls.end(), "residual_rmsnorm_fwd"), 4);
+}
+
+// A backend that runs gate and up as two products (the CUDA backend's default while the fused
+// product is measured; every backend with LoRA adapters on gate or up).
+template <typename T>
+class TwoProductBackend : public RecordingBackend<T> {
+ public:
+  using RecordingBackend<T>::RecordingBackend;
+  bool fuses_gate_up() const { return false; }
+};
+
+// The fused gate|up product and the two separate ones: the same step up to rounding (double;
+// the fused dX sums over 2·FF in one product where the two-product path adds two sums), and the
+// sequence the two-product path records.
+TEST(ModelOps, FusedGateUpMatchesTwoProducts) {
+  ModelConfig cfg = one_layer(Family::kLlama);
+  cfg.n_layer = 2;
+  Model<TwoProductBackend<double>> two(cfg);
+  Transformer<double> fused(cfg);
+  two.init_weights(11);
+  fused.init_weights(11);
+  const auto x = testing::random_ids(10, cfg.vocab_size, 12), y = testing::random_ids(10, cfg.vocab_size, 13);
+  const double l2 = two.loss_and_grad(x.data(), y.data(), 2, 5), lf = fused.loss_and_grad(x.data(), y.data(), 2, 5);
+  EXPECT_NEAR(l2, lf, 1e-12 * std::abs(l2));
+  EXPECT_TRUE(testing::all_close(two.grads(), fused.grads(), {1e-11, 1e-12}));
+  const auto& calls = two.backend().calls;
+  EXPECT_EQ(std::count(calls.begin(), calls.end(), "swiglu_fwd"), 2);
+  EXPECT_EQ(std::count(calls.begin(), calls.end(), "swiglu_fwd_rows"), 0);
+  EXPECT_EQ(std::count(calls.begin(), calls.end(), "linear_fwd"), 2 * 7);  // q, k, v, o, gate, up, down
 }
 
 // The recorded model is the CPU model: same loss and gradients bit for bit.

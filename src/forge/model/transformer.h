@@ -227,8 +227,8 @@ class Model {
     ActBuf x_mid;    // (B, T, C) residual stream after attention
     ActBuf ln2;
     StatBuf ln2_mean, ln2_rstd;
-    ActBuf fc;       // gpt2: (B, T, FF) pre-GELU; llama: gate (B, T, FF)
-    ActBuf up;       // llama: (B, T, FF)
+    ActBuf fc;       // gpt2: (B, T, FF) pre-GELU; llama: gate (B, T, FF), or gate|up (B, T, 2FF) fused
+    ActBuf up;       // llama, gate and up not fused: (B, T, FF)
     ActBuf hidden;   // (B, T, FF) activation output (GELU or SwiGLU)
     std::array<ActBuf, kNumLoraTargets> lora_h;  // LoRA: x·Aᵀ (B, T, r) per targeted projection
   };
@@ -311,6 +311,7 @@ class Model {
   int logits_rows_ = 0;
   // Backward scratch, (B, T, ·); tmp_ also holds each block's projection outputs forward.
   ActBuf tmp_, d_res_, d_ln_, d_atty_, d_q_, d_k_, d_v_, d_qkv_, d_fc_, d_up_, d_hidden_;
+  bool fused_gate_up_ = false;  // plan(): gate|up as one (N, 2·FF) product (mlp_fwd)
   std::vector<int32_t> host_targets_;  // host conveniences: the targets of the last loss()
 
   // Decoding (plan_decode): the cache per layer, (S, cap, NKV, HS) each, and one step's buffers.

@@ -130,9 +130,17 @@ void Model<B>::plan(int Bn, int Tn) {
     act_bytes_ += detail::saved_bytes(a.att);
     a.atty = act(N * NH * HS);
   };
+  // The Llama family's gate and up as one (N, 2·FF) product where the backend does so (fc holds
+  // each row's gate, then its up; up stays empty); LoRA's gate/up adapters add into separate
+  // outputs, so a model with adapters keeps two products.
+  fused_gate_up_ = !gpt2() && !adapter_ && be_.fuses_gate_up();
+  const size_t fc_width = fused_gate_up_ ? 2 * FF : FF;
+  for (int l = 0; fused_gate_up_ && l < cfg_.n_layer; ++l)
+    FORGE_CHECK(table_.layer(l).up_w == table_.layer(l).gate_w + static_cast<int64_t>(FF * C),
+                "fused gate|up needs up_proj's rows right after gate_proj's (layer ", l, ")");
   auto mlp = [&](LayerActs& a) {
-    a.fc = act(N * FF);
-    if (!gpt2()) a.up = act(N * FF);
+    a.fc = act(N * fc_width);
+    if (!gpt2() && !fused_gate_up_) a.up = act(N * FF);
     a.hidden = act(N * FF);
   };
   acts_.clear();
@@ -173,8 +181,8 @@ void Model<B>::plan(int Bn, int Tn) {
     d_k_ = act(N * NKV * HS);
     d_v_ = act(N * NKV * HS);
   }
-  d_fc_ = act(N * FF);
-  if (!gpt2()) d_up_ = act(N * FF);
+  d_fc_ = act(N * fc_width);
+  if (!gpt2() && !fused_gate_up_) d_up_ = act(N * FF);
   if (!gpt2() || !be_.fuses_gelu()) d_hidden_ = act(N * FF);  // a fused DGELU needs none
   be_.plan_attention(shape);
 }
@@ -309,6 +317,10 @@ void Model<B>::mlp_fwd(int l) {
   LayerActs& m = mlp_acts(l);
   if (gpt2()) {
     be_.linear_gelu_fwd(m.hidden.data(), m.fc.data(), ln2, w(o.fc_w), w(o.fc_b), N, C, FF, lay);
+  } else if (fused_gate_up_) {  // W_gate and W_up are contiguous rows (params.cpp): one (2FF, C) weight
+    const Act gu = m.fc.data();
+    be_.linear_fwd(gu, ln2, w(o.gate_w), nullptr, N, C, 2 * FF, lay);
+    be_.swiglu_fwd_rows(m.hidden.data(), gu, be_.at(gu, FF), N, FF, 2 * FF);
   } else {
     be_.linear_fwd(m.fc.data(), ln2, w(o.gate_w), nullptr, N, C, FF, lay);
     lora_fwd(l, LoraTarget::kGate, m.fc.data(), ln2);
@@ -424,6 +436,12 @@ void Model<B>::block_backward(int l) {
     be_.linear_dgelu_bwd(d_fc_.data(), g(o.down_w), nullptr, d_res_.data(), m.hidden.data(), w(o.down_w),
                          m.fc.data(), d_hidden_.data(), N, FF, C, lay);
     be_.linear_bwd(d_ln_.data(), g(o.fc_w), g(o.fc_b), d_fc_.data(), n.ln2.data(), w(o.fc_w), N, C, FF, lay, false);
+  } else if (fused_gate_up_) {  // d(gate|up) (N, 2FF), then one product for dX and the (2FF, C) dW
+    be_.linear_bwd(d_hidden_.data(), g(o.down_w), nullptr, d_res_.data(), m.hidden.data(), w(o.down_w), N, FF, C,
+                   lay, false);
+    const Act gu = m.fc.data(), dgu = d_fc_.data();
+    be_.swiglu_bwd_rows(dgu, be_.at(dgu, FF), d_hidden_.data(), gu, be_.at(gu, FF), N, FF, 2 * FF);
+    be_.linear_bwd(d_ln_.data(), g(o.gate_w), nullptr, dgu, n.ln2.data(), w(o.gate_w), N, C, 2 * FF, lay, false);
   } else {
     const int64_t nff = static_cast<int64_t>(N) * FF;
     be_.linear_bwd(d_hidden_.data(), g(o.down_w), nullptr, d_res_.data(), m.hidden.data(), w(o.down_w), N, FF, C,

@@ -19,6 +19,14 @@ void swiglu_fwd(T* out, const T* gate, const T* up, int64_t n);
 // (N, FF) and a read of each in the op, ~3 ms of a SmolLM2-135M step on the H200).
 template <typename T>
 void swiglu_bwd(T* dgate, T* dup, const T* dout, const T* gate, const T* up, int64_t n);
+// The same over `rows` rows of `ff` elements whose gate, up, dgate and dup rows lie `ld` elements
+// apart (out and dout are dense (rows, ff)): the halves of one fused gate|up product, (rows, 2·ff)
+// with ld = 2·ff. Element for element the same arithmetic as the dense ops, so the same bits.
+template <typename T>
+void swiglu_fwd_rows(T* out, const T* gate, const T* up, int64_t rows, int ff, int64_t ld);
+template <typename T>
+void swiglu_bwd_rows(T* dgate, T* dup, const T* dout, const T* gate, const T* up, int64_t rows, int ff,
+                     int64_t ld);
 
 // out = a + b (out may alias a or b).
 template <typename T>

@@ -93,6 +93,32 @@ TEST(SwiGlu, BackwardMatchesFiniteDifferencesAndOverwrites) {
   EXPECT_TRUE(all_close(dup, finite_diff(up, loss), kTolFiniteDiff));
 }
 
+// The row-strided ops on gate|up rows (rows, ld), gate at column 0 and up at ff, give the dense
+// ops' results on the two halves copied out, bit for bit (the same arithmetic per element), and
+// leave the ld − 2·ff gap of each row alone.
+TEST(SwiGlu, RowsEqualTheDenseOpsOnTheHalves) {
+  const int rows = 7, ff = 13;
+  const int64_t ld = 2 * ff + 5, n = static_cast<int64_t>(rows) * ff;
+  const auto gu = forge::testing::random_normal<float>(rows * ld, 91, 3.0);
+  const auto dout = forge::testing::random_normal<float>(n, 92);
+  std::vector<float> gate(n), upv(n);
+  for (int r = 0; r < rows; ++r)
+    for (int c = 0; c < ff; ++c) gate[r * ff + c] = gu[r * ld + c], upv[r * ff + c] = gu[r * ld + ff + c];
+  std::vector<float> out(n), dgate(n), dup(n), out_rows(n, -7.0f), d_rows(rows * ld, -7.0f);
+  swiglu_fwd<float>(out.data(), gate.data(), upv.data(), n);
+  swiglu_bwd<float>(dgate.data(), dup.data(), dout.data(), gate.data(), upv.data(), n);
+  swiglu_fwd_rows<float>(out_rows.data(), gu.data(), gu.data() + ff, rows, ff, ld);
+  swiglu_bwd_rows<float>(d_rows.data(), d_rows.data() + ff, dout.data(), gu.data(), gu.data() + ff, rows, ff, ld);
+  EXPECT_EQ(out_rows, out);
+  for (int r = 0; r < rows; ++r)
+    for (int c = 0; c < ff; ++c) {
+      ASSERT_EQ(d_rows[r * ld + c], dgate[r * ff + c]) << r << "," << c;
+      ASSERT_EQ(d_rows[r * ld + ff + c], dup[r * ff + c]) << r << "," << c;
+    }
+  for (int r = 0; r < rows; ++r)
+    for (int64_t c = 2 * ff; c < ld; ++c) EXPECT_EQ(d_rows[r * ld + c], -7.0f) << "gap written at " << r;
+}
+
 TEST(SwiGlu, HandComputedValues) {
   // silu(0) = 0; silu(1) = 1/(1 + e⁻¹) = 0.7310585786; times up = 2.
   // silu(−1000): exp overflows, σ → 0, result −0, not NaN.

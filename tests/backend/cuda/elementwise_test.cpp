@@ -89,6 +89,41 @@ TEST_P(ElementwiseTest, SwigluFwdBwdMatchCpu) {
   }
 }
 
+// The row-strided SwiGLU of a fused gate|up product: gate|up (rows, ld) with gate at column 0
+// and up at column ff, out and dout dense (rows, ff). Shapes: ff 1536, ld 2·ff (the model's, the
+// 8-wide rows kernel); ff 37, ld 2·37 + 3 (odd: the element-by-element one). The gradient buffer
+// is poisoned, so the columns of each row past 2·ff (the ld − 2·ff gap) must stay NaN: a wrong
+// stride would write there. Tolerance: the dense ops' (tol_for), the same arithmetic.
+TEST_P(ElementwiseTest, SwigluRowsMatchCpu) {
+  uint64_t seed = 450;
+  const int shapes[][3] = {{333, 1536, 3072}, {301, 37, 77}};  // rows, ff, ld
+  for (const auto& sh : shapes) {
+    const int rows = sh[0], ff = sh[1];
+    const int64_t ld = sh[2], n_gu = rows * ld, n = static_cast<int64_t>(rows) * ff;
+    const auto gu = as_dt(dt(), random_normal<float>(n_gu, seed++, 3.0));
+    const auto dout = as_dt(dt(), random_normal<float>(n, seed++));
+    std::vector<float> ref_out(n), ref_d(n_gu, std::numeric_limits<float>::quiet_NaN());
+    cpu::swiglu_fwd_rows<float>(ref_out.data(), gu.data(), gu.data() + ff, rows, ff, ld);
+    cpu::swiglu_bwd_rows<float>(ref_d.data(), ref_d.data() + ff, dout.data(), gu.data(), gu.data() + ff, rows, ff,
+                                ld);
+    auto dgu = up(gu), ddout = up(dout), dy = poison(n), dd = poison(n_gu);
+    swiglu_fwd_rows(ctx(), dt(), dy.data(), dgu.data(), dgu.at(ff), rows, ff, ld);
+    swiglu_bwd_rows(ctx(), dt(), dd.data(), dd.at(ff), ddout.data(), dgu.data(), dgu.at(ff), rows, ff, ld);
+    EXPECT_TRUE(all_close(down(dy), ref_out, tol_for(dt()))) << "fwd ff=" << ff;
+    const auto got = down(dd);
+    std::vector<float> got_rows, ref_rows;
+    size_t gap_written = 0;
+    for (int r = 0; r < rows; ++r)
+      for (int64_t c = 0; c < ld; ++c) {
+        const size_t i = static_cast<size_t>(r * ld + c);
+        if (c < 2 * ff) got_rows.push_back(got[i]), ref_rows.push_back(ref_d[i]);
+        else gap_written += !std::isnan(got[i]);
+      }
+    EXPECT_TRUE(all_close(got_rows, ref_rows, tol_for(dt()))) << "dgate|dup ff=" << ff;
+    EXPECT_EQ(gap_written, 0u) << "wrote between rows, ff=" << ff;
+  }
+}
+
 // Views one element past a 256-byte-aligned allocation: not 16-byte aligned, so the kN = 1
 // instantiation runs. Poisoned element 0 must stay untouched.
 TEST_P(ElementwiseTest, MisalignedViewsMatchCpu) {

@@ -84,6 +84,30 @@ void swiglu_bwd(T* dgate, T* dup, const T* dout, const T* gate, const T* up, int
 }
 
 template <typename T>
+void swiglu_fwd_rows(T* out, const T* gate, const T* up, int64_t rows, int ff, int64_t ld) {
+#pragma omp parallel for
+  for (int64_t r = 0; r < rows; ++r)
+    for (int c = 0; c < ff; ++c) {
+      const T g = gate[r * ld + c];
+      out[r * ff + c] = g * sigmoid(g) * up[r * ld + c];
+    }
+}
+
+template <typename T>
+void swiglu_bwd_rows(T* dgate, T* dup, const T* dout, const T* gate, const T* up, int64_t rows, int ff,
+                     int64_t ld) {
+#pragma omp parallel for
+  for (int64_t r = 0; r < rows; ++r)
+    for (int c = 0; c < ff; ++c) {
+      const int64_t i = r * ld + c;
+      const T g = gate[i], d = dout[r * ff + c];
+      const T s = sigmoid(g);
+      dgate[i] = d * up[i] * s * (T(1) + g * (T(1) - s));
+      dup[i] = d * g * s;
+    }
+}
+
+template <typename T>
 void residual_fwd(T* out, const T* a, const T* b, int64_t n) {
 #pragma omp parallel for
   for (int64_t i = 0; i < n; ++i) out[i] = a[i] + b[i];
@@ -103,6 +127,8 @@ void residual_bwd(T* da, T* db, const T* dout, int64_t n) {
   template void gelu_bwd<T>(T*, const T*, const T*, int64_t);                 \
   template void swiglu_fwd<T>(T*, const T*, const T*, int64_t);               \
   template void swiglu_bwd<T>(T*, T*, const T*, const T*, const T*, int64_t); \
+  template void swiglu_fwd_rows<T>(T*, const T*, const T*, int64_t, int, int64_t); \
+  template void swiglu_bwd_rows<T>(T*, T*, const T*, const T*, const T*, int64_t, int, int64_t); \
   template void residual_fwd<T>(T*, const T*, const T*, int64_t);             \
   template void residual_bwd<T>(T*, T*, const T*, int64_t);
 FORGE_INSTANTIATE(float)

@@ -104,6 +104,8 @@ class CpuBackend {
   void fill_negative_zero(Act p, size_t n) { std::fill_n(p, n, -T(0)); }
   // The GELU of GPT-2's MLP is a separate pass here: linear_dgelu_bwd needs a (N, FF) scratch.
   bool fuses_gelu() const { return false; }
+  // The Llama family's gate and up projections as one (N, 2·FF) product (model/transformer_impl.h).
+  bool fuses_gate_up() const { return true; }
   const Real* scale_dloss(const Real* dloss) { return dloss; }
 
   // ---- ops ------------------------------------------------------------------------------------
@@ -193,6 +195,12 @@ class CpuBackend {
   void swiglu_fwd(Act out, Act gate, Act up, int64_t n) { cpu::swiglu_fwd<T>(out, gate, up, n); }
   void swiglu_bwd(Act dgate, Act dup, Act dout, Act gate, Act up, int64_t n) {
     cpu::swiglu_bwd<T>(dgate, dup, dout, gate, up, n);
+  }
+  void swiglu_fwd_rows(Act out, Act gate, Act up, int rows, int ff, int64_t ld) {
+    cpu::swiglu_fwd_rows<T>(out, gate, up, rows, ff, ld);
+  }
+  void swiglu_bwd_rows(Act dgate, Act dup, Act dout, Act gate, Act up, int rows, int ff, int64_t ld) {
+    cpu::swiglu_bwd_rows<T>(dgate, dup, dout, gate, up, rows, ff, ld);
   }
   void rope_fwd(Act x, int B, int T_, int H, int HS, const Rope& rope, const int32_t* pos) {
     cpu::rope_fwd<T>(x, B, T_, H, HS, rope, 0, pos);

@@ -4,6 +4,8 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cstdlib>
+#include <string>
 
 #include "forge/backend/cuda/check.h"
 #include "forge/backend/cuda/gemm.h"
@@ -31,6 +33,7 @@ CudaBackend::CudaBackend(const ModelConfig& cfg, const ParamTable& table, cuda::
                    : o.attention == AttentionPath::kFlashWgmma ? cuda::FlashKernels::kWgmma
                                                                : cuda::FlashKernels::kAuto;
   ctx.set_timed_gemm_algos(o.timed_gemm_algos);
+  if (const char* e = std::getenv("FORGE_GATE_UP")) fuse_gate_up_ = std::string(e) == "fused";
   auto& a = ctx.allocator();
   const size_t P = table_.total();
   // A frozen base (LoRA) has no gradients or Adam state, and in 16-bit modes the working copy
@@ -440,6 +443,12 @@ void CudaBackend::lora_bwd(Act dinp, Grad da, Grad db, Act dh, Act dout, Act inp
 void CudaBackend::swiglu_fwd(Act out, Act gate, Act up, int64_t n) { cuda::swiglu_fwd(ctx_, dt_, out, gate, up, n); }
 void CudaBackend::swiglu_bwd(Act dgate, Act dup, Act dout, Act gate, Act up, int64_t n) {
   cuda::swiglu_bwd(ctx_, dt_, dgate, dup, dout, gate, up, n);
+}
+void CudaBackend::swiglu_fwd_rows(Act out, Act gate, Act up, int rows, int ff, int64_t ld) {
+  cuda::swiglu_fwd_rows(ctx_, dt_, out, gate, up, rows, ff, ld);
+}
+void CudaBackend::swiglu_bwd_rows(Act dgate, Act dup, Act dout, Act gate, Act up, int rows, int ff, int64_t ld) {
+  cuda::swiglu_bwd_rows(ctx_, dt_, dgate, dup, dout, gate, up, rows, ff, ld);
 }
 void CudaBackend::rope_fwd(Act x, int B, int T_, int H, int HS, const Rope& rope, const int32_t* pos) {
   cuda::rope_fwd(ctx_, dt_, x, B, T_, H, HS, rope, 0, pos);

@@ -173,6 +173,9 @@ class CudaBackend {
   // n elements of −0 (the CPU backend's contract); uploads and waits: not for a captured step.
   void fill_negative_zero(Act p, size_t n);
   bool fuses_gelu() const { return dt_ != DType::kF32; }
+  // The Llama family's gate and up projections as one (N, 2·FF) product (model/transformer_impl.h).
+  // An A/B setting while it is measured (FORGE_GATE_UP=fused; the CPU backend always fuses).
+  bool fuses_gate_up() const { return fuse_gate_up_; }
   const Real* scale_dloss(const Real* dloss);
   void synchronize() { ctx_.synchronize(); }
 
@@ -212,6 +215,8 @@ class CudaBackend {
                 int r, double scale);
   void swiglu_fwd(Act out, Act gate, Act up, int64_t n);
   void swiglu_bwd(Act dgate, Act dup, Act dout, Act gate, Act up, int64_t n);
+  void swiglu_fwd_rows(Act out, Act gate, Act up, int rows, int ff, int64_t ld);
+  void swiglu_bwd_rows(Act dgate, Act dup, Act dout, Act gate, Act up, int rows, int ff, int64_t ld);
   void rope_fwd(Act x, int B, int T_, int H, int HS, const Rope& rope, const int32_t* pos);
   void rope_bwd(Act dx, int B, int T_, int H, int HS, const Rope& rope, const int32_t* pos);
   void rope_bias_bwd(Act dx, Grad db, int B, int T_, int H, int HS, const Rope& rope, const int32_t* pos);
@@ -301,6 +306,7 @@ class CudaBackend {
   DType dt_;
   size_t es_;  // bytes per dt element
   bool flash_ = false;
+  bool fuse_gate_up_ = false;  // FORGE_GATE_UP=fused (fuses_gate_up())
   cuda::FlashKernels flash_kernels_ = cuda::FlashKernels::kAuto;
   Buf<float> master_, grads_, m_, v_;  // m_, v_: the adapters' once set_adapter() ran
   Buf<uint8_t> work_;  // bf16/f16 working copy (empty in fp32 mode)

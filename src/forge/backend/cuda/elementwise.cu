@@ -113,17 +113,29 @@ struct MapArgs {
   const TIn* in[NIn];  // (n) each
   TOut* out[NOut];     // (n) each; may alias an input
   int64_t n;
+  // Rows (row > 0, the kRows kernels): element i is (i / row, i % row), at r · ld + c of its
+  // operand (the halves of a fused gate|up product). row = 0: dense, ld unused.
+  int64_t row = 0;
+  int64_t ld_in[NIn] = {};
+  int64_t ld_out[NOut] = {};
 };
 
-template <int kN, typename TIn, typename TOut, int NIn, int NOut, typename Op>
+// Where element i of an operand with row stride ld lies.
+template <bool kRows>
+__device__ __forceinline__ int64_t at_row(int64_t i, int64_t row, int64_t ld) {
+  if constexpr (kRows) return i / row * ld + i % row;
+  return i;
+}
+
+template <int kN, bool kRows, typename TIn, typename TOut, int NIn, int NOut, typename Op>
 __global__ void __launch_bounds__(256) map_kernel(MapArgs<TIn, TOut, NIn, NOut> a, Op op) {
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   const int64_t tid = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   const int64_t chunks = a.n / kN;
-  for (int64_t c = tid; c < chunks; c += stride) {
+  for (int64_t c = tid; c < chunks; c += stride) {  // a chunk never straddles rows (row % kN == 0)
     float x[NIn][kN], y[NOut][kN];
 #pragma unroll
-    for (int i = 0; i < NIn; ++i) load<TIn, kN>(a.in[i] + c * kN, x[i]);
+    for (int i = 0; i < NIn; ++i) load<TIn, kN>(a.in[i] + at_row<kRows>(c * kN, a.row, a.ld_in[i]), x[i]);
 #pragma unroll
     for (int e = 0; e < kN; ++e) {
       float xe[NIn], ye[NOut];
@@ -134,9 +146,9 @@ __global__ void __launch_bounds__(256) map_kernel(MapArgs<TIn, TOut, NIn, NOut> 
       for (int o = 0; o < NOut; ++o) y[o][e] = ye[o];
     }
 #pragma unroll
-    for (int o = 0; o < NOut; ++o) store<TOut, kN>(a.out[o] + c * kN, y[o]);
+    for (int o = 0; o < NOut; ++o) store<TOut, kN>(a.out[o] + at_row<kRows>(c * kN, a.row, a.ld_out[o]), y[o]);
   }
-  if constexpr (kN > 1) {  // the n % kN tail
+  if constexpr (kN > 1 && !kRows) {  // the n % kN tail (rows: row % kN == 0, so n % kN == 0)
     for (int64_t i = chunks * kN + tid; i < a.n; i += stride) {
       float xe[NIn], ye[NOut];
 #pragma unroll
@@ -155,12 +167,20 @@ void launch_map(Context& ctx, const MapArgs<TIn, TOut, NIn, NOut>& a, Op op) {
   bool vec = true;
   for (const TIn* p : a.in) vec = vec && aligned16(p);
   for (const TOut* p : a.out) vec = vec && aligned16(p);
+  if (a.row > 0) {  // rows of whole 16-byte chunks: row and every ld a multiple of kChunk
+    vec = vec && a.row % kChunk == 0;
+    for (int64_t ld : a.ld_in) vec = vec && ld % kChunk == 0;
+    for (int64_t ld : a.ld_out) vec = vec && ld % kChunk == 0;
+  }
   const int64_t work = vec ? (a.n + kChunk - 1) / kChunk : a.n;
   const int grid = grid_for(work, kThreads, ctx.num_sms());
-  if (vec) {
-    map_kernel<kChunk><<<grid, kThreads, 0, ctx.stream()>>>(a, op);
+  if (a.row > 0) {
+    if (vec) map_kernel<kChunk, true><<<grid, kThreads, 0, ctx.stream()>>>(a, op);
+    else map_kernel<1, true><<<grid, kThreads, 0, ctx.stream()>>>(a, op);
+  } else if (vec) {
+    map_kernel<kChunk, false><<<grid, kThreads, 0, ctx.stream()>>>(a, op);
   } else {
-    map_kernel<1><<<grid, kThreads, 0, ctx.stream()>>>(a, op);
+    map_kernel<1, false><<<grid, kThreads, 0, ctx.stream()>>>(a, op);
   }
   FORGE_CUDA_CHECK_LAUNCH();
 }
@@ -257,6 +277,30 @@ void swiglu_bwd(Context& ctx, DType dt, void* dgate, void* dup, const void* dout
                                    {static_cast<T*>(dgate), static_cast<T*>(dup)},
                                    n},
                SwigluBwd{});
+  });
+}
+
+void swiglu_fwd_rows(Context& ctx, DType dt, void* out, const void* gate, const void* up, int64_t rows, int ff,
+                     int64_t ld) {
+  FORGE_CHECK(rows >= 0 && ff > 0 && ld >= ff, "[swiglu_fwd_rows] bad shape rows=", rows, " ff=", ff, " ld=", ld);
+  dispatch_dtype(dt, "swiglu_fwd_rows", [&](auto tag) {
+    using T = decltype(tag);
+    MapArgs<T, T, 2, 1> a{{static_cast<const T*>(gate), static_cast<const T*>(up)}, {static_cast<T*>(out)}, rows * ff};
+    a.row = ff, a.ld_in[0] = a.ld_in[1] = ld, a.ld_out[0] = ff;
+    launch_map(ctx, a, SwigluFwd{});
+  });
+}
+
+void swiglu_bwd_rows(Context& ctx, DType dt, void* dgate, void* dup, const void* dout, const void* gate,
+                     const void* up, int64_t rows, int ff, int64_t ld) {
+  FORGE_CHECK(rows >= 0 && ff > 0 && ld >= ff, "[swiglu_bwd_rows] bad shape rows=", rows, " ff=", ff, " ld=", ld);
+  dispatch_dtype(dt, "swiglu_bwd_rows", [&](auto tag) {
+    using T = decltype(tag);
+    MapArgs<T, T, 3, 2> a{{static_cast<const T*>(gate), static_cast<const T*>(up), static_cast<const T*>(dout)},
+                          {static_cast<T*>(dgate), static_cast<T*>(dup)},
+                          rows * ff};
+    a.row = ff, a.ld_in[0] = a.ld_in[1] = ld, a.ld_in[2] = ff, a.ld_out[0] = a.ld_out[1] = ld;
+    launch_map(ctx, a, SwigluBwd{});
   });
 }
 

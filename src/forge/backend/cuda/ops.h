@@ -41,6 +41,12 @@ void gelu_bwd(Context& ctx, DType dt, void* dinp, const void* inp, const void* d
 void swiglu_fwd(Context& ctx, DType dt, void* out, const void* gate, const void* up, int64_t n);
 void swiglu_bwd(Context& ctx, DType dt, void* dgate, void* dup, const void* dout, const void* gate,
                 const void* up, int64_t n);
+// The same over rows of ff elements whose gate, up, dgate, dup rows lie ld elements apart (out, dout
+// dense (rows, ff)): the halves of a fused gate|up product. Twins: cpu::swiglu_fwd_rows / _bwd_rows.
+void swiglu_fwd_rows(Context& ctx, DType dt, void* out, const void* gate, const void* up, int64_t rows, int ff,
+                     int64_t ld);
+void swiglu_bwd_rows(Context& ctx, DType dt, void* dgate, void* dup, const void* dout, const void* gate,
+                     const void* up, int64_t rows, int ff, int64_t ld);
 
 // ---- FP8 GEMM operands (twins: cpu::cast_fp8, cpu::cast_transpose_fp8, ops/fp8.h) --------------
 // y (n) = fp8(x · *scale) in y_t (kF8E4M3 or kF8E5M2), x of x_t (f32, bf16 or f16); *amax (when
