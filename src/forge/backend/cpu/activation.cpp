@@ -63,34 +63,38 @@ void gelu_bwd(T* dinp, const T* inp, const T* dout, int64_t n) {
   }
 }
 
+// One element of SwiGLU and of its backward, shared by the dense and the row-strided ops so
+// that both give the same bits.
+namespace {
+template <typename T>
+T swiglu_of(T g, T u) {
+  return g * sigmoid(g) * u;
+}
+template <typename T>
+void swiglu_grads_of(T g, T u, T d, T* dg, T* du) {
+  const T s = sigmoid(g);
+  *dg = d * u * s * (T(1) + g * (T(1) - s));
+  *du = d * g * s;
+}
+}  // namespace
+
 template <typename T>
 void swiglu_fwd(T* out, const T* gate, const T* up, int64_t n) {
 #pragma omp parallel for
-  for (int64_t i = 0; i < n; ++i) {
-    const T g = gate[i];
-    out[i] = g * sigmoid(g) * up[i];
-  }
+  for (int64_t i = 0; i < n; ++i) out[i] = swiglu_of(gate[i], up[i]);
 }
 
 template <typename T>
 void swiglu_bwd(T* dgate, T* dup, const T* dout, const T* gate, const T* up, int64_t n) {
 #pragma omp parallel for
-  for (int64_t i = 0; i < n; ++i) {
-    const T g = gate[i];
-    const T s = sigmoid(g);
-    dgate[i] = dout[i] * up[i] * s * (T(1) + g * (T(1) - s));
-    dup[i] = dout[i] * g * s;
-  }
+  for (int64_t i = 0; i < n; ++i) swiglu_grads_of(gate[i], up[i], dout[i], &dgate[i], &dup[i]);
 }
 
 template <typename T>
 void swiglu_fwd_rows(T* out, const T* gate, const T* up, int64_t rows, int ff, int64_t ld) {
 #pragma omp parallel for
   for (int64_t r = 0; r < rows; ++r)
-    for (int c = 0; c < ff; ++c) {
-      const T g = gate[r * ld + c];
-      out[r * ff + c] = g * sigmoid(g) * up[r * ld + c];
-    }
+    for (int c = 0; c < ff; ++c) out[r * ff + c] = swiglu_of(gate[r * ld + c], up[r * ld + c]);
 }
 
 template <typename T>
@@ -100,10 +104,7 @@ void swiglu_bwd_rows(T* dgate, T* dup, const T* dout, const T* gate, const T* up
   for (int64_t r = 0; r < rows; ++r)
     for (int c = 0; c < ff; ++c) {
       const int64_t i = r * ld + c;
-      const T g = gate[i], d = dout[r * ff + c];
-      const T s = sigmoid(g);
-      dgate[i] = d * up[i] * s * (T(1) + g * (T(1) - s));
-      dup[i] = d * g * s;
+      swiglu_grads_of(gate[i], up[i], dout[r * ff + c], &dgate[i], &dup[i]);
     }
 }
 
