@@ -54,16 +54,17 @@ class RecordingBackend : public CpuBackend<T> {
   FORGE_RECORD(lm_head_cross_entropy)
 #undef FORGE_RECORD
 
-  // Attention is logged with whether q/k/v are read in place (strided views).
+  // Attention is logged with whether any of q/k/v is read in place (a strided view).
+  static bool strided(const AttentionStrides& st) { return st.q != 0 || st.k != 0 || st.v != 0; }
   void attention_fwd(T* out, typename CpuBackend<T>::AttnSaved& saved, T* q, T* k, T* v, const AttentionShape& s,
                      const AttentionStrides& st, const int32_t* seg) {
-    calls.push_back(st.q != 0 ? "attention_fwd strided" : "attention_fwd");
+    calls.push_back(strided(st) ? "attention_fwd strided" : "attention_fwd");
     CpuBackend<T>::attention_fwd(out, saved, q, k, v, s, st, seg);
   }
   void attention_bwd(T* dq, T* dk, T* dv, T* dout, T* q, T* k, T* v, T* out,
                      typename CpuBackend<T>::AttnSaved& saved, const AttentionShape& s, const AttentionStrides& st,
                      const int32_t* seg) {
-    calls.push_back(st.q != 0 ? "attention_bwd strided" : "attention_bwd");
+    calls.push_back(strided(st) ? "attention_bwd strided" : "attention_bwd");
     CpuBackend<T>::attention_bwd(dq, dk, dv, dout, q, k, v, out, saved, s, st, seg);
   }
 };
@@ -108,13 +109,14 @@ TEST(ModelOps, Gpt2StepRunsTheFusedSequence) {
 TEST(ModelOps, LlamaStepRunsTheFusedSequence) {
   const std::vector<std::string> want = {
       // forward
-      "embedding_fwd", "rmsnorm_fwd", "linear_fwd", "linear_fwd", "linear_fwd" /* q, k, v */, "rope_fwd",
-      "rope_fwd", "attention_fwd", "linear_fwd" /* o_proj */, "residual_rmsnorm_fwd",
-      "linear_fwd" /* gate|up, one (N, 2FF) product */, "swiglu_fwd_rows", "linear_fwd" /* down */,
-      "residual_rmsnorm_fwd" /* + norm */, "lm_head_cross_entropy",
+      "embedding_fwd", "rmsnorm_fwd", "linear_fwd" /* q|k|v, one (N, QKV) product */, "rope_fwd",
+      "rope_fwd" /* q, k in place in it */, "attention_fwd strided", "linear_fwd" /* o_proj */,
+      "residual_rmsnorm_fwd", "linear_fwd" /* gate|up, one (N, 2FF) product */, "swiglu_fwd_rows",
+      "linear_fwd" /* down */, "residual_rmsnorm_fwd" /* + norm */, "lm_head_cross_entropy",
       // backward
-      "rmsnorm_bwd", "linear_bwd" /* down */, "swiglu_bwd_rows", "linear_bwd" /* gate|up */, "rmsnorm_bwd", "linear_bwd" /* o_proj */, "attention_bwd", "rope_bwd", "rope_bwd", "linear_bwd",
-      "linear_bwd", "linear_bwd" /* q, k, v */, "rmsnorm_bwd", "embedding_bwd"};
+      "rmsnorm_bwd", "linear_bwd" /* down */, "swiglu_bwd_rows", "linear_bwd" /* gate|up */, "rmsnorm_bwd",
+      "linear_bwd" /* o_proj */, "attention_bwd strided", "rope_bwd", "rope_bwd", "linear_bwd" /* q|k|v */,
+      "rmsnorm_bwd", "embedding_bwd"};
   EXPECT_EQ(record_step(one_layer(Family::kLlama)), want);
 }
 
@@ -126,27 +128,68 @@ TEST(ModelOps, Qwen3StepFusesTheHeadNormWithRope) {
   cfg.qk_norm = true;
   const std::vector<std::string> want = {
       // forward
-      "embedding_fwd", "rmsnorm_fwd", "linear_fwd", "linear_fwd", "linear_fwd" /* q, k, v */,
-      "head_norm_rope_fwd", "head_norm_rope_fwd" /* q, k */, "attention_fwd", "linear_fwd" /* o_proj */,
-      "residual_rmsnorm_fwd", "linear_fwd" /* gate|up */, "swiglu_fwd_rows", "linear_fwd" /* down */,
-      "residual_rmsnorm_fwd" /* + norm */, "lm_head_cross_entropy",
+      "embedding_fwd", "rmsnorm_fwd", "linear_fwd" /* q|k|v */, "head_norm_rope_fwd",
+      "head_norm_rope_fwd" /* q, k from its slices */, "attention_fwd strided" /* v in place */,
+      "linear_fwd" /* o_proj */, "residual_rmsnorm_fwd", "linear_fwd" /* gate|up */, "swiglu_fwd_rows",
+      "linear_fwd" /* down */, "residual_rmsnorm_fwd" /* + norm */, "lm_head_cross_entropy",
       // backward
-      "rmsnorm_bwd", "linear_bwd" /* down */, "swiglu_bwd_rows", "linear_bwd" /* gate|up */, "rmsnorm_bwd", "linear_bwd" /* o_proj */, "attention_bwd",
-      "head_norm_rope_bwd", "head_norm_rope_bwd" /* q, k */, "linear_bwd", "linear_bwd",
-      "linear_bwd" /* q, k, v */, "rmsnorm_bwd", "embedding_bwd"};
+      "rmsnorm_bwd", "linear_bwd" /* down */, "swiglu_bwd_rows", "linear_bwd" /* gate|up */, "rmsnorm_bwd",
+      "linear_bwd" /* o_proj */, "attention_bwd strided", "head_norm_rope_bwd",
+      "head_norm_rope_bwd" /* q, k */, "linear_bwd" /* q|k|v */, "rmsnorm_bwd", "embedding_bwd"};
   EXPECT_EQ(record_step(cfg), want);
 }
 
-// Qwen2: the q/k bias gradients come out of the backward rotation (rope_bias_bwd); v's is
-// linear_bwd's. The sequence is plain Llama's with the two rope_bwd replaced.
-TEST(ModelOps, Qwen2StepTakesTheQkBiasGradientFromTheRotation) {
+// A backend that runs q, k and v as three products (FORGE_QKV=separate on the GPU; every backend
+// with LoRA adapters).
+template <typename T>
+class ThreeProductBackend : public RecordingBackend<T> {
+ public:
+  using RecordingBackend<T>::RecordingBackend;
+  bool fuses_qkv() const { return false; }
+};
+
+// Qwen2 with q|k|v fused: the three biases' gradient is the fused product's (plain Llama's
+// sequence); with three products the q/k bias gradients come out of the backward rotation
+// (rope_bias_bwd) and v's is linear_bwd's.
+TEST(ModelOps, Qwen2TakesTheQkBiasGradientFromTheRotationOnlyWithThreeProducts) {
   ModelConfig cfg = one_layer(Family::kLlama);
   cfg.variant = LlamaVariant::kQwen2;
   cfg.qkv_bias = true;
-  const auto calls = record_step(cfg);
+  ModelConfig plain = one_layer(Family::kLlama);
+  EXPECT_EQ(record_step(cfg), record_step(plain));
+  Model<ThreeProductBackend<double>> m(cfg);
+  m.init_weights(3);
+  const auto x = testing::random_ids(2 * 5, cfg.vocab_size, 4), y = testing::random_ids(2 * 5, cfg.vocab_size, 5);
+  m.loss_and_grad(x.data(), y.data(), 2, 5);
+  const auto& calls = m.backend().calls;
   EXPECT_EQ(std::count(calls.begin(), calls.end(), "rope_bias_bwd"), 2);
   EXPECT_EQ(std::count(calls.begin(), calls.end(), "rope_bwd"), 0);
   EXPECT_EQ(std::count(calls.begin(), calls.end(), "rope_fwd"), 2);
+  EXPECT_EQ(std::count(calls.begin(), calls.end(), "linear_bwd"), 6);  // q, k, v, o, gate|up, down
+}
+
+// The fused q|k|v product and the three separate ones, for plain Llama, Qwen2 (biases) and
+// Qwen3 (head norms): the same step up to rounding (double; the fused dX sums over QKV columns in
+// one product where three products add three sums).
+TEST(ModelOps, FusedQkvMatchesThreeProducts) {
+  for (int variant = 0; variant < 3; ++variant) {
+    ModelConfig cfg = one_layer(Family::kLlama);
+    cfg.n_layer = 2;
+    cfg.n_head = 4, cfg.n_kv_head = 2;  // NH ≠ NKV: the slices differ in width
+    if (variant == 1) cfg.variant = LlamaVariant::kQwen2, cfg.qkv_bias = true;
+    if (variant == 2) cfg.variant = LlamaVariant::kQwen3, cfg.qk_norm = true;
+    Model<ThreeProductBackend<double>> three(cfg);
+    Transformer<double> fused(cfg);
+    three.init_weights(21);
+    fused.init_weights(21);
+    const auto x = testing::random_ids(10, cfg.vocab_size, 22), y = testing::random_ids(10, cfg.vocab_size, 23);
+    const double l3 = three.loss_and_grad(x.data(), y.data(), 2, 5);
+    const double lf = fused.loss_and_grad(x.data(), y.data(), 2, 5);
+    EXPECT_NEAR(l3, lf, 1e-12 * std::abs(l3)) << "variant " << variant;
+    EXPECT_TRUE(testing::all_close(three.grads(), fused.grads(), {1e-11, 1e-12})) << "variant " << variant;
+    const auto& calls = three.backend().calls;
+    EXPECT_EQ(std::count(calls.begin(), calls.end(), "linear_fwd"), 2 * 6);  // q, k, v, o, gate|up, down
+  }
 }
 
 // Two layers: the second layer's ln1 comes from the first block's fused residual + norm, so
@@ -159,8 +202,8 @@ TEST(ModelOps, LaterLayersTakeTheirNormFromTheResidualAdd) {
   EXPECT_EQ(std::count(calls.begin(), calls.end(), "residual_rmsnorm_fwd"), 4);
 }
 
-// A backend that runs gate and up as two products (the CUDA backend's default while the fused
-// product is measured; every backend with LoRA adapters on gate or up).
+// A backend that runs gate and up as two products (every backend with LoRA adapters on gate or
+// up).
 template <typename T>
 class TwoProductBackend : public RecordingBackend<T> {
  public:
@@ -185,7 +228,7 @@ TEST(ModelOps, FusedGateUpMatchesTwoProducts) {
   const auto& calls = two.backend().calls;
   EXPECT_EQ(std::count(calls.begin(), calls.end(), "swiglu_fwd"), 2);
   EXPECT_EQ(std::count(calls.begin(), calls.end(), "swiglu_fwd_rows"), 0);
-  EXPECT_EQ(std::count(calls.begin(), calls.end(), "linear_fwd"), 2 * 7);  // q, k, v, o, gate, up, down
+  EXPECT_EQ(std::count(calls.begin(), calls.end(), "linear_fwd"), 2 * 5);  // q|k|v, o, gate, up, down
 }
 
 // The recorded model is the CPU model: same loss and gradients bit for bit.

@@ -218,9 +218,13 @@ class Model {
     ActBuf x_in;     // (B, T, C) residual stream entering the block
     ActBuf ln1;      // (B, T, C)
     StatBuf ln1_mean, ln1_rstd;  // (B, T)
-    ActBuf qkv;      // gpt2: (B, T, 3C), read in place as q, k, v (strides 3C)
-    ActBuf q, k, v;  // llama: (B, T, NH, HS), (B, T, NKV, HS) ×2, after RoPE
-    ActBuf q_raw, k_raw;      // qk_norm: the projections before the per-head RMSNorm
+    ActBuf qkv;      // gpt2: (B, T, 3C), read in place as q, k, v (strides 3C); llama with q|k|v
+                     // fused: (B, T, (NH + 2·NKV)·HS), q and k after RoPE (qk_norm: before the
+                     // head norm, which writes q, k) and v, read in place
+    ActBuf q, k, v;  // llama unfused: (B, T, NH, HS), (B, T, NKV, HS) ×2, after RoPE; fused
+                     // with qk_norm: q (B, T, QKV) holds q and k after the head norm at their
+                     // q|k|v columns (v's unused: the attention's gradients take q's strides)
+    ActBuf q_raw, k_raw;      // qk_norm unfused: the projections before the per-head RMSNorm
     StatBuf q_rstd, k_rstd;   // qk_norm: (B, T, NH), (B, T, NKV)
     typename Backend::AttnSaved att;  // what the attention backward needs (backend's choice)
     ActBuf atty;     // (B, T, NH·HS) attention output before the projection
@@ -312,6 +316,7 @@ class Model {
   // Backward scratch, (B, T, ·); tmp_ also holds each block's projection outputs forward.
   ActBuf tmp_, d_res_, d_ln_, d_atty_, d_q_, d_k_, d_v_, d_qkv_, d_fc_, d_up_, d_hidden_;
   bool fused_gate_up_ = false;  // plan(): gate|up as one (N, 2·FF) product (mlp_fwd)
+  bool fused_qkv_ = false;      // plan(): llama's q|k|v as one (N, (NH + 2·NKV)·HS) product
   std::vector<int32_t> host_targets_;  // host conveniences: the targets of the last loss()
 
   // Decoding (plan_decode): the cache per layer, (S, cap, NKV, HS) each, and one step's buffers.

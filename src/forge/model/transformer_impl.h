@@ -112,9 +112,28 @@ void Model<B>::plan(int Bn, int Tn) {
     if (gpt2()) a.ln2_mean = stat(N);
     a.ln2_rstd = stat(N);
   };
+  // The Llama family's q, k, v as one (N, QKV) product where the backend does so (the weights,
+  // and the biases, are contiguous rows: params.cpp); LoRA's q/k/v adapters add into separate
+  // outputs, so a model with adapters keeps three products.
+  fused_qkv_ = !gpt2() && !adapter_ && be_.fuses_qkv();
+  const size_t QKV = (NH + 2 * NKV) * HS;
+  for (int l = 0; fused_qkv_ && l < cfg_.n_layer; ++l) {
+    const LayerOffsets& o = table_.layer(l);
+    const auto q_rows = static_cast<int64_t>(NH * HS), kv_rows = static_cast<int64_t>(NKV * HS);
+    FORGE_CHECK(o.k_w == o.q_w + q_rows * static_cast<int64_t>(C) && o.v_w == o.k_w + kv_rows * static_cast<int64_t>(C) &&
+                    (o.q_b < 0 || (o.k_b == o.q_b + q_rows && o.v_b == o.k_b + kv_rows)),
+                "fused q|k|v needs k_proj's and v_proj's rows (and biases) right after q_proj's (layer ", l, ")");
+  }
   auto attention = [&](LayerActs& a) {
     if (gpt2()) {
       a.qkv = act(N * 3 * C);
+    } else if (fused_qkv_) {
+      a.qkv = act(N * QKV);
+      if (cfg_.qk_norm) {
+        a.q = act(N * QKV);
+        a.q_rstd = stat(N * NH);
+        a.k_rstd = stat(N * NKV);
+      }
     } else {
       a.q = act(N * NH * HS);
       a.k = act(N * NKV * HS);
@@ -174,8 +193,8 @@ void Model<B>::plan(int Bn, int Tn) {
   d_res_ = act(N * C);
   d_ln_ = act(N * C);
   d_atty_ = act(N * NH * HS);
-  if (gpt2()) {  // the attention backward writes into the fused (N, 3C) gradient in place
-    d_qkv_ = act(N * 3 * C);
+  if (gpt2() || fused_qkv_) {  // the attention backward writes into the fused gradient in place
+    d_qkv_ = act(N * (gpt2() ? 3 * C : QKV));
   } else {
     d_q_ = act(N * NH * HS);
     d_k_ = act(N * NKV * HS);
@@ -195,14 +214,22 @@ void Model<B>::plan_logits(int N) {
   logits_rows_ = N;
 }
 
-// Where a layer's q, k, v live: column slices of GPT-2's fused (N, 3C) projection, or three dense
-// buffers. The gradients mirror them.
+// Where a layer's q, k, v live: column slices of a fused (N, 3C) or (N, QKV) projection (under
+// qk_norm q and k are the head norm's dense outputs beside it), or three dense buffers. The
+// gradients mirror them, all three slices of the fused gradient.
 template <class B>
 typename Model<B>::QkvView Model<B>::qkv_view(LayerActs& a) {
   if (gpt2()) {
     const int64_t C = cfg_.n_embd;
     Act base = a.qkv.data();
     return {base, be_.at(base, C), be_.at(base, 2 * C), {3 * C, 3 * C, 3 * C, 0}};
+  }
+  if (fused_qkv_) {
+    const int64_t q_w = int64_t{cfg_.n_head} * cfg_.head_dim(), kv_w = int64_t{cfg_.n_kv_head} * cfg_.head_dim();
+    const int64_t ld = q_w + 2 * kv_w;
+    Act base = a.qkv.data(), v = be_.at(base, q_w + kv_w);
+    if (cfg_.qk_norm) return {a.q.data(), be_.at(a.q.data(), q_w), v, {ld, ld, ld, 0}};
+    return {base, be_.at(base, q_w), v, {ld, ld, ld, 0}};
   }
   return {a.q.data(), a.k.data(), a.v.data(), {}};
 }
@@ -213,6 +240,12 @@ typename Model<B>::QkvView Model<B>::dqkv_view() {
     const int64_t C = cfg_.n_embd;
     Act base = d_qkv_.data();
     return {base, be_.at(base, C), be_.at(base, 2 * C), {3 * C, 3 * C, 3 * C, 0}};
+  }
+  if (fused_qkv_) {
+    const int64_t q_w = int64_t{cfg_.n_head} * cfg_.head_dim(), kv_w = int64_t{cfg_.n_kv_head} * cfg_.head_dim();
+    const int64_t ld = q_w + 2 * kv_w;
+    Act base = d_qkv_.data();
+    return {base, be_.at(base, q_w), be_.at(base, q_w + kv_w), {ld, ld, ld, 0}};
   }
   return {d_q_.data(), d_k_.data(), d_v_.data(), {}};
 }
@@ -264,8 +297,24 @@ void Model<B>::attn_fwd(int l, bool store_kv) {
   const LayerOffsets& o = table_.layer(l);
   const Act ln1 = norm_acts(l).ln1.data();
   LayerActs& a = attn_acts(l);
+  const Rope rope = cfg_.rope();
+  const Rope* rope_l = cfg_.layer_uses_rope(l) ? &rope : nullptr;  // SmolLM3's NoPE layers: none
   if (gpt2()) {
     be_.linear_fwd(a.qkv.data(), ln1, w(o.qkv_w), w(o.qkv_b), N, C, 3 * C, lay);
+  } else if (fused_qkv_) {  // one product over the contiguous q|k|v weights (and biases)
+    const int QKV = (NH + 2 * NKV) * HS;
+    const Act raw = a.qkv.data(), k_raw = be_.at(raw, int64_t{NH} * HS);
+    be_.linear_fwd(raw, ln1, w(o.q_w), w(o.q_b), N, C, QKV, lay);
+    if (cfg_.qk_norm) {  // q, k: the head norm + RoPE of the fused row's slices, into a.q's
+      const Act qn = a.q.data(), kn = be_.at(qn, int64_t{NH} * HS);
+      be_.head_norm_rope_fwd(qn, a.q_rstd.data(), raw, w(o.q_norm_w), B_, T_, NH, HS, cfg_.norm_eps, rope_l,
+                             layout_.pos, QKV);
+      be_.head_norm_rope_fwd(kn, a.k_rstd.data(), k_raw, w(o.k_norm_w), B_, T_, NKV, HS, cfg_.norm_eps, rope_l,
+                             layout_.pos, QKV);
+    } else if (rope_l) {
+      be_.rope_fwd(raw, B_, T_, NH, HS, rope, layout_.pos, QKV);
+      be_.rope_fwd(k_raw, B_, T_, NKV, HS, rope, layout_.pos, QKV);
+    }
   } else {
     // qk_norm (Qwen3): the projections land in q_raw / k_raw, and one op writes q / k as the
     // RMSNorm over each head (N·NH rows of HS) followed by RoPE.
@@ -277,16 +326,14 @@ void Model<B>::attn_fwd(int l, bool store_kv) {
     lora_fwd(l, LoraTarget::kK, k, ln1);
     be_.linear_fwd(a.v.data(), ln1, w(o.v_w), w(o.v_b), N, C, NKV * HS, lay);
     lora_fwd(l, LoraTarget::kV, a.v.data(), ln1);
-    const Rope rope = cfg_.rope();
-    const Rope* rope_l = cfg_.layer_uses_rope(l) ? &rope : nullptr;  // SmolLM3's NoPE layers: none
     if (qkn) {
       be_.head_norm_rope_fwd(a.q.data(), a.q_rstd.data(), a.q_raw.data(), w(o.q_norm_w), B_, T_, NH, HS,
-                             cfg_.norm_eps, rope_l, layout_.pos);
+                             cfg_.norm_eps, rope_l, layout_.pos, 0);
       be_.head_norm_rope_fwd(a.k.data(), a.k_rstd.data(), a.k_raw.data(), w(o.k_norm_w), B_, T_, NKV, HS,
-                             cfg_.norm_eps, rope_l, layout_.pos);
+                             cfg_.norm_eps, rope_l, layout_.pos, 0);
     } else if (rope_l) {
-      be_.rope_fwd(a.q.data(), B_, T_, NH, HS, rope, layout_.pos);
-      be_.rope_fwd(a.k.data(), B_, T_, NKV, HS, rope, layout_.pos);
+      be_.rope_fwd(a.q.data(), B_, T_, NH, HS, rope, layout_.pos, 0);
+      be_.rope_fwd(a.k.data(), B_, T_, NKV, HS, rope, layout_.pos, 0);
     }
   }
   const QkvView in = qkv_view(a);
@@ -465,26 +512,41 @@ void Model<B>::block_backward(int l) {
   const QkvView in = qkv_view(a), d = dqkv_view();
   be_.attention_bwd(d.q, d.k, d.v, d_atty_.data(), in.q, in.k, in.v, a.atty.data(), a.att, attention_shape(),
                     in.st, layout_.seg);
+  const Rope rope = cfg_.rope();
+  const Rope* rope_l = cfg_.layer_uses_rope(l) ? &rope : nullptr;
   if (gpt2()) {
     be_.linear_bwd(d_ln_.data(), g(o.qkv_w), g(o.qkv_b), d_qkv_.data(), n.ln1.data(), w(o.qkv_w), N, C, 3 * C,
                    lay, false);
+  } else if (fused_qkv_) {
+    // In place on the fused gradient's q and k slices, then one product backward; the biases'
+    // gradient (Qwen2) is the fused product's, q|k|v at once (not rope_bias_bwd: v has none there).
+    const int QKV = (NH + 2 * NKV) * HS;
+    const Act raw = a.qkv.data(), k_raw = be_.at(raw, int64_t{NH} * HS);
+    if (cfg_.qk_norm) {
+      be_.head_norm_rope_bwd(d.q, g(o.q_norm_w), d.q, raw, w(o.q_norm_w), a.q_rstd.data(), B_, T_, NH, HS, rope_l,
+                             layout_.pos, QKV);
+      be_.head_norm_rope_bwd(d.k, g(o.k_norm_w), d.k, k_raw, w(o.k_norm_w), a.k_rstd.data(), B_, T_, NKV, HS,
+                             rope_l, layout_.pos, QKV);
+    } else if (rope_l) {
+      be_.rope_bwd(d.q, B_, T_, NH, HS, rope, layout_.pos, QKV);
+      be_.rope_bwd(d.k, B_, T_, NKV, HS, rope, layout_.pos, QKV);
+    }
+    be_.linear_bwd(d_ln_.data(), g(o.q_w), g(o.q_b), d_qkv_.data(), n.ln1.data(), w(o.q_w), N, C, QKV, lay, false);
   } else {
-    const Rope rope = cfg_.rope();
-    const Rope* rope_l = cfg_.layer_uses_rope(l) ? &rope : nullptr;
     // Qwen2's q/k biases: their gradient comes out of the backward rotation's pass over dq, dk
     // (rope_bias_bwd), so the projections' backward below skips it.
     const bool bias_in_rope = rope_l && !cfg_.qk_norm && o.q_b >= 0 && o.k_b >= 0;
     if (cfg_.qk_norm) {  // through RoPE and the head RMSNorm, in place: d.q, d.k become d(q_raw), d(k_raw)
       be_.head_norm_rope_bwd(d.q, g(o.q_norm_w), d.q, a.q_raw.data(), w(o.q_norm_w), a.q_rstd.data(), B_, T_, NH,
-                             HS, rope_l, layout_.pos);
+                             HS, rope_l, layout_.pos, 0);
       be_.head_norm_rope_bwd(d.k, g(o.k_norm_w), d.k, a.k_raw.data(), w(o.k_norm_w), a.k_rstd.data(), B_, T_, NKV,
-                             HS, rope_l, layout_.pos);
+                             HS, rope_l, layout_.pos, 0);
     } else if (bias_in_rope) {
       be_.rope_bias_bwd(d.q, g(o.q_b), B_, T_, NH, HS, rope, layout_.pos);
       be_.rope_bias_bwd(d.k, g(o.k_b), B_, T_, NKV, HS, rope, layout_.pos);
     } else if (rope_l) {
-      be_.rope_bwd(d.q, B_, T_, NH, HS, rope, layout_.pos);
-      be_.rope_bwd(d.k, B_, T_, NKV, HS, rope, layout_.pos);
+      be_.rope_bwd(d.q, B_, T_, NH, HS, rope, layout_.pos, 0);
+      be_.rope_bwd(d.k, B_, T_, NKV, HS, rope, layout_.pos, 0);
     }
     const Act dq = d.q, dk = d.k;
     be_.linear_bwd(d_ln_.data(), g(o.q_w), bias_in_rope ? nullptr : g(o.q_b), dq, n.ln1.data(), w(o.q_w), N, C,

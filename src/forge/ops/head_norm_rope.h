@@ -13,17 +13,22 @@ namespace forge::cpu {
 
 // x (B, T, H, HS), rstd (B, T, H) = per-head RMSNorm of x_raw (B, T, H, HS) times weight (HS),
 // then RoPE at positions t, or pos[b, t] when pos (B, T) is given. rope null: no rotation (a
-// NoPE layer). x must not alias x_raw (the backward needs x_raw).
+// NoPE layer). x must not alias x_raw (the backward needs x_raw). ld: elements from one
+// position's heads to the next in x_raw and x alike (views into fused q|k|v rows; elements
+// between them untouched); 0: H·HS. rstd is dense.
 template <typename T>
 void head_norm_rope_fwd(T* x, T* rstd, const T* x_raw, const T* weight, int B, int T_, int H,
-                        int HS, float eps, const Rope* rope, const int32_t* pos = nullptr);
+                        int HS, float eps, const Rope* rope, const int32_t* pos = nullptr,
+                        int64_t ld = 0);
 
 // dx_raw (B, T, H, HS) = the gradient of x_raw given dx, the gradient of the forward's x: WRITTEN,
 // not accumulated (the projection backward that follows reads it). dx_raw may alias dx (in
-// place); dweight (HS) accumulates (+=), nullptr: not computed (a frozen gain).
+// place); dweight (HS) accumulates (+=), nullptr: not computed (a frozen gain). ld: the row
+// stride of dx_raw, dx and x_raw alike (views into fused q|k|v rows; elements between the
+// views untouched); 0: H·HS.
 template <typename T>
 void head_norm_rope_bwd(T* dx_raw, T* dweight, const T* dx, const T* x_raw, const T* weight,
                         const T* rstd, int B, int T_, int H, int HS, const Rope* rope,
-                        const int32_t* pos = nullptr);
+                        const int32_t* pos = nullptr, int64_t ld = 0);
 
 }  // namespace forge::cpu

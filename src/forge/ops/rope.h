@@ -41,15 +41,16 @@ namespace forge::cpu {
 
 // RoPE of x (B, T, H, HS) in place, positions pos0 + t, or pos[b, t] when pos (B, T) is given
 // (packed rows: positions restarting per example; pos0 is then ignored); frequencies
-// rope_inv_freq(rope, HS).
+// rope_inv_freq(rope, HS). ld: elements from one position's H heads to the next's (a view into a
+// fused q|k|v row: the elements between are untouched); 0: H·HS (dense).
 template <typename T>
 void rope_fwd(T* x, int B, int T_, int H, int HS, const Rope& rope, int pos0 = 0,
-              const int32_t* pos = nullptr);
+              const int32_t* pos = nullptr, int64_t ld = 0);
 
 // The backward of a rotation is the inverse rotation, also in place on dx (B, T, H, HS).
 template <typename T>
 void rope_bwd(T* dx, int B, int T_, int H, int HS, const Rope& rope, int pos0 = 0,
-              const int32_t* pos = nullptr);
+              const int32_t* pos = nullptr, int64_t ld = 0);
 
 // rope_bwd of dx (B, T, H, HS) in place (pos0 = 0), then dbias (H·HS) += Σ_(b,t) dx[b, t, :]: the
 // bias gradient of the q or k projection (Qwen2), one op with the rotation so that the GPU

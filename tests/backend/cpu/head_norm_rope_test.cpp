@@ -5,6 +5,7 @@
 // without RoPE (a NoPE layer).
 #include "forge/ops/head_norm_rope.h"
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -118,6 +119,55 @@ TEST(HeadNormRopeDeathTest, RejectsAliasingAndBadShapes) {
   EXPECT_DEATH(head_norm_rope_fwd<float>(y.data(), rstd.data(), x.data(), w.data(), 1, 1, 0, 8,
                                          kEps, nullptr),
                "head_norm_rope_fwd.*bad shape");
+}
+
+}  // namespace
+}  // namespace forge::cpu
+
+namespace forge::cpu {
+namespace {
+
+// Views of H heads at column `off` of rows `ld` wide (slices of fused q|k|v rows, the model's
+// q|k|v call): forward and in-place backward equal the dense op on the gathered heads bit for
+// bit, and columns outside the views are untouched.
+TEST(HeadNormRope, StridedViewsEqualTheDenseOpBitForBit) {
+  const int B = 2, T = 5, H = 3, HS = 16, off = 16, ld = off + H * HS + 32;
+  const size_t BT = static_cast<size_t>(B) * T, n = BT * H * HS, rows = BT * H;
+  uint64_t seed = 1300;
+  for (RopeStyle style : kStyles) {
+    const Rope rope{1000.0f, style};
+    const auto raw_rows = random_normal<float>(BT * ld, seed++), dx_rows = random_normal<float>(BT * ld, seed++);
+    const auto w = random_normal<float>(HS, seed++, 0.5);
+    auto gather = [&](const std::vector<float>& full) {
+      std::vector<float> d(n);
+      for (size_t r = 0; r < BT; ++r) std::copy_n(full.begin() + r * ld + off, H * HS, d.begin() + r * H * HS);
+      return d;
+    };
+    const std::vector<float> x_raw = gather(raw_rows), dx = gather(dx_rows);
+    std::vector<float> ref_x(n), ref_rstd(rows), ref_dx_raw(n), ref_dw(HS, 0.0f), dw(HS, 0.0f);
+    head_norm_rope_fwd<float>(ref_x.data(), ref_rstd.data(), x_raw.data(), w.data(), B, T, H, HS, kEps, &rope);
+    head_norm_rope_bwd<float>(ref_dx_raw.data(), ref_dw.data(), dx.data(), x_raw.data(), w.data(), ref_rstd.data(),
+                              B, T, H, HS, &rope);
+    std::vector<float> x_rows = random_normal<float>(BT * ld, seed++), rstd(rows);
+    const std::vector<float> x_before = x_rows;
+    head_norm_rope_fwd<float>(x_rows.data() + off, rstd.data(), raw_rows.data() + off, w.data(), B, T, H, HS, kEps,
+                              &rope, nullptr, ld);
+    std::vector<float> d_rows = dx_rows;
+    head_norm_rope_bwd<float>(d_rows.data() + off, dw.data(), d_rows.data() + off, raw_rows.data() + off, w.data(),
+                              rstd.data(), B, T, H, HS, &rope, nullptr, ld);
+    EXPECT_EQ(gather(x_rows), ref_x) << name(style, true, false);
+    EXPECT_EQ(rstd, ref_rstd);
+    EXPECT_EQ(gather(d_rows), ref_dx_raw);
+    EXPECT_EQ(dw, ref_dw);
+    size_t outside_changed = 0;
+    for (size_t r = 0; r < BT; ++r)
+      for (int c = 0; c < ld; ++c)
+        if (c < off || c >= off + H * HS) {
+          outside_changed += x_rows[r * ld + c] != x_before[r * ld + c];
+          outside_changed += d_rows[r * ld + c] != dx_rows[r * ld + c];
+        }
+    EXPECT_EQ(outside_changed, 0u);
+  }
 }
 
 }  // namespace

@@ -381,3 +381,44 @@ TEST(RopeInvFreq, BadArgumentsThrow) {
 
 }  // namespace
 }  // namespace forge::cpu
+
+namespace forge::cpu {
+namespace {
+
+// A view of H heads at column `off` of rows `ld` wide (a slice of a fused q|k|v row): the
+// rotation of the view is the dense op's on the gathered heads, bit for bit, and the columns
+// outside the view are untouched. Both pairings, positions t and packed, forward and backward.
+TEST(Rope, StridedViewEqualsTheDenseOpBitForBit) {
+  const int B = 2, T = 5, H = 3, HS = 8, off = 6, ld = off + H * HS + 10;
+  const std::vector<int32_t> pos = {2, 3, 0, 1, 2, 7, 0, 1, 2, 3};
+  uint64_t seed = 1200;
+  for (RopeStyle style : {RopeStyle::kRotateHalf, RopeStyle::kInterleaved})
+    for (const int32_t* p : {static_cast<const int32_t*>(nullptr), pos.data()})
+      for (bool backward : {false, true}) {
+        const Rope rope{10000.0f, style};
+        const auto rows = random_normal<double>(static_cast<size_t>(B) * T * ld, seed++);
+        std::vector<double> dense(static_cast<size_t>(B) * T * H * HS);
+        for (int r = 0; r < B * T; ++r)
+          std::copy_n(rows.begin() + r * ld + off, H * HS, dense.begin() + r * H * HS);
+        std::vector<double> got = rows;
+        if (backward) {
+          rope_bwd<double>(dense.data(), B, T, H, HS, rope, 0, p);
+          rope_bwd<double>(got.data() + off, B, T, H, HS, rope, 0, p, ld);
+        } else {
+          rope_fwd<double>(dense.data(), B, T, H, HS, rope, 0, p);
+          rope_fwd<double>(got.data() + off, B, T, H, HS, rope, 0, p, ld);
+        }
+        size_t differ = 0, outside_changed = 0;
+        for (int r = 0; r < B * T; ++r)
+          for (int c = 0; c < ld; ++c) {
+            const size_t i = static_cast<size_t>(r) * ld + c;
+            if (c >= off && c < off + H * HS) differ += got[i] != dense[static_cast<size_t>(r) * H * HS + c - off];
+            else outside_changed += got[i] != rows[i];
+          }
+        EXPECT_EQ(differ, 0u) << "style " << static_cast<int>(style) << " packed " << (p != nullptr) << " bwd " << backward;
+        EXPECT_EQ(outside_changed, 0u);
+      }
+}
+
+}  // namespace
+}  // namespace forge::cpu

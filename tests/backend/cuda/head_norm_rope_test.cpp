@@ -122,6 +122,59 @@ TEST_P(HeadNormRopeTest, FwdBwdMatchCpuAndAreDeterministic) {
   }
 }
 
+// Views of H heads at column `off` of rows `ld` wide (the model's q|k|v slices; the forward's x
+// and x_raw, the backward's dx, in place, and x_raw all take ld) against the CPU's strided op:
+// HS 64 with ld a multiple of 8 (the vector path) and HS 20 (the element path). Columns outside
+// the views come back unchanged, bit for bit.
+TEST_P(HeadNormRopeTest, StridedViewsMatchCpu) {
+  struct Case {
+    Shape s;
+    int off, ld;
+  };
+  const Case cases[] = {{{2, 37, 3, 64}, 64, 64 * 6}, {{3, 5, 2, 20}, 20, 20 * 5}};
+  uint64_t seed = 800;
+  for (const Case& c : cases) {
+    const Shape& s = c.s;
+    const Rope rope{1000000.0f, RopeStyle::kRotateHalf};
+    const size_t BT = static_cast<size_t>(s.B) * s.T, n = BT * c.ld, rows = BT * s.H;
+    const auto raw = as_dt(dt(), random_normal<float>(n, seed++));
+    const auto x0 = as_dt(dt(), random_normal<float>(n, seed++));  // what x holds outside the view
+    const auto dx = as_dt(dt(), random_normal<float>(n, seed++));
+    auto wv = random_normal<float>(s.HS, seed++, 0.3);
+    for (float& v : wv) v += 1.0f;
+    const auto w = as_dt(dt(), wv);
+    std::vector<float> ref_x = x0, ref_rstd(rows), ref_d = dx, ref_dw(s.HS, 0.0f);
+    cpu::head_norm_rope_fwd<float>(ref_x.data() + c.off, ref_rstd.data(), raw.data() + c.off, w.data(), s.B, s.T,
+                                   s.H, s.HS, 1e-6f, &rope, nullptr, c.ld);
+    cpu::head_norm_rope_bwd<float>(ref_d.data() + c.off, ref_dw.data(), ref_d.data() + c.off, raw.data() + c.off,
+                                   w.data(), ref_rstd.data(), s.B, s.T, s.H, s.HS, &rope, nullptr, c.ld);
+    auto d_raw = up(raw), d_x = up(x0), d_d = up(dx), d_w = up(w);
+    auto d_rstd = poisoned<float>(rows);
+    auto d_ref_rstd = upload(ref_rstd);
+    auto d_dw = upload(std::vector<float>(s.HS, 0.0f));
+    head_norm_rope_fwd(ctx(), dt(), d_x.at(c.off), d_rstd.data(), d_raw.at(c.off), d_w.data(), s.B, s.T, s.H, s.HS,
+                       1e-6f, &rope, nullptr, c.ld);
+    head_norm_rope_bwd(ctx(), dt(), d_d.at(c.off), d_dw.data(), d_d.at(c.off), d_raw.at(c.off), d_w.data(),
+                       d_ref_rstd.data(), s.B, s.T, s.H, s.HS, &rope, nullptr, c.ld);
+    const auto got_x = down(d_x), got_d = down(d_d);
+    std::vector<float> gx, rx, gd, rd, g_out, r_out;
+    for (size_t i = 0; i < n; ++i) {
+      const int col = static_cast<int>(i % c.ld);
+      if (col >= c.off && col < c.off + s.H * s.HS) {
+        gx.push_back(got_x[i]), rx.push_back(ref_x[i]), gd.push_back(got_d[i]), rd.push_back(ref_d[i]);
+      } else {
+        g_out.push_back(got_x[i]), r_out.push_back(x0[i]), g_out.push_back(got_d[i]), r_out.push_back(dx[i]);
+      }
+    }
+    const std::string where = "HS=" + std::to_string(s.HS) + " ld=" + std::to_string(c.ld);
+    EXPECT_TRUE(all_close(gx, rx, tol_for(dt()))) << "x " << where;
+    EXPECT_TRUE(all_close(download(d_rstd), ref_rstd, kTolRstd)) << "rstd " << where;
+    EXPECT_TRUE(all_close(gd, rd, tol_for(dt()))) << "dx_raw " << where;
+    EXPECT_TRUE(all_close(download(d_dw), ref_dw, kTolWgrad)) << "dweight " << where;
+    EXPECT_TRUE(same_bits(g_out, r_out)) << "outside the views " << where;
+  }
+}
+
 // The shape checks (FORGE_CHECK: the model's invariants) abort naming the op: an odd head size,
 // one above 512, and x over x_raw.
 TEST_P(HeadNormRopeTest, RejectsBadShapes) {

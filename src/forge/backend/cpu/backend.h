@@ -106,6 +106,7 @@ class CpuBackend {
   bool fuses_gelu() const { return false; }
   // The Llama family's gate and up projections as one (N, 2·FF) product (model/transformer_impl.h).
   bool fuses_gate_up() const { return true; }
+  bool fuses_qkv() const { return true; }  // the Llama family's q|k|v as one product
   const Real* scale_dloss(const Real* dloss) { return dloss; }
 
   // ---- ops ------------------------------------------------------------------------------------
@@ -146,14 +147,15 @@ class CpuBackend {
     cpu::head_rmsnorm<T>(x, w, N, H, HS, stride, eps);
   }
   // Qwen3's q/k head norm + RoPE (rope null: none), one op on every backend; the backward writes
-  // dx_raw (may alias dx) and accumulates dw.
+  // dx_raw (may alias dx) and accumulates dw. ld: the row stride of views into fused q|k|v rows
+  // (0: dense; ops/head_norm_rope.h).
   void head_norm_rope_fwd(Act x, Stat rstd, Act x_raw, Act w, int B, int T_, int H, int HS, float eps,
-                          const Rope* rope, const int32_t* pos) {
-    cpu::head_norm_rope_fwd<T>(x, rstd, x_raw, w, B, T_, H, HS, eps, rope, pos);
+                          const Rope* rope, const int32_t* pos, int64_t ld) {
+    cpu::head_norm_rope_fwd<T>(x, rstd, x_raw, w, B, T_, H, HS, eps, rope, pos, ld);
   }
   void head_norm_rope_bwd(Act dx_raw, Grad dw, Act dx, Act x_raw, Act w, Stat rstd, int B, int T_, int H, int HS,
-                          const Rope* rope, const int32_t* pos) {
-    cpu::head_norm_rope_bwd<T>(dx_raw, dw, dx, x_raw, w, rstd, B, T_, H, HS, rope, pos);
+                          const Rope* rope, const int32_t* pos, int64_t ld) {
+    cpu::head_norm_rope_bwd<T>(dx_raw, dw, dx, x_raw, w, rstd, B, T_, H, HS, rope, pos, ld);
   }
   void linear_fwd(Act out, Act inp, Act w, Act bias, int N, int C, int OC, WeightLayout layout) {
     cpu::linear_fwd<T>(out, inp, w, bias, N, C, OC, layout);
@@ -202,11 +204,12 @@ class CpuBackend {
   void swiglu_bwd_rows(Act dgate, Act dup, Act dout, Act gate, Act up, int rows, int ff, int64_t ld) {
     cpu::swiglu_bwd_rows<T>(dgate, dup, dout, gate, up, rows, ff, ld);
   }
-  void rope_fwd(Act x, int B, int T_, int H, int HS, const Rope& rope, const int32_t* pos) {
-    cpu::rope_fwd<T>(x, B, T_, H, HS, rope, 0, pos);
+  // ld: the row stride of a view into a fused q|k|v row (0: dense).
+  void rope_fwd(Act x, int B, int T_, int H, int HS, const Rope& rope, const int32_t* pos, int64_t ld) {
+    cpu::rope_fwd<T>(x, B, T_, H, HS, rope, 0, pos, ld);
   }
-  void rope_bwd(Act dx, int B, int T_, int H, int HS, const Rope& rope, const int32_t* pos) {
-    cpu::rope_bwd<T>(dx, B, T_, H, HS, rope, 0, pos);
+  void rope_bwd(Act dx, int B, int T_, int H, int HS, const Rope& rope, const int32_t* pos, int64_t ld) {
+    cpu::rope_bwd<T>(dx, B, T_, H, HS, rope, 0, pos, ld);
   }
   // rope_bwd in place, then db (H·HS) += the column sums of the result (Qwen2's q/k bias gradient
   // in the rotation's pass on the GPU).

@@ -43,11 +43,13 @@ RopeTable rope_table(int T_, int HS, const Rope& rope, int pos0) {
 // (x0, x1) → (x0·c − x1·s, x0·s + x1·c).
 template <typename T>
 void rope_rotate(T* x, int B, int T_, int H, int HS, const Rope& rope, int pos0, const int32_t* pos,
-                 double sign, const char* op) {
+                 double sign, const char* op, int64_t ld = 0) {
   FORGE_CHECK(B >= 0 && T_ >= 0 && H >= 0 && HS > 0, "[", op, "] bad shape B=", B, " T=", T_,
               " H=", H, " HS=", HS);
   FORGE_CHECK(HS % 2 == 0, "[", op, "] head size must be even, got HS=", HS);
   FORGE_CHECK(pos0 >= 0, "[", op, "] negative pos0 ", pos0);
+  if (ld == 0) ld = int64_t{H} * HS;
+  FORGE_CHECK(ld >= int64_t{H} * HS, "[", op, "] row stride ", ld, " below H·HS = ", H * HS);
   const int half = HS / 2;
   const int64_t rows = static_cast<int64_t>(B) * T_;
   int n_pos = T_;  // table rows: t, or the positions pos holds
@@ -70,7 +72,7 @@ void rope_rotate(T* x, int B, int T_, int H, int HS, const Rope& rope, int pos0,
     const double* cs = tab.cos.data() + static_cast<size_t>(t) * half;
     const double* sn = tab.sin.data() + static_cast<size_t>(t) * half;
     for (int h = 0; h < H; ++h) {
-      T* xh = x + (row * H + h) * HS;  // (HS)
+      T* xh = x + row * ld + h * HS;  // (HS)
       for (int i = 0; i < half; ++i) {
         T& a = xh[i * stride_i];
         T& b = xh[i * stride_i + partner];
@@ -87,13 +89,15 @@ void rope_rotate(T* x, int B, int T_, int H, int HS, const Rope& rope, int pos0,
 }  // namespace
 
 template <typename T>
-void rope_fwd(T* x, int B, int T_, int H, int HS, const Rope& rope, int pos0, const int32_t* pos) {
-  rope_rotate(x, B, T_, H, HS, rope, pos0, pos, 1.0, "rope_fwd");
+void rope_fwd(T* x, int B, int T_, int H, int HS, const Rope& rope, int pos0, const int32_t* pos,
+              int64_t ld) {
+  rope_rotate(x, B, T_, H, HS, rope, pos0, pos, 1.0, "rope_fwd", ld);
 }
 
 template <typename T>
-void rope_bwd(T* dx, int B, int T_, int H, int HS, const Rope& rope, int pos0, const int32_t* pos) {
-  rope_rotate(dx, B, T_, H, HS, rope, pos0, pos, -1.0, "rope_bwd");
+void rope_bwd(T* dx, int B, int T_, int H, int HS, const Rope& rope, int pos0, const int32_t* pos,
+              int64_t ld) {
+  rope_rotate(dx, B, T_, H, HS, rope, pos0, pos, -1.0, "rope_bwd", ld);
 }
 
 // The reference of the CUDA fused op: the rotation, then linear.cpp's bias gradient over the
@@ -105,8 +109,8 @@ void rope_bias_bwd(T* dx, T* dbias, int B, int T_, int H, int HS, const Rope& ro
 }
 
 #define FORGE_INSTANTIATE(T)                                           \
-  template void rope_fwd<T>(T*, int, int, int, int, const Rope&, int, const int32_t*); \
-  template void rope_bwd<T>(T*, int, int, int, int, const Rope&, int, const int32_t*); \
+  template void rope_fwd<T>(T*, int, int, int, int, const Rope&, int, const int32_t*, int64_t); \
+  template void rope_bwd<T>(T*, int, int, int, int, const Rope&, int, const int32_t*, int64_t); \
   template void rope_bias_bwd<T>(T*, T*, int, int, int, int, const Rope&, const int32_t*);
 FORGE_INSTANTIATE(float)
 FORGE_INSTANTIATE(double)

@@ -33,7 +33,7 @@ CudaBackend::CudaBackend(const ModelConfig& cfg, const ParamTable& table, cuda::
                    : o.attention == AttentionPath::kFlashWgmma ? cuda::FlashKernels::kWgmma
                                                                : cuda::FlashKernels::kAuto;
   ctx.set_timed_gemm_algos(o.timed_gemm_algos);
-  if (const char* e = std::getenv("FORGE_GATE_UP")) fuse_gate_up_ = std::string(e) == "fused";
+  if (const char* e = std::getenv("FORGE_QKV")) fuse_qkv_ = std::string(e) != "separate";
   auto& a = ctx.allocator();
   const size_t P = table_.total();
   // A frozen base (LoRA) has no gradients or Adam state, and in 16-bit modes the working copy
@@ -308,12 +308,12 @@ void CudaBackend::head_rmsnorm(Act x, Act w, int N, int H, int HS, int64_t strid
   cuda::head_rmsnorm(ctx_, dt_, x, w, N, H, HS, stride, eps);
 }
 void CudaBackend::head_norm_rope_fwd(Act x, Stat rstd, Act x_raw, Act w, int B, int T_, int H, int HS, float eps,
-                                     const Rope* rope, const int32_t* pos) {
-  cuda::head_norm_rope_fwd(ctx_, dt_, x, rstd, x_raw, w, B, T_, H, HS, eps, rope, pos);
+                                     const Rope* rope, const int32_t* pos, int64_t ld) {
+  cuda::head_norm_rope_fwd(ctx_, dt_, x, rstd, x_raw, w, B, T_, H, HS, eps, rope, pos, ld);
 }
 void CudaBackend::head_norm_rope_bwd(Act dx_raw, Grad dw, Act dx, Act x_raw, Act w, Stat rstd, int B, int T_, int H,
-                                     int HS, const Rope* rope, const int32_t* pos) {
-  cuda::head_norm_rope_bwd(ctx_, dt_, dx_raw, dw, dx, x_raw, w, rstd, B, T_, H, HS, rope, pos);
+                                     int HS, const Rope* rope, const int32_t* pos, int64_t ld) {
+  cuda::head_norm_rope_bwd(ctx_, dt_, dx_raw, dw, dx, x_raw, w, rstd, B, T_, H, HS, rope, pos, ld);
 }
 
 // out (N, OC) = inp (N, C) · op(W) (+ bias in the GEMM's epilogue); W is (OC, C) (kOutIn) or (C, OC).
@@ -450,11 +450,11 @@ void CudaBackend::swiglu_fwd_rows(Act out, Act gate, Act up, int rows, int ff, i
 void CudaBackend::swiglu_bwd_rows(Act dgate, Act dup, Act dout, Act gate, Act up, int rows, int ff, int64_t ld) {
   cuda::swiglu_bwd_rows(ctx_, dt_, dgate, dup, dout, gate, up, rows, ff, ld);
 }
-void CudaBackend::rope_fwd(Act x, int B, int T_, int H, int HS, const Rope& rope, const int32_t* pos) {
-  cuda::rope_fwd(ctx_, dt_, x, B, T_, H, HS, rope, 0, pos);
+void CudaBackend::rope_fwd(Act x, int B, int T_, int H, int HS, const Rope& rope, const int32_t* pos, int64_t ld) {
+  cuda::rope_fwd(ctx_, dt_, x, B, T_, H, HS, rope, 0, pos, ld);
 }
-void CudaBackend::rope_bwd(Act dx, int B, int T_, int H, int HS, const Rope& rope, const int32_t* pos) {
-  cuda::rope_bwd(ctx_, dt_, dx, B, T_, H, HS, rope, 0, pos);
+void CudaBackend::rope_bwd(Act dx, int B, int T_, int H, int HS, const Rope& rope, const int32_t* pos, int64_t ld) {
+  cuda::rope_bwd(ctx_, dt_, dx, B, T_, H, HS, rope, 0, pos, ld);
 }
 void CudaBackend::rope_bias_bwd(Act dx, Grad db, int B, int T_, int H, int HS, const Rope& rope,
                                 const int32_t* pos) {

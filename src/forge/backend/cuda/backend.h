@@ -174,8 +174,11 @@ class CudaBackend {
   void fill_negative_zero(Act p, size_t n);
   bool fuses_gelu() const { return dt_ != DType::kF32; }
   // The Llama family's gate and up projections as one (N, 2·FF) product (model/transformer_impl.h).
-  // An A/B setting while it is measured (FORGE_GATE_UP=fused; the CPU backend always fuses).
-  bool fuses_gate_up() const { return fuse_gate_up_; }
+  // Measured on an H100 (docs/perf-notes.md, 2026-12-06 third session): ~1% of a step faster.
+  bool fuses_gate_up() const { return true; }
+  // The Llama family's q|k|v as one product. An A/B setting while it is measured
+  // (FORGE_QKV=separate: three products; the CPU backend always fuses).
+  bool fuses_qkv() const { return fuse_qkv_; }
   const Real* scale_dloss(const Real* dloss);
   void synchronize() { ctx_.synchronize(); }
 
@@ -195,9 +198,9 @@ class CudaBackend {
   void rmsnorm_bwd(Act dinp, Grad dw, Act dout, Act inp, Act w, Stat rstd, int N, int C, Grad dres);
   void head_rmsnorm(Act x, Act w, int N, int H, int HS, int64_t stride, float eps);
   void head_norm_rope_fwd(Act x, Stat rstd, Act x_raw, Act w, int B, int T_, int H, int HS, float eps,
-                          const Rope* rope, const int32_t* pos);
+                          const Rope* rope, const int32_t* pos, int64_t ld);
   void head_norm_rope_bwd(Act dx_raw, Grad dw, Act dx, Act x_raw, Act w, Stat rstd, int B, int T_, int H, int HS,
-                          const Rope* rope, const int32_t* pos);
+                          const Rope* rope, const int32_t* pos, int64_t ld);
   void linear_fwd(Act out, Act inp, Act w, Act bias, int N, int C, int OC, WeightLayout layout);
   void linear_gelu_fwd(Act hidden, Act fc, Act inp, Act w, Act bias, int N, int C, int OC, WeightLayout layout);
   // dw (and rmsnorm_bwd's dw) may be null: a frozen weight (LoRA's base), its product skipped.
@@ -217,8 +220,8 @@ class CudaBackend {
   void swiglu_bwd(Act dgate, Act dup, Act dout, Act gate, Act up, int64_t n);
   void swiglu_fwd_rows(Act out, Act gate, Act up, int rows, int ff, int64_t ld);
   void swiglu_bwd_rows(Act dgate, Act dup, Act dout, Act gate, Act up, int rows, int ff, int64_t ld);
-  void rope_fwd(Act x, int B, int T_, int H, int HS, const Rope& rope, const int32_t* pos);
-  void rope_bwd(Act dx, int B, int T_, int H, int HS, const Rope& rope, const int32_t* pos);
+  void rope_fwd(Act x, int B, int T_, int H, int HS, const Rope& rope, const int32_t* pos, int64_t ld);
+  void rope_bwd(Act dx, int B, int T_, int H, int HS, const Rope& rope, const int32_t* pos, int64_t ld);
   void rope_bias_bwd(Act dx, Grad db, int B, int T_, int H, int HS, const Rope& rope, const int32_t* pos);
   void attention_fwd(Act out, AttnSaved& saved, Act q, Act k, Act v, const AttentionShape& s,
                      const AttentionStrides& st, const int32_t* seg);
@@ -306,7 +309,7 @@ class CudaBackend {
   DType dt_;
   size_t es_;  // bytes per dt element
   bool flash_ = false;
-  bool fuse_gate_up_ = false;  // FORGE_GATE_UP=fused (fuses_gate_up())
+  bool fuse_qkv_ = true;  // fuses_qkv(); FORGE_QKV=separate turns it off
   cuda::FlashKernels flash_kernels_ = cuda::FlashKernels::kAuto;
   Buf<float> master_, grads_, m_, v_;  // m_, v_: the adapters' once set_adapter() ran
   Buf<uint8_t> work_;  // bf16/f16 working copy (empty in fp32 mode)

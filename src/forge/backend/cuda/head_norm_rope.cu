@@ -41,6 +41,7 @@
 //   head_norm_rope_bwd_kernel   121–128; 16 KB static shared memory (2 blocks a SM)
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <type_traits>
 
 #include "forge/backend/cuda/context.h"
@@ -73,6 +74,9 @@ struct Params {
   const int32_t* pos;
   RopeFreqs freqs;
   int rows, T_, H, HS, lanes, rows_per_split;  // rows_per_split: positions a backward block takes
+  // Elements from one position's heads to the next: in (and x_raw, the backward's) and out. H·HS
+  // dense; wider for a view into a fused q|k|v row.
+  int64_t ld_in, ld_out;
   float eps, sign;  // sign: +1 forward rotation, −1 backward
   bool rope;
 };
@@ -242,11 +246,11 @@ __global__ void __launch_bounds__(kThreads)
     if (p.rope) lane_angles<kN>(p, l, bt, cs, sn);
     for (int h = 0; h < p.H; ++h) {  // uniform bound: every lane reaches the shuffle
       const int row = bt * p.H + h;
-      const int64_t off = static_cast<int64_t>(row) * p.HS;
+      const int64_t off_in = bt * p.ld_in + h * p.HS, off_out = bt * p.ld_out + h * p.HS;
       float u[kJ][2 * kN];
-      const float s = fwd_load<T, kN, kRotateHalf>(p, l, off, u);
+      const float s = fwd_load<T, kN, kRotateHalf>(p, l, off_in, u);
       if (!valid) continue;  // after the shuffle
-      fwd_store<T, kN, kRotateHalf>(p, l, off, s, w, u, [&](float(&v)[2 * kN], int j, int) {
+      fwd_store<T, kN, kRotateHalf>(p, l, off_out, s, w, u, [&](float(&v)[2 * kN], int j, int) {
         rotate_chunk_by<kN, kRotateHalf>(v, cs[j], sn[j]);
       });
       if (l.lane == 0) p.rstd[row] = s;
@@ -276,15 +280,15 @@ __global__ void __launch_bounds__(kThreads)
     if (p.rope) lane_angles<kN>(p, l, bt, cs, sn);
     for (int h = 0; h < p.H; ++h) {
       const int row = bt * p.H + h;
-      const int64_t off = static_cast<int64_t>(row) * p.HS;
+      const int64_t off_in = bt * p.ld_in + h * p.HS, off_out = bt * p.ld_out + h * p.HS;
       const float s = p.rstd[row];
       float g[kJ][2 * kN], x[kJ][2 * kN];
       const float mean =
-          bwd_load<T, kN, kRotateHalf>(p, l, off, s, w, g, x, [&](float(&v)[2 * kN], int j, int) {
+          bwd_load<T, kN, kRotateHalf>(p, l, off_in, s, w, g, x, [&](float(&v)[2 * kN], int j, int) {
             rotate_chunk_by<kN, kRotateHalf>(v, cs[j], sn[j]);
           });
       if (!valid) continue;  // after the shuffle
-      bwd_store<T, kN, kRotateHalf>(p, l, off, s, mean, w, g, x, dw);
+      bwd_store<T, kN, kRotateHalf>(p, l, off_out, s, mean, w, g, x, dw);
     }
   }
   if (p.partial == nullptr) return;  // a frozen gain
@@ -304,7 +308,7 @@ void launch(Context& ctx, DType dt, Params& p, RopeStyle style, bool vec_ptrs, i
   dispatch_dtype(dt, op, [&](auto tag) {
     using T = decltype(tag);
     const int half = p.HS / 2;
-    const bool vec = half % kVec<T> == 0 && vec_ptrs;
+    const bool vec = half % kVec<T> == 0 && vec_ptrs && p.ld_in % kVec<T> == 0 && p.ld_out % kVec<T> == 0;
     auto go = [&](auto kn, auto rotate_half) {
       constexpr int kN = decltype(kn)::value;
       constexpr bool kRh = decltype(rotate_half)::value;
@@ -331,10 +335,14 @@ void launch(Context& ctx, DType dt, Params& p, RopeStyle style, bool vec_ptrs, i
   });
 }
 
-Params make_params(int B, int T_, int H, int HS, const Rope* rope, const int32_t* pos, float sign) {
+Params make_params(int B, int T_, int H, int HS, const Rope* rope, const int32_t* pos, float sign,
+                   int64_t ld_in, int64_t ld_out, const char* op) {
   Params p{};
   p.rows = B * T_ * H;
   p.T_ = T_, p.H = H, p.HS = HS;
+  p.ld_in = ld_in > 0 ? ld_in : int64_t{H} * HS, p.ld_out = ld_out > 0 ? ld_out : int64_t{H} * HS;
+  FORGE_CHECK(p.ld_in >= int64_t{H} * HS && p.ld_out >= int64_t{H} * HS, "[", op, "] row stride ",
+              std::min(p.ld_in, p.ld_out), " below H·HS = ", H * HS);
   p.pos = pos;
   p.sign = sign;
   p.rope = rope != nullptr;
@@ -346,10 +354,10 @@ Params make_params(int B, int T_, int H, int HS, const Rope* rope, const int32_t
 
 void head_norm_rope_fwd(Context& ctx, DType dt, void* x, float* rstd, const void* x_raw,
                         const void* weight, int B, int T_, int H, int HS, float eps,
-                        const Rope* rope, const int32_t* pos) {
+                        const Rope* rope, const int32_t* pos, int64_t ld) {
   check_rope_shape(B, T_, H, HS, "head_norm_rope_fwd");
   FORGE_CHECK(x != x_raw, "[head_norm_rope_fwd] x must not alias x_raw (the backward reads x_raw)");
-  Params p = make_params(B, T_, H, HS, rope, pos, 1.0f);
+  Params p = make_params(B, T_, H, HS, rope, pos, 1.0f, ld, ld, "head_norm_rope_fwd");
   if (p.rows == 0) return;
   p.out = x, p.in = x_raw, p.weight = weight, p.rstd = rstd, p.eps = eps;
   const bool vec_ptrs = aligned16(x) && aligned16(x_raw) && aligned16(weight);
@@ -358,9 +366,9 @@ void head_norm_rope_fwd(Context& ctx, DType dt, void* x, float* rstd, const void
 
 void head_norm_rope_bwd(Context& ctx, DType dt, void* dx_raw, float* dweight, const void* dx,
                         const void* x_raw, const void* weight, const float* rstd, int B, int T_,
-                        int H, int HS, const Rope* rope, const int32_t* pos) {
+                        int H, int HS, const Rope* rope, const int32_t* pos, int64_t ld) {
   check_rope_shape(B, T_, H, HS, "head_norm_rope_bwd");
-  Params p = make_params(B, T_, H, HS, rope, pos, -1.0f);
+  Params p = make_params(B, T_, H, HS, rope, pos, -1.0f, ld, ld, "head_norm_rope_bwd");
   if (p.rows == 0) return;
   int splits = (p.rows + kMinRowsPerSplit - 1) / kMinRowsPerSplit;
   if (splits > kMaxSplits) splits = kMaxSplits;

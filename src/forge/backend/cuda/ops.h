@@ -98,13 +98,16 @@ void head_rmsnorm(Context& ctx, DType dt, void* x, const void* weight, int N, in
 // ops/head_norm_rope.h): x (B, T, H, HS) = rope(rmsnorm per head of x_raw · weight), rstd
 // (B, T, H) f32; rope null: no rotation; pos (B, T, device) or null (positions t). The backward
 // WRITES dx_raw (may alias dx) and accumulates dweight (f32, HS; null: not computed),
-// deterministically (fixed row splits, then a fixed-order sum).
+// deterministically (fixed row splits, then a fixed-order sum). ld: elements from one
+// position's heads to the next in x, x_raw (forward) and dx, dx_raw, x_raw (backward), for views
+// into fused q|k|v rows; 0: H·HS (dense). rstd is dense.
 void head_norm_rope_fwd(Context& ctx, DType dt, void* x, float* rstd, const void* x_raw,
                         const void* weight, int B, int T_, int H, int HS, float eps,
-                        const Rope* rope, const int32_t* pos = nullptr);
+                        const Rope* rope, const int32_t* pos = nullptr, int64_t ld = 0);
 void head_norm_rope_bwd(Context& ctx, DType dt, void* dx_raw, float* dweight, const void* dx,
                         const void* x_raw, const void* weight, const float* rstd, int B, int T_,
-                        int H, int HS, const Rope* rope, const int32_t* pos = nullptr);
+                        int H, int HS, const Rope* rope, const int32_t* pos = nullptr,
+                        int64_t ld = 0);
 // dweight nullptr: not computed (a frozen gain, LoRA's base).
 void rmsnorm_bwd(Context& ctx, DType dt, void* dinp, float* dweight, const void* dout,
                  const void* inp, const void* weight, const float* rstd, int N, int C,
@@ -116,11 +119,12 @@ void bias_grad(Context& ctx, DType dt, float* dbias, const void* dout, int N, in
 
 // ---- RoPE (in place on (B, T, H, HS)) -------------------------------------------------------
 // Positions pos0 + t, or pos[b, t] when pos (B, T, device) is given (packed rows; pos0 is then
-// ignored): cpu::rope_fwd / rope_bwd's contract.
+// ignored): cpu::rope_fwd / rope_bwd's contract. ld: elements from one position's heads to the
+// next (a view into a fused q|k|v row); 0: H·HS.
 void rope_fwd(Context& ctx, DType dt, void* x, int B, int T_, int H, int HS, const Rope& rope,
-              int pos0 = 0, const int32_t* pos = nullptr);
+              int pos0 = 0, const int32_t* pos = nullptr, int64_t ld = 0);
 void rope_bwd(Context& ctx, DType dt, void* dx, int B, int T_, int H, int HS, const Rope& rope,
-              int pos0 = 0, const int32_t* pos = nullptr);
+              int pos0 = 0, const int32_t* pos = nullptr, int64_t ld = 0);
 
 // rope_bwd of dx (B, T, H, HS) in place (pos0 = 0), and dbias (H·HS, f32) += Σ_(b,t) of the
 // rotated result: the bias gradient of the q or k projection (Qwen2) from the rotation's pass,

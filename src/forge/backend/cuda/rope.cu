@@ -63,7 +63,7 @@ constexpr int kThreads = 256;
 template <typename T, int kN, bool kRotateHalf>
 __global__ void __launch_bounds__(kThreads)
     rope_kernel(T* x, const __grid_constant__ RopeFreqs freqs, const int32_t* __restrict__ pos,
-                int rows, int T_, int H, int HS, int pos0, float sign) {
+                int rows, int T_, int H, int HS, int pos0, float sign, int64_t ld) {
   const int half = HS / 2;
   const int chunks = half / kN;
   const int total = rows * chunks;  // < 2^31: checked on the host
@@ -79,29 +79,31 @@ __global__ void __launch_bounds__(kThreads)
       rope_sincos(at, freqs.inv_freq_over_pi[p0 + k], &s, &c);
       cs[k] = c, sn[k] = sign * s;
     }
-    rope_rotate_pairs<T, kN, kRotateHalf>(x + static_cast<int64_t>(row) * HS, p0, half, cs, sn);
+    rope_rotate_pairs<T, kN, kRotateHalf>(x + bt * ld + (row - bt * H) * HS, p0, half, cs, sn);
   }
 }
 
 template <typename T, int kN>
 void launch_rope(Context& ctx, T* x, const RopeFreqs& f, const int32_t* pos, int rows, int T_,
-                 int H, int HS, int pos0, float sign, RopeStyle style) {
+                 int H, int HS, int pos0, float sign, RopeStyle style, int64_t ld) {
   const int total = rows * (HS / 2 / kN);
   const int grid = grid_for(total, kThreads, ctx.num_sms());
   if (style == RopeStyle::kRotateHalf) {
     rope_kernel<T, kN, true>
-        <<<grid, kThreads, 0, ctx.stream()>>>(x, f, pos, rows, T_, H, HS, pos0, sign);
+        <<<grid, kThreads, 0, ctx.stream()>>>(x, f, pos, rows, T_, H, HS, pos0, sign, ld);
   } else {
     rope_kernel<T, kN, false>
-        <<<grid, kThreads, 0, ctx.stream()>>>(x, f, pos, rows, T_, H, HS, pos0, sign);
+        <<<grid, kThreads, 0, ctx.stream()>>>(x, f, pos, rows, T_, H, HS, pos0, sign, ld);
   }
   FORGE_CUDA_CHECK_LAUNCH();
 }
 
 void rope_rotate(Context& ctx, DType dt, void* x, int B, int T_, int H, int HS, const Rope& rope,
-                 int pos0, const int32_t* pos, float sign, const char* op) {
+                 int pos0, const int32_t* pos, float sign, const char* op, int64_t ld = 0) {
   check_rope_shape(B, T_, H, HS, op, /*min_heads=*/0);
   FORGE_CHECK(pos0 >= 0, "[", op, "] negative pos0 ", pos0);
+  if (ld == 0) ld = int64_t{H} * HS;
+  FORGE_CHECK(ld >= int64_t{H} * HS, "[", op, "] row stride ", ld, " below H·HS = ", H * HS);
   const RopeFreqs f = rope_freqs(rope, HS);  // exactly the CPU's inv_freq, then / π
   const int rows = B * T_ * H;
   if (rows == 0) return;
@@ -109,10 +111,10 @@ void rope_rotate(Context& ctx, DType dt, void* x, int B, int T_, int H, int HS, 
   dispatch_dtype(dt, op, [&](auto tag) {
     using T = decltype(tag);
     T* xt = static_cast<T*>(x);
-    if (half % kVec<T> == 0 && aligned16(x)) {
-      launch_rope<T, kVec<T>>(ctx, xt, f, pos, rows, T_, H, HS, pos0, sign, rope.style);
+    if (half % kVec<T> == 0 && ld % kVec<T> == 0 && aligned16(x)) {
+      launch_rope<T, kVec<T>>(ctx, xt, f, pos, rows, T_, H, HS, pos0, sign, rope.style, ld);
     } else {
-      launch_rope<T, 1>(ctx, xt, f, pos, rows, T_, H, HS, pos0, sign, rope.style);
+      launch_rope<T, 1>(ctx, xt, f, pos, rows, T_, H, HS, pos0, sign, rope.style, ld);
     }
   });
 }
@@ -229,13 +231,13 @@ void rope_bias_bwd(Context& ctx, DType dt, void* dx, float* dbias, int B, int T_
 }
 
 void rope_fwd(Context& ctx, DType dt, void* x, int B, int T_, int H, int HS, const Rope& rope,
-              int pos0, const int32_t* pos) {
-  rope_rotate(ctx, dt, x, B, T_, H, HS, rope, pos0, pos, 1.0f, "rope_fwd");
+              int pos0, const int32_t* pos, int64_t ld) {
+  rope_rotate(ctx, dt, x, B, T_, H, HS, rope, pos0, pos, 1.0f, "rope_fwd", ld);
 }
 
 void rope_bwd(Context& ctx, DType dt, void* dx, int B, int T_, int H, int HS, const Rope& rope,
-              int pos0, const int32_t* pos) {
-  rope_rotate(ctx, dt, dx, B, T_, H, HS, rope, pos0, pos, -1.0f, "rope_bwd");
+              int pos0, const int32_t* pos, int64_t ld) {
+  rope_rotate(ctx, dt, dx, B, T_, H, HS, rope, pos0, pos, -1.0f, "rope_bwd", ld);
 }
 
 }  // namespace forge::cuda
