@@ -47,8 +47,6 @@
 //   map_kernel<8, bf16, float, 1, 1, Copy>                32 regs, 0 spill, 0 stack
 #include <cuda_runtime.h>
 
-#include <algorithm>
-#include <cstdint>
 #include <type_traits>
 
 #include "forge/backend/cuda/context.h"
@@ -115,36 +113,29 @@ struct MapArgs {
   const TIn* in[NIn];  // (n) each
   TOut* out[NOut];     // (n) each; may alias an input
   int64_t n;
-  // Rows (row > 0, MapIndex::kRows*): element i is (i / row, i % row), at r · ld + c of its
+  // Rows (row > 0, the kRows kernels): element i is (i / row, i % row), at r · ld + c of its
   // operand (the halves of a fused gate|up product). row = 0: dense, ld unused.
   int64_t row = 0;
   int64_t ld_in[NIn] = {};
   int64_t ld_out[NOut] = {};
 };
 
-// How the map kernel finds element i: dense (at i), or in rows (at r · ld + c of each operand,
-// (r, c) = (i / row, i % row)), one 32-bit division a chunk shared by the operands (launch_map
-// splits rows work above 2^32 elements into launches): a 64-bit division is a long subroutine on
-// the GPU, and one per operand made the fused gate|up's backward 10% slower than the dense kernel.
-enum class MapIndex { kDense, kRows };
+// Where element i of an operand with row stride ld lies.
+template <bool kRows>
+__device__ __forceinline__ int64_t at_row(int64_t i, int64_t row, int64_t ld) {
+  if constexpr (kRows) return i / row * ld + i % row;
+  return i;
+}
 
-template <int kN, MapIndex kIdx, typename TIn, typename TOut, int NIn, int NOut, typename Op>
+template <int kN, bool kRows, typename TIn, typename TOut, int NIn, int NOut, typename Op>
 __global__ void __launch_bounds__(256) map_kernel(MapArgs<TIn, TOut, NIn, NOut> a, Op op) {
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   const int64_t tid = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   const int64_t chunks = a.n / kN;
   for (int64_t c = tid; c < chunks; c += stride) {  // a chunk never straddles rows (row % kN == 0)
-    int64_t r = 0, col = c * kN;
-    if constexpr (kIdx == MapIndex::kRows) {
-      const auto i = static_cast<uint32_t>(c * kN), q = i / static_cast<uint32_t>(a.row);
-      r = q, col = i - q * static_cast<uint32_t>(a.row);
-    }
     float x[NIn][kN], y[NOut][kN];
 #pragma unroll
-    for (int i = 0; i < NIn; ++i) {
-      const int64_t at = kIdx == MapIndex::kDense ? col : r * a.ld_in[i] + col;
-      load<TIn, kN>(a.in[i] + at, x[i]);
-    }
+    for (int i = 0; i < NIn; ++i) load<TIn, kN>(a.in[i] + at_row<kRows>(c * kN, a.row, a.ld_in[i]), x[i]);
 #pragma unroll
     for (int e = 0; e < kN; ++e) {
       float xe[NIn], ye[NOut];
@@ -155,12 +146,9 @@ __global__ void __launch_bounds__(256) map_kernel(MapArgs<TIn, TOut, NIn, NOut> 
       for (int o = 0; o < NOut; ++o) y[o][e] = ye[o];
     }
 #pragma unroll
-    for (int o = 0; o < NOut; ++o) {
-      const int64_t at = kIdx == MapIndex::kDense ? col : r * a.ld_out[o] + col;
-      store<TOut, kN>(a.out[o] + at, y[o]);
-    }
+    for (int o = 0; o < NOut; ++o) store<TOut, kN>(a.out[o] + at_row<kRows>(c * kN, a.row, a.ld_out[o]), y[o]);
   }
-  if constexpr (kN > 1 && kIdx == MapIndex::kDense) {  // the n % kN tail (rows: n % kN == 0)
+  if constexpr (kN > 1 && !kRows) {  // the n % kN tail (rows: row % kN == 0, so n % kN == 0)
     for (int64_t i = chunks * kN + tid; i < a.n; i += stride) {
       float xe[NIn], ye[NOut];
 #pragma unroll
@@ -184,26 +172,15 @@ void launch_map(Context& ctx, const MapArgs<TIn, TOut, NIn, NOut>& a, Op op) {
     for (int64_t ld : a.ld_in) vec = vec && ld % kChunk == 0;
     for (int64_t ld : a.ld_out) vec = vec && ld % kChunk == 0;
   }
-  if (a.row > 0 && a.n > int64_t{UINT32_MAX}) {  // the kernel's row index is 32-bit: a launch a piece
-    const int64_t rows = a.n / a.row, per = int64_t{UINT32_MAX} / a.row;
-    for (int64_t r0 = 0; r0 < rows; r0 += per) {
-      MapArgs<TIn, TOut, NIn, NOut> piece = a;
-      for (int i = 0; i < NIn; ++i) piece.in[i] += r0 * a.ld_in[i];
-      for (int o = 0; o < NOut; ++o) piece.out[o] += r0 * a.ld_out[o];
-      piece.n = std::min(per, rows - r0) * a.row;
-      launch_map(ctx, piece, op);
-    }
-    return;
-  }
   const int64_t work = vec ? (a.n + kChunk - 1) / kChunk : a.n;
   const int grid = grid_for(work, kThreads, ctx.num_sms());
   if (a.row > 0) {
-    if (vec) map_kernel<kChunk, MapIndex::kRows><<<grid, kThreads, 0, ctx.stream()>>>(a, op);
-    else map_kernel<1, MapIndex::kRows><<<grid, kThreads, 0, ctx.stream()>>>(a, op);
+    if (vec) map_kernel<kChunk, true><<<grid, kThreads, 0, ctx.stream()>>>(a, op);
+    else map_kernel<1, true><<<grid, kThreads, 0, ctx.stream()>>>(a, op);
   } else if (vec) {
-    map_kernel<kChunk, MapIndex::kDense><<<grid, kThreads, 0, ctx.stream()>>>(a, op);
+    map_kernel<kChunk, false><<<grid, kThreads, 0, ctx.stream()>>>(a, op);
   } else {
-    map_kernel<1, MapIndex::kDense><<<grid, kThreads, 0, ctx.stream()>>>(a, op);
+    map_kernel<1, false><<<grid, kThreads, 0, ctx.stream()>>>(a, op);
   }
   FORGE_CUDA_CHECK_LAUNCH();
 }
