@@ -51,6 +51,7 @@ class RecordingBackend : public CpuBackend<T> {
   FORGE_RECORD(head_norm_rope_fwd)
   FORGE_RECORD(head_norm_rope_bwd)
   FORGE_RECORD(rope_bias_bwd)
+  FORGE_RECORD(bias_grad)
   FORGE_RECORD(lm_head_cross_entropy)
 #undef FORGE_RECORD
 
@@ -148,15 +149,18 @@ class ThreeProductBackend : public RecordingBackend<T> {
   bool fuses_qkv() const { return false; }
 };
 
-// Qwen2 with q|k|v fused: the three biases' gradient is the fused product's (plain Llama's
-// sequence); with three products the q/k bias gradients come out of the backward rotation
-// (rope_bias_bwd) and v's is linear_bwd's.
-TEST(ModelOps, Qwen2TakesTheQkBiasGradientFromTheRotationOnlyWithThreeProducts) {
+// Qwen2: the q/k bias gradients come out of the backward rotation's pass (rope_bias_bwd), with
+// q|k|v fused (over the fused gradient's slices; v's by bias_grad over its slice, so the fused
+// product computes none) and with three products (v's is linear_bwd's).
+TEST(ModelOps, Qwen2TakesTheQkBiasGradientFromTheRotation) {
   ModelConfig cfg = one_layer(Family::kLlama);
   cfg.variant = LlamaVariant::kQwen2;
   cfg.qkv_bias = true;
-  ModelConfig plain = one_layer(Family::kLlama);
-  EXPECT_EQ(record_step(cfg), record_step(plain));
+  const auto fused = record_step(cfg);
+  EXPECT_EQ(std::count(fused.begin(), fused.end(), "rope_bias_bwd"), 2);
+  EXPECT_EQ(std::count(fused.begin(), fused.end(), "bias_grad"), 1);
+  EXPECT_EQ(std::count(fused.begin(), fused.end(), "rope_bwd"), 0);
+  EXPECT_EQ(std::count(fused.begin(), fused.end(), "linear_bwd"), 4);  // q|k|v, o, gate|up, down
   Model<ThreeProductBackend<double>> m(cfg);
   m.init_weights(3);
   const auto x = testing::random_ids(2 * 5, cfg.vocab_size, 4), y = testing::random_ids(2 * 5, cfg.vocab_size, 5);

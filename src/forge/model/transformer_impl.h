@@ -518,20 +518,27 @@ void Model<B>::block_backward(int l) {
     be_.linear_bwd(d_ln_.data(), g(o.qkv_w), g(o.qkv_b), d_qkv_.data(), n.ln1.data(), w(o.qkv_w), N, C, 3 * C,
                    lay, false);
   } else if (fused_qkv_) {
-    // In place on the fused gradient's q and k slices, then one product backward; the biases'
-    // gradient (Qwen2) is the fused product's, q|k|v at once (not rope_bias_bwd: v has none there).
+    // In place on the fused gradient's q and k slices, then one product backward. Qwen2's q/k bias
+    // gradients come out of the backward rotation's pass (rope_bias_bwd) and v's from its slice,
+    // as with three products; elsewhere (a NoPE layer) the fused product takes q|k|v's at once.
     const int QKV = (NH + 2 * NKV) * HS;
     const Act raw = a.qkv.data(), k_raw = be_.at(raw, int64_t{NH} * HS);
+    const bool bias_in_rope = rope_l && !cfg_.qk_norm && o.q_b >= 0 && o.k_b >= 0;
     if (cfg_.qk_norm) {
       be_.head_norm_rope_bwd(d.q, g(o.q_norm_w), d.q, raw, w(o.q_norm_w), a.q_rstd.data(), B_, T_, NH, HS, rope_l,
                              layout_.pos, QKV);
       be_.head_norm_rope_bwd(d.k, g(o.k_norm_w), d.k, k_raw, w(o.k_norm_w), a.k_rstd.data(), B_, T_, NKV, HS,
                              rope_l, layout_.pos, QKV);
+    } else if (bias_in_rope) {
+      be_.rope_bias_bwd(d.q, g(o.q_b), B_, T_, NH, HS, rope, layout_.pos, QKV);
+      be_.rope_bias_bwd(d.k, g(o.k_b), B_, T_, NKV, HS, rope, layout_.pos, QKV);
+      if (auto dvb = g(o.v_b)) be_.bias_grad(dvb, d.v, N, NKV * HS, QKV);
     } else if (rope_l) {
       be_.rope_bwd(d.q, B_, T_, NH, HS, rope, layout_.pos, QKV);
       be_.rope_bwd(d.k, B_, T_, NKV, HS, rope, layout_.pos, QKV);
     }
-    be_.linear_bwd(d_ln_.data(), g(o.q_w), g(o.q_b), d_qkv_.data(), n.ln1.data(), w(o.q_w), N, C, QKV, lay, false);
+    be_.linear_bwd(d_ln_.data(), g(o.q_w), bias_in_rope ? nullptr : g(o.q_b), d_qkv_.data(), n.ln1.data(), w(o.q_w),
+                   N, C, QKV, lay, false);
   } else {
     // Qwen2's q/k biases: their gradient comes out of the backward rotation's pass over dq, dk
     // (rope_bias_bwd), so the projections' backward below skips it.
@@ -542,8 +549,8 @@ void Model<B>::block_backward(int l) {
       be_.head_norm_rope_bwd(d.k, g(o.k_norm_w), d.k, a.k_raw.data(), w(o.k_norm_w), a.k_rstd.data(), B_, T_, NKV,
                              HS, rope_l, layout_.pos, 0);
     } else if (bias_in_rope) {
-      be_.rope_bias_bwd(d.q, g(o.q_b), B_, T_, NH, HS, rope, layout_.pos);
-      be_.rope_bias_bwd(d.k, g(o.k_b), B_, T_, NKV, HS, rope, layout_.pos);
+      be_.rope_bias_bwd(d.q, g(o.q_b), B_, T_, NH, HS, rope, layout_.pos, 0);
+      be_.rope_bias_bwd(d.k, g(o.k_b), B_, T_, NKV, HS, rope, layout_.pos, 0);
     } else if (rope_l) {
       be_.rope_bwd(d.q, B_, T_, NH, HS, rope, layout_.pos, 0);
       be_.rope_bwd(d.k, B_, T_, NKV, HS, rope, layout_.pos, 0);

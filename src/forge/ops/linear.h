@@ -4,6 +4,8 @@
 // buffer is the checkpoint, with no transposed copies on import or export.
 #pragma once
 
+#include <cstdint>
+
 namespace forge {
 
 enum class WeightLayout { kOutIn, kInOut };
@@ -23,8 +25,9 @@ template <typename T>
 void linear_bwd(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp, const T* weight,
                 int N, int C, int OC, WeightLayout layout);
 
-// dbias (OC) += Σ_n dout[n, :] over dout (N, OC): linear_bwd's bias gradient on its own.
+// dbias (OC) += Σ_n dout[n, :] over dout (N, OC): linear_bwd's bias gradient on its own. ld: dout's
+// row stride (a column slice of a wider gradient), 0: OC.
 template <typename T>
-void bias_grad(T* dbias, const T* dout, int N, int OC);
+void bias_grad(T* dbias, const T* dout, int N, int OC, int64_t ld = 0);
 
 }  // namespace forge::cpu

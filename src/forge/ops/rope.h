@@ -54,9 +54,10 @@ void rope_bwd(T* dx, int B, int T_, int H, int HS, const Rope& rope, int pos0 = 
 
 // rope_bwd of dx (B, T, H, HS) in place (pos0 = 0), then dbias (H·HS) += Σ_(b,t) dx[b, t, :]: the
 // bias gradient of the q or k projection (Qwen2), one op with the rotation so that the GPU
-// takes it from the rotation's pass (cuda::rope_bias_bwd). dbias nullptr: rope_bwd alone.
+// takes it from the rotation's pass (cuda::rope_bias_bwd). dbias nullptr: rope_bwd alone. ld: the
+// row stride of dx (a view into a fused q|k|v row), 0: H·HS.
 template <typename T>
 void rope_bias_bwd(T* dx, T* dbias, int B, int T_, int H, int HS, const Rope& rope,
-                   const int32_t* pos = nullptr);
+                   const int32_t* pos = nullptr, int64_t ld = 0);
 
 }  // namespace forge::cpu

@@ -155,5 +155,14 @@ TEST(Linear, BiasGradAddsColumnSums) {
   EXPECT_FLOAT_EQ(db[1], 20 + (-2 + 0.5f + 8));
 }
 
+// A column slice (row stride 4) sums its own two columns and nothing else.
+TEST(Linear, BiasGradOfAStridedSlice) {
+  const float dout[] = {1, -2, 3, 100, 0.5f, -4, 8, 100, 2, 7, -1, 100};  // (3, 4)
+  float db[2] = {10, 20};
+  bias_grad<float>(db, dout + 1, 3, 2, 4);  // columns 1 and 2
+  EXPECT_FLOAT_EQ(db[0], 10 + (-2 - 4 + 7));
+  EXPECT_FLOAT_EQ(db[1], 20 + (3 + 8 - 1));
+}
+
 }  // namespace
 }  // namespace forge::cpu

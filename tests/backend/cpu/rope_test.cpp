@@ -388,6 +388,27 @@ namespace {
 // A view of H heads at column `off` of rows `ld` wide (a slice of a fused q|k|v row): the
 // rotation of the view is the dense op's on the gathered heads, bit for bit, and the columns
 // outside the view are untouched. Both pairings, positions t and packed, forward and backward.
+TEST(Rope, StridedBiasBackwardEqualsTheDenseOpBitForBit) {
+  const int B = 2, T = 5, H = 3, HS = 8, off = 6, ld = off + H * HS + 10;
+  const auto rows = random_normal<double>(static_cast<size_t>(B) * T * ld, 1250);
+  const auto db0 = random_normal<double>(H * HS, 1251);
+  std::vector<double> dense(static_cast<size_t>(B) * T * H * HS);
+  for (int r = 0; r < B * T; ++r) std::copy_n(rows.begin() + r * ld + off, H * HS, dense.begin() + r * H * HS);
+  const Rope rope{10000.0f, RopeStyle::kRotateHalf};
+  std::vector<double> got = rows, db_dense = db0, db = db0;
+  rope_bias_bwd<double>(dense.data(), db_dense.data(), B, T, H, HS, rope);
+  rope_bias_bwd<double>(got.data() + off, db.data(), B, T, H, HS, rope, nullptr, ld);
+  EXPECT_EQ(db, db_dense);
+  size_t differ = 0;
+  for (int r = 0; r < B * T; ++r)
+    for (int c = 0; c < ld; ++c) {
+      const size_t i = static_cast<size_t>(r) * ld + c;
+      const bool in = c >= off && c < off + H * HS;
+      differ += got[i] != (in ? dense[static_cast<size_t>(r) * H * HS + c - off] : rows[i]);
+    }
+  EXPECT_EQ(differ, 0u);
+}
+
 TEST(Rope, StridedViewEqualsTheDenseOpBitForBit) {
   const int B = 2, T = 5, H = 3, HS = 8, off = 6, ld = off + H * HS + 10;
   const std::vector<int32_t> pos = {2, 3, 0, 1, 2, 7, 0, 1, 2, 3};

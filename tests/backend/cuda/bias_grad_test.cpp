@@ -57,6 +57,29 @@ TEST_P(BiasGradTest, AddsColumnSumsDeterministically) {
   }
 }
 
+// A column slice of wider rows (Qwen2's v slice of the fused q|k|v gradient): (4096, 256) at
+// column 1152 of rows 1664 wide (the vector kernel) and (37, 100) at column 3 of rows 211 (the
+// element one); the columns around it must not leak in.
+TEST_P(BiasGradTest, StridedSliceMatchesTheDenseSum) {
+  struct Case {
+    int N, OC, off, ld;
+  };
+  uint64_t seed = 60;
+  for (const Case& c : {Case{4096, 256, 1152, 1664}, Case{37, 100, 3, 211}}) {
+    const Shape s{c.N, c.OC};
+    const auto full = as_dt(dt(), random_normal<float>(static_cast<size_t>(c.N) * c.ld, seed++));
+    std::vector<float> slice;
+    for (int r = 0; r < c.N; ++r)
+      slice.insert(slice.end(), full.begin() + static_cast<size_t>(r) * c.ld + c.off,
+                   full.begin() + static_cast<size_t>(r) * c.ld + c.off + c.OC);
+    const auto dbias0 = random_normal<float>(c.OC, seed++);
+    auto dfull = up(full);
+    auto ddbias = upload(dbias0);
+    bias_grad(ctx(), dt(), ddbias.data(), dfull.at(c.off), c.N, c.OC, c.ld);
+    EXPECT_TRUE(all_close(download(ddbias), host_sum(slice, dbias0, s), kTolWgrad)) << where(s) << " ld=" << c.ld;
+  }
+}
+
 // dout one element past a 16-byte boundary: OC = 768 would take the vector kernel, the
 // misaligned view must take the element one.
 TEST_P(BiasGradTest, MisalignedDout) {

@@ -247,6 +247,32 @@ TEST_P(RopeTest, StridedViewsMatchCpu) {
     }
 }
 
+// rope_bias_bwd on a view of H heads at column `off` of rows `ld` wide (Qwen2's q slice of the
+// fused gradient) against the CPU's strided op: rotation, bias sums, and the columns outside.
+TEST_P(RopeTest, StridedBiasBwdMatchesCpu) {
+  const int B = 4, T = 256, H = 4, HS = 64, off = 64, ld = 64 * 8;
+  const Rope rope{1000000.0f, RopeStyle::kRotateHalf};
+  const size_t n = static_cast<size_t>(B) * T * ld;
+  const auto x = as_dt(dt(), random_normal<float>(n, 95));
+  const auto db0 = random_normal<float>(H * HS, 96);
+  std::vector<float> ref = x, ref_db = db0;
+  cpu::rope_bias_bwd<float>(ref.data() + off, ref_db.data(), B, T, H, HS, rope, nullptr, ld);
+  auto dx = up(x);
+  auto ddb = upload(db0);
+  rope_bias_bwd(ctx(), dt(), dx.at(off), ddb.data(), B, T, H, HS, rope, nullptr, ld);
+  const auto got = down(dx);
+  std::vector<float> got_in, ref_in, got_out, ref_out;
+  for (size_t i = 0; i < n; ++i) {
+    const int col = static_cast<int>(i % ld);
+    const bool in = col >= off && col < off + H * HS;
+    (in ? got_in : got_out).push_back(got[i]);
+    (in ? ref_in : ref_out).push_back(ref[i]);
+  }
+  EXPECT_TRUE(all_close(got_in, ref_in, tol_for(dt())));
+  EXPECT_TRUE(same_bits(got_out, ref_out)) << "outside the view";
+  EXPECT_TRUE(all_close(download(ddb), ref_db, kTolWgrad)) << "dbias";
+}
+
 INSTANTIATE_TEST_SUITE_P(Dtypes, RopeTest,
                          ::testing::Values(DType::kF32, DType::kBF16, DType::kF16),
                          [](const auto& info) { return std::string(dt_name(info.param)); });

@@ -212,10 +212,13 @@ class CpuBackend {
     cpu::rope_bwd<T>(dx, B, T_, H, HS, rope, 0, pos, ld);
   }
   // rope_bwd in place, then db (H·HS) += the column sums of the result (Qwen2's q/k bias gradient
-  // in the rotation's pass on the GPU).
-  void rope_bias_bwd(Act dx, Grad db, int B, int T_, int H, int HS, const Rope& rope, const int32_t* pos) {
-    cpu::rope_bias_bwd<T>(dx, db, B, T_, H, HS, rope, pos);
+  // in the rotation's pass on the GPU). ld as rope_bwd's.
+  void rope_bias_bwd(Act dx, Grad db, int B, int T_, int H, int HS, const Rope& rope, const int32_t* pos,
+                     int64_t ld) {
+    cpu::rope_bias_bwd<T>(dx, db, B, T_, H, HS, rope, pos, ld);
   }
+  // db (OC) += Σ_n dout[n, :], dout (N, OC) with row stride ld (0: OC): a bias gradient alone.
+  void bias_grad(Grad db, Act dout, int N, int OC, int64_t ld) { cpu::bias_grad<T>(db, dout, N, OC, ld); }
   void attention_fwd(Act out, AttnSaved& saved, Act q, Act k, Act v, const AttentionShape& s,
                      const AttentionStrides& st, const int32_t* seg) {
     cpu::flash_attention_fwd<T>(out, saved.lse.data(), q, k, v, s, st,

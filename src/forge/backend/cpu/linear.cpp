@@ -50,8 +50,10 @@ void linear_bwd(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp, cons
 }
 
 template <typename T>
-void bias_grad(T* dbias, const T* dout, int N, int OC) {
+void bias_grad(T* dbias, const T* dout, int N, int OC, int64_t ld) {
   FORGE_CHECK(N >= 0 && OC >= 0, "[bias_grad] negative dims ", N, " ", OC);
+  if (ld == 0) ld = OC;
+  FORGE_CHECK(ld >= OC, "[bias_grad] row stride ", ld, " below OC = ", OC);
   // Blocks of kBlock channels keep each row read contiguous; rows are summed in order.
   constexpr int kBlock = 64;
 #pragma omp parallel for
@@ -59,7 +61,7 @@ void bias_grad(T* dbias, const T* dout, int N, int OC) {
     const int o1 = std::min(o0 + kBlock, OC);
     double acc[kBlock] = {};
     for (int n = 0; n < N; ++n) {
-      const T* dout_n = dout + static_cast<int64_t>(n) * OC;  // (OC)
+      const T* dout_n = dout + n * ld;  // (OC)
       for (int o = o0; o < o1; ++o) acc[o - o0] += dout_n[o];
     }
     for (int o = o0; o < o1; ++o) dbias[o] += static_cast<T>(acc[o - o0]);
@@ -70,7 +72,7 @@ void bias_grad(T* dbias, const T* dout, int N, int OC) {
   template void linear_fwd<T>(T*, const T*, const T*, const T*, int, int, int, WeightLayout); \
   template void linear_bwd<T>(T*, T*, T*, const T*, const T*, const T*, int, int, int,        \
                               WeightLayout);                                                  \
-  template void bias_grad<T>(T*, const T*, int, int);
+  template void bias_grad<T>(T*, const T*, int, int, int64_t);
 FORGE_INSTANTIATE(float)
 FORGE_INSTANTIATE(double)
 #undef FORGE_INSTANTIATE

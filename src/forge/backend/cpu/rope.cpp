@@ -103,15 +103,16 @@ void rope_bwd(T* dx, int B, int T_, int H, int HS, const Rope& rope, int pos0, c
 // The reference of the CUDA fused op: the rotation, then linear.cpp's bias gradient over the
 // B·T rows of H·HS.
 template <typename T>
-void rope_bias_bwd(T* dx, T* dbias, int B, int T_, int H, int HS, const Rope& rope, const int32_t* pos) {
-  rope_rotate(dx, B, T_, H, HS, rope, 0, pos, -1.0, "rope_bias_bwd");
-  if (dbias != nullptr) bias_grad<T>(dbias, dx, B * T_, H * HS);
+void rope_bias_bwd(T* dx, T* dbias, int B, int T_, int H, int HS, const Rope& rope, const int32_t* pos,
+                   int64_t ld) {
+  rope_rotate(dx, B, T_, H, HS, rope, 0, pos, -1.0, "rope_bias_bwd", ld);
+  if (dbias != nullptr) bias_grad<T>(dbias, dx, B * T_, H * HS, ld);
 }
 
 #define FORGE_INSTANTIATE(T)                                           \
   template void rope_fwd<T>(T*, int, int, int, int, const Rope&, int, const int32_t*, int64_t); \
   template void rope_bwd<T>(T*, int, int, int, int, const Rope&, int, const int32_t*, int64_t); \
-  template void rope_bias_bwd<T>(T*, T*, int, int, int, int, const Rope&, const int32_t*);
+  template void rope_bias_bwd<T>(T*, T*, int, int, int, int, const Rope&, const int32_t*, int64_t);
 FORGE_INSTANTIATE(float)
 FORGE_INSTANTIATE(double)
 #undef FORGE_INSTANTIATE

@@ -456,9 +456,12 @@ void CudaBackend::rope_fwd(Act x, int B, int T_, int H, int HS, const Rope& rope
 void CudaBackend::rope_bwd(Act dx, int B, int T_, int H, int HS, const Rope& rope, const int32_t* pos, int64_t ld) {
   cuda::rope_bwd(ctx_, dt_, dx, B, T_, H, HS, rope, 0, pos, ld);
 }
+void CudaBackend::bias_grad(Grad db, Act dout, int N, int OC, int64_t ld) {
+  cuda::bias_grad(ctx_, dt_, db, dout, N, OC, ld);
+}
 void CudaBackend::rope_bias_bwd(Act dx, Grad db, int B, int T_, int H, int HS, const Rope& rope,
-                                const int32_t* pos) {
-  cuda::rope_bias_bwd(ctx_, dt_, dx, db, B, T_, H, HS, rope, pos);
+                                const int32_t* pos, int64_t ld) {
+  cuda::rope_bias_bwd(ctx_, dt_, dx, db, B, T_, H, HS, rope, pos, ld);
 }
 
 // ---- attention ----------------------------------------------------------------------------------

@@ -222,7 +222,9 @@ class CudaBackend {
   void swiglu_bwd_rows(Act dgate, Act dup, Act dout, Act gate, Act up, int rows, int ff, int64_t ld);
   void rope_fwd(Act x, int B, int T_, int H, int HS, const Rope& rope, const int32_t* pos, int64_t ld);
   void rope_bwd(Act dx, int B, int T_, int H, int HS, const Rope& rope, const int32_t* pos, int64_t ld);
-  void rope_bias_bwd(Act dx, Grad db, int B, int T_, int H, int HS, const Rope& rope, const int32_t* pos);
+  void rope_bias_bwd(Act dx, Grad db, int B, int T_, int H, int HS, const Rope& rope, const int32_t* pos,
+                     int64_t ld);
+  void bias_grad(Grad db, Act dout, int N, int OC, int64_t ld);
   void attention_fwd(Act out, AttnSaved& saved, Act q, Act k, Act v, const AttentionShape& s,
                      const AttentionStrides& st, const int32_t* seg);
   void attention_bwd(Act dq, Act dk, Act dv, Act dout, Act q, Act k, Act v, Act out, AttnSaved& saved,

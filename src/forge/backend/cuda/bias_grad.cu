@@ -33,14 +33,16 @@ namespace forge::cuda {
 
 using namespace kernels;
 
-void bias_grad(Context& ctx, DType dt, float* dbias, const void* dout, int N, int OC) {
+void bias_grad(Context& ctx, DType dt, float* dbias, const void* dout, int N, int OC, int64_t ld) {
   FORGE_CHECK(N >= 0 && OC > 0, "[bias_grad] bad dims N=", N, " OC=", OC);
+  if (ld == 0) ld = OC;
+  FORGE_CHECK(ld >= OC, "[bias_grad] row stride ", ld, " below OC = ", OC);
   if (N == 0) return;
   dispatch_dtype(dt, "bias_grad", [&](auto tag) {
     using T = decltype(tag);
     channel_grad<T, ChannelGrad::kBias>(ctx, nullptr, dbias, static_cast<const T*>(dout), nullptr,
                                         nullptr, nullptr, N, OC,
-                                        OC % kVec<T> == 0 && aligned16(dout));
+                                        OC % kVec<T> == 0 && ld % kVec<T> == 0 && aligned16(dout), ld);
   });
 }
 

@@ -306,7 +306,7 @@ __global__ void __launch_bounds__(32 * kWgradRows)
     channel_grad_partial_kernel(float* __restrict__ partial, const T* __restrict__ dout,
                                 const T* __restrict__ inp, const float* __restrict__ mean,
                                 const float* __restrict__ rstd, int N, int C, int rows_per_split,
-                                int group, int c_real) {
+                                int group, int c_real, int64_t ld) {
   constexpr bool kHasWeight = kKind != ChannelGrad::kBias;   // accumulates dout·norm
   constexpr bool kHasBias = kKind != ChannelGrad::kRmsNorm;  // accumulates dout
   constexpr int kAcc = kChannelAcc<kKind>;
@@ -323,7 +323,7 @@ __global__ void __launch_bounds__(32 * kWgradRows)
   if (c0 < C) {
 #pragma unroll kUnroll
     for (int r = r0 + ty; r < r1; r += kWgradRows) {
-      const int64_t off = static_cast<int64_t>(r) * C + c0;
+      const int64_t off = r * ld + c0;  // ld = C but for a strided kBias view (group 1)
       float dy[kN], x[kN];
       load<T, kN>(dout + off, dy);
       if constexpr (kHasWeight) load<T, kN>(inp + off, x);
@@ -444,14 +444,17 @@ void channel_grad_finish(Context& ctx, FinishOuts outs, const float* partial, in
 // contiguous row of group·C elements — are taken as one, each thread finding its real row's
 // statistics (C % kN == 0, so a thread's kN channels lie in one real row), and the finish pass
 // folds the group back onto C channels. group = 1 for rows of ≥ 32·kN/2 channels: the kernels
-// then sum in exactly the order they always did.
+// then sum in exactly the order they always did. ld (kBias only: a column slice of a wider
+// gradient): dout's row stride, 0 = C; strided rows are never grouped.
 template <typename T, ChannelGrad kKind>
 void channel_grad(Context& ctx, float* dweight, float* dbias, const T* dout, const T* inp,
-                  const float* mean, const float* rstd, int N, int C, bool vec) {
+                  const float* mean, const float* rstd, int N, int C, bool vec, int64_t ld = 0) {
   constexpr int kAcc = kChannelAcc<kKind>;
   constexpr int kMaxSplits = 512, kMinRows = 64;
+  FORGE_CHECK(ld == 0 || ld == C || kKind == ChannelGrad::kBias, "channel_grad: a row stride is for kBias only");
+  const bool strided = ld != 0 && ld != C;
   int group = 1;
-  if (vec)
+  if (vec && !strided)
     while (2 * group * C <= 32 * kVec<T> && N % (2 * group) == 0) group *= 2;
   const int C_real = C;
   N /= group;
@@ -465,11 +468,11 @@ void channel_grad(Context& ctx, float* dweight, float* dbias, const T* dout, con
     constexpr int kN = kVec<T>;
     const dim3 grid((C + 32 * kN - 1) / (32 * kN), splits);
     channel_grad_partial_kernel<T, kN, kKind><<<grid, block, 0, ctx.stream()>>>(
-        partial.data(), dout, inp, mean, rstd, N, C, rows_per_split, group, C_real);
+        partial.data(), dout, inp, mean, rstd, N, C, rows_per_split, group, C_real, strided ? ld : C);
   } else {
     const dim3 grid((C + 31) / 32, splits);
     channel_grad_partial_kernel<T, 1, kKind><<<grid, block, 0, ctx.stream()>>>(
-        partial.data(), dout, inp, mean, rstd, N, C, rows_per_split, 1, C);
+        partial.data(), dout, inp, mean, rstd, N, C, rows_per_split, 1, C, strided ? ld : C);
   }
   FORGE_CUDA_CHECK_LAUNCH();
   // Partial row 0 is dweight for the norms, dbias for a linear bias; row 1 (LayerNorm) dbias.

@@ -114,8 +114,9 @@ void rmsnorm_bwd(Context& ctx, DType dt, void* dinp, float* dweight, const void*
                  float* dres = nullptr);
 
 // ---- linear bias gradient -------------------------------------------------------------------
-// dbias (OC, f32) += Σ_n dout[n, :] over dout (N, OC) in dt; deterministic (cpu::bias_grad).
-void bias_grad(Context& ctx, DType dt, float* dbias, const void* dout, int N, int OC);
+// dbias (OC, f32) += Σ_n dout[n, :] over dout (N, OC) in dt; deterministic (cpu::bias_grad). ld:
+// dout's row stride (a column slice of a wider gradient), 0: OC.
+void bias_grad(Context& ctx, DType dt, float* dbias, const void* dout, int N, int OC, int64_t ld = 0);
 
 // ---- RoPE (in place on (B, T, H, HS)) -------------------------------------------------------
 // Positions pos0 + t, or pos[b, t] when pos (B, T, device) is given (packed rows; pos0 is then
@@ -129,8 +130,9 @@ void rope_bwd(Context& ctx, DType dt, void* dx, int B, int T_, int H, int HS, co
 // rope_bwd of dx (B, T, H, HS) in place (pos0 = 0), and dbias (H·HS, f32) += Σ_(b,t) of the
 // rotated result: the bias gradient of the q or k projection (Qwen2) from the rotation's pass,
 // deterministic (fixed row splits, fixed-order sum; cpu::rope_bias_bwd). dbias null: rope_bwd.
+// ld: dx's row stride (a view into a fused q|k|v row), 0: H·HS.
 void rope_bias_bwd(Context& ctx, DType dt, void* dx, float* dbias, int B, int T_, int H, int HS,
-                   const Rope& rope, const int32_t* pos = nullptr);
+                   const Rope& rope, const int32_t* pos = nullptr, int64_t ld = 0);
 
 // ---- attention (unfused: batched GEMMs + softmax kernels) ----------------------------------
 // Same contract as cpu::attention_fwd/bwd; att (B, NH, T, T) holds the probabilities in dt.

@@ -131,7 +131,7 @@ template <typename T, int kN, bool kRotateHalf>
 __global__ void __launch_bounds__(kThreads)
     rope_bias_bwd_kernel(T* dx, float* __restrict__ partial,
                          const __grid_constant__ RopeFreqs freqs, const int32_t* __restrict__ pos,
-                         int N, int T_, int H, int HS, int strip, int rows_per_split) {
+                         int N, int T_, int H, int HS, int strip, int rows_per_split, int64_t ld) {
   constexpr int kE = 2 * kN;                         // elements per chunk
   __shared__ __align__(16) float sh[kThreads * kE];  // (rows_per_step, strip·kE)
   const int half = HS / 2, head_chunks = half / kN, P = H * head_chunks;
@@ -155,7 +155,7 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
       for (int k = 0; k < kRows; ++k) {
         const int rk = r + k * rows_per_step;
-        head[k] = dx + (static_cast<int64_t>(rk < r1 ? rk : r) * H + h) * HS;  // (HS)
+        head[k] = dx + (rk < r1 ? rk : r) * ld + h * HS;  // (HS)
         load_chunk<T, kN, kRotateHalf>(head[k], c, half, u[k]);
       }
 #pragma unroll
@@ -188,13 +188,15 @@ __global__ void __launch_bounds__(kThreads)
 }  // namespace
 
 void rope_bias_bwd(Context& ctx, DType dt, void* dx, float* dbias, int B, int T_, int H, int HS,
-                   const Rope& rope, const int32_t* pos) {
+                   const Rope& rope, const int32_t* pos, int64_t ld) {
   constexpr char kOp[] = "rope_bias_bwd";
   check_rope_shape(B, T_, H, HS, kOp);
+  if (ld == 0) ld = int64_t{H} * HS;
+  FORGE_CHECK(ld >= int64_t{H} * HS, "[", kOp, "] row stride ", ld, " below H·HS = ", H * HS);
   const int N = B * T_;
   if (N == 0) return;
   if (dbias == nullptr) {  // a frozen bias: the rotation alone
-    rope_rotate(ctx, dt, dx, B, T_, H, HS, rope, 0, pos, -1.0f, kOp);
+    rope_rotate(ctx, dt, dx, B, T_, H, HS, rope, 0, pos, -1.0f, kOp, ld);
     return;
   }
   const RopeFreqs f = rope_freqs(rope, HS);
@@ -214,11 +216,11 @@ void rope_bias_bwd(Context& ctx, DType dt, void* dx, float* dbias, int B, int T_
       const dim3 grid((P + strip - 1) / strip, splits);
       rope_bias_bwd_kernel<T, kN, decltype(rotate_half)::value>
           <<<grid, kThreads, 0, ctx.stream()>>>(xt, partial.data(), f, pos, N, T_, H, HS, strip,
-                                                rows_per_split);
+                                                rows_per_split, ld);
     };
     using Vec = std::integral_constant<int, kVec<T>>;
     using One = std::integral_constant<int, 1>;
-    const bool vec = (HS / 2) % kVec<T> == 0 && aligned16(dx);
+    const bool vec = (HS / 2) % kVec<T> == 0 && ld % kVec<T> == 0 && aligned16(dx);
     if (rope.style == RopeStyle::kRotateHalf) {
       vec ? go(Vec{}, std::true_type{}) : go(One{}, std::true_type{});
     } else {
