@@ -215,8 +215,8 @@ void Model<B>::plan_logits(int N) {
 }
 
 // Where a layer's q, k, v live: column slices of a fused (N, 3C) or (N, QKV) projection (under
-// qk_norm q and k are the head norm's dense outputs beside it), or three dense buffers. The
-// gradients mirror them, all three slices of the fused gradient.
+// qk_norm q and k are the head norm's outputs at the same columns of a second (N, QKV) buffer),
+// or three dense buffers. The gradients mirror them, all three slices of the fused gradient.
 template <class B>
 typename Model<B>::QkvView Model<B>::qkv_view(LayerActs& a) {
   if (gpt2()) {
