@@ -242,6 +242,14 @@ class Model {
   };
 
   bool gpt2() const { return cfg_.family == Family::kGpt2; }
+  // Columns of a fused q|k|v row (llama): NH·HS of q, then NKV·HS each of k and v.
+  int qkv_width() const { return (cfg_.n_head + 2 * cfg_.n_kv_head) * cfg_.head_dim(); }
+  // The q, k, v column slices of a fused (N, qkv_width()) buffer, all with its row stride.
+  QkvView fused_slices(Act base) {
+    const int64_t q_w = int64_t{cfg_.n_head} * cfg_.head_dim(), kv_w = int64_t{cfg_.n_kv_head} * cfg_.head_dim();
+    const int64_t ld = qkv_width();
+    return {base, be_.at(base, q_w), be_.at(base, q_w + kv_w), {ld, ld, ld, 0}};
+  }
   AttentionShape attention_shape() const {
     return {B_, T_, cfg_.n_head, cfg_.n_kv_head, cfg_.head_dim(), true, cfg_.sliding_window};
   }

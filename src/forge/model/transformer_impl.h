@@ -116,7 +116,7 @@ void Model<B>::plan(int Bn, int Tn) {
   // and the biases, are contiguous rows: params.cpp); LoRA's q/k/v adapters add into separate
   // outputs, so a model with adapters keeps three products.
   fused_qkv_ = !gpt2() && !adapter_ && be_.fuses_qkv();
-  const size_t QKV = (NH + 2 * NKV) * HS;
+  const size_t QKV = qkv_width();
   for (int l = 0; fused_qkv_ && l < cfg_.n_layer; ++l) {
     const LayerOffsets& o = table_.layer(l);
     const auto q_rows = static_cast<int64_t>(NH * HS), kv_rows = static_cast<int64_t>(NKV * HS);
@@ -225,11 +225,12 @@ typename Model<B>::QkvView Model<B>::qkv_view(LayerActs& a) {
     return {base, be_.at(base, C), be_.at(base, 2 * C), {3 * C, 3 * C, 3 * C, 0}};
   }
   if (fused_qkv_) {
-    const int64_t q_w = int64_t{cfg_.n_head} * cfg_.head_dim(), kv_w = int64_t{cfg_.n_kv_head} * cfg_.head_dim();
-    const int64_t ld = q_w + 2 * kv_w;
-    Act base = a.qkv.data(), v = be_.at(base, q_w + kv_w);
-    if (cfg_.qk_norm) return {a.q.data(), be_.at(a.q.data(), q_w), v, {ld, ld, ld, 0}};
-    return {base, be_.at(base, q_w), v, {ld, ld, ld, 0}};
+    QkvView s = fused_slices(a.qkv.data());
+    if (cfg_.qk_norm) {  // q, k after the head norm, at the same columns of a.q
+      const QkvView normed = fused_slices(a.q.data());
+      s.q = normed.q, s.k = normed.k;
+    }
+    return s;
   }
   return {a.q.data(), a.k.data(), a.v.data(), {}};
 }
@@ -241,12 +242,7 @@ typename Model<B>::QkvView Model<B>::dqkv_view() {
     Act base = d_qkv_.data();
     return {base, be_.at(base, C), be_.at(base, 2 * C), {3 * C, 3 * C, 3 * C, 0}};
   }
-  if (fused_qkv_) {
-    const int64_t q_w = int64_t{cfg_.n_head} * cfg_.head_dim(), kv_w = int64_t{cfg_.n_kv_head} * cfg_.head_dim();
-    const int64_t ld = q_w + 2 * kv_w;
-    Act base = d_qkv_.data();
-    return {base, be_.at(base, q_w), be_.at(base, q_w + kv_w), {ld, ld, ld, 0}};
-  }
+  if (fused_qkv_) return fused_slices(d_qkv_.data());
   return {d_q_.data(), d_k_.data(), d_v_.data(), {}};
 }
 
@@ -302,18 +298,18 @@ void Model<B>::attn_fwd(int l, bool store_kv) {
   if (gpt2()) {
     be_.linear_fwd(a.qkv.data(), ln1, w(o.qkv_w), w(o.qkv_b), N, C, 3 * C, lay);
   } else if (fused_qkv_) {  // one product over the contiguous q|k|v weights (and biases)
-    const int QKV = (NH + 2 * NKV) * HS;
-    const Act raw = a.qkv.data(), k_raw = be_.at(raw, int64_t{NH} * HS);
-    be_.linear_fwd(raw, ln1, w(o.q_w), w(o.q_b), N, C, QKV, lay);
+    const int QKV = qkv_width();
+    const QkvView raw = fused_slices(a.qkv.data());
+    be_.linear_fwd(raw.q, ln1, w(o.q_w), w(o.q_b), N, C, QKV, lay);
     if (cfg_.qk_norm) {  // q, k: the head norm + RoPE of the fused row's slices, into a.q's
-      const Act qn = a.q.data(), kn = be_.at(qn, int64_t{NH} * HS);
-      be_.head_norm_rope_fwd(qn, a.q_rstd.data(), raw, w(o.q_norm_w), B_, T_, NH, HS, cfg_.norm_eps, rope_l,
+      const QkvView normed = fused_slices(a.q.data());
+      be_.head_norm_rope_fwd(normed.q, a.q_rstd.data(), raw.q, w(o.q_norm_w), B_, T_, NH, HS, cfg_.norm_eps, rope_l,
                              layout_.pos, QKV);
-      be_.head_norm_rope_fwd(kn, a.k_rstd.data(), k_raw, w(o.k_norm_w), B_, T_, NKV, HS, cfg_.norm_eps, rope_l,
-                             layout_.pos, QKV);
+      be_.head_norm_rope_fwd(normed.k, a.k_rstd.data(), raw.k, w(o.k_norm_w), B_, T_, NKV, HS, cfg_.norm_eps,
+                             rope_l, layout_.pos, QKV);
     } else if (rope_l) {
-      be_.rope_fwd(raw, B_, T_, NH, HS, rope, layout_.pos, QKV);
-      be_.rope_fwd(k_raw, B_, T_, NKV, HS, rope, layout_.pos, QKV);
+      be_.rope_fwd(raw.q, B_, T_, NH, HS, rope, layout_.pos, QKV);
+      be_.rope_fwd(raw.k, B_, T_, NKV, HS, rope, layout_.pos, QKV);
     }
   } else {
     // qk_norm (Qwen3): the projections land in q_raw / k_raw, and one op writes q / k as the
@@ -514,20 +510,22 @@ void Model<B>::block_backward(int l) {
                     in.st, layout_.seg);
   const Rope rope = cfg_.rope();
   const Rope* rope_l = cfg_.layer_uses_rope(l) ? &rope : nullptr;
+  // Qwen2's q/k biases: their gradient comes out of the backward rotation's pass over dq, dk
+  // (rope_bias_bwd), so the projections' backward below skips it.
+  const bool bias_in_rope = rope_l && !cfg_.qk_norm && o.q_b >= 0 && o.k_b >= 0;
   if (gpt2()) {
     be_.linear_bwd(d_ln_.data(), g(o.qkv_w), g(o.qkv_b), d_qkv_.data(), n.ln1.data(), w(o.qkv_w), N, C, 3 * C,
                    lay, false);
   } else if (fused_qkv_) {
-    // In place on the fused gradient's q and k slices, then one product backward. Qwen2's q/k bias
-    // gradients come out of the backward rotation's pass (rope_bias_bwd) and v's from its slice,
-    // as with three products; elsewhere (a NoPE layer) the fused product takes q|k|v's at once.
-    const int QKV = (NH + 2 * NKV) * HS;
-    const Act raw = a.qkv.data(), k_raw = be_.at(raw, int64_t{NH} * HS);
-    const bool bias_in_rope = rope_l && !cfg_.qk_norm && o.q_b >= 0 && o.k_b >= 0;
+    // In place on the fused gradient's q and k slices, then one product backward; with biases in
+    // the rotation, v's comes from its slice (elsewhere, a NoPE layer, the fused product takes
+    // q|k|v's at once).
+    const int QKV = qkv_width();
+    const QkvView raw = fused_slices(a.qkv.data());
     if (cfg_.qk_norm) {
-      be_.head_norm_rope_bwd(d.q, g(o.q_norm_w), d.q, raw, w(o.q_norm_w), a.q_rstd.data(), B_, T_, NH, HS, rope_l,
+      be_.head_norm_rope_bwd(d.q, g(o.q_norm_w), d.q, raw.q, w(o.q_norm_w), a.q_rstd.data(), B_, T_, NH, HS, rope_l,
                              layout_.pos, QKV);
-      be_.head_norm_rope_bwd(d.k, g(o.k_norm_w), d.k, k_raw, w(o.k_norm_w), a.k_rstd.data(), B_, T_, NKV, HS,
+      be_.head_norm_rope_bwd(d.k, g(o.k_norm_w), d.k, raw.k, w(o.k_norm_w), a.k_rstd.data(), B_, T_, NKV, HS,
                              rope_l, layout_.pos, QKV);
     } else if (bias_in_rope) {
       be_.rope_bias_bwd(d.q, g(o.q_b), B_, T_, NH, HS, rope, layout_.pos, QKV);
@@ -540,9 +538,6 @@ void Model<B>::block_backward(int l) {
     be_.linear_bwd(d_ln_.data(), g(o.q_w), bias_in_rope ? nullptr : g(o.q_b), d_qkv_.data(), n.ln1.data(), w(o.q_w),
                    N, C, QKV, lay, false);
   } else {
-    // Qwen2's q/k biases: their gradient comes out of the backward rotation's pass over dq, dk
-    // (rope_bias_bwd), so the projections' backward below skips it.
-    const bool bias_in_rope = rope_l && !cfg_.qk_norm && o.q_b >= 0 && o.k_b >= 0;
     if (cfg_.qk_norm) {  // through RoPE and the head RMSNorm, in place: d.q, d.k become d(q_raw), d(k_raw)
       be_.head_norm_rope_bwd(d.q, g(o.q_norm_w), d.q, a.q_raw.data(), w(o.q_norm_w), a.q_rstd.data(), B_, T_, NH,
                              HS, rope_l, layout_.pos, 0);
