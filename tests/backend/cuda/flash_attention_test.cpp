@@ -96,6 +96,9 @@ std::vector<Case> all_cases() {
   // Sliding windows: narrower than a tile, and wide enough that whole tiles are skipped.
   c.push_back({kBF16, {2, 100, 4, 2, 64, true, 7}});
   c.push_back({kBF16, {1, 1000, 2, 1, 128, true, 200}});
+  // A window over several key tiles at head size 64: a query tile's dQ sums start past key tile
+  // 0 (the one-kernel backward's ordering of partial sums).
+  c.push_back({kBF16, {1, 1000, 4, 2, 64, true, 300}});
   // Head sizes 32, 80, 96 (padded shared-memory rows instead of the swizzle): causal and not,
   // GQA, several tiles with a partial last one, one sliding window.
   for (int hs : {32, 80, 96}) {
@@ -344,8 +347,11 @@ TEST_F(FlashAttentionTest, TokenStridesOfFusedBuffers) {
 }
 
 TEST_F(FlashAttentionTest, RunsAreBitIdentical) {
+  // The third: head size 64 causal GQA over 8 key tiles, where every query tile's dQ is a sum of
+  // partials from several blocks (the one-kernel backward adds them in a fixed order).
   for (const AttentionShape s : {AttentionShape{2, 500, 8, 2, 128, true, 0},
-                                      AttentionShape{2, 333, 4, 4, 64, false, 0}}) {
+                                      AttentionShape{2, 333, 4, 4, 64, false, 0},
+                                      AttentionShape{2, 1000, 6, 2, 64, true, 0}}) {
     const Inputs in = make_inputs(DType::kBF16, s, 5);
     for (FlashKernels kernels : {FlashKernels::kMma, FlashKernels::kWgmma}) {
       if (!can_run(kernels)) continue;

@@ -289,6 +289,11 @@ struct FlashParams {
   // Packed rows: (B, T) first token of each token's segment (segment_starts in ops.h), or
   // nullptr. Read only by the kernels instantiated with kSeg = true.
   const int32_t* seg_start;
+  // The backward's one-kernel dQ (flash_attention_bwd_wgmma.cu): f32 partial sums of dQ by
+  // (b, h, query tile, warpgroup) and, after a tile ticket, one ordering counter per such tile.
+  // nullptr where the kernels do not use them.
+  float* dq_acc;
+  uint32_t* dq_sem;
 };
 
 // Segments. Query i of batch row b also sees only keys j >= seg_lo(i), the first token of its

@@ -180,6 +180,17 @@ __device__ __forceinline__ void produce_kv(uint32_t sKV, uint32_t bar_full, uint
   }
 }
 
+// A barrier among `threads` threads (a multiple of 32) of the block, id 1..15 (0 is
+// __syncthreads'); the consumer warpgroups use it without stopping the producer.
+__device__ __forceinline__ void named_bar_sync(int id, int threads) {
+  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+// Orders this thread's earlier shared-memory stores (generic proxy) before later reads by wgmma
+// or TMA (async proxy); a barrier after it extends that to the threads that pass it.
+__device__ __forceinline__ void fence_proxy_async() {
+  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+}
+
 template <int N>
 __device__ __forceinline__ void setmaxnreg_dec() {
 #if FORGE_WGMMA_ENABLED
@@ -228,10 +239,11 @@ __device__ __forceinline__ void wgmma_ss(float (&d)[4][4], uint64_t da, uint64_t
   asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n" \
                "wgmma.mma_async.sync.aligned.m64n64k16.f32." TY "." TY " " \
                "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, " \
-               "%32, %33, p, 1, 1, 0, %35;\n}\n" \
+               "%32, %33, p, 1, 1, %36, %35;\n}\n" \
                : FORGE_ACC4(d, 0), FORGE_ACC4(d, 1), FORGE_ACC4(d, 2), FORGE_ACC4(d, 3), FORGE_ACC4(d, 4), FORGE_ACC4(d, 5), FORGE_ACC4(d, 6), FORGE_ACC4(d, 7) \
-               : "l"(da), "l"(db), "r"(accumulate), "n"(kTransB))
-template <typename T, int kTransB>
+               : "l"(da), "l"(db), "r"(accumulate), "n"(kTransB), "n"(kTransA))
+// kTransA = 1: A MN-major (desc_mn of a tile whose rows are the reduction), as B with kTransB.
+template <typename T, int kTransB, int kTransA = 0>
 __device__ __forceinline__ void wgmma_ss(float (&d)[8][4], uint64_t da, uint64_t db, int accumulate) {
 #if FORGE_WGMMA_ENABLED
   if constexpr (std::is_same_v<T, bf16>) FORGE_WGMMA("bf16");
