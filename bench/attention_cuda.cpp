@@ -85,7 +85,7 @@ double median_ms(cuda::Context& ctx, int warmup, int iters, F&& f) {
 }
 
 struct Row {
-  std::string kernel;  // "flash wgmma", "flash mma" or "unfused (v1)"
+  std::string kernel;  // "flash wgmma", "wgmma split" (two backward kernels), "flash mma", "unfused (v1)"
   std::array<int, 4> shape;
   bool causal;
   double fwd_ms, bwd_ms;
@@ -115,7 +115,11 @@ void measure_shape(cuda::Context& ctx, const AttentionBenchOptions& o,
   cuda::DeviceBuffer<float> lse(ctx.allocator(), nrow), delta(ctx.allocator(), nrow);
   // Both kernel families where the device runs wgmma (Hopper), mma.sync alone elsewhere.
   std::vector<std::pair<cuda::FlashKernels, const char*>> families;
-  if (ctx.props().major == 9) families.push_back({cuda::FlashKernels::kWgmma, "flash wgmma"});
+  if (ctx.props().major == 9) {
+    families.push_back({cuda::FlashKernels::kWgmma, "flash wgmma"});
+    // The same forward; head size 64's backward as two kernels (dQ; dK, dV) instead of one.
+    if (D == 64) families.push_back({cuda::FlashKernels::kWgmmaSplit, "wgmma split"});
+  }
   families.push_back({cuda::FlashKernels::kMma, "flash mma"});
   for (const bool causal : causals)
     for (const auto& [kernels, name] : families) {

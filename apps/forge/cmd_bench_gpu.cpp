@@ -73,7 +73,9 @@ const Command kBenchAttention = {
     "bf16, dense (B, T, H, D) q/k/v/out with as many kv heads as query heads. FLOPs: forward\n"
     "4*B*H*T^2*D, backward 2.5x the forward, halved when causal (the formula of the PyTorch\n"
     "figures in shared/ANCHORS.md, printed beside each row). On 8x12x2048x64 the unfused v1\n"
-    "kernels (attention_fwd/bwd, materialising the probabilities) are timed as well."};
+    "kernels (attention_fwd/bwd, materialising the probabilities) are timed as well. On\n"
+    "Hopper, head size 64's rows 'wgmma split' time the backward as two kernels (dQ; dK, dV)\n"
+    "beside the one-kernel backward of the 'flash wgmma' rows."};
 
 // "4x16x4096x128,8x12x2048x64" -> {{4, 16, 4096, 128}, {8, 12, 2048, 64}}.
 std::vector<std::array<int, 4>> parse_shapes(const std::string& list) {

@@ -21,6 +21,11 @@ CudaSettings cuda_settings_from_env() {
       throw Error(str("FORGE_GEMM_ALGO=", quote(v), " (expected heuristic or timed)"));
     s.timed_gemm_algos = v == "timed";
   }
+  if (const char* q = std::getenv("FORGE_QKV")) {
+    const std::string v = q;
+    if (v != "fused" && v != "separate") throw Error(str("FORGE_QKV=", quote(v), " (expected fused or separate)"));
+    s.fuse_qkv = v == "fused";
+  }
   return s;
 }
 

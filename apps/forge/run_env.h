@@ -1,5 +1,8 @@
 // CLI-level overrides from the environment, read in one place (the library reads none):
-//   FORGE_ATTENTION=auto|flash|unfused|flash-mma|flash-wgmma   attention kernels of a GPU run
+//   FORGE_ATTENTION=auto|flash|unfused|flash-mma|flash-wgmma|flash-wgmma-split
+//                                                               attention kernels of a GPU run
+//   FORGE_QKV=fused|separate                                    separate: the Llama family's q, k, v
+//                                                               as three products (A/B comparison)
 //   FORGE_CUDA_GRAPH=0|1                                        0: every GPU step runs eagerly
 //   FORGE_GEMM_ALGO=heuristic|timed                             timed: cuBLASLt's algorithm per shape
 //                                                               timed on its first call (faster, not

@@ -29,9 +29,10 @@ struct AttentionStrides {
 // Which attention kernels a GPU run uses, a setting of the run: kAuto = the flash kernels where
 // the dtype and head size allow them (Hopper's wgmma kernels for head sizes 64 and 128, mma.sync
 // otherwise) and the unfused path elsewhere (fp32: exact parity with the CPU); the others force
-// one path, for comparisons (kFlashWgmma where it cannot run is refused). The CPU always runs
-// its flash twin.
-enum class AttentionPath { kAuto, kUnfused, kFlashMma, kFlashWgmma };
+// one path, for comparisons (kFlashWgmma where it cannot run is refused). kFlashWgmmaSplit: the
+// wgmma kernels with head size 64's backward as two kernels (dQ; dK, dV) instead of one, the
+// comparison for the one-kernel backward. The CPU always runs its flash twin.
+enum class AttentionPath { kAuto, kUnfused, kFlashMma, kFlashWgmma, kFlashWgmmaSplit };
 
 }  // namespace forge
 

@@ -152,6 +152,9 @@ struct CudaSettings {
   // cuBLASLt algorithms timed per shape instead of the heuristic's first
   // (CudaModelOptions::timed_gemm_algos; an A/B setting while it is measured, default off).
   bool timed_gemm_algos = false;
+  // The Llama family's q|k|v as one product in training and prefill (CudaModelOptions::fuse_qkv);
+  // false: three, the A/B comparison.
+  bool fuse_qkv = true;
   // The training step is captured as a CUDA graph once its shapes repeat and replayed from then
   // on; false runs every step eagerly (same kernels, same results).
   bool graphs = true;
@@ -192,7 +195,8 @@ std::unique_ptr<StepRunner> make_lora_cuda_runner(const Model<CpuBackend<float>>
                                                   const CudaSettings& settings = {},
                                                   Communicator* comm = nullptr);
 
-// "auto" (or "flash"), "unfused", "flash-mma", "flash-wgmma"; throws forge::Error otherwise.
+// "auto" (or "flash"), "unfused", "flash-mma", "flash-wgmma", "flash-wgmma-split"; throws
+// forge::Error otherwise.
 AttentionPath parse_attention_path(const std::string& name);
 
 }  // namespace forge

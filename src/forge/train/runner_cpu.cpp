@@ -246,7 +246,9 @@ AttentionPath parse_attention_path(const std::string& name) {
   if (name == "unfused") return AttentionPath::kUnfused;
   if (name == "flash-mma") return AttentionPath::kFlashMma;
   if (name == "flash-wgmma") return AttentionPath::kFlashWgmma;
-  throw Error(str("attention path '", name, "' (expected auto, flash, unfused, flash-mma or flash-wgmma)"));
+  if (name == "flash-wgmma-split") return AttentionPath::kFlashWgmmaSplit;
+  throw Error(str("attention path '", name,
+                  "' (expected auto, flash, unfused, flash-mma, flash-wgmma or flash-wgmma-split)"));
 }
 
 }  // namespace forge

@@ -29,11 +29,12 @@ CudaBackend::CudaBackend(const ModelConfig& cfg, const ParamTable& table, cuda::
     throw Error(str("CUDA training supports fp32, bf16 and f16 compute, not ", dtype_name(dt_)));
   // Flash attention needs 16-bit inputs; fp32 mode keeps the unfused path (exact CPU parity).
   flash_ = cuda::flash_attention_supported(dt_, cfg.head_dim()) && o.attention != AttentionPath::kUnfused;
-  flash_kernels_ = o.attention == AttentionPath::kFlashMma     ? cuda::FlashKernels::kMma
-                   : o.attention == AttentionPath::kFlashWgmma ? cuda::FlashKernels::kWgmma
-                                                               : cuda::FlashKernels::kAuto;
+  flash_kernels_ = o.attention == AttentionPath::kFlashMma          ? cuda::FlashKernels::kMma
+                   : o.attention == AttentionPath::kFlashWgmma      ? cuda::FlashKernels::kWgmma
+                   : o.attention == AttentionPath::kFlashWgmmaSplit ? cuda::FlashKernels::kWgmmaSplit
+                                                                    : cuda::FlashKernels::kAuto;
   ctx.set_timed_gemm_algos(o.timed_gemm_algos);
-  if (const char* e = std::getenv("FORGE_QKV")) fuse_qkv_ = std::string(e) != "separate";
+  fuse_qkv_ = o.fuse_qkv;
   auto& a = ctx.allocator();
   const size_t P = table_.total();
   // A frozen base (LoRA) has no gradients or Adam state, and in 16-bit modes the working copy

@@ -69,6 +69,9 @@ struct CudaModelOptions {
   // cuBLASLt algorithms timed per plan on its first call instead of the heuristic's first
   // (cuda::Context::timed_gemm_algos; an A/B setting while it is measured, default off).
   bool timed_gemm_algos = false;
+  // The Llama family's q|k|v as one (N, (NH + 2·NKV)·HS) product in training and prefill; false:
+  // three products (the A/B comparison; LoRA targets always take three).
+  bool fuse_qkv = true;
 };
 
 class CudaBackend {
@@ -311,7 +314,7 @@ class CudaBackend {
   DType dt_;
   size_t es_;  // bytes per dt element
   bool flash_ = false;
-  bool fuse_qkv_ = true;  // fuses_qkv(); FORGE_QKV=separate turns it off
+  bool fuse_qkv_ = true;  // fuses_qkv(); CudaModelOptions::fuse_qkv
   cuda::FlashKernels flash_kernels_ = cuda::FlashKernels::kAuto;
   Buf<float> master_, grads_, m_, v_;  // m_, v_: the adapters' once set_adapter() ran
   Buf<uint8_t> work_;  // bf16/f16 working copy (empty in fp32 mode)

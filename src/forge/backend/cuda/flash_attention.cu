@@ -305,7 +305,7 @@ void launch_delta(Context& ctx, DType dt, const FlashParams& p) {
 namespace flash {
 bool use_wgmma(const Context& ctx, FlashKernels kernels, int HS, const char* what) {
   const bool can = ctx.props().major == 9 && (HS == 64 || HS == 128);
-  FORGE_CHECK(can || kernels != FlashKernels::kWgmma, what, ": the wgmma kernels need a compute capability 9.x ",
+  FORGE_CHECK(can || (kernels != FlashKernels::kWgmma && kernels != FlashKernels::kWgmmaSplit), what, ": the wgmma kernels need a compute capability 9.x ",
               "device and head size 64 or 128 (device ", ctx.props().major, ".", ctx.props().minor, ", head size ", HS,
               ")");
   return can && kernels != FlashKernels::kMma;

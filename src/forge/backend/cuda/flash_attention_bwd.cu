@@ -345,7 +345,7 @@ void flash_attention_bwd(Context& ctx, DType dt, void* dq, void* dk, void* dv, c
     p.seg_start = starts.data();
   }
   flash::launch_delta(ctx, dt, p);
-  if (flash::use_wgmma(ctx, kernels, s.HS, what)) flash::bwd_wgmma(ctx, dt, p);
+  if (flash::use_wgmma(ctx, kernels, s.HS, what)) flash::bwd_wgmma(ctx, dt, p, kernels == FlashKernels::kWgmmaSplit);
   else if (dt == DType::kBF16) flash::bwd_dispatch<flash::bf16>(ctx, p);
   else flash::bwd_dispatch<flash::f16>(ctx, p);
 }

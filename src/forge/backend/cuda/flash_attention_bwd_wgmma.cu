@@ -1,6 +1,8 @@
-// Flash attention backward on Hopper's warpgroup MMA (wgmma, sm_90a): flash_attention_bwd.cu's
-// two atomic-free kernels (the mathematics, masking and determinism are described there), with
-// every tile product a warpgroup-wide wgmma over 64 rows (wgmma.cuh):
+// Flash attention backward on Hopper's warpgroup MMA (wgmma, sm_90a). Head size 64 (causal, or
+// full attention without a window or segments): one kernel for dK, dV and dQ ("dK, dV (and dQ)"
+// below). Otherwise flash_attention_bwd.cu's two atomic-free kernels (the mathematics, masking
+// and determinism are described there), with every tile product a warpgroup-wide wgmma over 64
+// rows (wgmma.cuh):
 //   dQ kernel    per 64 query rows: S = Q·Kᵀ and dP = dO·Vᵀ issued together (shared memory,
 //                K-major), then dQ += dS·K (dS from registers, K read MN-major)
 //   dK/dV kernel per 64 key rows:   Sᵀ = K·Qᵀ and dPᵀ = V·dOᵀ together, then dV += Pᵀ·dO and
@@ -18,7 +20,9 @@
 // stack. dK/dV: HS 64 12 bytes spilled (32 loaded back, 16-byte frame), HS 128 8 (28, 8) —
 // since the mask moved to its own loop and the statistics became 8-byte loads; the kernel got
 // 30–55% faster with them, so they stay. The kSeg instantiations (segments): 168 registers at
-// launch, 0 spill bytes in both kernels (ptxas -v on the PTX).
+// launch, 0 spill bytes in both kernels (ptxas -v on the PTX). The one-kernel backward (kDq,
+// HS 64, with and without kSeg): 36 bytes spilled (40 loaded back), part of it the writer
+// threads' at 24 registers.
 //
 // Measured (forge bench attention, bf16, H200), backward TFLOP/s causal / full, against
 // PyTorch's FlashAttention-2 (ANCHORS.md): 4·16·4096·128 346 / 365 (257 / 289), 8·12·2048·64
@@ -33,8 +37,6 @@
 // this tile's dS; 3–7% slower at head size 128).
 #include <cfloat>
 #include <climits>
-#include <cstdlib>
-#include <cstring>
 
 #include "forge/backend/cuda/allocator.h"
 #include "forge/backend/cuda/check.h"
@@ -215,9 +217,9 @@ struct WgDkvConfig {
   // buffer, then the ticket.
   static constexpr int kBarBytes = 8 * (1 + 2 * kStages) + (kDq ? 8 * 4 * kWG : 0);
   static constexpr int kSmem = kBars + kBarBytes + 8;
-  // Producer threads that load a stage (each arrives on its "full" barrier); with kDq the last
-  // warp is the dQ writer.
-  static constexpr int kLoaders = kDq ? 96 : 128;
+  // Producer threads that load a stage (each arrives on its "full" barrier); with kDq the other
+  // warps' first threads are the dQ writers, one per consumer warpgroup.
+  static constexpr int kLoaders = kDq ? 128 - 32 * kWG : 128;
   static_assert(BQ <= 128, "one producer thread per row statistic");
   static_assert(!kDq || BQ == kWG * 64, "each consumer warpgroup owns 64 of the tile's dQ rows");
 };
@@ -341,28 +343,26 @@ __global__ void __launch_bounds__(kWG * 128 + 128, 1)
     setmaxnreg_dec<kProducerRegs>();
     const int pt = threadIdx.x - Cfg::kConsumers;
     if constexpr (kDq) {
-      if (pt >= Cfg::kLoaders) {  // the dQ writer: one thread
-        if (pt == Cfg::kLoaders) {
-          // Per iteration: both warpgroups' partials issued, their buffers released once read,
-          // the counters published once the adds are done.
+      if (pt >= Cfg::kLoaders) {  // the dQ writers: warpgroup w's partials by warp kLoaders/32 + w's first thread
+        const int w = (pt - Cfg::kLoaders) / 32;
+        if (pt % 32 == 0) {
+          // Per iteration: the partial issued, its buffer released once read, the counter
+          // published once the add is done.
           for (int it = 0; it < n_it; ++it) {
-            const int qt = tile_qt(it);
-            const int64_t tile0 = ((static_cast<int64_t>(b) * p.NH + tile_h(it)) * n_qtiles + qt) * kWG;
-            const bool first = order.first(qt), last = order.last(qt);
-            for (int w = 0; w < kWG; ++w) {
-              const int slot = w * 2 + (it & 1);
-              mbar_wait(bar_dq_full + 8 * slot, (it >> 1) & 1);
-              if (last) continue;
-              if (!first) dq_wait(p.dq_sem + 1 + tile0 + w, order.pred_value());
-              bulk_issue(p.dq_acc + (tile0 + w) * (64 * D), sK + Cfg::kDqBuf + slot * Cfg::kDqBytes, Cfg::kDqBytes,
-                         first);
+            const int qt = tile_qt(it), slot = w * 2 + (it & 1);
+            const int64_t tile = ((static_cast<int64_t>(b) * p.NH + tile_h(it)) * n_qtiles + qt) * kWG + w;
+            mbar_wait(bar_dq_full + 8 * slot, (it >> 1) & 1);
+            if (order.last(qt)) {
+              mbar_arrive(bar_dq_empty + 8 * slot);
+              continue;
             }
+            const bool first = order.first(qt);
+            if (!first) dq_wait(p.dq_sem + 1 + tile, order.pred_value());
+            bulk_issue(p.dq_acc + tile * (64 * D), sK + Cfg::kDqBuf + slot * Cfg::kDqBytes, Cfg::kDqBytes, first);
             bulk_wait_read();
-            for (int w = 0; w < kWG; ++w) mbar_arrive(bar_dq_empty + 8 * (w * 2 + (it & 1)));
-            if (!last) {
-              bulk_wait_done();
-              for (int w = 0; w < kWG; ++w) dq_publish(p.dq_sem + 1 + tile0 + w, static_cast<uint32_t>(kt + 1));
-            }
+            mbar_arrive(bar_dq_empty + 8 * slot);
+            bulk_wait_done();
+            dq_publish(p.dq_sem + 1 + tile, static_cast<uint32_t>(kt + 1));
           }
         }
         return;
@@ -581,16 +581,6 @@ void launch_fused(Context& ctx, FlashParams p, const FlashMaps& maps) {
   launch_dkv<T, D, kWG, BQ, kStages, kSeg, true>(ctx, p, maps);
 }
 
-// FORGE_ATTN_BWD=split runs head size 64 through the two kernels too (the A/B switch of the
-// one-kernel backward while it is measured; read once per process).
-bool split_bwd() {
-  static const bool split = [] {
-    const char* e = std::getenv("FORGE_ATTN_BWD");
-    return e != nullptr && std::strcmp(e, "split") == 0;
-  }();
-  return split;
-}
-
 // Tile configurations (forge bench attention, bf16, H200; backward TFLOP/s causal / full). The
 // comparison was made before the mask moved out of the P loop (see the header), on the kernels
 // that were then 25–45% slower; with the final kernels the chosen ones give 242 / 323 at
@@ -602,7 +592,7 @@ bool split_bwd() {
 // The tensor maps' boxes follow the tiles: 64·kWG rows for the resident operand, BK or BQ for
 // the streamed ones.
 template <typename T, int D, int kWG, int BK, int BQ, int kStages>
-void launch_bwd(Context& ctx, DType dt, const FlashParams& p) {
+void launch_bwd(Context& ctx, DType dt, const FlashParams& p, bool split) {
   const int64_t wq = static_cast<int64_t>(p.NH) * D, wkv = static_cast<int64_t>(p.NKV) * D;
   FlashMaps dq{}, dkv{};
   dq.q = make_tile_map(p.q, dt, wq, p.ld_q, p.T_, p.B, kWG * 64);
@@ -617,7 +607,7 @@ void launch_bwd(Context& ctx, DType dt, const FlashParams& p) {
     // The one kernel where its order of dQ sums applies (see DqOrder): causal, or full
     // attention whose key tiles of one kv head fit on the GPU at once.
     const bool fits = p.causal || (p.window <= 0 && p.seg_start == nullptr && (p.T_ + BQ - 1) / BQ <= ctx.num_sms());
-    if (fits && !split_bwd()) {
+    if (fits && !split) {
       if (p.seg_start != nullptr) launch_fused<T, D, kWG, kStages, true>(ctx, p, dkv);
       else launch_fused<T, D, kWG, kStages, false>(ctx, p, dkv);
       return;
@@ -633,16 +623,16 @@ void launch_bwd(Context& ctx, DType dt, const FlashParams& p) {
 }
 
 template <typename T>
-void dispatch(Context& ctx, DType dt, const FlashParams& p) {
-  if (p.HS == 64) launch_bwd<T, 64, 2, 64, 128, 2>(ctx, dt, p);
-  else launch_bwd<T, 128, 2, 64, 64, 2>(ctx, dt, p);
+void dispatch(Context& ctx, DType dt, const FlashParams& p, bool split) {
+  if (p.HS == 64) launch_bwd<T, 64, 2, 64, 128, 2>(ctx, dt, p, split);
+  else launch_bwd<T, 128, 2, 64, 64, 2>(ctx, dt, p, split);
 }
 
 }  // namespace
 
-void bwd_wgmma(Context& ctx, DType dt, const FlashParams& p) {
-  if (dt == DType::kBF16) dispatch<bf16>(ctx, dt, p);
-  else dispatch<f16>(ctx, dt, p);
+void bwd_wgmma(Context& ctx, DType dt, const FlashParams& p, bool split) {
+  if (dt == DType::kBF16) dispatch<bf16>(ctx, dt, p, split);
+  else dispatch<f16>(ctx, dt, p, split);
 }
 
 }  // namespace forge::cuda::flash

@@ -366,9 +366,10 @@ inline void fill_shape(FlashParams& p, DType dt, const AttentionShape& s, int64_
 
 // The Hopper kernels (flash_attention_wgmma.cu, flash_attention_bwd_wgmma.cu), and whether a call
 // uses them (FlashKernels in ops.h; `what` names the op in errors). bwd_wgmma runs after the D
-// preprocess (launch_delta), like the mma.sync backward.
+// preprocess (launch_delta), like the mma.sync backward; split: head size 64 as two kernels too
+// (FlashKernels::kWgmmaSplit).
 void fwd_wgmma(Context& ctx, DType dt, const FlashParams& p);
-void bwd_wgmma(Context& ctx, DType dt, const FlashParams& p);
+void bwd_wgmma(Context& ctx, DType dt, const FlashParams& p, bool split);
 bool use_wgmma(const Context& ctx, FlashKernels kernels, int HS, const char* what);
 
 // Launches Kernel on ctx's stream with `smem` bytes of dynamic shared memory; the first launch

@@ -159,7 +159,9 @@ void segment_starts(Context& ctx, int32_t* start, const int32_t* seg, int B, int
 // Which kernels: kAuto = Hopper's wgmma kernels (flash_attention_wgmma.cu) on a compute
 // capability 9.x device for head sizes 64 and 128, the mma.sync kernels otherwise; kMma and
 // kWgmma force one family (kWgmma where it cannot run is refused). For tests and benchmarks.
-enum class FlashKernels { kAuto, kMma, kWgmma };
+// kWgmmaSplit: the wgmma kernels, head size 64's backward as two kernels instead of one (the
+// comparison for the one-kernel backward, flash_attention_bwd_wgmma.cu).
+enum class FlashKernels { kAuto, kMma, kWgmma, kWgmmaSplit };
 bool flash_attention_supported(DType dt, int HS);
 // out (B, T, NH, HS); lse (B, NH, T) f32 = ln Σ_visible exp(q·k/sqrt(HS)) per query row
 // (−FLT_MAX for a row with no visible key, whose output is 0).
