@@ -21,8 +21,8 @@
 // since the mask moved to its own loop and the statistics became 8-byte loads; the kernel got
 // 30–55% faster with them, so they stay. The kSeg instantiations (segments): 168 registers at
 // launch, 0 spill bytes in both kernels (ptxas -v on the PTX). The one-kernel backward (kDq,
-// HS 64, with and without kSeg): 36 bytes spilled (40 loaded back), part of it the writer
-// threads' at 24 registers.
+// HS 64, with and without kSeg): 44–48 bytes spilled (48–52 loaded back), part of it the
+// writer thread's at 24 registers.
 //
 // Measured (forge bench attention, bf16, H200), backward TFLOP/s causal / full, against
 // PyTorch's FlashAttention-2 (ANCHORS.md): 4·16·4096·128 346 / 365 (257 / 289), 8·12·2048·64
@@ -217,9 +217,9 @@ struct WgDkvConfig {
   // buffer, then the ticket.
   static constexpr int kBarBytes = 8 * (1 + 2 * kStages) + (kDq ? 8 * 4 * kWG : 0);
   static constexpr int kSmem = kBars + kBarBytes + 8;
-  // Producer threads that load a stage (each arrives on its "full" barrier); with kDq the other
-  // warps' first threads are the dQ writers, one per consumer warpgroup.
-  static constexpr int kLoaders = kDq ? 128 - 32 * kWG : 128;
+  // Producer threads that load a stage (each arrives on its "full" barrier); with kDq the last
+  // warp is the dQ writer.
+  static constexpr int kLoaders = kDq ? 96 : 128;
   static_assert(BQ <= 128, "one producer thread per row statistic");
   static_assert(!kDq || BQ == kWG * 64, "each consumer warpgroup owns 64 of the tile's dQ rows");
 };
@@ -343,26 +343,28 @@ __global__ void __launch_bounds__(kWG * 128 + 128, 1)
     setmaxnreg_dec<kProducerRegs>();
     const int pt = threadIdx.x - Cfg::kConsumers;
     if constexpr (kDq) {
-      if (pt >= Cfg::kLoaders) {  // the dQ writers: warpgroup w's partials by warp kLoaders/32 + w's first thread
-        const int w = (pt - Cfg::kLoaders) / 32;
-        if (pt % 32 == 0) {
-          // Per iteration: the partial issued, its buffer released once read, the counter
-          // published once the add is done.
+      if (pt >= Cfg::kLoaders) {  // the dQ writer: one thread
+        if (pt == Cfg::kLoaders) {
+          // Per iteration: both warpgroups' partials issued, their buffers released once read,
+          // the counters published once the adds are done.
           for (int it = 0; it < n_it; ++it) {
-            const int qt = tile_qt(it), slot = w * 2 + (it & 1);
-            const int64_t tile = ((static_cast<int64_t>(b) * p.NH + tile_h(it)) * n_qtiles + qt) * kWG + w;
-            mbar_wait(bar_dq_full + 8 * slot, (it >> 1) & 1);
-            if (order.last(qt)) {
-              mbar_arrive(bar_dq_empty + 8 * slot);
-              continue;
+            const int qt = tile_qt(it);
+            const int64_t tile0 = ((static_cast<int64_t>(b) * p.NH + tile_h(it)) * n_qtiles + qt) * kWG;
+            const bool first = order.first(qt), last = order.last(qt);
+            for (int w = 0; w < kWG; ++w) {
+              const int slot = w * 2 + (it & 1);
+              mbar_wait(bar_dq_full + 8 * slot, (it >> 1) & 1);
+              if (last) continue;
+              if (!first) dq_wait(p.dq_sem + 1 + tile0 + w, order.pred_value());
+              bulk_issue(p.dq_acc + (tile0 + w) * (64 * D), sK + Cfg::kDqBuf + slot * Cfg::kDqBytes, Cfg::kDqBytes,
+                         first);
             }
-            const bool first = order.first(qt);
-            if (!first) dq_wait(p.dq_sem + 1 + tile, order.pred_value());
-            bulk_issue(p.dq_acc + tile * (64 * D), sK + Cfg::kDqBuf + slot * Cfg::kDqBytes, Cfg::kDqBytes, first);
             bulk_wait_read();
-            mbar_arrive(bar_dq_empty + 8 * slot);
-            bulk_wait_done();
-            dq_publish(p.dq_sem + 1 + tile, static_cast<uint32_t>(kt + 1));
+            for (int w = 0; w < kWG; ++w) mbar_arrive(bar_dq_empty + 8 * (w * 2 + (it & 1)));
+            if (!last) {
+              bulk_wait_done();
+              for (int w = 0; w < kWG; ++w) dq_publish(p.dq_sem + 1 + tile0 + w, static_cast<uint32_t>(kt + 1));
+            }
           }
         }
         return;
