@@ -8,9 +8,11 @@
 //    f32 (norm statistics, weight gradients, master weights, optimizer state).
 //  - Every *_bwd ACCUMULATES (+=) into its gradient outputs, exactly like the CPU ops; weight
 //    gradients are f32.
-//  - No floating-point atomics anywhere: parameter-gradient reductions over rows go through a
+//  - No unordered floating-point atomics: parameter-gradient reductions over rows go through a
 //    scratch buffer of per-block partials and a second pass in fixed order, so two runs are
-//    bit-identical.
+//    bit-identical. The one place blocks add into the same f32 sums, the attention backward's
+//    dQ at head size 64 on Hopper, adds at L2 in a fixed key-tile order that counters enforce
+//    (flash_attention_bwd_wgmma.cu): the same bits on every run.
 //  - Memory-bound kernels use 16-byte vector loads/stores where the row length allows.
 #pragma once
 
@@ -152,7 +154,9 @@ void segment_starts(Context& ctx, int32_t* start, const int32_t* seg, int B, int
 // ---- flash attention (fused, tensor cores: wgmma or mma.sync; bf16 or f16) -------------------
 // The same mathematics as attention_fwd/bwd without the T×T probabilities: FlashAttention-2's
 // online softmax in the forward, and a backward that recomputes P from the saved log-sum-exp in
-// two kernels (dQ over query tiles, dK/dV over key tiles), no atomics, bit-identical reruns.
+// two kernels (dQ over query tiles, dK/dV over key tiles), no atomics, bit-identical reruns —
+// or, at head size 64 on Hopper, in one kernel whose dQ partials are added in a fixed order
+// (also bit-identical reruns; FlashKernels::kWgmmaSplit keeps the two kernels there).
 // HS must be 32, 64, 80, 96 or 128 (flash_attention_supported); q/k/v/out/dout 16-byte aligned.
 //
 // Token strides: AttentionStrides (ops/attention.h).
