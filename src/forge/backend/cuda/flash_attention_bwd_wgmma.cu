@@ -597,10 +597,6 @@ template <typename T, int D, int kWG, int BK, int BQ, int kStages>
 void launch_bwd(Context& ctx, DType dt, const FlashParams& p, bool split) {
   const int64_t wq = static_cast<int64_t>(p.NH) * D, wkv = static_cast<int64_t>(p.NKV) * D;
   FlashMaps dq{}, dkv{};
-  dq.q = make_tile_map(p.q, dt, wq, p.ld_q, p.T_, p.B, kWG * 64);
-  dq.o = make_tile_map(p.dout, dt, wq, p.ld_o, p.T_, p.B, kWG * 64);
-  dq.k = make_tile_map(p.k, dt, wkv, p.ld_k, p.T_, p.B, BK);
-  dq.v = make_tile_map(p.v, dt, wkv, p.ld_v, p.T_, p.B, BK);
   dkv.q = make_tile_map(p.q, dt, wq, p.ld_q, p.T_, p.B, BQ);
   dkv.o = make_tile_map(p.dout, dt, wq, p.ld_o, p.T_, p.B, BQ);
   dkv.k = make_tile_map(p.k, dt, wkv, p.ld_k, p.T_, p.B, kWG * 64);
@@ -615,6 +611,11 @@ void launch_bwd(Context& ctx, DType dt, const FlashParams& p, bool split) {
       return;
     }
   }
+  // The two kernels: the dQ kernel's maps too.
+  dq.q = make_tile_map(p.q, dt, wq, p.ld_q, p.T_, p.B, kWG * 64);
+  dq.o = make_tile_map(p.dout, dt, wq, p.ld_o, p.T_, p.B, kWG * 64);
+  dq.k = make_tile_map(p.k, dt, wkv, p.ld_k, p.T_, p.B, BK);
+  dq.v = make_tile_map(p.v, dt, wkv, p.ld_v, p.T_, p.B, BK);
   if (p.seg_start != nullptr) {
     launch_dq<T, D, kWG, BK, kStages, true>(ctx, p, dq);
     launch_dkv<T, D, kWG, BQ, kStages, true, false>(ctx, p, dkv);
