@@ -99,6 +99,10 @@ std::vector<Case> all_cases() {
   // A window over several key tiles at head size 64: a query tile's dQ sums start past key tile
   // 0 (the one-kernel backward's ordering of partial sums).
   c.push_back({kBF16, {1, 1000, 4, 2, 64, true, 300}});
+  // More query tiles than an H100 or H200 has SMs (192 at HS 64, 144 at HS 128): the wgmma
+  // forward's persistent blocks take several tiles each, their stage ring running across tiles.
+  c.push_back({kBF16, {6, 300, 16, 4, 64, true, 0}});
+  c.push_back({kBF16, {2, 300, 24, 8, 128, true, 0}});
   // Head sizes 32, 80, 96 (padded shared-memory rows instead of the swizzle): causal and not,
   // GQA, several tiles with a partial last one, one sliding window.
   for (int hs : {32, 80, 96}) {

@@ -294,16 +294,20 @@ struct FlashParams {
   // nullptr where the kernels do not use them.
   float* dq_acc;
   uint32_t* dq_sem;
+  // The wgmma forward's tile counter (persistent blocks take their next tile from it), zeroed
+  // before the launch; nullptr elsewhere.
+  uint32_t* tile_ctr;
 };
 
 // Segments. Query i of batch row b also sees only keys j >= seg_lo(i), the first token of its
 // segment. seg_lo is nondecreasing in i within a row (segments are runs), so over query rows
 // [i0, i1] its minimum is seg_lo(i0) and its maximum seg_lo(i1): the tile tests need two loads.
-// Rows past the end (i >= T, never stored) read row T - 1. Without kSeg every bound is 0 and
-// each use below is written `kSeg && ...`, so those kernels compile to the code without segments.
+// Rows past the end (i >= T, never stored) read row T - 1, rows before the start (the wgmma
+// forward's partial first tile, never stored) row 0. Without kSeg every bound is 0 and each use
+// below is written `kSeg && ...`, so those kernels compile to the code without segments.
 template <bool kSeg>
 __device__ __forceinline__ int seg_lo(const FlashParams& p, int b, int i) {
-  if constexpr (kSeg) return __ldg(p.seg_start + static_cast<int64_t>(b) * p.T_ + min(i, p.T_ - 1));
+  if constexpr (kSeg) return __ldg(p.seg_start + static_cast<int64_t>(b) * p.T_ + min(max(i, 0), p.T_ - 1));
   else return 0;
 }
 
