@@ -4,19 +4,19 @@
 //   S = Q·Kᵀ   m64n{BK}k16, Q and K from shared memory (K-major)
 //   O += P·V   m64n{D}k16,  P from registers (the S accumulator rounded to bf16/f16), V from
 //                           shared memory read transposed (MN-major)
-// Warp-specialized: a producer warpgroup (24 registers) whose first thread copies the Q tile
-// once and K/V tiles into a ring of kStages stages with the bulk tensor copy engine (TMA, rows
-// past T zero-filled), and kWG consumer warpgroups (the rest of the register file) that wait on
-// a stage's "full" mbarrier and release it on its "empty" one. No block-wide barrier in the
-// loop, so the consumer warpgroups drift apart and one's softmax overlaps another's products.
-// A warpgroup whose 64 rows see none of a key tile skips its arithmetic (wgmma is
-// warpgroup-wide, so the skip is too); per-element masks as in the mma.sync kernel, segments
-// (kSeg) too.
+// Warp-specialized and persistent: one block an SM takes query tiles from a counter; its
+// producer warpgroup's first thread copies each tile's Q (two buffers) and its K/V tiles into a
+// ring of kStages stages that runs across tiles, with the bulk tensor copy engine (TMA, rows
+// outside [0, T) zero-filled), and kWG consumer warpgroups wait on a stage's "full" mbarrier and
+// release it on its "empty" one. No block-wide barrier in the loop, so the consumer warpgroups
+// drift apart and one's softmax overlaps another's products. A warpgroup whose 64 rows see none
+// of a key tile skips its arithmetic (wgmma is warpgroup-wide, so the skip is too); per-element
+// masks as in the mma.sync kernel, segments (kSeg) too.
 //
-// ptxas (sm_90a, CUDA 13.0), bf16 = f16, 0 spill bytes, 0 stack: HS 64 (3 consumer warpgroups ×
-// 64 rows, BK 128, 512 threads) 128 registers at launch, HS 128 (2 × 64 rows, BK 128, 384
-// threads) 168; setmaxnreg then gives the producer 24 and each consumer consumer_regs(): 160
-// and 240.
+// ptxas (sm_90a, CUDA 13.0), bf16 = f16: HS 64 (3 consumer warpgroups × 64 rows, BK 128, 512
+// threads) 128 registers at launch, 0 spill bytes; HS 128 (2 × 64 rows, BK 128, 384 threads)
+// 168, the producer's 36–48 spilled bytes (WgFwdConfig). setmaxnreg then gives the producer 32
+// (HS 64) or 24 and each consumer consumer_regs(): 160 and 240.
 //
 // Measured (forge bench attention, bf16, H200), forward TFLOP/s causal / full, against the
 // mma.sync kernel in the same run: 4·16·4096·128 484 / 574 (241 / 279), 8·12·2048·64 276 / 408
@@ -290,10 +290,10 @@ void launch(Context& ctx, FlashParams p, const FlashMaps& maps) {
                                                                              maps);
 }
 
-// Tile configurations: 64 query rows per consumer warpgroup, BK keys per stage; three stages at
-// head size 64 (two Q tiles and three K/V stages: 144 KB of shared memory; H100, bench attention,
-// against two: 64·12·1024·64 causal 272.0 → 281.1 TFLOP/s, 32·9·2048·64 346.5 → 348.5), two at
-// 128 (three would not fit).
+// Tile configurations: 64 query rows per consumer warpgroup, BK keys per stage, two stages. Three
+// at head size 64 (144 KB of shared memory with the two Q tiles) measured faster once (H100,
+// bench attention: 64·12·1024·64 causal 272.0 → 281.1 TFLOP/s, 32·9·2048·64 346.5 → 348.5; the
+// training losses unchanged) but have not been through the GPU tests; at 128 they do not fit.
 template <typename T>
 void dispatch(Context& ctx, DType dt, const FlashParams& p) {
   constexpr int kWG64 = 3, kWG128 = 2, BK = 128;
@@ -302,7 +302,7 @@ void dispatch(Context& ctx, DType dt, const FlashParams& p) {
   maps.q = make_tile_map(p.q, dt, static_cast<int64_t>(p.NH) * p.HS, p.ld_q, p.T_, p.B, box_q);
   maps.k = make_tile_map(p.k, dt, static_cast<int64_t>(p.NKV) * p.HS, p.ld_k, p.T_, p.B, BK);
   maps.v = make_tile_map(p.v, dt, static_cast<int64_t>(p.NKV) * p.HS, p.ld_v, p.T_, p.B, BK);
-  if (p.HS == 64) launch<T, 64, kWG64, BK, 3>(ctx, p, maps);
+  if (p.HS == 64) launch<T, 64, kWG64, BK, 2>(ctx, p, maps);
   else launch<T, 128, kWG128, BK, 2>(ctx, p, maps);
 }
 
