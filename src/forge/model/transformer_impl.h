@@ -307,9 +307,8 @@ void Model<B>::attn_fwd(int l, bool store_kv) {
                              layout_.pos, QKV);
       be_.head_norm_rope_fwd(normed.k, a.k_rstd.data(), raw.k, w(o.k_norm_w), B_, T_, NKV, HS, cfg_.norm_eps,
                              rope_l, layout_.pos, QKV);
-    } else if (rope_l) {
-      be_.rope_fwd(raw.q, B_, T_, NH, HS, rope, layout_.pos, QKV);
-      be_.rope_fwd(raw.k, B_, T_, NKV, HS, rope, layout_.pos, QKV);
+    } else if (rope_l) {  // q's and k's heads are adjacent in the row: one pass over NH + NKV
+      be_.rope_fwd(raw.q, B_, T_, NH + NKV, HS, rope, layout_.pos, QKV);
     }
   } else {
     // qk_norm (Qwen3): the projections land in q_raw / k_raw, and one op writes q / k as the
@@ -527,13 +526,11 @@ void Model<B>::block_backward(int l) {
                              layout_.pos, QKV);
       be_.head_norm_rope_bwd(d.k, g(o.k_norm_w), d.k, raw.k, w(o.k_norm_w), a.k_rstd.data(), B_, T_, NKV, HS,
                              rope_l, layout_.pos, QKV);
-    } else if (bias_in_rope) {
-      be_.rope_bias_bwd(d.q, g(o.q_b), B_, T_, NH, HS, rope, layout_.pos, QKV);
-      be_.rope_bias_bwd(d.k, g(o.k_b), B_, T_, NKV, HS, rope, layout_.pos, QKV);
+    } else if (bias_in_rope) {  // q's and k's heads and biases adjacent (the fused product's)
+      be_.rope_bias_bwd(d.q, g(o.q_b), B_, T_, NH + NKV, HS, rope, layout_.pos, QKV);
       if (auto dvb = g(o.v_b)) be_.bias_grad(dvb, d.v, N, NKV * HS, QKV);
-    } else if (rope_l) {
-      be_.rope_bwd(d.q, B_, T_, NH, HS, rope, layout_.pos, QKV);
-      be_.rope_bwd(d.k, B_, T_, NKV, HS, rope, layout_.pos, QKV);
+    } else if (rope_l) {  // q's and k's heads adjacent, as in the forward
+      be_.rope_bwd(d.q, B_, T_, NH + NKV, HS, rope, layout_.pos, QKV);
     }
     be_.linear_bwd(d_ln_.data(), g(o.q_w), bias_in_rope ? nullptr : g(o.q_b), d_qkv_.data(), n.ln1.data(), w(o.q_w),
                    N, C, QKV, lay, false);

@@ -13,12 +13,11 @@
 // reduction (so no local-memory Payne–Hanek path), and the error is ~1 ulp of f32 plus π·2^-25
 // from rounding r — ~1e-7, at any position.
 //
-// Work split: one thread per (row = (b, t, h), chunk of kN pairs): for kRotateHalf it loads kN
-// consecutive elements from each half (two 16-byte accesses for kN = kVec<T>), for kInterleaved
-// 2·kN consecutive elements (two 16-byte accesses). The trig is recomputed per head (~4 DP and
-// ~25 f32 instructions per pair) rather than shared across heads: that keeps every thread
-// independent and the grid B·T·H wide, and the kernel stays memory-bound. kN = 1 (element by
-// element) when HS/2 is not a multiple of kVec<T> or x is not 16-byte aligned.
+// Work split. Vectorised (kN = kVec<T> pairs a chunk: two 16-byte accesses for kRotateHalf, one
+// or two for interleaved): rope_pos_kernel, one thread per (position, chunk), the chunk's angles
+// once, then the position's heads four at a time. Element by element (kN = 1: HS/2 not a
+// multiple of kVec<T>, or x not 16-byte aligned): rope_kernel, one thread per (row = (b, t, h),
+// pair), the angle per head.
 //
 // Packed rows: the position of row (b, t) is pos[b, t] (device (B, T)) instead of pos0 + t, read
 // once per thread; the same angle method, so at pos[b, t] = t the result is bit-identical.
@@ -31,12 +30,10 @@
 // (<T, kN, ...>: kN = 1 is the element-by-element instantiation):
 //   rope_kernel<bf16, 1, false>                           29 regs, 0 spill, 0 stack
 //   rope_kernel<bf16, 1, true>                            31 regs, 0 spill, 0 stack
-//   rope_kernel<bf16, 8, false>                           32 regs, 0 spill, 0 stack
-//   rope_kernel<bf16, 8, true>                            32 regs, 0 spill, 0 stack
 //   rope_kernel<float, 1, false>                          28 regs, 0 spill, 0 stack
 //   rope_kernel<float, 1, true>                           30 regs, 0 spill, 0 stack
-//   rope_kernel<float, 4, false>                          32 regs, 0 spill, 0 stack
-//   rope_kernel<float, 4, true>                           32 regs, 0 spill, 0 stack
+//   rope_pos_kernel<bf16 / f16, 8, false / true>          126 / 128 regs, 0 spill, 0 stack
+//   rope_pos_kernel<float, 4, false / true>               70 / 80 regs, 0 spill, 0 stack
 //   rope_bias_bwd_kernel<bf16, 8, false / true>           94 / 100 regs, 0 spill, 16 KB shared
 //   rope_bias_bwd_kernel<f16, 8, false / true>            104 / 119 regs, 0 spill, 16 KB shared
 //   rope_bias_bwd_kernel<bf16 / f16, 1, false / true>     40 / 47 regs, 0 spill, 2 KB shared
@@ -83,17 +80,66 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
+// The vectorised path, one thread per (position, chunk of kN pairs), walking the position's H
+// heads kHG at a time (every head's loads of a group issued before its stores): the kN angles of
+// a chunk are the same for every head of a position, so they are computed once instead of once
+// a head. The per-head kernel above spent ~25 instructions an element on them (8 sincos for 16
+// elements), enough to make it issue-bound (the head norm's kernel measured the same, "The head
+// norm's angles once per position" in docs/perf-notes.md). Same angles, same rotation: the same
+// bits as rope_kernel.
+constexpr int kHG = 4;
+template <typename T, int kN, bool kRotateHalf>
+__global__ void __launch_bounds__(kThreads)
+    rope_pos_kernel(T* x, const __grid_constant__ RopeFreqs freqs, const int32_t* __restrict__ pos,
+                    int positions, int T_, int H, int HS, int pos0, float sign, int64_t ld) {
+  const int half = HS / 2;
+  const int chunks = half / kN;
+  const int total = positions * chunks;  // < 2^31: checked on the host
+  for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < total; i += gridDim.x * blockDim.x) {
+    const int bt = i / chunks;      // b·T + t
+    const int c = i - bt * chunks;  // this thread's chunk: pairs c·kN … c·kN + kN − 1
+    const double at = static_cast<double>(pos != nullptr ? pos[bt] : pos0 + bt % T_);
+    float cs[kN], sn[kN];
+    chunk_angles<kN>(cs, sn, c, at, freqs, sign);
+    T* xr = x + bt * ld;
+    for (int h0 = 0; h0 < H; h0 += kHG) {
+      float u[kHG][2 * kN];
+#pragma unroll
+      for (int g = 0; g < kHG; ++g)
+        if (h0 + g < H) load_chunk<T, kN, kRotateHalf>(xr + (h0 + g) * HS, c, half, u[g]);
+#pragma unroll
+      for (int g = 0; g < kHG; ++g) {
+        if (h0 + g >= H) continue;
+        rotate_chunk_by<kN, kRotateHalf>(u[g], cs, sn);
+        store_chunk<T, kN, kRotateHalf>(xr + (h0 + g) * HS, c, half, u[g]);
+      }
+    }
+  }
+}
+
 template <typename T, int kN>
 void launch_rope(Context& ctx, T* x, const RopeFreqs& f, const int32_t* pos, int rows, int T_,
                  int H, int HS, int pos0, float sign, RopeStyle style, int64_t ld) {
-  const int total = rows * (HS / 2 / kN);
-  const int grid = grid_for(total, kThreads, ctx.num_sms());
-  if (style == RopeStyle::kRotateHalf) {
-    rope_kernel<T, kN, true>
-        <<<grid, kThreads, 0, ctx.stream()>>>(x, f, pos, rows, T_, H, HS, pos0, sign, ld);
-  } else {
-    rope_kernel<T, kN, false>
-        <<<grid, kThreads, 0, ctx.stream()>>>(x, f, pos, rows, T_, H, HS, pos0, sign, ld);
+  if constexpr (kN > 1) {  // the vectorised path: per position
+    const int positions = rows / H;
+    const int grid = grid_for(int64_t{positions} * (HS / 2 / kN), kThreads, ctx.num_sms());
+    if (style == RopeStyle::kRotateHalf) {
+      rope_pos_kernel<T, kN, true>
+          <<<grid, kThreads, 0, ctx.stream()>>>(x, f, pos, positions, T_, H, HS, pos0, sign, ld);
+    } else {
+      rope_pos_kernel<T, kN, false>
+          <<<grid, kThreads, 0, ctx.stream()>>>(x, f, pos, positions, T_, H, HS, pos0, sign, ld);
+    }
+  } else {  // element by element: per head
+    const int total = rows * (HS / 2);
+    const int grid = grid_for(total, kThreads, ctx.num_sms());
+    if (style == RopeStyle::kRotateHalf) {
+      rope_kernel<T, 1, true>
+          <<<grid, kThreads, 0, ctx.stream()>>>(x, f, pos, rows, T_, H, HS, pos0, sign, ld);
+    } else {
+      rope_kernel<T, 1, false>
+          <<<grid, kThreads, 0, ctx.stream()>>>(x, f, pos, rows, T_, H, HS, pos0, sign, ld);
+    }
   }
   FORGE_CUDA_CHECK_LAUNCH();
 }
