@@ -110,9 +110,9 @@ TEST(ModelOps, Gpt2StepRunsTheFusedSequence) {
 TEST(ModelOps, LlamaStepRunsTheFusedSequence) {
   const std::vector<std::string> want = {
       // forward
-      "embedding_fwd", "rmsnorm_fwd", "linear_fwd" /* q|k|v, one (N, QKV) product */, "rope_fwd" /* q and k (adjacent heads) in place in it */,
-      "attention_fwd strided", "linear_fwd" /* o_proj */,
-      "residual_rmsnorm_fwd", "linear_fwd" /* gate|up, one (N, 2FF) product */, "swiglu_fwd_rows",
+      "embedding_fwd", "rmsnorm_fwd", "linear_fwd" /* q|k|v, one (N, QKV) product */,
+      "rope_fwd" /* q and k (adjacent heads) in place in it */, "attention_fwd strided",
+      "linear_fwd" /* o_proj */, "residual_rmsnorm_fwd", "linear_fwd" /* gate|up, one (N, 2FF) product */, "swiglu_fwd_rows",
       "linear_fwd" /* down */, "residual_rmsnorm_fwd" /* + norm */, "lm_head_cross_entropy",
       // backward
       "rmsnorm_bwd", "linear_bwd" /* down */, "swiglu_bwd_rows", "linear_bwd" /* gate|up */, "rmsnorm_bwd",
@@ -150,8 +150,8 @@ class ThreeProductBackend : public RecordingBackend<T> {
 };
 
 // Qwen2: the q/k bias gradients come out of the backward rotation's pass (rope_bias_bwd), with
-// q|k|v fused (one pass over the fused gradient's adjacent q and k heads; v's by bias_grad over its slice, so the fused
-// product computes none) and with three products (v's is linear_bwd's).
+// q|k|v fused (one pass over the fused gradient's adjacent q and k heads; v's by bias_grad over
+// its slice, so the fused product computes none) and with three products (v's is linear_bwd's).
 TEST(ModelOps, Qwen2TakesTheQkBiasGradientFromTheRotation) {
   ModelConfig cfg = one_layer(Family::kLlama);
   cfg.variant = LlamaVariant::kQwen2;

@@ -83,10 +83,11 @@ __global__ void __launch_bounds__(kThreads)
 // The vectorised path, one thread per (position, chunk of kN pairs), walking the position's H
 // heads kHG at a time (every head's loads of a group issued before its stores): the kN angles of
 // a chunk are the same for every head of a position, so they are computed once instead of once
-// a head. The per-head kernel above spent ~25 instructions an element on them (8 sincos for 16
-// elements), enough to make it issue-bound (the head norm's kernel measured the same, "The head
-// norm's angles once per position" in docs/perf-notes.md). Same angles, same rotation: the same
-// bits as rope_kernel.
+// a head. The per-head kernel spent ~25 instructions an element on them by the PTX count (8
+// sincos for 16 elements), the cost that made the head norm's kernel issue-bound ("The head
+// norm's angles once per position" in docs/perf-notes.md; this kernel was not profiled). The
+// same helpers compute the angles and the rotation as the head-norm kernel's, so each element
+// gets the per-head kernel's arithmetic; the two were not compared bit for bit on a GPU.
 constexpr int kHG = 4;
 template <typename T, int kN, bool kRotateHalf>
 __global__ void __launch_bounds__(kThreads)
