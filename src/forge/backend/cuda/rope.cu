@@ -13,11 +13,11 @@
 // reduction (so no local-memory Payne–Hanek path), and the error is ~1 ulp of f32 plus π·2^-25
 // from rounding r — ~1e-7, at any position.
 //
-// Work split. Vectorised (kN = kVec<T> pairs a chunk: two 16-byte accesses for kRotateHalf, one
-// or two for interleaved): rope_pos_kernel, one thread per (position, chunk), the chunk's angles
-// once, then the position's heads four at a time. Element by element (kN = 1: HS/2 not a
-// multiple of kVec<T>, or x not 16-byte aligned): rope_kernel, one thread per (row = (b, t, h),
-// pair), the angle per head.
+// Work split: rope_pos_kernel, one thread per (position, chunk of kN pairs), the chunk's angles
+// once, then the position's heads four at a time. Vectorised, kN = kVec<T> pairs a chunk (two
+// 16-byte accesses for kRotateHalf, one or two for interleaved); element by element, kN = 1 (HS/2
+// not a multiple of kVec<T>, or x not 16-byte aligned). (Until 2026-12-07 the element path kept
+// a kernel of one thread per (b, t, h, pair), an angle per head.)
 //
 // Packed rows: the position of row (b, t) is pos[b, t] (device (B, T)) instead of pos0 + t, read
 // once per thread; the same angle method, so at pos[b, t] = t the result is bit-identical.
@@ -28,10 +28,7 @@
 //
 // ptxas (sm_90a, CUDA 13.0, -Xptxas=-v): registers, spill stores, stack frame per kernel
 // (<T, kN, ...>: kN = 1 is the element-by-element instantiation):
-//   rope_kernel<bf16, 1, false>                           29 regs, 0 spill, 0 stack
-//   rope_kernel<bf16, 1, true>                            31 regs, 0 spill, 0 stack
-//   rope_kernel<float, 1, false>                          28 regs, 0 spill, 0 stack
-//   rope_kernel<float, 1, true>                           30 regs, 0 spill, 0 stack
+//   rope_pos_kernel<bf16 / f16 / float, 1, false / true>  40 / 48 regs, 0 spill, 0 stack
 //   rope_pos_kernel<bf16 / f16, 8, false / true>          126 / 128 regs, 0 spill, 0 stack
 //   rope_pos_kernel<float, 4, false / true>               70 / 80 regs, 0 spill, 0 stack
 //   rope_bias_bwd_kernel<bf16, 8, false / true>           94 / 100 regs, 0 spill, 16 KB shared
@@ -57,30 +54,8 @@ using namespace kernels;
 
 constexpr int kThreads = 256;
 
-template <typename T, int kN, bool kRotateHalf>
-__global__ void __launch_bounds__(kThreads)
-    rope_kernel(T* x, const __grid_constant__ RopeFreqs freqs, const int32_t* __restrict__ pos,
-                int rows, int T_, int H, int HS, int pos0, float sign, int64_t ld) {
-  const int half = HS / 2;
-  const int chunks = half / kN;
-  const int total = rows * chunks;  // < 2^31: checked on the host
-  for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < total; i += gridDim.x * blockDim.x) {
-    const int row = i / chunks;              // (b·T + t)·H + h
-    const int p0 = (i - row * chunks) * kN;  // first pair of this thread
-    const int bt = row / H;                  // b·T + t
-    const double at = static_cast<double>(pos != nullptr ? pos[bt] : pos0 + bt % T_);
-    float cs[kN], sn[kN];
-#pragma unroll
-    for (int k = 0; k < kN; ++k) {
-      float s, c;
-      rope_sincos(at, freqs.inv_freq_over_pi[p0 + k], &s, &c);
-      cs[k] = c, sn[k] = sign * s;
-    }
-    rope_rotate_pairs<T, kN, kRotateHalf>(x + bt * ld + (row - bt * H) * HS, p0, half, cs, sn);
-  }
-}
-
-// The vectorised path, one thread per (position, chunk of kN pairs), walking the position's H
+// One thread per (position, chunk of kN pairs: kVec<T> on the vectorised path, 1 element by
+// element), walking the position's H
 // heads kHG at a time (every head's loads of a group issued before its stores): the kN angles of
 // a chunk are the same for every head of a position, so they are computed once instead of once
 // a head. The per-head kernel spent ~25 instructions an element on them by the PTX count (8
@@ -121,26 +96,14 @@ __global__ void __launch_bounds__(kThreads)
 template <typename T, int kN>
 void launch_rope(Context& ctx, T* x, const RopeFreqs& f, const int32_t* pos, int rows, int T_,
                  int H, int HS, int pos0, float sign, RopeStyle style, int64_t ld) {
-  if constexpr (kN > 1) {  // the vectorised path: per position
-    const int positions = rows / H;
-    const int grid = grid_for(int64_t{positions} * (HS / 2 / kN), kThreads, ctx.num_sms());
-    if (style == RopeStyle::kRotateHalf) {
-      rope_pos_kernel<T, kN, true>
-          <<<grid, kThreads, 0, ctx.stream()>>>(x, f, pos, positions, T_, H, HS, pos0, sign, ld);
-    } else {
-      rope_pos_kernel<T, kN, false>
-          <<<grid, kThreads, 0, ctx.stream()>>>(x, f, pos, positions, T_, H, HS, pos0, sign, ld);
-    }
-  } else {  // element by element: per head
-    const int total = rows * (HS / 2);
-    const int grid = grid_for(total, kThreads, ctx.num_sms());
-    if (style == RopeStyle::kRotateHalf) {
-      rope_kernel<T, 1, true>
-          <<<grid, kThreads, 0, ctx.stream()>>>(x, f, pos, rows, T_, H, HS, pos0, sign, ld);
-    } else {
-      rope_kernel<T, 1, false>
-          <<<grid, kThreads, 0, ctx.stream()>>>(x, f, pos, rows, T_, H, HS, pos0, sign, ld);
-    }
+  const int positions = rows / H;
+  const int grid = grid_for(int64_t{positions} * (HS / 2 / kN), kThreads, ctx.num_sms());
+  if (style == RopeStyle::kRotateHalf) {
+    rope_pos_kernel<T, kN, true>
+        <<<grid, kThreads, 0, ctx.stream()>>>(x, f, pos, positions, T_, H, HS, pos0, sign, ld);
+  } else {
+    rope_pos_kernel<T, kN, false>
+        <<<grid, kThreads, 0, ctx.stream()>>>(x, f, pos, positions, T_, H, HS, pos0, sign, ld);
   }
   FORGE_CUDA_CHECK_LAUNCH();
 }
