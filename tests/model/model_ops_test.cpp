@@ -122,21 +122,22 @@ TEST(ModelOps, LlamaStepRunsTheFusedSequence) {
 }
 
 // Qwen3: the per-head q/k norm and RoPE are one op each way (no separate norm or rotation; the
-// backward writes d(q_raw), d(k_raw) in place over dq, dk, so nothing is zeroed for it either).
+// backward writes d(q_raw), d(k_raw) in place over dq, dk, so nothing is zeroed for it either),
+// and one call takes q's and k's heads (adjacent in the fused row, their gains adjacent too).
 TEST(ModelOps, Qwen3StepFusesTheHeadNormWithRope) {
   ModelConfig cfg = one_layer(Family::kLlama);
   cfg.variant = LlamaVariant::kQwen3;
   cfg.qk_norm = true;
   const std::vector<std::string> want = {
       // forward
-      "embedding_fwd", "rmsnorm_fwd", "linear_fwd" /* q|k|v */, "head_norm_rope_fwd",
-      "head_norm_rope_fwd" /* q, k from its slices */, "attention_fwd strided" /* v in place */,
+      "embedding_fwd", "rmsnorm_fwd", "linear_fwd" /* q|k|v */,
+      "head_norm_rope_fwd" /* q and k from its slices */, "attention_fwd strided" /* v in place */,
       "linear_fwd" /* o_proj */, "residual_rmsnorm_fwd", "linear_fwd" /* gate|up */, "swiglu_fwd_rows",
       "linear_fwd" /* down */, "residual_rmsnorm_fwd" /* + norm */, "lm_head_cross_entropy",
       // backward
       "rmsnorm_bwd", "linear_bwd" /* down */, "swiglu_bwd_rows", "linear_bwd" /* gate|up */, "rmsnorm_bwd",
-      "linear_bwd" /* o_proj */, "attention_bwd strided", "head_norm_rope_bwd",
-      "head_norm_rope_bwd" /* q, k */, "linear_bwd" /* q|k|v */, "rmsnorm_bwd", "embedding_bwd"};
+      "linear_bwd" /* o_proj */, "attention_bwd strided",
+      "head_norm_rope_bwd" /* q and k */, "linear_bwd" /* q|k|v */, "rmsnorm_bwd", "embedding_bwd"};
   EXPECT_EQ(record_step(cfg), want);
 }
 

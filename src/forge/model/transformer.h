@@ -225,7 +225,7 @@ class Model {
                      // with qk_norm: q (B, T, QKV) holds q and k after the head norm at their
                      // q|k|v columns (v's unused: the attention's gradients take q's strides)
     ActBuf q_raw, k_raw;      // qk_norm unfused: the projections before the per-head RMSNorm
-    StatBuf q_rstd, k_rstd;   // qk_norm: (B, T, NH), (B, T, NKV)
+    StatBuf q_rstd, k_rstd;   // qk_norm: (B, T, NH), (B, T, NKV); fused q|k|v: q_rstd q's then k's
     typename Backend::AttnSaved att;  // what the attention backward needs (backend's choice)
     ActBuf atty;     // (B, T, NH·HS) attention output before the projection
     ActBuf x_mid;    // (B, T, C) residual stream after attention

@@ -123,16 +123,17 @@ void Model<B>::plan(int Bn, int Tn) {
     FORGE_CHECK(o.k_w == o.q_w + q_rows * static_cast<int64_t>(C) && o.v_w == o.k_w + kv_rows * static_cast<int64_t>(C) &&
                     (o.q_b < 0 || (o.k_b == o.q_b + q_rows && o.v_b == o.k_b + kv_rows)),
                 "fused q|k|v needs k_proj's and v_proj's rows (and biases) right after q_proj's (layer ", l, ")");
+    FORGE_CHECK(o.q_norm_w < 0 || o.k_norm_w == o.q_norm_w + HS,
+                "fused q|k|v needs k_norm's gain right after q_norm's (layer ", l, ")");
   }
   auto attention = [&](LayerActs& a) {
     if (gpt2()) {
       a.qkv = act(N * 3 * C);
     } else if (fused_qkv_) {
       a.qkv = act(N * QKV);
-      if (cfg_.qk_norm) {
+      if (cfg_.qk_norm) {  // one head norm + RoPE over q's and k's heads: rstd q's, then k's
         a.q = act(N * QKV);
-        a.q_rstd = stat(N * NH);
-        a.k_rstd = stat(N * NKV);
+        a.q_rstd = stat(N * (NH + NKV));
       }
     } else {
       a.q = act(N * NH * HS);
@@ -301,12 +302,11 @@ void Model<B>::attn_fwd(int l, bool store_kv) {
     const int QKV = qkv_width();
     const QkvView raw = fused_slices(a.qkv.data());
     be_.linear_fwd(raw.q, ln1, w(o.q_w), w(o.q_b), N, C, QKV, lay);
-    if (cfg_.qk_norm) {  // q, k: the head norm + RoPE of the fused row's slices, into a.q's
+    if (cfg_.qk_norm) {  // q, k: the head norm + RoPE of the fused row's slices, into a.q's;
+      // q's NH heads and k's NKV adjacent, their gains too (q_norm's then k_norm's): one call
       const QkvView normed = fused_slices(a.q.data());
-      be_.head_norm_rope_fwd(normed.q, a.q_rstd.data(), raw.q, w(o.q_norm_w), B_, T_, NH, HS, cfg_.norm_eps, rope_l,
-                             layout_.pos, QKV);
-      be_.head_norm_rope_fwd(normed.k, a.k_rstd.data(), raw.k, w(o.k_norm_w), B_, T_, NKV, HS, cfg_.norm_eps,
-                             rope_l, layout_.pos, QKV);
+      be_.head_norm_rope_fwd(normed.q, a.q_rstd.data(), raw.q, w(o.q_norm_w), B_, T_, NH + NKV, HS, cfg_.norm_eps,
+                             rope_l, layout_.pos, QKV, NH);
     } else if (rope_l) {  // q's and k's heads are adjacent in the row: one pass over NH + NKV
       be_.rope_fwd(raw.q, B_, T_, NH + NKV, HS, rope, layout_.pos, QKV);
     }
@@ -521,11 +521,9 @@ void Model<B>::block_backward(int l) {
     // q|k|v's at once).
     const int QKV = qkv_width();
     const QkvView raw = fused_slices(a.qkv.data());
-    if (cfg_.qk_norm) {
-      be_.head_norm_rope_bwd(d.q, g(o.q_norm_w), d.q, raw.q, w(o.q_norm_w), a.q_rstd.data(), B_, T_, NH, HS, rope_l,
-                             layout_.pos, QKV);
-      be_.head_norm_rope_bwd(d.k, g(o.k_norm_w), d.k, raw.k, w(o.k_norm_w), a.k_rstd.data(), B_, T_, NKV, HS,
-                             rope_l, layout_.pos, QKV);
+    if (cfg_.qk_norm) {  // q's and k's heads in one call, as in the forward
+      be_.head_norm_rope_bwd(d.q, g(o.q_norm_w), d.q, raw.q, w(o.q_norm_w), a.q_rstd.data(), B_, T_, NH + NKV, HS,
+                             rope_l, layout_.pos, QKV, NH);
     } else if (bias_in_rope) {  // q's and k's heads and biases adjacent (the fused product's)
       be_.rope_bias_bwd(d.q, g(o.q_b), B_, T_, NH + NKV, HS, rope, layout_.pos, QKV);
       if (auto dvb = g(o.v_b)) be_.bias_grad(dvb, d.v, N, NKV * HS, QKV);

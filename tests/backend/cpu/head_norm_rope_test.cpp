@@ -73,39 +73,43 @@ TEST(HeadNormRope, EqualsTheUnfusedSequenceBitForBit) {
 
 // loss = Σ x·u, x = head_norm_rope_fwd(x_raw, w): d(x_raw) and dweight from the backward with
 // dx = u against central differences, in double.
+// H0 = 1 of H = 3: two groups of heads with gains (2, HS) (the model's q and k in one call).
 TEST(HeadNormRope, BackwardMatchesFiniteDifferences) {
-  const int B = 2, T = 3, H = 2, HS = 6;
+  const int B = 2, T = 3, HS = 6;
   const std::vector<int32_t> pos = {2, 0, 1, 5, 6, 0};  // (B, T)
   uint64_t seed = 950;
+  for (int H0 : {0, 1})
   for (RopeStyle style : kStyles)
     for (bool use_rope : {true, false})
       for (bool packed : {false, true}) {
         if (!use_rope && packed) continue;
+        const int H = H0 > 0 ? 3 : 2, groups = H0 > 0 ? 2 : 1;
         const Rope rope{100.0f, style};  // small base: every pair rotates by a visible angle
         const Rope* r = use_rope ? &rope : nullptr;
         const int32_t* p = packed ? pos.data() : nullptr;
         const size_t n = static_cast<size_t>(B) * T * H * HS;
         auto x_raw = random_normal<double>(n, seed++);
-        auto w = random_normal<double>(HS, seed++);
+        auto w = random_normal<double>(groups * HS, seed++);
         const auto u = random_normal<double>(n, seed++);
         auto loss = [&] {
           std::vector<double> x(n), rstd(n / HS);
           head_norm_rope_fwd<double>(x.data(), rstd.data(), x_raw.data(), w.data(), B, T, H, HS,
-                                     kEps, r, p);
+                                     kEps, r, p, 0, H0);
           return forge::testing::dot(x, u);
         };
         std::vector<double> x(n), rstd(n / HS);
         head_norm_rope_fwd<double>(x.data(), rstd.data(), x_raw.data(), w.data(), B, T, H, HS, kEps,
-                                   r, p);
-        std::vector<double> dx_raw(n), dw(HS, 0.0);
+                                   r, p, 0, H0);
+        std::vector<double> dx_raw(n), dw(groups * HS, 0.0);
         head_norm_rope_bwd<double>(dx_raw.data(), dw.data(), u.data(), x_raw.data(), w.data(),
-                                   rstd.data(), B, T, H, HS, r, p);
+                                   rstd.data(), B, T, H, HS, r, p, 0, H0);
+        const std::string where = name(style, use_rope, packed) + " H0=" + std::to_string(H0);
         EXPECT_TRUE(all_close(dx_raw, forge::testing::finite_diff(x_raw, loss),
                               forge::testing::kTolFiniteDiff))
-            << name(style, use_rope, packed);
+            << where;
         EXPECT_TRUE(
             all_close(dw, forge::testing::finite_diff(w, loss), forge::testing::kTolFiniteDiff))
-            << name(style, use_rope, packed);
+            << where;
       }
 }
 
@@ -119,6 +123,12 @@ TEST(HeadNormRopeDeathTest, RejectsAliasingAndBadShapes) {
   EXPECT_DEATH(head_norm_rope_fwd<float>(y.data(), rstd.data(), x.data(), w.data(), 1, 1, 0, 8,
                                          kEps, nullptr),
                "head_norm_rope_fwd.*bad shape");
+  EXPECT_DEATH(head_norm_rope_fwd<float>(y.data(), rstd.data(), x.data(), w.data(), 1, 1, 2, 8,
+                                         kEps, nullptr, nullptr, 0, 2),
+               "head_norm_rope_fwd.*first group of 2 heads outside");
+  EXPECT_DEATH(head_norm_rope_bwd<float>(y.data(), w.data(), x.data(), x.data(), w.data(), rstd.data(), 1, 1, 2, 8,
+                                         nullptr, nullptr, 0, -1),
+               "head_norm_rope_bwd.*first group of -1 heads outside");
 }
 
 }  // namespace

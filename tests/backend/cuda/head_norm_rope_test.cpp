@@ -175,8 +175,97 @@ TEST_P(HeadNormRopeTest, StridedViewsMatchCpu) {
   }
 }
 
+// Two groups of heads in one call (H0 > 0: the model's q and k, adjacent in the fused q|k|v row,
+// with q_norm's and k_norm's gains adjacent): against the CPU twin (which is two calls), and bit
+// for bit against two GPU calls for what does not depend on the weight-gradient split (x, rstd,
+// d(x_raw)); dweight (2, HS) within kTolWgrad of the CPU (f32 sums, another order), rerun bit for
+// bit. v's columns (after k's) come back unchanged. Cases: bf16/f16 vector path with a
+// part-filled last group (NKV = 1), the element path (HS 20), Qwen3-like 12 + 4 heads over many
+// splits, HS 128, interleaved pairs with packed positions, a NoPE layer.
+TEST_P(HeadNormRopeTest, TwoGroupsInOneCallMatchTwoCalls) {
+  struct Case {
+    int B, T, NH, NKV, HS;
+    RopeStyle style;
+    bool rope, packed;
+  };
+  const Case cases[] = {{2, 37, 3, 1, 64, RopeStyle::kRotateHalf, true, false},
+                        {3, 5, 2, 2, 20, RopeStyle::kRotateHalf, true, false},
+                        {4, 256, 12, 4, 64, RopeStyle::kRotateHalf, true, false},
+                        {2, 9, 2, 1, 128, RopeStyle::kRotateHalf, true, false},
+                        {2, 33, 4, 2, 64, RopeStyle::kInterleaved, true, true},
+                        {2, 17, 3, 1, 64, RopeStyle::kRotateHalf, false, false}};
+  uint64_t seed = 900;
+  for (const Case& c : cases) {
+    const int H = c.NH + c.NKV, HS = c.HS;
+    const int64_t ld = int64_t{c.NH + 2 * c.NKV} * HS, koff = int64_t{c.NH} * HS;
+    const size_t BT = static_cast<size_t>(c.B) * c.T, n = BT * ld, rows = BT * H;
+    const std::string where = "B=" + std::to_string(c.B) + " T=" + std::to_string(c.T) + " NH=" +
+                              std::to_string(c.NH) + " NKV=" + std::to_string(c.NKV) + " HS=" + std::to_string(HS) +
+                              (c.rope ? "" : " no-rope") + (c.packed ? " packed" : "");
+    const Rope rope{1000000.0f, c.style};
+    const Rope* r = c.rope ? &rope : nullptr;
+    forge::testing::PackedLayout lay = forge::testing::random_packed_layout(c.B, c.T, 7, seed++);
+    for (int32_t& p : lay.pos) p += 3000;
+    const int32_t* hpos = c.packed ? lay.pos.data() : nullptr;
+    const auto raw = as_dt(dt(), random_normal<float>(n, seed++));
+    const auto x0 = as_dt(dt(), random_normal<float>(n, seed++));  // what x holds outside the views
+    const auto dx = as_dt(dt(), random_normal<float>(n, seed++));
+    auto wv = random_normal<float>(2 * HS, seed++, 0.3);  // q's gain, then k's
+    for (float& v : wv) v += 1.0f;
+    const auto w = as_dt(dt(), wv);
+    const auto dw0 = random_normal<float>(2 * HS, seed++);
+
+    std::vector<float> ref_x = x0, ref_rstd(rows), ref_d = dx, ref_dw = dw0;
+    cpu::head_norm_rope_fwd<float>(ref_x.data(), ref_rstd.data(), raw.data(), w.data(), c.B, c.T, H, HS, 1e-6f, r,
+                                   hpos, ld, c.NH);
+    cpu::head_norm_rope_bwd<float>(ref_d.data(), ref_dw.data(), ref_d.data(), raw.data(), w.data(), ref_rstd.data(),
+                                   c.B, c.T, H, HS, r, hpos, ld, c.NH);
+
+    auto dpos = upload(lay.pos);
+    const int32_t* pos = c.packed ? dpos.data() : nullptr;
+    auto d_raw = up(raw), d_w = up(w), d_x1 = up(x0), d_x2 = up(x0);
+    auto d_rstd1 = poisoned<float>(rows), d_rstd2 = poisoned<float>(rows);
+    head_norm_rope_fwd(ctx(), dt(), d_x1.data(), d_rstd1.data(), d_raw.data(), d_w.data(), c.B, c.T, H, HS, 1e-6f,
+                       r, pos, ld, c.NH);
+    head_norm_rope_fwd(ctx(), dt(), d_x2.data(), d_rstd2.data(), d_raw.data(), d_w.data(), c.B, c.T, c.NH, HS,
+                       1e-6f, r, pos, ld);
+    head_norm_rope_fwd(ctx(), dt(), d_x2.at(koff), d_rstd2.data() + BT * c.NH, d_raw.at(koff), d_w.at(HS), c.B,
+                       c.T, c.NKV, HS, 1e-6f, r, pos, ld);
+    const auto got_x = down(d_x1), got_rstd = download(d_rstd1);
+    EXPECT_TRUE(all_close(got_x, ref_x, tol_for(dt()))) << "x " << where;  // v's columns: x0 on both
+    EXPECT_TRUE(all_close(got_rstd, ref_rstd, kTolRstd)) << "rstd " << where;
+    EXPECT_TRUE(same_bits(got_x, down(d_x2))) << "x, one call against two " << where;
+    EXPECT_TRUE(same_bits(got_rstd, download(d_rstd2))) << "rstd, one call against two " << where;
+
+    auto d_ref_rstd = upload(ref_rstd);
+    std::vector<float> got_d[2], got_dw[2];
+    for (int run = 0; run < 2; ++run) {  // in place over dx, as the model calls it
+      auto d_d = up(dx);
+      auto d_dw = upload(dw0);
+      head_norm_rope_bwd(ctx(), dt(), d_d.data(), d_dw.data(), d_d.data(), d_raw.data(), d_w.data(),
+                         d_ref_rstd.data(), c.B, c.T, H, HS, r, pos, ld, c.NH);
+      got_d[run] = down(d_d);
+      got_dw[run] = download(d_dw);
+    }
+    auto d_d2 = up(dx);
+    head_norm_rope_bwd(ctx(), dt(), d_d2.data(), nullptr, d_d2.data(), d_raw.data(), d_w.data(), d_ref_rstd.data(),
+                       c.B, c.T, c.NH, HS, r, pos, ld);
+    head_norm_rope_bwd(ctx(), dt(), d_d2.at(koff), nullptr, d_d2.at(koff), d_raw.at(koff), d_w.at(HS),
+                       d_ref_rstd.data() + BT * c.NH, c.B, c.T, c.NKV, HS, r, pos, ld);
+    auto d_frozen = up(dx);  // a frozen gain: no dweight, the same d(x_raw)
+    head_norm_rope_bwd(ctx(), dt(), d_frozen.data(), nullptr, d_frozen.data(), d_raw.data(), d_w.data(),
+                       d_ref_rstd.data(), c.B, c.T, H, HS, r, pos, ld, c.NH);
+    EXPECT_TRUE(all_close(got_d[0], ref_d, tol_for(dt()))) << "dx_raw " << where;
+    EXPECT_TRUE(all_close(got_dw[0], ref_dw, kTolWgrad)) << "dweight " << where;
+    EXPECT_TRUE(same_bits(got_d[0], down(d_d2))) << "dx_raw, one call against two " << where;
+    EXPECT_TRUE(same_bits(got_d[0], down(d_frozen))) << "dx_raw without dweight " << where;
+    EXPECT_TRUE(same_bits(got_d[1], got_d[0])) << "dx_raw rerun " << where;
+    EXPECT_TRUE(same_bits(got_dw[1], got_dw[0])) << "dweight rerun " << where;
+  }
+}
+
 // The shape checks (FORGE_CHECK: the model's invariants) abort naming the op: an odd head size,
-// one above 512, and x over x_raw.
+// one above 512, x over x_raw, and a first group of heads not below H.
 TEST_P(HeadNormRopeTest, RejectsBadShapes) {
   GTEST_FLAG_SET(death_test_style, "threadsafe");
   const Rope rope{};
@@ -192,6 +281,9 @@ TEST_P(HeadNormRopeTest, RejectsBadShapes) {
   EXPECT_DEATH(head_norm_rope_fwd(ctx(), dt(), a.data(), rstd.data(), a.data(), w.data(), 1, 2, 2,
                                   64, 1e-6f, &rope),
                "head_norm_rope_fwd.*alias");
+  EXPECT_DEATH(head_norm_rope_fwd(ctx(), dt(), a.data(), rstd.data(), b.data(), w.data(), 1, 2, 2,
+                                  64, 1e-6f, &rope, nullptr, 0, 2),
+               "head_norm_rope_fwd.*first group of 2 heads outside");
 }
 
 INSTANTIATE_TEST_SUITE_P(Dtypes, HeadNormRopeTest,

@@ -148,14 +148,15 @@ class CpuBackend {
   }
   // Qwen3's q/k head norm + RoPE (rope null: none), one op on every backend; the backward writes
   // dx_raw (may alias dx) and accumulates dw. ld: the row stride of views into fused q|k|v rows
-  // (0: dense; ops/head_norm_rope.h).
+  // (0: dense; ops/head_norm_rope.h). H0 > 0: q's H0 heads and k's H − H0 in one call, gains and
+  // their gradients (2, HS), rstd q's then k's.
   void head_norm_rope_fwd(Act x, Stat rstd, Act x_raw, Act w, int B, int T_, int H, int HS, float eps,
-                          const Rope* rope, const int32_t* pos, int64_t ld) {
-    cpu::head_norm_rope_fwd<T>(x, rstd, x_raw, w, B, T_, H, HS, eps, rope, pos, ld);
+                          const Rope* rope, const int32_t* pos, int64_t ld, int H0 = 0) {
+    cpu::head_norm_rope_fwd<T>(x, rstd, x_raw, w, B, T_, H, HS, eps, rope, pos, ld, H0);
   }
   void head_norm_rope_bwd(Act dx_raw, Grad dw, Act dx, Act x_raw, Act w, Stat rstd, int B, int T_, int H, int HS,
-                          const Rope* rope, const int32_t* pos, int64_t ld) {
-    cpu::head_norm_rope_bwd<T>(dx_raw, dw, dx, x_raw, w, rstd, B, T_, H, HS, rope, pos, ld);
+                          const Rope* rope, const int32_t* pos, int64_t ld, int H0 = 0) {
+    cpu::head_norm_rope_bwd<T>(dx_raw, dw, dx, x_raw, w, rstd, B, T_, H, HS, rope, pos, ld, H0);
   }
   void linear_fwd(Act out, Act inp, Act w, Act bias, int N, int C, int OC, WeightLayout layout) {
     cpu::linear_fwd<T>(out, inp, w, bias, N, C, OC, layout);

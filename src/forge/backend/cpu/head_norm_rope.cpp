@@ -33,11 +33,18 @@ void scatter_rows(T* x, const std::vector<T>& d, int64_t rows, int64_t width, in
 
 template <typename T>
 void head_norm_rope_fwd(T* x, T* rstd, const T* x_raw, const T* weight, int B, int T_, int H,
-                        int HS, float eps, const Rope* rope, const int32_t* pos, int64_t ld) {
+                        int HS, float eps, const Rope* rope, const int32_t* pos, int64_t ld, int H0) {
   FORGE_CHECK(B >= 0 && T_ >= 0 && H > 0 && HS > 0, "[head_norm_rope_fwd] bad shape B=", B,
               " T=", T_, " H=", H, " HS=", HS);
+  FORGE_CHECK(H0 >= 0 && H0 < H, "[head_norm_rope_fwd] first group of ", H0, " heads outside [0, ", H, ")");
   const int64_t width = int64_t{H} * HS, bt = int64_t{B} * T_;
   FORGE_CHECK(ld == 0 || ld >= width, "[head_norm_rope_fwd] row stride ", ld, " below H·HS = ", width);
+  if (H0 > 0) {  // the two groups as two views of the same rows (the contract: exactly two calls)
+    const int64_t l = ld > 0 ? ld : width, off = int64_t{H0} * HS;
+    head_norm_rope_fwd<T>(x, rstd, x_raw, weight, B, T_, H0, HS, eps, rope, pos, l);
+    head_norm_rope_fwd<T>(x + off, rstd + bt * H0, x_raw + off, weight + HS, B, T_, H - H0, HS, eps, rope, pos, l);
+    return;
+  }
   if (ld > width) {
     const std::vector<T> xr = gather_rows(x_raw, bt, width, ld);
     std::vector<T> d(xr.size());
@@ -56,11 +63,19 @@ void head_norm_rope_fwd(T* x, T* rstd, const T* x_raw, const T* weight, int B, i
 template <typename T>
 void head_norm_rope_bwd(T* dx_raw, T* dweight, const T* dx, const T* x_raw, const T* weight,
                         const T* rstd, int B, int T_, int H, int HS, const Rope* rope,
-                        const int32_t* pos, int64_t ld) {
+                        const int32_t* pos, int64_t ld, int H0) {
   FORGE_CHECK(B >= 0 && T_ >= 0 && H > 0 && HS > 0, "[head_norm_rope_bwd] bad shape B=", B,
               " T=", T_, " H=", H, " HS=", HS);
+  FORGE_CHECK(H0 >= 0 && H0 < H, "[head_norm_rope_bwd] first group of ", H0, " heads outside [0, ", H, ")");
   const int64_t width = int64_t{H} * HS, bt = int64_t{B} * T_;
   FORGE_CHECK(ld == 0 || ld >= width, "[head_norm_rope_bwd] row stride ", ld, " below H·HS = ", width);
+  if (H0 > 0) {
+    const int64_t l = ld > 0 ? ld : width, off = int64_t{H0} * HS;
+    head_norm_rope_bwd<T>(dx_raw, dweight, dx, x_raw, weight, rstd, B, T_, H0, HS, rope, pos, l);
+    head_norm_rope_bwd<T>(dx_raw + off, dweight ? dweight + HS : nullptr, dx + off, x_raw + off, weight + HS,
+                          rstd + bt * H0, B, T_, H - H0, HS, rope, pos, l);
+    return;
+  }
   if (ld > width) {
     const std::vector<T> g = gather_rows(dx, bt, width, ld), xr = gather_rows(x_raw, bt, width, ld);
     std::vector<T> d(g.size());
@@ -80,9 +95,9 @@ void head_norm_rope_bwd(T* dx_raw, T* dweight, const T* dx, const T* x_raw, cons
 
 #define FORGE_INSTANTIATE(T)                                                                    \
   template void head_norm_rope_fwd<T>(T*, T*, const T*, const T*, int, int, int, int, float,    \
-                                      const Rope*, const int32_t*, int64_t);                    \
+                                      const Rope*, const int32_t*, int64_t, int);               \
   template void head_norm_rope_bwd<T>(T*, T*, const T*, const T*, const T*, const T*, int, int, \
-                                      int, int, const Rope*, const int32_t*, int64_t);
+                                      int, int, const Rope*, const int32_t*, int64_t, int);
 FORGE_INSTANTIATE(float)
 FORGE_INSTANTIATE(double)
 #undef FORGE_INSTANTIATE

@@ -308,12 +308,12 @@ void CudaBackend::head_rmsnorm(Act x, Act w, int N, int H, int HS, int64_t strid
   cuda::head_rmsnorm(ctx_, dt_, x, w, N, H, HS, stride, eps);
 }
 void CudaBackend::head_norm_rope_fwd(Act x, Stat rstd, Act x_raw, Act w, int B, int T_, int H, int HS, float eps,
-                                     const Rope* rope, const int32_t* pos, int64_t ld) {
-  cuda::head_norm_rope_fwd(ctx_, dt_, x, rstd, x_raw, w, B, T_, H, HS, eps, rope, pos, ld);
+                                     const Rope* rope, const int32_t* pos, int64_t ld, int H0) {
+  cuda::head_norm_rope_fwd(ctx_, dt_, x, rstd, x_raw, w, B, T_, H, HS, eps, rope, pos, ld, H0);
 }
 void CudaBackend::head_norm_rope_bwd(Act dx_raw, Grad dw, Act dx, Act x_raw, Act w, Stat rstd, int B, int T_, int H,
-                                     int HS, const Rope* rope, const int32_t* pos, int64_t ld) {
-  cuda::head_norm_rope_bwd(ctx_, dt_, dx_raw, dw, dx, x_raw, w, rstd, B, T_, H, HS, rope, pos, ld);
+                                     int HS, const Rope* rope, const int32_t* pos, int64_t ld, int H0) {
+  cuda::head_norm_rope_bwd(ctx_, dt_, dx_raw, dw, dx, x_raw, w, rstd, B, T_, H, HS, rope, pos, ld, H0);
 }
 
 // out (N, OC) = inp (N, C) · op(W) (+ bias in the GEMM's epilogue); W is (OC, C) (kOutIn) or (C, OC).

@@ -201,9 +201,9 @@ class CudaBackend {
   void rmsnorm_bwd(Act dinp, Grad dw, Act dout, Act inp, Act w, Stat rstd, int N, int C, Grad dres);
   void head_rmsnorm(Act x, Act w, int N, int H, int HS, int64_t stride, float eps);
   void head_norm_rope_fwd(Act x, Stat rstd, Act x_raw, Act w, int B, int T_, int H, int HS, float eps,
-                          const Rope* rope, const int32_t* pos, int64_t ld);
+                          const Rope* rope, const int32_t* pos, int64_t ld, int H0 = 0);
   void head_norm_rope_bwd(Act dx_raw, Grad dw, Act dx, Act x_raw, Act w, Stat rstd, int B, int T_, int H, int HS,
-                          const Rope* rope, const int32_t* pos, int64_t ld);
+                          const Rope* rope, const int32_t* pos, int64_t ld, int H0 = 0);
   void linear_fwd(Act out, Act inp, Act w, Act bias, int N, int C, int OC, WeightLayout layout);
   void linear_gelu_fwd(Act hidden, Act fc, Act inp, Act w, Act bias, int N, int C, int OC, WeightLayout layout);
   // dw (and rmsnorm_bwd's dw) may be null: a frozen weight (LoRA's base), its product skipped.

@@ -29,6 +29,16 @@
 // Backward, with g = the inverse rotation of dx, norm = x·s:
 //   d(x_raw) = (g·w − norm·mean(g·w·norm))·s,   dweight += Σ_rows g·norm.
 //
+// Two groups (H0 > 0, the model's q and k: adjacent heads of one fused q|k|v row, gains adjacent
+// too): heads [0, H0) take weight row 0, [H0, H) row 1, and the walk over a position's heads
+// crosses from one to the other once, so a lane reloads its gain chunks there (L1-resident) and,
+// backward, swaps its dweight sums with the other group's, kept lane-private in shared memory
+// (`stash`). One call instead of two computes each position's angles once (two calls did it
+// twice, k's with only NKV heads to spread it over) and launches one finishing kernel over the
+// (splits, 2·HS) partials instead of two. Per head the arithmetic is the one-group kernel's, so x,
+// rstd and d(x_raw) have the bits of two calls (tested); dweight's splits differ (they follow
+// the row count), so its sums take another fixed order.
+//
 // Determinism of dweight: the backward's grid is `splits` blocks over fixed position ranges (a
 // function of the shape only); within a block each lane accumulates its channels over the heads
 // its group visits, in order; the groups are then summed in group order through shared memory
@@ -37,8 +47,9 @@
 //
 // ptxas (sm_90a, CUDA 13.0, -Xptxas=-v): registers per kernel, 0 spill and 0 stack for all
 // (<T, kN, kRotateHalf>; kN = 1 is the element-by-element instantiation, 8 chunks a lane):
-//   head_norm_rope_fwd_kernel   71–80 (3 blocks a SM; capped at 64 registers it spills)
-//   head_norm_rope_bwd_kernel   121–128; 16 KB static shared memory (2 blocks a SM)
+//   head_norm_rope_fwd_kernel   71–79 (3 blocks a SM; capped at 64 registers it spills)
+//   head_norm_rope_bwd_kernel   118–128; 32 KB static shared memory (the partial sums' 16 KB and
+//                               the second group's stash), 2 blocks a SM as before the stash
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -74,6 +85,8 @@ struct Params {
   const int32_t* pos;
   RopeFreqs freqs;
   int rows, T_, H, HS, lanes, rows_per_split;  // rows_per_split: positions a backward block takes
+  int H0;  // > 0: heads [0, H0) take weight row 0, [H0, H) row 1 (q's and k's gains); 0: one row
+  int64_t rstd1;  // H0 > 0: where the second group's rstd starts (B·T·H0)
   // Elements from one position's heads to the next: in (and x_raw, the backward's) and out. H·HS
   // dense; wider for a view into a fused q|k|v row.
   int64_t ld_in, ld_out;
@@ -92,6 +105,14 @@ __device__ __forceinline__ double position(const Params& p, int bt) {
   return static_cast<double>(p.pos != nullptr ? p.pos[bt] : bt % p.T_);
 }
 
+// Where head h of position bt keeps its rstd: (B·T, H) dense, or with two groups (B·T, H0) then
+// (B·T, H − H0).
+__device__ __forceinline__ int64_t rstd_index(const Params& p, int bt, int h) {
+  if (p.H0 == 0) return int64_t{bt} * p.H + h;
+  if (h < p.H0) return int64_t{bt} * p.H0 + h;
+  return p.rstd1 + int64_t{bt} * (p.H - p.H0) + (h - p.H0);
+}
+
 // ---- the pieces of a head row ----------------------------------------------------------------
 // A lane's place: `lane` of a group of `lanes`, owning chunks lane, lane + lanes, ... < chunks.
 // The rotation is passed in as rotate(u, j, c) (the lane's j-th chunk, chunk c of the row, in
@@ -100,21 +121,32 @@ struct Lane {
   int lane, lanes, chunks, half;
 };
 
-// This lane's chunks of the weight, the same for every head; with dw (the backward), its weight
-// gradient sums zeroed.
+// This lane's chunks of weight row `group` (0, or 1 for the second group of heads), the same for
+// every head of the group.
 template <typename T, int kN, bool kRotateHalf>
-__device__ __forceinline__ void load_weight(const Params& p, const Lane& l,
-                                            float (&w)[kChunksPerLane<kN>][2 * kN],
-                                            float (*dw)[2 * kN] = nullptr) {
+__device__ __forceinline__ void load_weight(const Params& p, const Lane& l, int group,
+                                            float (&w)[kChunksPerLane<kN>][2 * kN]) {
 #pragma unroll
-  for (int j = 0; j < kChunksPerLane<kN>; ++j) {
-    if (dw != nullptr)
-#pragma unroll
-      for (int i = 0; i < 2 * kN; ++i) dw[j][i] = 0.0f;
+  for (int j = 0; j < kChunksPerLane<kN>; ++j)
     if (l.lane + j * l.lanes < l.chunks)
-      load_chunk<T, kN, kRotateHalf>(static_cast<const T*>(p.weight), l.lane + j * l.lanes, l.half,
-                                     w[j]);
-  }
+      load_chunk<T, kN, kRotateHalf>(static_cast<const T*>(p.weight) + group * p.HS,
+                                     l.lane + j * l.lanes, l.half, w[j]);
+}
+
+// With two groups, the backward's weight-gradient sums of the group not being walked wait in
+// shared memory, lane-private (element e of thread t at e · kThreads + t: no bank conflicts, no
+// barrier): swapped with the registers' when the walk crosses from one group to the other.
+template <int kN>
+__device__ __forceinline__ void swap_sums(float (&dw)[kChunksPerLane<kN>][2 * kN], float* stash) {
+#pragma unroll
+  for (int j = 0; j < kChunksPerLane<kN>; ++j)
+#pragma unroll
+    for (int i = 0; i < 2 * kN; ++i) {
+      float& s = stash[(j * 2 * kN + i) * kThreads + threadIdx.x];
+      const float t = s;
+      s = dw[j][i];
+      dw[j][i] = t;
+    }
 }
 
 // Forward, first half: the row at `off` of x_raw into u; returns s = 1/sqrt(Σx²/HS + eps). Every
@@ -193,13 +225,14 @@ __device__ __forceinline__ void bwd_store(const Params& p, const Lane& l, int64_
   }
 }
 
-// The block's dweight sums into partial[blockIdx.x]: each (group, channel) has one owner lane,
-// whose sums go to sh[group·HS + channel]; then the groups are added in group order. Not called
-// for a frozen gain (no partial; the kernels return before it, uniformly for the whole block).
+// The block's dweight sums into `out` (HS floats of its partial row): each (group, channel) has
+// one owner lane, whose sums go to sh[group·HS + channel]; then the groups are added in group
+// order. Not called for a frozen gain (no partial; the kernels return before it, uniformly for
+// the whole block). Ends with sh still being read: a second call needs a barrier first.
 template <int kN, bool kRotateHalf>
 __device__ __forceinline__ void write_partial(const Params& p, const Lane& l, int group, int groups,
                                               const float (&dw)[kChunksPerLane<kN>][2 * kN],
-                                              float* sh) {
+                                              float* sh, float* out) {
 #pragma unroll
   for (int j = 0; j < kChunksPerLane<kN>; ++j) {
     const int c = l.lane + j * l.lanes;
@@ -210,7 +243,7 @@ __device__ __forceinline__ void write_partial(const Params& p, const Lane& l, in
   for (int ch = threadIdx.x; ch < p.HS; ch += kThreads) {
     float t = 0.0f;
     for (int gr = 0; gr < groups; ++gr) t += sh[gr * p.HS + ch];
-    p.partial[static_cast<int64_t>(blockIdx.x) * p.HS + ch] = t;
+    out[ch] = t;
   }
 }
 
@@ -238,14 +271,14 @@ __global__ void __launch_bounds__(kThreads)
   const int group = threadIdx.x / p.lanes, groups = kThreads / p.lanes;
   const int positions = p.rows / p.H;
   float w[kJ][2 * kN];
-  load_weight<T, kN, kRotateHalf>(p, l, w);
+  load_weight<T, kN, kRotateHalf>(p, l, 0, w);
   for (int base = blockIdx.x * groups; base < positions; base += gridDim.x * groups) {
     const bool valid = base + group < positions;
     const int bt = valid ? base + group : positions - 1;
     float cs[kJ][kN], sn[kJ][kN];
     if (p.rope) lane_angles<kN>(p, l, bt, cs, sn);
     for (int h = 0; h < p.H; ++h) {  // uniform bound: every lane reaches the shuffle
-      const int row = bt * p.H + h;
+      if (p.H0 > 0 && h == p.H0) load_weight<T, kN, kRotateHalf>(p, l, 1, w);  // k's gain (L1)
       const int64_t off_in = bt * p.ld_in + h * p.HS, off_out = bt * p.ld_out + h * p.HS;
       float u[kJ][2 * kN];
       const float s = fwd_load<T, kN, kRotateHalf>(p, l, off_in, u);
@@ -253,8 +286,9 @@ __global__ void __launch_bounds__(kThreads)
       fwd_store<T, kN, kRotateHalf>(p, l, off_out, s, w, u, [&](float(&v)[2 * kN], int j, int) {
         rotate_chunk_by<kN, kRotateHalf>(v, cs[j], sn[j]);
       });
-      if (l.lane == 0) p.rstd[row] = s;
+      if (l.lane == 0) p.rstd[rstd_index(p, bt, h)] = s;
     }
+    if (p.H0 > 0) load_weight<T, kN, kRotateHalf>(p, l, 0, w);  // q's again, for the next position
   }
 }
 
@@ -266,11 +300,19 @@ __global__ void __launch_bounds__(kThreads)
     head_norm_rope_bwd_kernel(const __grid_constant__ Params p) {
   constexpr int kJ = kChunksPerLane<kN>;
   __shared__ __align__(16) float sh[kThreads * 2 * kN * kJ];
+  __shared__ float stash[kThreads * 2 * kN * kJ];  // the other group's sums (two groups only)
   const Lane l{static_cast<int>(threadIdx.x) & (p.lanes - 1), p.lanes, p.HS / 2 / kN, p.HS / 2};
   const int group = threadIdx.x / p.lanes, groups = kThreads / p.lanes;
   const int positions = p.rows / p.H;
   float w[kJ][2 * kN], dw[kJ][2 * kN];
-  load_weight<T, kN, kRotateHalf>(p, l, w, dw);
+  load_weight<T, kN, kRotateHalf>(p, l, 0, w);
+#pragma unroll
+  for (int j = 0; j < kJ; ++j)
+#pragma unroll
+    for (int i = 0; i < 2 * kN; ++i) {
+      dw[j][i] = 0.0f;
+      if (p.H0 > 0) stash[(j * 2 * kN + i) * kThreads + threadIdx.x] = 0.0f;
+    }
   const int q0 = blockIdx.x * p.rows_per_split;
   const int q1 = min(positions, q0 + p.rows_per_split);
   for (int base = q0; base < q1; base += groups) {
@@ -279,9 +321,12 @@ __global__ void __launch_bounds__(kThreads)
     float cs[kJ][kN], sn[kJ][kN];
     if (p.rope) lane_angles<kN>(p, l, bt, cs, sn);
     for (int h = 0; h < p.H; ++h) {
-      const int row = bt * p.H + h;
+      if (p.H0 > 0 && h == p.H0) {  // into the second group: its gain and its sums
+        load_weight<T, kN, kRotateHalf>(p, l, 1, w);
+        swap_sums<kN>(dw, stash);
+      }
       const int64_t off_in = bt * p.ld_in + h * p.HS, off_out = bt * p.ld_out + h * p.HS;
-      const float s = p.rstd[row];
+      const float s = p.rstd[rstd_index(p, bt, h)];
       float g[kJ][2 * kN], x[kJ][2 * kN];
       const float mean =
           bwd_load<T, kN, kRotateHalf>(p, l, off_in, s, w, g, x, [&](float(&v)[2 * kN], int j, int) {
@@ -290,9 +335,19 @@ __global__ void __launch_bounds__(kThreads)
       if (!valid) continue;  // after the shuffle
       bwd_store<T, kN, kRotateHalf>(p, l, off_out, s, mean, w, g, x, dw);
     }
+    if (p.H0 > 0) {  // back to the first group for the next position
+      load_weight<T, kN, kRotateHalf>(p, l, 0, w);
+      swap_sums<kN>(dw, stash);
+    }
   }
   if (p.partial == nullptr) return;  // a frozen gain
-  write_partial<kN, kRotateHalf>(p, l, group, groups, dw, sh);
+  const int width = p.H0 > 0 ? 2 * p.HS : p.HS;  // the partial row: one or two groups' sums
+  float* out = p.partial + static_cast<int64_t>(blockIdx.x) * width;
+  write_partial<kN, kRotateHalf>(p, l, group, groups, dw, sh, out);
+  if (p.H0 == 0) return;
+  __syncthreads();  // sh is read to its end by the first call
+  swap_sums<kN>(dw, stash);
+  write_partial<kN, kRotateHalf>(p, l, group, groups, dw, sh, out + p.HS);
 }
 
 // Lanes per head: the power of two ≥ the chunk count, at most 32.
@@ -336,10 +391,12 @@ void launch(Context& ctx, DType dt, Params& p, RopeStyle style, bool vec_ptrs, i
 }
 
 Params make_params(int B, int T_, int H, int HS, const Rope* rope, const int32_t* pos, float sign,
-                   int64_t ld_in, int64_t ld_out, const char* op) {
+                   int64_t ld_in, int64_t ld_out, int H0, const char* op) {
+  FORGE_CHECK(H0 >= 0 && H0 < H, "[", op, "] first group of ", H0, " heads outside [0, ", H, ")");
   Params p{};
   p.rows = B * T_ * H;
-  p.T_ = T_, p.H = H, p.HS = HS;
+  p.T_ = T_, p.H = H, p.HS = HS, p.H0 = H0;
+  p.rstd1 = int64_t{B} * T_ * H0;
   p.ld_in = ld_in > 0 ? ld_in : int64_t{H} * HS, p.ld_out = ld_out > 0 ? ld_out : int64_t{H} * HS;
   FORGE_CHECK(p.ld_in >= int64_t{H} * HS && p.ld_out >= int64_t{H} * HS, "[", op, "] row stride ",
               std::min(p.ld_in, p.ld_out), " below H·HS = ", H * HS);
@@ -354,10 +411,10 @@ Params make_params(int B, int T_, int H, int HS, const Rope* rope, const int32_t
 
 void head_norm_rope_fwd(Context& ctx, DType dt, void* x, float* rstd, const void* x_raw,
                         const void* weight, int B, int T_, int H, int HS, float eps,
-                        const Rope* rope, const int32_t* pos, int64_t ld) {
+                        const Rope* rope, const int32_t* pos, int64_t ld, int H0) {
   check_rope_shape(B, T_, H, HS, "head_norm_rope_fwd");
   FORGE_CHECK(x != x_raw, "[head_norm_rope_fwd] x must not alias x_raw (the backward reads x_raw)");
-  Params p = make_params(B, T_, H, HS, rope, pos, 1.0f, ld, ld, "head_norm_rope_fwd");
+  Params p = make_params(B, T_, H, HS, rope, pos, 1.0f, ld, ld, H0, "head_norm_rope_fwd");
   if (p.rows == 0) return;
   p.out = x, p.in = x_raw, p.weight = weight, p.rstd = rstd, p.eps = eps;
   const bool vec_ptrs = aligned16(x) && aligned16(x_raw) && aligned16(weight);
@@ -366,9 +423,9 @@ void head_norm_rope_fwd(Context& ctx, DType dt, void* x, float* rstd, const void
 
 void head_norm_rope_bwd(Context& ctx, DType dt, void* dx_raw, float* dweight, const void* dx,
                         const void* x_raw, const void* weight, const float* rstd, int B, int T_,
-                        int H, int HS, const Rope* rope, const int32_t* pos, int64_t ld) {
+                        int H, int HS, const Rope* rope, const int32_t* pos, int64_t ld, int H0) {
   check_rope_shape(B, T_, H, HS, "head_norm_rope_bwd");
-  Params p = make_params(B, T_, H, HS, rope, pos, -1.0f, ld, ld, "head_norm_rope_bwd");
+  Params p = make_params(B, T_, H, HS, rope, pos, -1.0f, ld, ld, H0, "head_norm_rope_bwd");
   if (p.rows == 0) return;
   int splits = (p.rows + kMinRowsPerSplit - 1) / kMinRowsPerSplit;
   if (splits > kMaxSplits) splits = kMaxSplits;
@@ -376,15 +433,16 @@ void head_norm_rope_bwd(Context& ctx, DType dt, void* dx_raw, float* dweight, co
   const int positions = B * T_;
   p.rows_per_split = (positions + splits - 1) / splits;
   splits = (positions + p.rows_per_split - 1) / p.rows_per_split;  // no empty block
+  const int width = H0 > 0 ? 2 * HS : HS;  // a block's partial row: one or two groups' sums
   DeviceBuffer<float> partial;
-  if (dweight) partial = DeviceBuffer<float>(ctx.allocator(), static_cast<size_t>(splits) * HS);
+  if (dweight) partial = DeviceBuffer<float>(ctx.allocator(), static_cast<size_t>(splits) * width);
   p.out = dx_raw, p.in = dx, p.x_raw = x_raw, p.weight = weight;
   p.rstd = const_cast<float*>(rstd);  // read only in the backward
   p.partial = dweight ? partial.data() : nullptr;
   const bool vec_ptrs = aligned16(dx_raw) && aligned16(dx) && aligned16(x_raw) && aligned16(weight);
   launch<false>(ctx, dt, p, rope ? rope->style : RopeStyle::kRotateHalf, vec_ptrs, splits, "head_norm_rope_bwd");
   if (dweight == nullptr) return;  // a frozen gain
-  channel_grad_finish<1>(ctx, FinishOuts{{dweight, nullptr, nullptr}}, partial.data(), splits, HS, 1);
+  channel_grad_finish<1>(ctx, FinishOuts{{dweight, nullptr, nullptr}}, partial.data(), splits, width, 1);
   // `partial` goes back to the allocator here; only work enqueued later on the stream reuses it.
 }
 

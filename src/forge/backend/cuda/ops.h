@@ -102,14 +102,17 @@ void head_rmsnorm(Context& ctx, DType dt, void* x, const void* weight, int N, in
 // WRITES dx_raw (may alias dx) and accumulates dweight (f32, HS; null: not computed),
 // deterministically (fixed row splits, then a fixed-order sum). ld: elements from one
 // position's heads to the next in x, x_raw (forward) and dx, dx_raw, x_raw (backward), for views
-// into fused q|k|v rows; 0: H·HS (dense). rstd is dense.
+// into fused q|k|v rows; 0: H·HS (dense). rstd is dense. H0 in (0, H): two groups of heads,
+// [0, H0) with weight[0, HS) and [H0, H) with weight[HS, 2·HS) (q's and k's gains; dweight
+// (2, HS)), rstd (B, T, H0) then (B, T, H − H0): one pass where two calls would compute every
+// position's RoPE angles twice.
 void head_norm_rope_fwd(Context& ctx, DType dt, void* x, float* rstd, const void* x_raw,
                         const void* weight, int B, int T_, int H, int HS, float eps,
-                        const Rope* rope, const int32_t* pos = nullptr, int64_t ld = 0);
+                        const Rope* rope, const int32_t* pos = nullptr, int64_t ld = 0, int H0 = 0);
 void head_norm_rope_bwd(Context& ctx, DType dt, void* dx_raw, float* dweight, const void* dx,
                         const void* x_raw, const void* weight, const float* rstd, int B, int T_,
                         int H, int HS, const Rope* rope, const int32_t* pos = nullptr,
-                        int64_t ld = 0);
+                        int64_t ld = 0, int H0 = 0);
 // dweight nullptr: not computed (a frozen gain, LoRA's base).
 void rmsnorm_bwd(Context& ctx, DType dt, void* dinp, float* dweight, const void* dout,
                  const void* inp, const void* weight, const float* rstd, int N, int C,
