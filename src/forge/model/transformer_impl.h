@@ -123,7 +123,7 @@ void Model<B>::plan(int Bn, int Tn) {
     FORGE_CHECK(o.k_w == o.q_w + q_rows * static_cast<int64_t>(C) && o.v_w == o.k_w + kv_rows * static_cast<int64_t>(C) &&
                     (o.q_b < 0 || (o.k_b == o.q_b + q_rows && o.v_b == o.k_b + kv_rows)),
                 "fused q|k|v needs k_proj's and v_proj's rows (and biases) right after q_proj's (layer ", l, ")");
-    FORGE_CHECK(o.q_norm_w < 0 || o.k_norm_w == o.q_norm_w + HS,
+    FORGE_CHECK(o.q_norm_w < 0 || o.k_norm_w == o.q_norm_w + static_cast<int64_t>(HS),
                 "fused q|k|v needs k_norm's gain right after q_norm's (layer ", l, ")");
   }
   auto attention = [&](LayerActs& a) {
