@@ -48,9 +48,12 @@
 //   channel_grad_partial_kernel<float, 1, kLayerNorm>   30 regs, 0 spill, 0 stack
 //   channel_grad_partial_kernel<float, 4, kLayerNorm>   40 regs, 0 spill, 0 stack
 //   channel_grad_finish_wide_kernel<2>                  64 regs, 0 spill, 0 stack
-//   norm_bwd_fused_kernel<bf16, 8, kLayerNorm, 3, false> 99 regs, 0 spill, 0 stack (C ≤ 768)
-//   norm_bwd_fused_kernel<bf16, 8, kLayerNorm, 3, true>  122 regs, 0 spill, 0 stack (with dres)
-//   norm_bwd_fused_kernel<*, *, kLayerNorm, 1..8, *>     all instantiations 44–138 regs, 0 spill
+//   norm_bwd_fused_kernel<bf16, 8, kLayerNorm, 3, false> 114 regs, 0 spill, 0 stack (C ≤ 768)
+//   norm_bwd_fused_kernel<bf16, 8, kLayerNorm, 3, true>  127 regs, 0 spill, 0 stack (with dres)
+//   norm_bwd_fused_kernel<bf16, 8, kLayerNorm, 4, true>  128 regs, 76 B spill (C ≤ 1024, dres)
+//   norm_bwd_fused_kernel<float, 4, kLayerNorm, 8, true> 128 regs, 200 B spill
+//   norm_bwd_fused_kernel<*, *, kLayerNorm, 1..8, *>     the others 53–125 regs, 0 spill
+//   (bounded to 128 registers for 2 blocks a SM: 96 sum registers a lane at 4 chunks with dres)
 #include <cuda_runtime.h>
 
 #include "forge/backend/cuda/context.h"
@@ -65,9 +68,17 @@ using namespace kernels;
 
 constexpr int kRowsPerBlock = 8;  // one warp per row
 constexpr int kThreads = 32 * kRowsPerBlock;
+// The widest row the forward keeps in registers: 32 values a lane (C ≤ 1,024 in bf16/f16, 512 in
+// f32).
+template <typename T>
+inline constexpr int kFwdMaxChunks = 32 / kVec<T>;
 
 // kResidual: the row is res = inp + inp2 rounded to T (load_input); sweep 1 also stores it.
-template <typename T, int kN, bool kResidual>
+// kChunks > 0: the row fits kChunks 16-byte pieces a lane (C ≤ 32·kN·kChunks) and is loaded once
+// into registers, every load of the row issued before the first sum; kChunks = 0: any C, the
+// second and third sweeps re-read the row (from L1). The arithmetic, and so the result, is the
+// same either way: lane l's values in the same order, the same shuffle sums.
+template <typename T, int kN, bool kResidual, int kChunks>
 __global__ void __launch_bounds__(kThreads)
     layernorm_fwd_kernel(T* __restrict__ out, float* __restrict__ mean, float* __restrict__ rstd,
                          T* __restrict__ res, const T* __restrict__ inp, const T* __restrict__ inp2,
@@ -80,6 +91,46 @@ __global__ void __launch_bounds__(kThreads)
   const T* x = inp + off;                    // (C)
   const T* x2 = kResidual ? inp2 + off : x;  // (C), read only when kResidual
   T* y = out + off;                          // (C)
+
+  if constexpr (kChunks > 0) {
+    float v[kChunks][kN];
+#pragma unroll
+    for (int j = 0; j < kChunks; ++j) {
+      const int c = (lane + 32 * j) * kN;
+      if (c < C) load_input<T, kN, kResidual>(x + c, x2 + c, v[j]);
+    }
+    float sum = 0.0f;
+#pragma unroll
+    for (int j = 0; j < kChunks; ++j) {
+      const int c = (lane + 32 * j) * kN;
+      if (c >= C) continue;
+      if constexpr (kResidual) store<T, kN>(res + off + c, v[j]);
+#pragma unroll
+      for (int k = 0; k < kN; ++k) sum += v[j][k];
+    }
+    const float m = warp_sum(sum) / C;
+    float sq = 0.0f;
+#pragma unroll
+    for (int j = 0; j < kChunks; ++j) {
+      if ((lane + 32 * j) * kN >= C) continue;
+#pragma unroll
+      for (int k = 0; k < kN; ++k) sq += (v[j][k] - m) * (v[j][k] - m);
+    }
+    const float s = 1.0f / sqrtf(warp_sum(sq) / C + eps);  // biased variance, as torch
+#pragma unroll
+    for (int j = 0; j < kChunks; ++j) {
+      const int c = (lane + 32 * j) * kN;
+      if (c >= C) continue;
+      float w[kN], b[kN], o[kN];
+      load<T, kN>(weight + c, w);
+      load<T, kN>(bias + c, b);
+#pragma unroll
+      for (int k = 0; k < kN; ++k) o[k] = (v[j][k] - m) * s * w[k] + b[k];
+      store<T, kN>(y + c, o);
+    }
+    if (lane == 0) mean[row] = m, rstd[row] = s;
+    return;
+  }
 
   float sum = 0.0f;
 #pragma unroll 4
@@ -179,10 +230,18 @@ void launch_fwd(Context& ctx, DType dt, void* res, void* out, float* mean, float
           static_cast<const T*>(inp2), static_cast<const T*>(weight), static_cast<const T*>(bias),
           N, C, eps);
     };
-    if (vec) {
-      args(layernorm_fwd_kernel<T, kVec<T>, kResidual>);
+    const int chunks = (C + 32 * kVec<T> - 1) / (32 * kVec<T>);
+    if (vec && chunks <= kFwdMaxChunks<T>) {
+      switch (chunks) {  // the row in registers
+        case 1: args(layernorm_fwd_kernel<T, kVec<T>, kResidual, 1>); break;
+        case 2: args(layernorm_fwd_kernel<T, kVec<T>, kResidual, 2>); break;
+        case 3: args(layernorm_fwd_kernel<T, kVec<T>, kResidual, 3>); break;
+        default: args(layernorm_fwd_kernel<T, kVec<T>, kResidual, kFwdMaxChunks<T>>); break;
+      }
+    } else if (vec) {
+      args(layernorm_fwd_kernel<T, kVec<T>, kResidual, 0>);
     } else {
-      args(layernorm_fwd_kernel<T, 1, kResidual>);
+      args(layernorm_fwd_kernel<T, 1, kResidual, 0>);
     }
     FORGE_CUDA_CHECK_LAUNCH();
   });

@@ -11,7 +11,9 @@
 // (norm_bwd_splits: a function of N alone, so the summation order is too); 8 warps, warp w
 // takes rows r0 + w, r0 + w + 8, ...; lane l owns the channels (l + 32·j)·kN .. + kN − 1 of every
 // row, j < kChunks (C ≤ 32·kN·kChunks), and keeps their sums in registers for the whole split.
-// The row arithmetic is the row kernels' (two sweeps, the second re-reading the row from L1).
+// The row arithmetic is the row kernels' (two sweeps over the row); each warp's next row is
+// copied into shared memory (cp.async) while the current one is computed, and both sweeps read
+// the row from there.
 // At the end the 8 warps' sums are added in warp order through shared memory and the block
 // writes its partial row (kAcc rows of C floats); kernels::channel_grad_finish adds the splits
 // in a fixed order. No atomics: bit-identical reruns.
@@ -19,6 +21,7 @@
 
 #include <type_traits>
 
+#include "forge/backend/cuda/flash_mma.cuh"  // cp.async
 #include "forge/backend/cuda/kernel_utils.cuh"
 
 namespace forge::cuda::kernels {
@@ -45,39 +48,78 @@ inline int norm_bwd_splits(int N, int* rows_per_split) {
 template <ChannelGrad kKind, bool kRes>
 inline constexpr int kNormBwdSums = kChannelAcc<kKind> + (kRes ? 1 : 0);
 
+// Shared memory of the row pipeline: per warp kNormBwdStages rows of x, dout and dinp in 16-byte
+// pieces, [stage][tensor][chunk][lane], so lane l reads back exactly the pieces it copied (no
+// warp barrier) and a warp's 16-byte reads fall in distinct bank groups.
+inline constexpr int kNormBwdStages = 2;
+inline constexpr int norm_bwd_stage_bytes(int chunks) { return 3 * chunks * 32 * 16; }
+
 template <typename T, int kN, ChannelGrad kKind, int kChunks, bool kRes>
-__global__ void __launch_bounds__(32 * kNormBwdWarps)
+__global__ void __launch_bounds__(32 * kNormBwdWarps, 2)
     norm_bwd_fused_kernel(T* __restrict__ dinp, float* __restrict__ partial,
                           const T* __restrict__ dout, const T* __restrict__ inp,
                           const T* __restrict__ weight, const float* __restrict__ mean,
                           const float* __restrict__ rstd, int N, int C, int rows_per_split) {
+  static_assert(kN * sizeof(T) == 16, "one 16-byte piece per lane and chunk");
   constexpr bool kLN = kKind == ChannelGrad::kLayerNorm;
   constexpr int kAcc = kNormBwdSums<kKind, kRes>;
   constexpr int kResRow = kAcc - 1;  // the row of Σ dinp when kRes
-  extern __shared__ float sh_sum[];  // (kAcc, C)
+  constexpr int kStageBytes = norm_bwd_stage_bytes(kChunks);
+  extern __shared__ __align__(16) unsigned char sh_raw[];
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int r0 = blockIdx.x * rows_per_split;
   const int r1 = min(N, r0 + rows_per_split);
+  unsigned char* my_rows = sh_raw + warp * kNormBwdStages * kStageBytes;
+  // Piece (stage, tensor 0 x | 1 dout | 2 dinp, chunk j) of this lane.
+  auto piece = [&](int stage, int tensor, int j) {
+    return my_rows + stage * kStageBytes + ((tensor * kChunks + j) * 32 + lane) * 16;
+  };
   float dw[kChunks][kN], db[kChunks][kN], dr[kChunks][kN];
 #pragma unroll
   for (int j = 0; j < kChunks; ++j)
 #pragma unroll
     for (int k = 0; k < kN; ++k) dw[j][k] = 0.0f, db[j][k] = 0.0f, dr[j][k] = 0.0f;
 
-  for (int row = r0 + warp; row < r1; row += kNormBwdWarps) {
-    const int64_t off = static_cast<int64_t>(row) * C;
-    const T* x = inp + off;    // (C)
-    const T* dy = dout + off;  // (C)
-    T* dx = dinp + off;        // (C)
-    const float m = kLN ? mean[row] : 0.0f, s = rstd[row];
+  // The warp's rows are r0 + warp, + 8, ...: while one row is computed the next one's x, dout and
+  // dinp are on their way into the other stage (cp.async, no registers held), so a row costs one
+  // memory round trip shared with the previous row's arithmetic rather than two in sequence (x and
+  // dout, the reductions, then dinp). The arithmetic is unchanged, and so are the results.
+  auto fetch = [&](int row, int stage) {
+    if (row < r1) {
+      const int64_t off = static_cast<int64_t>(row) * C;
+#pragma unroll
+      for (int j = 0; j < kChunks; ++j) {
+        const int c = (lane + 32 * j) * kN;
+        if (c >= C) continue;
+        flash::cp_async16(flash::smem_addr(piece(stage, 0, j)), inp + off + c, 16);
+        flash::cp_async16(flash::smem_addr(piece(stage, 1, j)), dout + off + c, 16);
+        flash::cp_async16(flash::smem_addr(piece(stage, 2, j)), dinp + off + c, 16);
+      }
+    }
+    flash::cp_async_commit();  // an empty group past the end keeps the wait count uniform
+  };
+  // The row's mean and rstd are loaded one row ahead too (into registers).
+  auto stats = [&](int row, float* m, float* s) {
+    if (row < r1) *m = kLN ? mean[row] : 0.0f, *s = rstd[row];
+  };
+  int stage = 0;
+  float m_next = 0.0f, s_next = 0.0f;
+  stats(r0 + warp, &m_next, &s_next);
+  fetch(r0 + warp, 0);
+  for (int row = r0 + warp; row < r1; row += kNormBwdWarps, stage ^= 1) {
+    const float m = m_next, s = s_next;
+    stats(row + kNormBwdWarps, &m_next, &s_next);
+    fetch(row + kNormBwdWarps, stage ^ 1);
+    flash::cp_async_wait<1>();  // this lane's pieces of `row` have landed
+    T* dx = dinp + static_cast<int64_t>(row) * C;
     float dnorm_sum = 0.0f, dnorm_norm_sum = 0.0f;
 #pragma unroll
     for (int j = 0; j < kChunks; ++j) {
       const int c = (lane + 32 * j) * kN;
       if (c >= C) continue;
       float v[kN], g[kN], w[kN];
-      load<T, kN>(x + c, v);
-      load<T, kN>(dy + c, g);
+      load<T, kN>(reinterpret_cast<const T*>(piece(stage, 0, j)), v);
+      load<T, kN>(reinterpret_cast<const T*>(piece(stage, 1, j)), g);
       load<T, kN>(weight + c, w);
 #pragma unroll
       for (int k = 0; k < kN; ++k) {
@@ -93,10 +135,10 @@ __global__ void __launch_bounds__(32 * kNormBwdWarps)
       const int c = (lane + 32 * j) * kN;
       if (c >= C) continue;
       float v[kN], g[kN], w[kN], d[kN];
-      load<T, kN>(x + c, v);
-      load<T, kN>(dy + c, g);
+      load<T, kN>(reinterpret_cast<const T*>(piece(stage, 0, j)), v);
+      load<T, kN>(reinterpret_cast<const T*>(piece(stage, 1, j)), g);
       load<T, kN>(weight + c, w);
-      load<T, kN>(dx + c, d);
+      load<T, kN>(reinterpret_cast<const T*>(piece(stage, 2, j)), d);
 #pragma unroll
       for (int k = 0; k < kN; ++k) {
         const float norm = (v[k] - m) * s;
@@ -111,8 +153,11 @@ __global__ void __launch_bounds__(32 * kNormBwdWarps)
       }
     }
   }
+  flash::cp_async_wait<0>();
+  __syncthreads();  // every warp is done with its rows: the stages become the sums' table
 
   // The warps' sums in warp order: warp 0 writes, each later warp adds its own.
+  float* sh_sum = reinterpret_cast<float*>(sh_raw);  // (kAcc, C)
   for (int w = 0; w < kNormBwdWarps; ++w) {
     if (warp == w) {
 #pragma unroll
@@ -151,17 +196,23 @@ bool norm_bwd_fused(Context& ctx, T* dinp, float* dweight, float* dbias, float* 
   int rows_per_split = 0;
   const int splits = norm_bwd_splits(N, &rows_per_split);
   DeviceBuffer<float> partial(ctx.allocator(), static_cast<size_t>(splits) * sums * C);
-  const size_t smem = sizeof(float) * sums * C;
+  // The row stages, reused at the end for the warps' sums (3·C floats at most: 12 KB ≤ a stage).
+  const size_t smem = static_cast<size_t>(kNormBwdWarps) * kNormBwdStages * norm_bwd_stage_bytes(chunks);
   auto go = [&](auto chunks_c) {
     constexpr int kChunks = decltype(chunks_c)::value;
     if constexpr (kChunks * kN <= kNormBwdMaxLaneElems) {
       const dim3 grid(splits), block(32 * kNormBwdWarps);
+      auto launch = [&](auto kernel) {
+        if (smem > 48 * 1024)
+          FORGE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                static_cast<int>(smem)));
+        kernel<<<grid, block, smem, ctx.stream()>>>(dinp, partial.data(), dout, inp, weight, mean,
+                                                    rstd, N, C, rows_per_split);
+      };
       if (dres)
-        norm_bwd_fused_kernel<T, kN, kKind, kChunks, true><<<grid, block, smem, ctx.stream()>>>(
-            dinp, partial.data(), dout, inp, weight, mean, rstd, N, C, rows_per_split);
+        launch(norm_bwd_fused_kernel<T, kN, kKind, kChunks, true>);
       else
-        norm_bwd_fused_kernel<T, kN, kKind, kChunks, false><<<grid, block, smem, ctx.stream()>>>(
-            dinp, partial.data(), dout, inp, weight, mean, rstd, N, C, rows_per_split);
+        launch(norm_bwd_fused_kernel<T, kN, kKind, kChunks, false>);
     }
   };
   switch (chunks) {
