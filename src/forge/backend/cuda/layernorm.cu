@@ -43,6 +43,9 @@
 //   layernorm_fwd_kernel<bf16, 8, true>                 40 regs, 0 spill, 0 stack
 //   layernorm_fwd_kernel<float, 1, true>                27 regs, 0 spill, 0 stack
 //   layernorm_fwd_kernel<float, 4, true>                40 regs, 0 spill, 0 stack
+//   layernorm_fwd_kernel<bf16, 8, true, 3>              48 regs, 0 spill, 0 stack (row in registers)
+//   layernorm_fwd_kernel<*, *, *, 1..8>                 all instantiations 26–70 regs; f32 with
+//                                                       3 chunks and the residual: 4 B spilled
 //   channel_grad_partial_kernel<bf16, 1, kLayerNorm>    32 regs, 0 spill, 0 stack
 //   channel_grad_partial_kernel<bf16, 8, kLayerNorm>    48 regs, 0 spill, 0 stack
 //   channel_grad_partial_kernel<float, 1, kLayerNorm>   30 regs, 0 spill, 0 stack

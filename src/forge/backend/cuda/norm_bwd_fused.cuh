@@ -51,10 +51,13 @@ inline constexpr int kNormBwdSums = kChannelAcc<kKind> + (kRes ? 1 : 0);
 // Shared memory of the row pipeline: per warp kNormBwdStages rows of x, dout and dinp in 16-byte
 // pieces, [stage][tensor][chunk][lane], so lane l reads back exactly the pieces it copied (no
 // warp barrier) and a warp's 16-byte reads fall in distinct bank groups.
+// Two stages: a third (110.6 KB a block at C ≤ 768, still 2 blocks a SM) measured no faster in
+// training (GPT-2 551,054 / 548,229 tokens/s against 553,611 / 548,043 with two; H100, 2026-12-07).
 inline constexpr int kNormBwdStages = 2;
 inline constexpr int norm_bwd_stage_bytes(int chunks) { return 3 * chunks * 32 * 16; }
 
-template <typename T, int kN, ChannelGrad kKind, int kChunks, bool kRes>
+template <typename T, int kN, ChannelGrad kKind, int kChunks, bool kRes,
+          int kStages = kNormBwdStages>
 __global__ void __launch_bounds__(32 * kNormBwdWarps, 2)
     norm_bwd_fused_kernel(T* __restrict__ dinp, float* __restrict__ partial,
                           const T* __restrict__ dout, const T* __restrict__ inp,
@@ -69,7 +72,7 @@ __global__ void __launch_bounds__(32 * kNormBwdWarps, 2)
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int r0 = blockIdx.x * rows_per_split;
   const int r1 = min(N, r0 + rows_per_split);
-  unsigned char* my_rows = sh_raw + warp * kNormBwdStages * kStageBytes;
+  unsigned char* my_rows = sh_raw + warp * kStages * kStageBytes;
   // Piece (stage, tensor 0 x | 1 dout | 2 dinp, chunk j) of this lane.
   auto piece = [&](int stage, int tensor, int j) {
     return my_rows + stage * kStageBytes + ((tensor * kChunks + j) * 32 + lane) * 16;
@@ -105,12 +108,14 @@ __global__ void __launch_bounds__(32 * kNormBwdWarps, 2)
   int stage = 0;
   float m_next = 0.0f, s_next = 0.0f;
   stats(r0 + warp, &m_next, &s_next);
-  fetch(r0 + warp, 0);
-  for (int row = r0 + warp; row < r1; row += kNormBwdWarps, stage ^= 1) {
+#pragma unroll
+  for (int i = 0; i + 1 < kStages; ++i) fetch(r0 + warp + i * kNormBwdWarps, i);
+  for (int row = r0 + warp; row < r1;
+       row += kNormBwdWarps, stage = stage + 1 == kStages ? 0 : stage + 1) {
     const float m = m_next, s = s_next;
     stats(row + kNormBwdWarps, &m_next, &s_next);
-    fetch(row + kNormBwdWarps, stage ^ 1);
-    flash::cp_async_wait<1>();  // this lane's pieces of `row` have landed
+    fetch(row + (kStages - 1) * kNormBwdWarps, stage == 0 ? kStages - 1 : stage - 1);
+    flash::cp_async_wait<kStages - 1>();  // this lane's pieces of `row` have landed
     T* dx = dinp + static_cast<int64_t>(row) * C;
     float dnorm_sum = 0.0f, dnorm_norm_sum = 0.0f;
 #pragma unroll
@@ -197,7 +202,8 @@ bool norm_bwd_fused(Context& ctx, T* dinp, float* dweight, float* dbias, float* 
   const int splits = norm_bwd_splits(N, &rows_per_split);
   DeviceBuffer<float> partial(ctx.allocator(), static_cast<size_t>(splits) * sums * C);
   // The row stages, reused at the end for the warps' sums (3·C floats at most: 12 KB ≤ a stage).
-  const size_t smem = static_cast<size_t>(kNormBwdWarps) * kNormBwdStages * norm_bwd_stage_bytes(chunks);
+  const size_t smem =
+      static_cast<size_t>(kNormBwdWarps) * kNormBwdStages * norm_bwd_stage_bytes(chunks);
   auto go = [&](auto chunks_c) {
     constexpr int kChunks = decltype(chunks_c)::value;
     if constexpr (kChunks * kN <= kNormBwdMaxLaneElems) {

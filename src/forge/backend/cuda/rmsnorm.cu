@@ -41,6 +41,8 @@
 //   rmsnorm_fwd_kernel<bf16, 8, true>                   38 regs, 0 spill, 0 stack
 //   rmsnorm_fwd_kernel<float, 1, true>                  23 regs, 0 spill, 0 stack
 //   rmsnorm_fwd_kernel<float, 4, true>                  32 regs, 0 spill, 0 stack
+//   rmsnorm_fwd_kernel<bf16, 8, true, 32, 3>            40 regs, 0 spill, 0 stack (row in registers)
+//   rmsnorm_fwd_kernel<*, *, *, 32, 1..8>               all instantiations 22–74 regs, 0 spill
 //   channel_grad_partial_kernel<bf16, 1, kRmsNorm>      29 regs, 0 spill, 0 stack
 //   channel_grad_partial_kernel<bf16, 8, kRmsNorm>      40 regs, 0 spill, 0 stack
 //   channel_grad_partial_kernel<float, 1, kRmsNorm>     26 regs, 0 spill, 0 stack
@@ -65,6 +67,10 @@ using namespace kernels;
 
 constexpr int kRowsPerBlock = 8;  // one warp per row
 constexpr int kThreads = 32 * kRowsPerBlock;
+// The widest row the forward keeps in registers: 32 values a lane (C ≤ 1,024 in bf16/f16, 512 in
+// f32), as layernorm.cu.
+template <typename T>
+inline constexpr int kFwdMaxChunks = 32 / kVec<T>;
 
 // Lanes per row: a warp per row for model-width rows; narrow rows (q/k heads under Qwen3's head
 // norm: C = 64 or 128, i.e. 8 or 16 lanes of 16 bytes) share a warp, 32 / kLanes rows each, so
@@ -78,11 +84,15 @@ int lanes_for(int C) {
 }
 
 // kResidual: the row is res = inp + inp2 rounded to T (load_input); sweep 1 also stores it.
-template <typename T, int kN, bool kResidual, int kLanes = 32>
+// kChunks > 0 (a warp a row): the row fits kChunks 16-byte pieces a lane and is loaded once into
+// registers, all its loads issued together (as layernorm_fwd_kernel; the same arithmetic in the
+// same order as the two sweeps, so the same result); kChunks = 0: the second sweep re-reads it.
+template <typename T, int kN, bool kResidual, int kLanes = 32, int kChunks = 0>
 __global__ void __launch_bounds__(kThreads)
     rmsnorm_fwd_kernel(T* __restrict__ out, float* __restrict__ rstd, T* __restrict__ res,
                        const T* __restrict__ inp, const T* __restrict__ inp2,
                        const T* __restrict__ weight, int N, int C, float eps) {
+  static_assert(kChunks == 0 || kLanes == 32, "a cached row takes a whole warp");
   const int lane = threadIdx.x % kLanes;
   const int row_id = blockIdx.x * (kThreads / kLanes) + threadIdx.x / kLanes;
   if (kLanes == 32 && row_id >= N) return;  // the whole warp exits together
@@ -92,6 +102,37 @@ __global__ void __launch_bounds__(kThreads)
   const T* x = inp + off;                    // (C)
   const T* x2 = kResidual ? inp2 + off : x;  // (C), read only when kResidual
   T* y = out + off;                          // (C)
+
+  if constexpr (kChunks > 0) {
+    float v[kChunks][kN];
+#pragma unroll
+    for (int j = 0; j < kChunks; ++j) {
+      const int c = (lane + 32 * j) * kN;
+      if (c < C) load_input<T, kN, kResidual>(x + c, x2 + c, v[j]);
+    }
+    float sq = 0.0f;
+#pragma unroll
+    for (int j = 0; j < kChunks; ++j) {
+      const int c = (lane + 32 * j) * kN;
+      if (c >= C) continue;
+      if constexpr (kResidual) store<T, kN>(res + off + c, v[j]);
+#pragma unroll
+      for (int k = 0; k < kN; ++k) sq += v[j][k] * v[j][k];
+    }
+    const float s = 1.0f / sqrtf(warp_sum(sq) / C + eps);
+#pragma unroll
+    for (int j = 0; j < kChunks; ++j) {
+      const int c = (lane + 32 * j) * kN;
+      if (c >= C) continue;
+      float w[kN], o[kN];
+      load<T, kN>(weight + c, w);
+#pragma unroll
+      for (int k = 0; k < kN; ++k) o[k] = v[j][k] * s * w[k];
+      store<T, kN>(y + c, o);
+    }
+    if (lane == 0) rstd[row] = s;
+    return;
+  }
 
   float sq = 0.0f;
 #pragma unroll 4
@@ -199,6 +240,7 @@ void launch_fwd(Context& ctx, DType dt, void* res, void* out, float* rstd, const
     const int lanes = vec && !kResidual ? lanes_for<T, kVec<T>>(C) : 32;
     const int rows_per_block = kThreads / lanes;
     const int grid = (N + rows_per_block - 1) / rows_per_block;
+    const int chunks = (C + 32 * kVec<T> - 1) / (32 * kVec<T>);
     auto args = [&](auto kernel) {
       kernel<<<grid, kThreads, 0, ctx.stream()>>>(
           static_cast<T*>(out), rstd, static_cast<T*>(res), static_cast<const T*>(inp),
@@ -208,6 +250,13 @@ void launch_fwd(Context& ctx, DType dt, void* res, void* out, float* rstd, const
       args(rmsnorm_fwd_kernel<T, kVec<T>, false, 8>);
     } else if (vec && lanes == 16) {
       args(rmsnorm_fwd_kernel<T, kVec<T>, false, 16>);
+    } else if (vec && chunks <= kFwdMaxChunks<T>) {
+      switch (chunks) {  // the row in registers
+        case 1: args(rmsnorm_fwd_kernel<T, kVec<T>, kResidual, 32, 1>); break;
+        case 2: args(rmsnorm_fwd_kernel<T, kVec<T>, kResidual, 32, 2>); break;
+        case 3: args(rmsnorm_fwd_kernel<T, kVec<T>, kResidual, 32, 3>); break;
+        default: args(rmsnorm_fwd_kernel<T, kVec<T>, kResidual, 32, kFwdMaxChunks<T>>); break;
+      }
     } else if (vec) {
       args(rmsnorm_fwd_kernel<T, kVec<T>, kResidual>);
     } else {
