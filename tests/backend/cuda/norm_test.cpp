@@ -10,9 +10,9 @@
 // also take the residual sum (dres += Σ_rows of the updated dinp) and check that it leaves the
 // other outputs bit for bit as without it. The backward takes
 // the CPU forward's mean/rstd as input, so both sides start from identical statistics.
-// The forwards keep a row of ≤ 32 values a lane in registers (C ≤ 1,024 in bf16/f16, 512 in f32;
-// 1, 2, 3 and 4 chunks among these shapes) and sweep wider rows (C = 1032, and 520 / 768 / 1024 in
-// f32), so both forms meet the CPU here.
+// The forwards keep a row of ≤ 32 values a lane in registers (C ≤ 1,024 when C is a multiple of
+// the 16-byte vector: 1 to 4 chunks in bf16/f16, up to 8 in f32 among these shapes) and sweep the
+// others (C = 1032, and C = 201 element by element), so both forms meet the CPU here.
 // The residual-fused forwards are checked against their CPU twins and, bit for bit, against
 // residual_fwd followed by the plain forward on the GPU; C = 100 and 201 take the element
 // kernels (bf16; both dtypes), C = 768 the vector ones.
