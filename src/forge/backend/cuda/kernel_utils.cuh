@@ -172,6 +172,39 @@ __device__ __forceinline__ void load_input(const T* inp, const T* inp2, float (&
   }
 }
 
+// The widest row a warp keeps in registers in the norm forwards: 32 values a lane (C ≤ 1,024:
+// 4 chunks of 8 in bf16/f16, 8 of 4 in f32).
+template <typename T>
+inline constexpr int kRowMaxChunks = 32 / kVec<T>;
+
+// Where lane `lane`'s chunk j of a row starts: the row's 16-byte pieces dealt round the warp.
+template <int kN>
+__device__ __forceinline__ int row_chunk(int lane, int j) {
+  return (lane + 32 * j) * kN;
+}
+
+// Lane `lane`'s chunks of a row of C values (C ≤ 32·kN·kChunks) into v: every load issued before
+// any value is used. kResidual: the values are the residual sum (load_input) and are also stored
+// to res (the row's start). Chunks at or past C are left unset; callers skip them by the same
+// test, row_chunk(lane, j) >= C.
+
+template <typename T, int kN, bool kResidual, int kChunks>
+__device__ __forceinline__ void load_row_chunks(float (&v)[kChunks][kN], T* res, const T* x,
+                                                const T* x2, int lane, int C) {
+#pragma unroll
+  for (int j = 0; j < kChunks; ++j) {
+    const int c = row_chunk<kN>(lane, j);
+    if (c < C) load_input<T, kN, kResidual>(x + c, x2 + c, v[j]);
+  }
+  if constexpr (kResidual) {
+#pragma unroll
+    for (int j = 0; j < kChunks; ++j) {
+      const int c = row_chunk<kN>(lane, j);
+      if (c < C) store<T, kN>(res + c, v[j]);
+    }
+  }
+}
+
 __device__ __forceinline__ float warp_sum(float x) {
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) x += __shfl_xor_sync(0xffffffffu, x, o);

@@ -71,10 +71,6 @@ using namespace kernels;
 
 constexpr int kRowsPerBlock = 8;  // one warp per row
 constexpr int kThreads = 32 * kRowsPerBlock;
-// The widest row the forward keeps in registers: 32 values a lane (C ≤ 1,024: 4 chunks of 8 in
-// bf16/f16, 8 of 4 in f32).
-template <typename T>
-inline constexpr int kFwdMaxChunks = 32 / kVec<T>;
 
 // kResidual: the row is res = inp + inp2 rounded to T (load_input); sweep 1 also stores it.
 // kChunks > 0: the row fits kChunks 16-byte pieces a lane (C ≤ 32·kN·kChunks) and is loaded once
@@ -97,17 +93,11 @@ __global__ void __launch_bounds__(kThreads)
 
   if constexpr (kChunks > 0) {
     float v[kChunks][kN];
-#pragma unroll
-    for (int j = 0; j < kChunks; ++j) {
-      const int c = (lane + 32 * j) * kN;
-      if (c < C) load_input<T, kN, kResidual>(x + c, x2 + c, v[j]);
-    }
+    load_row_chunks<T, kN, kResidual, kChunks>(v, kResidual ? res + off : nullptr, x, x2, lane, C);
     float sum = 0.0f;
 #pragma unroll
     for (int j = 0; j < kChunks; ++j) {
-      const int c = (lane + 32 * j) * kN;
-      if (c >= C) continue;
-      if constexpr (kResidual) store<T, kN>(res + off + c, v[j]);
+      if (row_chunk<kN>(lane, j) >= C) continue;
 #pragma unroll
       for (int k = 0; k < kN; ++k) sum += v[j][k];
     }
@@ -115,14 +105,14 @@ __global__ void __launch_bounds__(kThreads)
     float sq = 0.0f;
 #pragma unroll
     for (int j = 0; j < kChunks; ++j) {
-      if ((lane + 32 * j) * kN >= C) continue;
+      if (row_chunk<kN>(lane, j) >= C) continue;
 #pragma unroll
       for (int k = 0; k < kN; ++k) sq += (v[j][k] - m) * (v[j][k] - m);
     }
     const float s = 1.0f / sqrtf(warp_sum(sq) / C + eps);  // biased variance, as torch
 #pragma unroll
     for (int j = 0; j < kChunks; ++j) {
-      const int c = (lane + 32 * j) * kN;
+      const int c = row_chunk<kN>(lane, j);
       if (c >= C) continue;
       float w[kN], b[kN], o[kN];
       load<T, kN>(weight + c, w);
@@ -234,12 +224,12 @@ void launch_fwd(Context& ctx, DType dt, void* res, void* out, float* mean, float
           N, C, eps);
     };
     const int chunks = (C + 32 * kVec<T> - 1) / (32 * kVec<T>);
-    if (vec && chunks <= kFwdMaxChunks<T>) {
+    if (vec && chunks <= kRowMaxChunks<T>) {
       switch (chunks) {  // the row in registers
         case 1: args(layernorm_fwd_kernel<T, kVec<T>, kResidual, 1>); break;
         case 2: args(layernorm_fwd_kernel<T, kVec<T>, kResidual, 2>); break;
         case 3: args(layernorm_fwd_kernel<T, kVec<T>, kResidual, 3>); break;
-        default: args(layernorm_fwd_kernel<T, kVec<T>, kResidual, kFwdMaxChunks<T>>); break;
+        default: args(layernorm_fwd_kernel<T, kVec<T>, kResidual, kRowMaxChunks<T>>); break;
       }
     } else if (vec) {
       args(layernorm_fwd_kernel<T, kVec<T>, kResidual, 0>);

@@ -67,10 +67,6 @@ using namespace kernels;
 
 constexpr int kRowsPerBlock = 8;  // one warp per row
 constexpr int kThreads = 32 * kRowsPerBlock;
-// The widest row the forward keeps in registers: 32 values a lane (C ≤ 1,024: 4 chunks of 8 in
-// bf16/f16, 8 of 4 in f32), as layernorm.cu.
-template <typename T>
-inline constexpr int kFwdMaxChunks = 32 / kVec<T>;
 
 // Lanes per row: a warp per row for model-width rows; narrow rows (q/k heads under Qwen3's head
 // norm: C = 64 or 128, i.e. 8 or 16 lanes of 16 bytes) share a warp, 32 / kLanes rows each, so
@@ -105,24 +101,18 @@ __global__ void __launch_bounds__(kThreads)
 
   if constexpr (kChunks > 0) {
     float v[kChunks][kN];
-#pragma unroll
-    for (int j = 0; j < kChunks; ++j) {
-      const int c = (lane + 32 * j) * kN;
-      if (c < C) load_input<T, kN, kResidual>(x + c, x2 + c, v[j]);
-    }
+    load_row_chunks<T, kN, kResidual, kChunks>(v, kResidual ? res + off : nullptr, x, x2, lane, C);
     float sq = 0.0f;
 #pragma unroll
     for (int j = 0; j < kChunks; ++j) {
-      const int c = (lane + 32 * j) * kN;
-      if (c >= C) continue;
-      if constexpr (kResidual) store<T, kN>(res + off + c, v[j]);
+      if (row_chunk<kN>(lane, j) >= C) continue;
 #pragma unroll
       for (int k = 0; k < kN; ++k) sq += v[j][k] * v[j][k];
     }
     const float s = 1.0f / sqrtf(warp_sum(sq) / C + eps);
 #pragma unroll
     for (int j = 0; j < kChunks; ++j) {
-      const int c = (lane + 32 * j) * kN;
+      const int c = row_chunk<kN>(lane, j);
       if (c >= C) continue;
       float w[kN], o[kN];
       load<T, kN>(weight + c, w);
@@ -250,12 +240,12 @@ void launch_fwd(Context& ctx, DType dt, void* res, void* out, float* rstd, const
       args(rmsnorm_fwd_kernel<T, kVec<T>, false, 8>);
     } else if (vec && lanes == 16) {
       args(rmsnorm_fwd_kernel<T, kVec<T>, false, 16>);
-    } else if (vec && chunks <= kFwdMaxChunks<T>) {
+    } else if (vec && chunks <= kRowMaxChunks<T>) {
       switch (chunks) {  // the row in registers
         case 1: args(rmsnorm_fwd_kernel<T, kVec<T>, kResidual, 32, 1>); break;
         case 2: args(rmsnorm_fwd_kernel<T, kVec<T>, kResidual, 32, 2>); break;
         case 3: args(rmsnorm_fwd_kernel<T, kVec<T>, kResidual, 32, 3>); break;
-        default: args(rmsnorm_fwd_kernel<T, kVec<T>, kResidual, 32, kFwdMaxChunks<T>>); break;
+        default: args(rmsnorm_fwd_kernel<T, kVec<T>, kResidual, 32, kRowMaxChunks<T>>); break;
       }
     } else if (vec) {
       args(rmsnorm_fwd_kernel<T, kVec<T>, kResidual>);
