@@ -60,7 +60,7 @@ struct GenerateBenchOptions {
   bool graph = true;
   bool pdl = true;  // programmatic dependent launch of the decode kernels (cuda/pdl.cuh)
   bool pipeline = true;  // hand out a step's ids while the next step runs (generate/decode_loop.h)
-  bool timed_gemm_algos = false;  // FORGE_GEMM_ALGO=timed (GenOptions::timed_gemm_algos)
+  GemmAlgo gemm_algo = GemmAlgo::kHeuristic;  // FORGE_GEMM_ALGO (GenOptions::gemm_algo)
   std::string json_out;
 };
 void generate_bench(const GenerateBenchOptions& o);

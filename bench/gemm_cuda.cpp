@@ -6,8 +6,9 @@
 // trials; inputs are random (never zeros: they run faster).
 //
 // --algos times every algorithm cuBLASLt's heuristic offers for each product (up to 8; the
-// heuristic's first is what a plan runs by default, the fastest is what FORGE_GEMM_ALGO=timed
-// picks) and adds up, over the products of one step, what the fastest would save.
+// heuristic's first is what a plan runs by default), checks which write the first's bits on the
+// bench's operands, and adds up over the products of one step what the fastest would save (what
+// FORGE_GEMM_ALGO=timed-any picks) and what the fastest with the first's bits would (timed).
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -104,12 +105,13 @@ void gemm_cuda(const BenchOptions& o) {
   std::printf("device %s; preset %s, %d x %d = %d rows; the products of one training step\n\n",
               cuda::device_summary().c_str(), o.preset.c_str(), o.batch, o.seq_len, N);
   if (o.algos)
-    std::printf("%-18s %6s %6s %6s %5s %10s %8s | %4s %10s %8s %5s %9s\n", "product", "M", "N", "K", "calls",
-                "heur. us", "TFLOP/s", "algs", "best us", "TFLOP/s", "best", "ms/step");
+    std::printf("%-18s %6s %6s %6s %5s %10s %8s | %4s %10s %5s %9s | %4s %10s %5s %9s\n", "product", "M", "N",
+                "K", "calls", "heur. us", "TFLOP/s", "algs", "best us", "best", "ms/step", "same", "same us", "best",
+                "ms/step");
   else
     std::printf("%-18s %6s %6s %6s %5s %10s %8s\n", "product", "M", "N", "K", "calls", "time (us)", "TFLOP/s");
   nlohmann::json rows = nlohmann::json::array();
-  double step_heuristic = 0, step_best = 0;
+  double step_heuristic = 0, step_best = 0, step_same = 0;
   for (const Shape& s : shapes) {
     cuda::GemmArgs g = s.g;
     const size_t a_n = static_cast<size_t>(g.M) * g.K, b_n = static_cast<size_t>(g.K) * g.N,
@@ -139,34 +141,47 @@ void gemm_cuda(const BenchOptions& o) {
                   sec * 1e6, flop / sec / 1e12);
     } else {
       const int n = cuda::gemm_candidates(ctx, g, a.data(), b.data(), c.data());
-      double best = sec;
-      int best_k = -1;  // -1: the plan's own (the heuristic's first)
-      nlohmann::json cands = nlohmann::json::array();
+      double best = sec, best_same = sec;
+      int best_k = -1, best_same_k = -1;  // -1: the plan's own (the heuristic's first)
+      int same_n = 0;
+      nlohmann::json cands = nlohmann::json::array(), sames = nlohmann::json::array();
       for (int k = 0; k < n; ++k) {
+        const bool same = cuda::gemm_candidate_same_bits(ctx, g, a.data(), b.data(), c.data(), k);
         cuda::GemmArgs gk = g;
         gk.candidate = k;
         const double t = time_gemm(ctx, gk, a.data(), b.data(), c.data());
         cands.push_back(t);
+        sames.push_back(same);
+        same_n += same;
         if (t < best) best = t, best_k = k;
+        if (same && t < best_same) best_same = t, best_same_k = k;
       }
-      const double saved_ms = (sec - best) * 1e3 * s.calls_per_step;
-      step_heuristic += sec * 1e3 * s.calls_per_step;
-      step_best += best * 1e3 * s.calls_per_step;
-      std::printf("%-18s %6d %6d %6d %5d %10.1f %8.1f | %4d %10.1f %8.1f %5s %9.3f\n", s.what.c_str(), g.M, g.N,
-                  g.K, s.calls_per_step, sec * 1e6, flop / sec / 1e12, n, best * 1e6, flop / best / 1e12,
-                  best_k < 0 ? "heur" : std::to_string(best_k).c_str(), saved_ms);
+      const double calls_ms = 1e3 * s.calls_per_step;
+      step_heuristic += sec * calls_ms;
+      step_best += best * calls_ms;
+      step_same += best_same * calls_ms;
+      auto name = [](int k) { return k < 0 ? std::string("heur") : std::to_string(k); };
+      std::printf("%-18s %6d %6d %6d %5d %10.1f %8.1f | %4d %10.1f %5s %9.3f | %4d %10.1f %5s %9.3f\n",
+                  s.what.c_str(), g.M, g.N, g.K, s.calls_per_step, sec * 1e6, flop / sec / 1e12, n, best * 1e6,
+                  name(best_k).c_str(), (sec - best) * calls_ms, same_n, best_same * 1e6, name(best_same_k).c_str(),
+                  (sec - best_same) * calls_ms);
       row["candidate_seconds"] = cands;
+      row["candidate_same_bits"] = sames;
       row["best_candidate"] = best_k;
+      row["best_same_bits_candidate"] = best_same_k;
     }
     rows.push_back(row);
   }
   if (o.algos)
     std::printf("\none step's products: %.2f ms with the heuristic's algorithms, %.2f ms with the fastest "
-                "candidate of each (-%.2f ms, %.1f%%).\n'best' is the fastest candidate's index (0 is the "
-                "heuristic's first, timed again); 'heur' when none beat the first timing;\nms/step: "
-                "what it saves over one step's calls.\n",
+                "candidate of each (-%.2f ms, %.1f%%: timed-any), %.2f ms with the fastest of those with the "
+                "heuristic's bits (-%.2f ms, %.1f%%: timed).\n'best' is the fastest candidate's index (0 is the "
+                "heuristic's first, timed again); 'heur' when none beat the first timing; 'same': how many "
+                "candidates write\nthe first's bits on these operands; ms/step: what it saves over one step's "
+                "calls.\n",
                 step_heuristic, step_best, step_heuristic - step_best,
-                100.0 * (step_heuristic - step_best) / std::max(step_heuristic, 1e-9));
+                100.0 * (step_heuristic - step_best) / std::max(step_heuristic, 1e-9), step_same,
+                step_heuristic - step_same, 100.0 * (step_heuristic - step_same) / std::max(step_heuristic, 1e-9));
   std::printf("\nreference: cuBLASLt 8192^3 bf16 on an H200 measured 788-806 TFLOP/s (ANCHORS.md; other GPUs differ);\n"
               "the first row is the same product measured in this run.\n");
   if (!o.json_out.empty()) std::ofstream(o.json_out) << nlohmann::json{{"bench", "gemm"}, {"rows", rows}}.dump(2) << "\n";

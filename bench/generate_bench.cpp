@@ -46,7 +46,7 @@ void generate_bench(const GenerateBenchOptions& o) {
   std::printf("device %s; prompt %d tokens, %d new tokens per request; median of %d runs; step graph %s; PDL %s; "
               "pipelined steps %s; cuBLASLt algorithms %s\n\n",
               engine->device_name().c_str(), o.prompt_len, o.new_tokens, o.repeats, o.graph ? "on" : "off",
-              o.pdl ? "on" : "off", o.pipeline ? "on" : "off", o.timed_gemm_algos ? "timed" : "heuristic");
+              o.pdl ? "on" : "off", o.pipeline ? "on" : "off", gemm_algo_name(o.gemm_algo));
   std::printf("| batch | time to first token | decode tokens/s | per-sequence tok/s | step time |\n");
   std::printf("| ---: | ---: | ---: | ---: | ---: |\n");
   nlohmann::json rows = nlohmann::json::array();
@@ -63,7 +63,7 @@ void generate_bench(const GenerateBenchOptions& o) {
     g.graph = o.graph;
     g.pdl = o.pdl;
     g.pipeline = o.pipeline;
-    g.timed_gemm_algos = o.timed_gemm_algos;
+    g.gemm_algo = o.gemm_algo;
     engine->generate(reqs, g);  // warm-up: plans, cuBLASLt caches, allocator
     std::vector<double> ttft, tps, seq_tps, step_ms;
     for (int r = 0; r < o.repeats; ++r) {

@@ -53,7 +53,7 @@ int bench_generate(const Argv& argv) {
   o.graph = !a.has("no-graph");
   o.pdl = !a.has("no-pdl");
   o.pipeline = !a.has("no-pipeline");
-  o.timed_gemm_algos = cuda_settings_from_env().timed_gemm_algos;
+  o.gemm_algo = cuda_settings_from_env().gemm_algo;
   o.json_out = a.get("json-out", "");
   if (a.has("batches")) {
     o.batches.clear();

@@ -35,7 +35,7 @@ const Command kBenchGpu = {
      {"rows", "N", "gemm: the small-N linear kernels vs cuBLASLt at these row counts (1..32)", true},
      {"sweep", "", "gemm --rows: also time every tiling of the small-N kernels"},
      {"fp8", "", "gemm: the linear layers' products in FP8 (e4m3 / e5m2, TN) beside bf16, and the casts FP8 adds"},
-     {"algos", "", "gemm: time every algorithm cuBLASLt's heuristic offers each product (FORGE_GEMM_ALGO=timed picks the fastest)"},
+     {"algos", "", "gemm: time every algorithm cuBLASLt's heuristic offers each product and whether it gives the heuristic's bits (FORGE_GEMM_ALGO=timed picks the fastest of those)"},
      {"gpus", "N", "train: data-parallel scaling: one GPU, then N ranks (ZeRO-1 over NCCL) of B x T each"},
      {"rank-result", "FILE", "(set by --gpus for the ranks it starts) rank 0 writes its numbers here"},
      {"rank-plain", "", "(set by --gpus) this rank runs the plain one-GPU runner"},

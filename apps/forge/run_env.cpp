@@ -17,9 +17,8 @@ CudaSettings cuda_settings_from_env() {
   }
   if (const char* w = std::getenv("FORGE_GEMM_ALGO")) {
     const std::string v = w;
-    if (v != "heuristic" && v != "timed")
-      throw Error(str("FORGE_GEMM_ALGO=", quote(v), " (expected heuristic or timed)"));
-    s.timed_gemm_algos = v == "timed";
+    if (!parse_gemm_algo(v, s.gemm_algo))
+      throw Error(str("FORGE_GEMM_ALGO=", quote(v), " (expected heuristic, timed or timed-any)"));
   }
   if (const char* q = std::getenv("FORGE_QKV")) {
     const std::string v = q;

@@ -27,7 +27,7 @@ TEST_F(RunEnv, BadGraphSwitchIsAOneLineError) {
 TEST_F(RunEnv, BadGemmAlgoIsAOneLineError) {
   const CmdResult r = forge_env("FORGE_GEMM_ALGO=fastest", "train --data /nonexistent --steps 1");
   EXPECT_EQ(r.code, 1);
-  EXPECT_NE(r.err.find("FORGE_GEMM_ALGO='fastest' (expected heuristic or timed)"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("FORGE_GEMM_ALGO='fastest' (expected heuristic, timed or timed-any)"), std::string::npos) << r.err;
 }
 
 TEST_F(RunEnv, BadQkvSwitchIsAOneLineError) {
@@ -51,6 +51,9 @@ TEST_F(RunEnv, KnownValuesAreAccepted) {
   EXPECT_EQ(r.code, 1);
   EXPECT_EQ(r.err.find("FORGE_"), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("/nonexistent"), std::string::npos) << r.err;
+  const CmdResult any = forge_env("FORGE_GEMM_ALGO=timed-any", "train --data /nonexistent --steps 1");
+  EXPECT_EQ(any.code, 1);
+  EXPECT_EQ(any.err.find("FORGE_"), std::string::npos) << any.err;
 }
 
 }  // namespace

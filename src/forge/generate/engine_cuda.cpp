@@ -23,7 +23,7 @@ class CudaEngine final : public Engine {
   std::vector<GenResult> generate(const std::vector<GenRequest>& reqs, const GenOptions& opt,
                                   const TokenCallback& on_token, GenStats* stats) override {
     ctx_.set_pdl(opt.pdl);  // before the step graph is captured
-    ctx_.set_timed_gemm_algos(opt.timed_gemm_algos);  // for the plans built from here on
+    ctx_.set_gemm_algo(opt.gemm_algo);  // for the plans built from here on
     return generate_batch(model_, reqs, opt, on_token, stats);
   }
   std::unique_ptr<DecodeSession> open_loop(DecodeLoopOptions opt, TokenCallback on_token, DoneCallback on_done,

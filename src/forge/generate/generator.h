@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "forge/core/error.h"
+#include "forge/core/gemm_algo.h"
 #include "forge/generate/decode_loop.h"
 #include "forge/model/transformer.h"
 
@@ -21,9 +22,9 @@ struct GenOptions {
   bool graph = true;   // capture the step once and replay it (CUDA graphs on the GPU)
   bool pdl = true;     // CUDA: decode kernels launch while the one before finishes (cuda/pdl.cuh)
   bool pipeline = true;  // hand out a step's ids while the next step runs (decode_loop.h)
-  // CUDA: cuBLASLt algorithms timed per shape on first use (cuda::Context::timed_gemm_algos; an
-  // A/B setting while it is measured, FORGE_GEMM_ALGO=timed in forge bench generate).
-  bool timed_gemm_algos = false;
+  // CUDA: how cuBLASLt's algorithm is chosen per product shape (core/gemm_algo.h;
+  // FORGE_GEMM_ALGO in forge bench generate).
+  GemmAlgo gemm_algo = GemmAlgo::kHeuristic;
 };
 
 // on_token(request index, id) after each id; returning false ends that request (kCaller).

@@ -12,6 +12,7 @@
 
 #include "forge/core/dtype.h"
 #include "forge/core/error.h"
+#include "forge/core/gemm_algo.h"
 #include "forge/dist/buckets.h"
 #include "forge/model/config.h"
 #include "forge/model/params.h"
@@ -149,9 +150,9 @@ std::unique_ptr<StepRunner> make_lora_cpu_runner(
 struct CudaSettings {
   LossScaleOptions loss_scale;                     // fp16 only
   AttentionPath attention = AttentionPath::kAuto;  // ops/attention.h
-  // cuBLASLt algorithms timed per shape instead of the heuristic's first
-  // (CudaModelOptions::timed_gemm_algos; an A/B setting while it is measured, default off).
-  bool timed_gemm_algos = false;
+  // How cuBLASLt's algorithm is chosen per product shape (core/gemm_algo.h;
+  // CudaModelOptions::gemm_algo).
+  GemmAlgo gemm_algo = GemmAlgo::kHeuristic;
   // The Llama family's q|k|v as one product in training and prefill (CudaModelOptions::fuse_qkv);
   // false: three, the A/B comparison.
   bool fuse_qkv = true;

@@ -171,7 +171,7 @@ class CudaRunner final : public StepRunner {
       : ctx_(s.device),
         model_(cfg, ctx_,
                CudaModelOptions{dt, s.loss_scale, s.attention, lora_host != nullptr,
-                                /*adam_state=*/comm == nullptr, s.timed_gemm_algos, s.fuse_qkv}),
+                                /*adam_state=*/comm == nullptr, s.gemm_algo, s.fuse_qkv}),
         graphs_(s.graphs),
         eval_sum_dev_(ctx_.allocator(), 1),
         eval_sum_(1) {

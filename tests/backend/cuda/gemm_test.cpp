@@ -1,6 +1,10 @@
 #include "forge/backend/cuda/gemm.h"
 
 #include <cmath>
+#include <cstring>
+#include <memory>
+#include <utility>
+#include <vector>
 
 #include "cuda_testing.h"
 #include "forge/core/error.h"
@@ -187,85 +191,90 @@ TEST_F(GemmTest, StridedViewsMatchCpu) {
       }
 }
 
-// Context::timed_gemm_algos: the first call of each plan times the heuristic's candidates on the
-// call's own operands before the real product. The calls training makes, each checked against
+// A timed Context::gemm_algo: the first call of each plan times the heuristic's candidates on the
+// call's own operands before the real product (kTimed: only those with the first's bits; kTimedAny:
+// all). The calls training makes, each checked against
 // the CPU: the weight gradient (bf16 in, f32 C, beta 1: C must be saved and put back, or the
 // timing's ~6 products per candidate would be added to it), the forward with bias + GELU and its
 // aux output, the DGELU backward, and a strided beta-1 view whose untouched elements must keep
 // their sentinels. Shapes large enough that the heuristic offers several candidates.
 TEST_F(GemmTest, TimedAlgorithmChoiceMatchesCpu) {
-  ctx().set_timed_gemm_algos(true);
-  const int M = 192, N = 160, K = 512;
-  // bf16 inputs, f32 accumulation over 512 products in another order: ~1e-5 relative.
-  const forge::testing::Tol f32_out{1e-4, 1e-4};
-  {  // dW (M, N) f32 += Aᵀ (M, K)ᵀ · B (K, N), A stored (K, M)
-    const auto a = round_bf16(random_normal<float>(K * M, 51)), b = round_bf16(random_normal<float>(K * N, 52));
-    const auto c0 = random_normal<float>(M * N, 53);
-    auto da = upload(to_bf16(a)), db = upload(to_bf16(b));
-    auto dc = upload(c0);
-    GemmArgs g;
-    g.M = M, g.N = N, g.K = K, g.trans_a = true, g.beta = 1.0f;
-    g.ab_type = DType::kBF16, g.c_type = DType::kF32;
-    EXPECT_GE(gemm_candidates(ctx(), g, da.data(), db.data(), dc.data()), 1);
-    gemm(ctx(), g, da.data(), db.data(), dc.data());
-    std::vector<float> ref = c0;
-    cpu::matmul_reference<float>(ref.data(), a.data(), b.data(), M, N, K, true, false, 1.0f, 1.0f);
-    EXPECT_TRUE(all_close(download(dc), ref, f32_out)) << "accumulating weight gradient";
-  }
-  {  // forward X · Wᵀ + bias, GELU, pre-GELU values to aux (bf16)
-    const auto a = round_bf16(random_normal<float>(M * K, 54, 0.1));
-    const auto b = round_bf16(random_normal<float>(N * K, 55, 0.1));
-    const auto bias = round_bf16(random_normal<float>(N, 56));
-    auto da = upload(to_bf16(a)), db = upload(to_bf16(b)), dbias = upload(to_bf16(bias));
-    auto dc = poisoned<uint16_t>(M * N), daux = poisoned<uint16_t>(M * N);
-    GemmArgs g;
-    g.M = M, g.N = N, g.K = K, g.trans_b = true;
-    g.ab_type = g.c_type = DType::kBF16;
-    g.epilogue = GemmEpilogue::kBiasGeluAux, g.bias = dbias.data(), g.aux = daux.data();
-    gemm(ctx(), g, da.data(), db.data(), dc.data());
-    std::vector<float> pre(M * N), ref(M * N);
-    cpu::matmul_reference<float>(pre.data(), a.data(), b.data(), M, N, K, false, true);
-    for (int r = 0; r < M; ++r)
-      for (int c = 0; c < N; ++c) pre[r * N + c] += bias[c];
-    cpu::gelu_fwd<float>(ref.data(), pre.data(), M * N);
-    EXPECT_TRUE(all_close(from_bf16(download(daux)), pre, kTolBf16)) << "aux";
-    EXPECT_TRUE(all_close(from_bf16(download(dc)), ref, kTolBf16)) << "GELU output";
-  }
-  {  // dX = (dY · W) ∘ gelu'(pre), bf16
-    const auto a = round_bf16(random_normal<float>(M * K, 57, 0.3));
-    const auto b = round_bf16(random_normal<float>(K * N, 58, 0.3));
-    const auto pre = round_bf16(random_normal<float>(M * N, 59, 1.5));
-    auto da = upload(to_bf16(a)), db = upload(to_bf16(b)), daux = upload(to_bf16(pre));
-    auto dc = poisoned<uint16_t>(M * N);
-    GemmArgs g;
-    g.M = M, g.N = N, g.K = K;
-    g.ab_type = g.c_type = DType::kBF16;
-    g.epilogue = GemmEpilogue::kDGelu, g.aux = daux.data();
-    gemm(ctx(), g, da.data(), db.data(), dc.data());
-    std::vector<float> dy(M * N), ref(M * N, 0.0f);
-    cpu::matmul_reference<float>(dy.data(), a.data(), b.data(), M, N, K, false, false);
-    cpu::gelu_bwd<float>(ref.data(), pre.data(), dy.data(), M * N);
-    EXPECT_TRUE(all_close(from_bf16(download(dc)), ref, kTolBf16)) << "DGELU";
-  }
-  {  // a strided f32 view, beta 1: rows of ldc = N + 5 with sentinels between them
-    const int64_t ldc = N + 5;
-    const float kSentinel = 7.0f;
-    const auto a = random_normal<float>(M * K, 60), b = random_normal<float>(K * N, 61);
-    const auto c0 = random_normal<float>(M * N, 62);
-    std::vector<float> c_st(M * ldc, kSentinel), ref_st = c_st, ref = c0;
-    for (int r = 0; r < M; ++r)
-      for (int c = 0; c < N; ++c) c_st[r * ldc + c] = c0[r * N + c];
-    cpu::matmul_reference<float>(ref.data(), a.data(), b.data(), M, N, K, false, false, 1.0f, 1.0f);
-    for (int r = 0; r < M; ++r)
-      for (int c = 0; c < N; ++c) ref_st[r * ldc + c] = ref[r * N + c];
-    auto da = upload(a), db = upload(b), dc = upload(c_st);
-    GemmArgs g;
-    g.M = M, g.N = N, g.K = K, g.beta = 1.0f, g.ldc = ldc;
-    gemm(ctx(), g, da.data(), db.data(), dc.data());
-    const auto got = download(dc);
-    EXPECT_TRUE(all_close(got, ref_st, {1e-4, 1e-4})) << "strided view";
-    for (int r = 0; r < M; ++r)
-      for (int64_t c = N; c < ldc; ++c) ASSERT_EQ(got[r * ldc + c], kSentinel) << r << "," << c;
+  for (const GemmAlgo algo : {GemmAlgo::kTimed, GemmAlgo::kTimedAny}) {
+    SCOPED_TRACE(gemm_algo_name(algo));
+    ctx_ = std::make_unique<Context>(0);  // plans are built, and their algorithms chosen, once a context
+    ctx().set_gemm_algo(algo);
+    const int M = 192, N = 160, K = 512;
+    // bf16 inputs, f32 accumulation over 512 products in another order: ~1e-5 relative.
+    const forge::testing::Tol f32_out{1e-4, 1e-4};
+    {  // dW (M, N) f32 += Aᵀ (M, K)ᵀ · B (K, N), A stored (K, M)
+      const auto a = round_bf16(random_normal<float>(K * M, 51)), b = round_bf16(random_normal<float>(K * N, 52));
+      const auto c0 = random_normal<float>(M * N, 53);
+      auto da = upload(to_bf16(a)), db = upload(to_bf16(b));
+      auto dc = upload(c0);
+      GemmArgs g;
+      g.M = M, g.N = N, g.K = K, g.trans_a = true, g.beta = 1.0f;
+      g.ab_type = DType::kBF16, g.c_type = DType::kF32;
+      EXPECT_GE(gemm_candidates(ctx(), g, da.data(), db.data(), dc.data()), 1);
+      gemm(ctx(), g, da.data(), db.data(), dc.data());
+      std::vector<float> ref = c0;
+      cpu::matmul_reference<float>(ref.data(), a.data(), b.data(), M, N, K, true, false, 1.0f, 1.0f);
+      EXPECT_TRUE(all_close(download(dc), ref, f32_out)) << "accumulating weight gradient";
+    }
+    {  // forward X · Wᵀ + bias, GELU, pre-GELU values to aux (bf16)
+      const auto a = round_bf16(random_normal<float>(M * K, 54, 0.1));
+      const auto b = round_bf16(random_normal<float>(N * K, 55, 0.1));
+      const auto bias = round_bf16(random_normal<float>(N, 56));
+      auto da = upload(to_bf16(a)), db = upload(to_bf16(b)), dbias = upload(to_bf16(bias));
+      auto dc = poisoned<uint16_t>(M * N), daux = poisoned<uint16_t>(M * N);
+      GemmArgs g;
+      g.M = M, g.N = N, g.K = K, g.trans_b = true;
+      g.ab_type = g.c_type = DType::kBF16;
+      g.epilogue = GemmEpilogue::kBiasGeluAux, g.bias = dbias.data(), g.aux = daux.data();
+      gemm(ctx(), g, da.data(), db.data(), dc.data());
+      std::vector<float> pre(M * N), ref(M * N);
+      cpu::matmul_reference<float>(pre.data(), a.data(), b.data(), M, N, K, false, true);
+      for (int r = 0; r < M; ++r)
+        for (int c = 0; c < N; ++c) pre[r * N + c] += bias[c];
+      cpu::gelu_fwd<float>(ref.data(), pre.data(), M * N);
+      EXPECT_TRUE(all_close(from_bf16(download(daux)), pre, kTolBf16)) << "aux";
+      EXPECT_TRUE(all_close(from_bf16(download(dc)), ref, kTolBf16)) << "GELU output";
+    }
+    {  // dX = (dY · W) ∘ gelu'(pre), bf16
+      const auto a = round_bf16(random_normal<float>(M * K, 57, 0.3));
+      const auto b = round_bf16(random_normal<float>(K * N, 58, 0.3));
+      const auto pre = round_bf16(random_normal<float>(M * N, 59, 1.5));
+      auto da = upload(to_bf16(a)), db = upload(to_bf16(b)), daux = upload(to_bf16(pre));
+      auto dc = poisoned<uint16_t>(M * N);
+      GemmArgs g;
+      g.M = M, g.N = N, g.K = K;
+      g.ab_type = g.c_type = DType::kBF16;
+      g.epilogue = GemmEpilogue::kDGelu, g.aux = daux.data();
+      gemm(ctx(), g, da.data(), db.data(), dc.data());
+      std::vector<float> dy(M * N), ref(M * N, 0.0f);
+      cpu::matmul_reference<float>(dy.data(), a.data(), b.data(), M, N, K, false, false);
+      cpu::gelu_bwd<float>(ref.data(), pre.data(), dy.data(), M * N);
+      EXPECT_TRUE(all_close(from_bf16(download(dc)), ref, kTolBf16)) << "DGELU";
+    }
+    {  // a strided f32 view, beta 1: rows of ldc = N + 5 with sentinels between them
+      const int64_t ldc = N + 5;
+      const float kSentinel = 7.0f;
+      const auto a = random_normal<float>(M * K, 60), b = random_normal<float>(K * N, 61);
+      const auto c0 = random_normal<float>(M * N, 62);
+      std::vector<float> c_st(M * ldc, kSentinel), ref_st = c_st, ref = c0;
+      for (int r = 0; r < M; ++r)
+        for (int c = 0; c < N; ++c) c_st[r * ldc + c] = c0[r * N + c];
+      cpu::matmul_reference<float>(ref.data(), a.data(), b.data(), M, N, K, false, false, 1.0f, 1.0f);
+      for (int r = 0; r < M; ++r)
+        for (int c = 0; c < N; ++c) ref_st[r * ldc + c] = ref[r * N + c];
+      auto da = upload(a), db = upload(b), dc = upload(c_st);
+      GemmArgs g;
+      g.M = M, g.N = N, g.K = K, g.beta = 1.0f, g.ldc = ldc;
+      gemm(ctx(), g, da.data(), db.data(), dc.data());
+      const auto got = download(dc);
+      EXPECT_TRUE(all_close(got, ref_st, {1e-4, 1e-4})) << "strided view";
+      for (int r = 0; r < M; ++r)
+        for (int64_t c = N; c < ldc; ++c) ASSERT_EQ(got[r * ldc + c], kSentinel) << r << "," << c;
+    }
   }
 }
 
@@ -293,6 +302,113 @@ TEST_F(GemmTest, EveryCandidateMatchesCpu) {
     g.candidate = k;
     gemm(ctx(), g, da.data(), db.data(), out.data());
     EXPECT_TRUE(all_close(from_bf16(download(out)), ref, kTolBf16)) << "candidate " << k << " of " << n;
+  }
+}
+
+// GemmAlgo::kTimed keeps the heuristic's results bit for bit, whichever candidate its timing
+// picks: the same products through a heuristic context and a kTimed one, compared exactly — an
+// accumulating f32 weight gradient, a forward with bias + GELU and its aux output, and the DGELU
+// backward, at shapes where the heuristic offers several candidates.
+TEST_F(GemmTest, TimedKeepsTheHeuristicsBits) {
+  const int M = 256, N = 384, K = 1024;
+  const auto a = to_bf16(random_normal<float>(M * K, 81, 0.2)), b = to_bf16(random_normal<float>(N * K, 82, 0.2));
+  const auto bias = to_bf16(random_normal<float>(N, 83)), pre = to_bf16(random_normal<float>(M * N, 84, 1.5));
+  const auto c0 = random_normal<float>(M * N, 85);
+  using Outputs = std::vector<std::vector<uint16_t>>;
+  auto run = [&](GemmAlgo algo, int* candidates) {
+    ctx_ = std::make_unique<Context>(0);
+    ctx().set_gemm_algo(algo);
+    Outputs out;
+    auto da = upload(a), db = upload(b), dbias = upload(bias);
+    {  // dW (M, N) f32 += A (K, M)ᵀ · B (K, N)
+      auto dc = upload(c0);
+      GemmArgs g;
+      g.M = M, g.N = N, g.K = K, g.trans_a = true, g.beta = 1.0f;
+      g.ab_type = DType::kBF16, g.c_type = DType::kF32;
+      *candidates = gemm_candidates(ctx(), g, da.data(), db.data(), dc.data());
+      gemm(ctx(), g, da.data(), db.data(), dc.data());
+      const auto f = download(dc);
+      std::vector<uint16_t> halves(2 * f.size());
+      std::memcpy(halves.data(), f.data(), f.size() * sizeof(float));
+      out.push_back(halves);
+    }
+    {  // forward A (M, K) · B (N, K)ᵀ + bias, GELU, aux
+      auto dc = poisoned<uint16_t>(M * N), daux = poisoned<uint16_t>(M * N);
+      GemmArgs g;
+      g.M = M, g.N = N, g.K = K, g.trans_b = true;
+      g.ab_type = g.c_type = DType::kBF16;
+      g.epilogue = GemmEpilogue::kBiasGeluAux, g.bias = dbias.data(), g.aux = daux.data();
+      gemm(ctx(), g, da.data(), db.data(), dc.data());
+      out.push_back(download(dc));
+      out.push_back(download(daux));
+    }
+    {  // dX = (A (M, K) · B (N, K)ᵀ) ∘ gelu'(pre)
+      auto dc = poisoned<uint16_t>(M * N), daux = upload(pre);
+      GemmArgs g;
+      g.M = M, g.N = N, g.K = K, g.trans_b = true;
+      g.ab_type = g.c_type = DType::kBF16;
+      g.epilogue = GemmEpilogue::kDGelu, g.aux = daux.data();
+      gemm(ctx(), g, da.data(), db.data(), dc.data());
+      out.push_back(download(dc));
+    }
+    return out;
+  };
+  int candidates = 0;
+  const Outputs heuristic = run(GemmAlgo::kHeuristic, &candidates);
+  const Outputs timed = run(GemmAlgo::kTimed, &candidates);
+  EXPECT_GE(candidates, 2) << "the heuristic offered one algorithm: nothing was chosen";
+  const char* what[] = {"weight gradient", "GELU output", "GELU aux", "DGELU"};
+  for (size_t i = 0; i < heuristic.size(); ++i) EXPECT_EQ(heuristic[i], timed[i]) << what[i];
+}
+
+// gemm_candidate_same_bits(k) says whether candidate k's output equals candidate 0's bit for bit:
+// checked against the two outputs computed here, for every candidate of an accumulating product
+// (and C is as it was afterwards) and of a forward with a GELU aux output (aux compared too).
+TEST_F(GemmTest, CandidateSameBitsAgreesWithTheOutputs) {
+  const int M = 256, N = 384, K = 1024;
+  const auto a = to_bf16(random_normal<float>(M * K, 91, 0.2)), b = to_bf16(random_normal<float>(N * K, 92, 0.2));
+  const auto bias = to_bf16(random_normal<float>(N, 93));
+  const auto c0 = random_normal<float>(M * N, 94);
+  auto da = upload(a), db = upload(b), dbias = upload(bias);
+  {
+    GemmArgs g;
+    g.M = M, g.N = N, g.K = K, g.trans_a = true, g.beta = 1.0f;
+    g.ab_type = DType::kBF16, g.c_type = DType::kF32;
+    auto dc = upload(c0);
+    const int n = gemm_candidates(ctx(), g, da.data(), db.data(), dc.data());
+    std::vector<std::vector<float>> outs;
+    for (int k = 0; k < n; ++k) {
+      auto ck = upload(c0);
+      g.candidate = k;
+      gemm(ctx(), g, da.data(), db.data(), ck.data());
+      outs.push_back(download(ck));
+    }
+    g.candidate = -1;
+    for (int k = 0; k < n; ++k) {
+      const bool same = std::memcmp(outs[k].data(), outs[0].data(), outs[0].size() * sizeof(float)) == 0;
+      EXPECT_EQ(gemm_candidate_same_bits(ctx(), g, da.data(), db.data(), dc.data(), k), same) << "candidate " << k;
+      EXPECT_EQ(download(dc), c0) << "C not put back after candidate " << k;
+    }
+  }
+  {
+    GemmArgs g;
+    g.M = M, g.N = N, g.K = K, g.trans_b = true;
+    g.ab_type = g.c_type = DType::kBF16;
+    g.epilogue = GemmEpilogue::kBiasGeluAux, g.bias = dbias.data();
+    auto dc = poisoned<uint16_t>(M * N), daux = poisoned<uint16_t>(M * N);
+    g.aux = daux.data();
+    const int n = gemm_candidates(ctx(), g, da.data(), db.data(), dc.data());
+    std::vector<std::pair<std::vector<uint16_t>, std::vector<uint16_t>>> outs;
+    for (int k = 0; k < n; ++k) {
+      auto ck = poisoned<uint16_t>(M * N), ak = poisoned<uint16_t>(M * N);
+      g.candidate = k, g.aux = ak.data();
+      gemm(ctx(), g, da.data(), db.data(), ck.data());
+      outs.emplace_back(download(ck), download(ak));
+    }
+    g.candidate = -1, g.aux = daux.data();
+    for (int k = 0; k < n; ++k)
+      EXPECT_EQ(gemm_candidate_same_bits(ctx(), g, da.data(), db.data(), dc.data(), k), outs[k] == outs[0])
+          << "GELU forward, candidate " << k;
   }
 }
 

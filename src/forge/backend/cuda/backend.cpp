@@ -32,7 +32,7 @@ CudaBackend::CudaBackend(const ModelConfig& cfg, const ParamTable& table, cuda::
                    : o.attention == AttentionPath::kFlashWgmma      ? cuda::FlashKernels::kWgmma
                    : o.attention == AttentionPath::kFlashWgmmaSplit ? cuda::FlashKernels::kWgmmaSplit
                                                                     : cuda::FlashKernels::kAuto;
-  ctx.set_timed_gemm_algos(o.timed_gemm_algos);
+  ctx.set_gemm_algo(o.gemm_algo);
   fuse_qkv_ = o.fuse_qkv;
   auto& a = ctx.allocator();
   const size_t P = table_.total();

@@ -66,9 +66,8 @@ struct CudaModelOptions {
   // false: no base Adam state (m, v) is allocated; the data-parallel runner keeps its own shard
   // of it (train/zero1_cuda.h) and runs the optimizer over the buffers below itself.
   bool adam_state = true;
-  // cuBLASLt algorithms timed per plan on its first call instead of the heuristic's first
-  // (cuda::Context::timed_gemm_algos; an A/B setting while it is measured, default off).
-  bool timed_gemm_algos = false;
+  // How cuBLASLt's algorithm is chosen per product shape (core/gemm_algo.h; cuda::Context).
+  GemmAlgo gemm_algo = GemmAlgo::kHeuristic;
   // The Llama family's q|k|v as one (N, (NH + 2·NKV)·HS) product in training and prefill; false:
   // three products (the A/B comparison; LoRA targets always take three).
   bool fuse_qkv = true;

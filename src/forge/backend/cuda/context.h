@@ -9,6 +9,7 @@
 #include <memory>
 
 #include "forge/backend/cuda/allocator.h"
+#include "forge/core/gemm_algo.h"
 
 namespace forge::cuda {
 
@@ -39,12 +40,11 @@ class Context {
   // where the device has it (compute capability >= 9); off to measure what it gives.
   bool pdl() const { return pdl_; }
   void set_pdl(bool on) { pdl_ = on && props_.major >= 9; }
-  // How cuBLASLt algorithms are chosen (an A/B setting while it is measured:
-  // CudaModelOptions::timed_gemm_algos). Off: the heuristic's first. On: each plan's first eager
-  // call times the heuristic's candidates and keeps the fastest (gemm.cu). Plans already built
+  // How cuBLASLt algorithms are chosen (core/gemm_algo.h; CudaModelOptions::gemm_algo): the
+  // heuristic's first, or timed on each plan's first eager call (gemm.cu). Plans already built
   // keep their algorithm.
-  bool timed_gemm_algos() const { return timed_gemm_algos_; }
-  void set_timed_gemm_algos(bool on) { timed_gemm_algos_ = on; }
+  GemmAlgo gemm_algo() const { return gemm_algo_; }
+  void set_gemm_algo(GemmAlgo a) { gemm_algo_ = a; }
   // Waits for everything enqueued so far.
   void synchronize();
 
@@ -56,7 +56,7 @@ class Context {
   void* workspace_ = nullptr;
   size_t workspace_bytes_ = 0;
   bool pdl_ = false;
-  bool timed_gemm_algos_ = false;
+  GemmAlgo gemm_algo_ = GemmAlgo::kHeuristic;
   Allocator allocator_;
   struct GemmPlanCacheDeleter {
     void operator()(GemmPlanCache* p) const;

@@ -10,11 +10,12 @@
 // changes within a process, so equal inputs give bit-identical outputs.
 //
 // Which algorithm: the heuristic returns up to kCandidates, its estimate of the fastest first.
-// By default a plan runs that first one. Under Context::timed_gemm_algos (an A/B setting while it
-// is measured) the plan's first call, when it runs eagerly, times every candidate on the call's
-// own operands and keeps the fastest — what issue 16 calls "cuBLASLt algorithm choice per shape".
-// The choice is made once per plan, so results stay bit-identical within a process; another
-// process may time differently and pick another algorithm, so its last bits may differ.
+// By default a plan runs that first one. Under a timed Context::gemm_algo (core/gemm_algo.h) the
+// plan's first call, when it runs eagerly, times candidates on the call's own operands and keeps
+// the fastest — what issue 16 calls "cuBLASLt algorithm choice per shape". GemmAlgo::kTimed times
+// only the candidates whose output on those operands is the first candidate's bit for bit
+// (BitCheck), so every process gets the heuristic's results whichever wins; kTimedAny times all,
+// and another process may time differently, pick another algorithm and differ in the last bits.
 #include <algorithm>
 #include <cstdint>
 #include <limits>
@@ -217,13 +218,101 @@ cublasStatus_t enqueue(Context& ctx, const Plan& p, int candidate, const GemmArg
                         ctx.stream());
 }
 
-// Under Context::timed_gemm_algos: times each candidate on the call's own operands (a warm-up,
-// then kReps calls between two events) and returns the fastest's index; 0 (the heuristic's
-// first) when there is nothing to choose, while the stream is being captured (no timing or
-// synchronising inside a capture: the plan keeps the heuristic's choice), or when C cannot be
-// saved. Every trial writes C (and a GELU epilogue's aux output, which the real call then
-// rewrites); where the call accumulates (beta ≠ 0) C is saved first and put back afterwards, so
-// the real call that follows sees C as it was.
+// Counts the 16-bit units where x and y differ (every C and aux type is 2 or 4 bytes wide).
+__global__ void count_differences_kernel(const uint16_t* __restrict__ x,
+                                         const uint16_t* __restrict__ y, size_t n,
+                                         unsigned long long* __restrict__ count) {
+  unsigned long long local = 0;
+  for (size_t i = blockIdx.x * size_t{blockDim.x} + threadIdx.x; i < n;
+       i += size_t{gridDim.x} * blockDim.x)
+    local += x[i] != y[i];
+  if (local) atomicAdd(count, local);
+}
+
+// Whether a candidate writes the heuristic's first candidate's bits on one call's operands: C
+// (from its first to its last element, gaps between rows included: no product writes them) and,
+// under kBiasGeluAux, the aux output. prepare() runs candidate 0 and keeps its outputs; matches(k)
+// runs candidate k from the same starting C and compares. C as it was before is kept (where the
+// call accumulates) and put back by restore(). Throws forge::Error when a copy cannot be
+// allocated (the caller then keeps the heuristic's first).
+class BitCheck {
+ public:
+  BitCheck(Context& ctx, const GemmArgs& g, const Plan& p, size_t c_bytes, const void* a,
+           const void* b, void* c)
+      : ctx_(ctx), g_(g), p_(p), c_bytes_(c_bytes), a_(a), b_(b), c_(c),
+        aux_bytes_(g.epilogue == GemmEpilogue::kBiasGeluAux
+                       ? static_cast<size_t>(g.M) * g.N * dtype_size(g.c_type)
+                       : 0),
+        count_(ctx.allocator(), 1) {
+    if (g.beta != 0.0f) {
+      saved_ = DeviceBuffer<uint8_t>(ctx.allocator(), c_bytes);
+      copy(saved_.data(), c_, c_bytes_);
+    }
+  }
+  // Candidate 0's outputs, the reference; false if it cannot run here.
+  bool prepare() {
+    ref_c_ = DeviceBuffer<uint8_t>(ctx_.allocator(), c_bytes_);
+    if (aux_bytes_) ref_aux_ = DeviceBuffer<uint8_t>(ctx_.allocator(), aux_bytes_);
+    if (enqueue(ctx_, p_, 0, g_, a_, b_, c_) != CUBLAS_STATUS_SUCCESS) return false;
+    copy(ref_c_.data(), c_, c_bytes_);
+    if (aux_bytes_) copy(ref_aux_.data(), g_.aux, aux_bytes_);
+    return true;
+  }
+  bool matches(int k) {
+    restore();
+    if (enqueue(ctx_, p_, k, g_, a_, b_, c_) != CUBLAS_STATUS_SUCCESS) return false;
+    FORGE_CUDA_CHECK(cudaMemsetAsync(count_.data(), 0, sizeof(unsigned long long), ctx_.stream()));
+    count(c_, ref_c_.data(), c_bytes_);
+    if (aux_bytes_) count(g_.aux, ref_aux_.data(), aux_bytes_);
+    unsigned long long differing = 0;
+    FORGE_CUDA_CHECK(cudaMemcpyAsync(&differing, count_.data(), sizeof(differing),
+                                     cudaMemcpyDeviceToHost, ctx_.stream()));
+    FORGE_CUDA_CHECK(cudaStreamSynchronize(ctx_.stream()));
+    return differing == 0;
+  }
+  // C as it was before prepare() (nothing to do where the call does not read C).
+  void restore() {
+    if (saved_.data()) copy(c_, saved_.data(), c_bytes_);
+  }
+  ~BitCheck() { cudaStreamSynchronize(ctx_.stream()); }  // before the copies go back
+
+ private:
+  void copy(void* to, const void* from, size_t bytes) {
+    FORGE_CUDA_CHECK(cudaMemcpyAsync(to, from, bytes, cudaMemcpyDeviceToDevice, ctx_.stream()));
+  }
+  void count(const void* x, const void* y, size_t bytes) {
+    const size_t n = bytes / 2;
+    const int blocks = static_cast<int>(std::min<size_t>((n + 255) / 256, 4 * 1024));
+    count_differences_kernel<<<blocks, 256, 0, ctx_.stream()>>>(
+        static_cast<const uint16_t*>(x), static_cast<const uint16_t*>(y), n, count_.data());
+    FORGE_CUDA_CHECK(cudaGetLastError());
+  }
+  Context& ctx_;
+  const GemmArgs& g_;
+  const Plan& p_;
+  size_t c_bytes_;
+  const void *a_, *b_;
+  void* c_;
+  size_t aux_bytes_;
+  DeviceBuffer<uint8_t> ref_c_, ref_aux_, saved_;
+  DeviceBuffer<unsigned long long> count_;
+};
+
+// C's bytes from its first element to its last: (batch − 1) strides, then M rows of ldc.
+size_t c_span_bytes(const GemmArgs& g, const Stored& st) {
+  return static_cast<size_t>(static_cast<int64_t>(g.batch - 1) * g.stride_c +
+                             static_cast<int64_t>(g.M - 1) * st.ldc + g.N) *
+         dtype_size(g.c_type);
+}
+
+// Under a timed GemmAlgo: times each candidate on the call's own operands (a warm-up, then kReps
+// calls between two events) and returns the fastest's index; 0 (the heuristic's first) when
+// there is nothing to choose, while the stream is being captured (no timing or synchronising
+// inside a capture: the plan keeps the heuristic's choice), or when C cannot be copied. Under
+// GemmAlgo::kTimed only candidates that write candidate 0's bits (BitCheck) are timed, so the
+// choice never changes a result. Every trial writes C (and a GELU epilogue's aux output, which
+// the real call then rewrites); where the call accumulates (beta ≠ 0) C is saved first and put
+// back afterwards, so the real call that follows sees C as it was.
 int time_candidates(Context& ctx, const GemmArgs& g, const Stored& st, const Plan& p, const void* a,
                     const void* b, void* c) {
   constexpr int kReps = 5;
@@ -231,29 +320,26 @@ int time_candidates(Context& ctx, const GemmArgs& g, const Stored& st, const Pla
   cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
   FORGE_CUDA_CHECK(cudaStreamIsCapturing(ctx.stream(), &capture));
   if (capture != cudaStreamCaptureStatusNone) return 0;
-  // C's elements from its first to its last: (batch − 1) strides, then M rows of ldc.
-  const size_t c_bytes =
-      static_cast<size_t>(static_cast<int64_t>(g.batch - 1) * g.stride_c +
-                          static_cast<int64_t>(g.M - 1) * st.ldc + g.N) *
-      dtype_size(g.c_type);
-  std::optional<DeviceBuffer<uint8_t>> saved;
-  if (g.beta != 0.0f) {
-    try {
-      saved.emplace(ctx.allocator(), c_bytes);
-    } catch (const Error&) {
-      log_debug("gemm: no memory to save C for timing M=", g.M, " N=", g.N, " K=", g.K,
-                "; the heuristic's algorithm is kept");
-      return 0;
-    }
-    FORGE_CUDA_CHECK(
-        cudaMemcpyAsync(saved->data(), c, c_bytes, cudaMemcpyDeviceToDevice, ctx.stream()));
+  const bool same_bits = ctx.gemm_algo() == GemmAlgo::kTimed;
+  std::optional<BitCheck> check;
+  try {
+    check.emplace(ctx, g, p, c_span_bytes(g, st), a, b, c);
+    if (same_bits && !check->prepare()) return 0;
+  } catch (const Error&) {
+    log_debug("gemm: no memory to copy C for timing M=", g.M, " N=", g.N, " K=", g.K,
+              "; the heuristic's algorithm is kept");
+    return 0;
   }
   cudaEvent_t e0, e1;
   FORGE_CUDA_CHECK(cudaEventCreate(&e0));
   FORGE_CUDA_CHECK(cudaEventCreate(&e1));
-  int best = 0;
+  int best = 0, other_bits = 0;
   float best_ms = std::numeric_limits<float>::infinity(), first_ms = best_ms;
   for (int i = 0; i < static_cast<int>(p.candidates.size()); ++i) {
+    if (same_bits && i > 0 && !check->matches(i)) {
+      ++other_bits;
+      continue;
+    }
     if (enqueue(ctx, p, i, g, a, b, c) != CUBLAS_STATUS_SUCCESS) continue;  // not runnable here
     FORGE_CUDA_CHECK(cudaEventRecord(e0, ctx.stream()));
     bool ok = true;
@@ -267,14 +353,11 @@ int time_candidates(Context& ctx, const GemmArgs& g, const Stored& st, const Pla
   }
   cudaEventDestroy(e0);
   cudaEventDestroy(e1);
-  if (saved) {
-    FORGE_CUDA_CHECK(
-        cudaMemcpyAsync(c, saved->data(), c_bytes, cudaMemcpyDeviceToDevice, ctx.stream()));
-    FORGE_CUDA_CHECK(cudaStreamSynchronize(ctx.stream()));  // before the buffer goes back
-  }
+  check->restore();
   log_debug("gemm: M=", g.M, " N=", g.N, " K=", g.K, " epilogue ", static_cast<int>(g.epilogue),
             ": candidate ", best, " of ", p.candidates.size(), ", ", 1e3 * best_ms / kReps,
-            " us a call (the heuristic's first: ", 1e3 * first_ms / kReps, " us)");
+            " us a call (the heuristic's first: ", 1e3 * first_ms / kReps, " us); ", other_bits,
+            " candidates skipped for other bits");
   return best;
 }
 
@@ -299,7 +382,7 @@ void Context::GemmPlanCacheDeleter::operator()(GemmPlanCache* p) const { delete 
 
 namespace {
 
-// The plan of g's key, built (and under timed_gemm_algos its algorithm chosen) on first use.
+// The plan of g's key, built (and under a timed GemmAlgo its algorithm chosen) on first use.
 // The caller holds cache.mu.
 Plan& plan_for(Context& ctx, GemmPlanCache& cache, const GemmArgs& g, const void* a, const void* b,
                void* c) {
@@ -351,7 +434,7 @@ Plan& plan_for(Context& ctx, GemmPlanCache& cache, const GemmArgs& g, const void
   auto it = cache.plans.find(key);
   if (it == cache.plans.end()) {
     it = cache.plans.emplace(key, make_plan(ctx, g, st, al)).first;
-    if (ctx.timed_gemm_algos()) {
+    if (ctx.gemm_algo() != GemmAlgo::kHeuristic) {
       set_call_pointers(it->second, g);
       it->second.chosen = time_candidates(ctx, g, st, it->second, a, b, c);
     }
@@ -376,6 +459,21 @@ int gemm_candidates(Context& ctx, const GemmArgs& g, const void* a, const void* 
   GemmPlanCache& cache = ctx.gemm_plans();
   std::lock_guard<std::mutex> lock(cache.mu);
   return static_cast<int>(plan_for(ctx, cache, g, a, b, c).candidates.size());
+}
+
+bool gemm_candidate_same_bits(Context& ctx, const GemmArgs& g, const void* a, const void* b,
+                              void* c, int k) {
+  GemmPlanCache& cache = ctx.gemm_plans();
+  std::lock_guard<std::mutex> lock(cache.mu);
+  const Plan& plan = plan_for(ctx, cache, g, a, b, c);
+  FORGE_CHECK(k >= 0 && k < static_cast<int>(plan.candidates.size()), "[gemm] candidate ", k,
+              " of ", plan.candidates.size());
+  set_call_pointers(plan, g);
+  BitCheck check(ctx, g, plan, c_span_bytes(g, stored_shapes(g)), a, b, c);
+  FORGE_CHECK(check.prepare(), "[gemm] the heuristic's first algorithm does not run here");
+  const bool same = k == 0 || check.matches(k);
+  check.restore();
+  return same;
 }
 
 }  // namespace forge::cuda

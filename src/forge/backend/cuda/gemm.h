@@ -62,12 +62,20 @@ struct GemmArgs {
 inline bool is_fp8(DType t) { return t == DType::kF8E4M3 || t == DType::kF8E5M2; }
 
 // Enqueues C = op(A)·op(B) on the context's stream. Algorithms are chosen once per shape and
-// cached: cuBLASLt's heuristic's first, or under Context::timed_gemm_algos the fastest of its
-// candidates timed on the first (eager) call (gemm.cu).
+// cached: cuBLASLt's heuristic's first, or under a timed Context::gemm_algo the fastest of its
+// candidates (under GemmAlgo::kTimed, of those with the first's bits) timed on the first (eager)
+// call (gemm.cu).
 void gemm(Context& ctx, const GemmArgs& g, const void* a, const void* b, void* c);
 
 // How many algorithms the heuristic offers for this call (at most 8; at least 1, or it throws).
 // Builds the call's plan as gemm() would, without enqueueing the product.
 int gemm_candidates(Context& ctx, const GemmArgs& g, const void* a, const void* b, void* c);
+
+// Whether the heuristic's k-th candidate writes the same bits as its first on these operands (C,
+// and the aux output under kBiasGeluAux), each run from C as it is now; C is put back where the
+// call accumulates, else left as a candidate wrote it. Synchronises the stream. What
+// GemmAlgo::kTimed asks of a candidate; forge bench gemm --algos prints it.
+bool gemm_candidate_same_bits(Context& ctx, const GemmArgs& g, const void* a, const void* b,
+                              void* c, int k);
 
 }  // namespace forge::cuda
