@@ -412,5 +412,36 @@ TEST_F(GemmTest, CandidateSameBitsAgreesWithTheOutputs) {
   }
 }
 
+// Where candidate 0's output cannot tell algorithms apart — all zero bits (a zero operand, such as
+// a LoRA B at initialisation) or C unchanged by an accumulating call — the comparison refuses
+// instead of calling every candidate the same, and the timed choice (made when gemm_candidates
+// builds the plan) leaves C as it found it.
+TEST_F(GemmTest, SameBitsRefusesABlindComparison) {
+  ctx().set_gemm_algo(GemmAlgo::kTimed);  // before any plan is built
+  const int M = 256, N = 384, K = 1024;
+  const auto a = to_bf16(random_normal<float>(M * K, 101, 0.2));
+  const std::vector<uint16_t> zeros(N * K, 0);
+  const auto c0 = random_normal<float>(M * N, 102);
+  auto da = upload(a), dzero = upload(zeros);
+  GemmArgs g;
+  g.M = M, g.N = N, g.K = K, g.trans_b = true;
+  g.ab_type = g.c_type = DType::kBF16;
+  {  // C = A · 0ᵀ: all zeros whatever the algorithm
+    auto dc = poisoned<uint16_t>(M * N);
+    const int last = gemm_candidates(ctx(), g, da.data(), dzero.data(), dc.data()) - 1;
+    EXPECT_THROW(gemm_candidate_same_bits(ctx(), g, da.data(), dzero.data(), dc.data(), last), Error);
+  }
+  g.c_type = DType::kF32, g.beta = 1.0f;
+  {  // C += A · 0ᵀ: C as it was
+    auto dc = upload(c0);
+    const int last = gemm_candidates(ctx(), g, da.data(), dzero.data(), dc.data()) - 1;
+    EXPECT_EQ(download(dc), c0) << "the timed choice did not put C back";
+    EXPECT_THROW(gemm_candidate_same_bits(ctx(), g, da.data(), dzero.data(), dc.data(), last), Error);
+    EXPECT_EQ(download(dc), c0) << "the refused comparison did not put C back";
+    gemm(ctx(), g, da.data(), dzero.data(), dc.data());
+    EXPECT_EQ(download(dc), c0);
+  }
+}
+
 }  // namespace
 }  // namespace forge::cuda

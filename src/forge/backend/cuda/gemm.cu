@@ -218,92 +218,181 @@ cublasStatus_t enqueue(Context& ctx, const Plan& p, int candidate, const GemmArg
                         ctx.stream());
 }
 
-// Counts the 16-bit units where x and y differ (every C and aux type is 2 or 4 bytes wide).
-__global__ void count_differences_kernel(const uint16_t* __restrict__ x,
-                                         const uint16_t* __restrict__ y, size_t n,
-                                         unsigned long long* __restrict__ count) {
-  unsigned long long local = 0;
-  for (size_t i = blockIdx.x * size_t{blockDim.x} + threadIdx.x; i < n;
-       i += size_t{gridDim.x} * blockDim.x)
-    local += x[i] != y[i];
-  if (local) atomicAdd(count, local);
-}
-
-// Whether a candidate writes the heuristic's first candidate's bits on one call's operands: C
-// (from its first to its last element, gaps between rows included: no product writes them) and,
-// under kBiasGeluAux, the aux output. prepare() runs candidate 0 and keeps its outputs; matches(k)
-// runs candidate k from the same starting C and compares. C as it was before is kept (where the
-// call accumulates) and put back by restore(). Throws forge::Error when a copy cannot be
-// allocated (the caller then keeps the heuristic's first).
-class BitCheck {
- public:
-  BitCheck(Context& ctx, const GemmArgs& g, const Plan& p, size_t c_bytes, const void* a,
-           const void* b, void* c)
-      : ctx_(ctx), g_(g), p_(p), c_bytes_(c_bytes), a_(a), b_(b), c_(c),
-        aux_bytes_(g.epilogue == GemmEpilogue::kBiasGeluAux
-                       ? static_cast<size_t>(g.M) * g.N * dtype_size(g.c_type)
-                       : 0),
-        count_(ctx.allocator(), 1) {
-    if (g.beta != 0.0f) {
-      saved_ = DeviceBuffer<uint8_t>(ctx.allocator(), c_bytes);
-      copy(saved_.data(), c_, c_bytes_);
-    }
-  }
-  // Candidate 0's outputs, the reference; false if it cannot run here.
-  bool prepare() {
-    ref_c_ = DeviceBuffer<uint8_t>(ctx_.allocator(), c_bytes_);
-    if (aux_bytes_) ref_aux_ = DeviceBuffer<uint8_t>(ctx_.allocator(), aux_bytes_);
-    if (enqueue(ctx_, p_, 0, g_, a_, b_, c_) != CUBLAS_STATUS_SUCCESS) return false;
-    copy(ref_c_.data(), c_, c_bytes_);
-    if (aux_bytes_) copy(ref_aux_.data(), g_.aux, aux_bytes_);
-    return true;
-  }
-  bool matches(int k) {
-    restore();
-    if (enqueue(ctx_, p_, k, g_, a_, b_, c_) != CUBLAS_STATUS_SUCCESS) return false;
-    FORGE_CUDA_CHECK(cudaMemsetAsync(count_.data(), 0, sizeof(unsigned long long), ctx_.stream()));
-    count(c_, ref_c_.data(), c_bytes_);
-    if (aux_bytes_) count(g_.aux, ref_aux_.data(), aux_bytes_);
-    unsigned long long differing = 0;
-    FORGE_CUDA_CHECK(cudaMemcpyAsync(&differing, count_.data(), sizeof(differing),
-                                     cudaMemcpyDeviceToHost, ctx_.stream()));
-    FORGE_CUDA_CHECK(cudaStreamSynchronize(ctx_.stream()));
-    return differing == 0;
-  }
-  // C as it was before prepare() (nothing to do where the call does not read C).
-  void restore() {
-    if (saved_.data()) copy(c_, saved_.data(), c_bytes_);
-  }
-  ~BitCheck() { cudaStreamSynchronize(ctx_.stream()); }  // before the copies go back
-
- private:
-  void copy(void* to, const void* from, size_t bytes) {
-    FORGE_CUDA_CHECK(cudaMemcpyAsync(to, from, bytes, cudaMemcpyDeviceToDevice, ctx_.stream()));
-  }
-  void count(const void* x, const void* y, size_t bytes) {
-    const size_t n = bytes / 2;
-    const int blocks = static_cast<int>(std::min<size_t>((n + 255) / 256, 4 * 1024));
-    count_differences_kernel<<<blocks, 256, 0, ctx_.stream()>>>(
-        static_cast<const uint16_t*>(x), static_cast<const uint16_t*>(y), n, count_.data());
-    FORGE_CUDA_CHECK(cudaGetLastError());
-  }
-  Context& ctx_;
-  const GemmArgs& g_;
-  const Plan& p_;
-  size_t c_bytes_;
-  const void *a_, *b_;
-  void* c_;
-  size_t aux_bytes_;
-  DeviceBuffer<uint8_t> ref_c_, ref_aux_, saved_;
-  DeviceBuffer<unsigned long long> count_;
-};
-
 // C's bytes from its first element to its last: (batch − 1) strides, then M rows of ldc.
 size_t c_span_bytes(const GemmArgs& g, const Stored& st) {
   return static_cast<size_t>(static_cast<int64_t>(g.batch - 1) * g.stride_c +
                              static_cast<int64_t>(g.M - 1) * st.ldc + g.N) *
          dtype_size(g.c_type);
 }
+
+// A fingerprint of a product's output: two wrapping sums of independent 64-bit hashes of
+// (element index, element bits), and how many elements have bits other than zero. Two outputs
+// with equal sums are taken as equal (a differing element moves each sum by a pseudo-random
+// 64-bit amount, so a false match has odds near 2⁻¹²⁸); it replaces a reference copy of C, which
+// for the largest activations of a training step cost gigabytes of peak memory.
+struct Fingerprint {
+  unsigned long long sum[2];
+  unsigned long long nonzero;
+  bool operator==(const Fingerprint& o) const { return sum[0] == o.sum[0] && sum[1] == o.sum[1]; }
+};
+
+__device__ __forceinline__ unsigned long long splitmix64(unsigned long long z) {
+  z += 0x9E3779B97F4A7C15ull;
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
+// Adds the elements of a (batch, rows, cols) matrix with row stride ld and batch stride
+// (elements of `width` bytes, 2 or 4) to f; `salt` keeps C's and aux's elements apart. Only the
+// product's own elements are read, never the gaps between rows.
+__global__ void fingerprint_kernel(const uint8_t* __restrict__ p, int width, int64_t rows,
+                                   int64_t cols, int64_t ld, int64_t stride, int64_t batch,
+                                   unsigned long long salt, Fingerprint* __restrict__ f) {
+  unsigned long long s0 = 0, s1 = 0, nz = 0;
+  const int64_t n = batch * rows * cols;
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
+       i += int64_t{gridDim.x} * blockDim.x) {
+    const int64_t col = i % cols, row = (i / cols) % rows, b = i / (cols * rows);
+    const uint8_t* e = p + (b * stride + row * ld + col) * width;
+    const unsigned long long bits = width == 2 ? *reinterpret_cast<const uint16_t*>(e)
+                                               : *reinterpret_cast<const uint32_t*>(e);
+    const unsigned long long key = splitmix64(static_cast<unsigned long long>(i) ^ salt);
+    s0 += splitmix64(key ^ bits);
+    s1 += splitmix64(key + 0xD6E8FEB86659FD93ull * (bits + 1));
+    nz += bits != 0;
+  }
+  for (int o = 16; o > 0; o >>= 1) {
+    s0 += __shfl_down_sync(0xffffffffu, s0, o);
+    s1 += __shfl_down_sync(0xffffffffu, s1, o);
+    nz += __shfl_down_sync(0xffffffffu, nz, o);
+  }
+  if ((threadIdx.x & 31) == 0) {
+    atomicAdd(&f->sum[0], s0);  // unsigned atomics wrap: the sums are order-free
+    atomicAdd(&f->sum[1], s1);
+    atomicAdd(&f->nonzero, nz);
+  }
+}
+
+// Sets every element of a (batch, rows, cols) matrix to all-ones bits (a NaN in every float
+// type), leaving the gaps between rows alone: what a candidate that wrote nothing would leave.
+__global__ void poison_kernel(uint8_t* __restrict__ p, int width, int64_t rows, int64_t cols,
+                              int64_t ld, int64_t stride, int64_t batch) {
+  const int64_t n = batch * rows * cols;
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
+       i += int64_t{gridDim.x} * blockDim.x) {
+    const int64_t col = i % cols, row = (i / cols) % rows, b = i / (cols * rows);
+    uint8_t* e = p + (b * stride + row * ld + col) * width;
+    if (width == 2)
+      *reinterpret_cast<uint16_t*>(e) = 0xFFFFu;
+    else
+      *reinterpret_cast<uint32_t*>(e) = 0xFFFFFFFFu;
+  }
+}
+
+// A (batch, rows, cols) view of a product's output in memory.
+struct OutputView {
+  void* data;
+  int width;
+  int64_t rows, cols, ld, stride, batch;
+  int blocks() const {
+    return static_cast<int>(std::min<int64_t>((batch * rows * cols + 255) / 256, 4 * 1024));
+  }
+};
+
+// Whether a candidate writes the heuristic's first candidate's bits on one call's operands: C
+// (its M × N elements in every batch entry) and, under kBiasGeluAux, the aux output, compared by
+// Fingerprint. prepare() runs candidate 0 and fingerprints its outputs; matches(k) runs
+// candidate k from the same start and compares. The start: where the call accumulates (beta ≠ 0)
+// C as it was, kept in a copy and put back by restore(); otherwise outputs poisoned first, so a
+// candidate that writes nothing cannot match. The comparison is blind, and prepare() says no,
+// where candidate 0's output is all zero bits (a zero operand: every algorithm writes zeros there
+// whatever it does elsewhere) or C as it was (a zero product on top of C). Throws forge::Error
+// when the copy cannot be allocated (the caller then keeps the heuristic's first).
+class BitCheck {
+ public:
+  BitCheck(Context& ctx, const GemmArgs& g, const Plan& p, const Stored& st, const void* a,
+           const void* b, void* c)
+      : ctx_(ctx), g_(g), p_(p), a_(a), b_(b), c_(c),
+        c_view_{c, static_cast<int>(dtype_size(g.c_type)), g.M, g.N, st.ldc, g.stride_c, g.batch},
+        aux_view_{g.aux, static_cast<int>(dtype_size(g.c_type)), g.M, g.N, g.N, 0, 1},
+        has_aux_(g.epilogue == GemmEpilogue::kBiasGeluAux),
+        prints_(ctx.allocator(), 1) {
+    if (g.beta != 0.0f) {
+      saved_ = DeviceBuffer<uint8_t>(ctx.allocator(), c_span_bytes(g, st));
+      copy(saved_.data(), c_, saved_.size());
+    }
+  }
+  // Fingerprints candidate 0's outputs; false if it cannot run here or the check would be blind.
+  bool prepare() {
+    const bool accumulates = saved_.data() != nullptr;
+    if (accumulates) start_ = fingerprint();
+    reset();
+    if (enqueue(ctx_, p_, 0, g_, a_, b_, c_) != CUBLAS_STATUS_SUCCESS) return false;
+    ref_ = fingerprint();
+    if (ref_.nonzero == 0 || (accumulates && ref_ == start_)) {
+      log_debug("gemm: M=", g_.M, " N=", g_.N, " K=", g_.K, ": the output is ",
+                ref_.nonzero == 0 ? "all zeros" : "C unchanged",
+                ", so other algorithms' bits cannot be told apart here; the heuristic's is kept");
+      return false;
+    }
+    return true;
+  }
+  // Whether candidate k runs here and writes candidate 0's bits.
+  bool matches(int k) {
+    reset();
+    if (enqueue(ctx_, p_, k, g_, a_, b_, c_) != CUBLAS_STATUS_SUCCESS) return false;
+    return fingerprint() == ref_;
+  }
+  // C as it was before prepare() (nothing to do where the call does not read C).
+  void restore() {
+    if (saved_.data()) copy(c_, saved_.data(), saved_.size());
+  }
+  ~BitCheck() { cudaStreamSynchronize(ctx_.stream()); }  // before the copy goes back
+
+ private:
+  void reset() {
+    if (saved_.data())
+      restore();
+    else
+      poison(c_view_);
+    if (has_aux_) poison(aux_view_);
+  }
+  Fingerprint fingerprint() {
+    FORGE_CUDA_CHECK(cudaMemsetAsync(prints_.data(), 0, sizeof(Fingerprint), ctx_.stream()));
+    add(c_view_, 0);
+    if (has_aux_) add(aux_view_, 0xA0A0A0A0A0A0A0A0ull);
+    Fingerprint f;
+    FORGE_CUDA_CHECK(cudaMemcpyAsync(&f, prints_.data(), sizeof(f), cudaMemcpyDeviceToHost,
+                                     ctx_.stream()));
+    FORGE_CUDA_CHECK(cudaStreamSynchronize(ctx_.stream()));
+    return f;
+  }
+  void add(const OutputView& v, unsigned long long salt) {
+    fingerprint_kernel<<<v.blocks(), 256, 0, ctx_.stream()>>>(
+        static_cast<const uint8_t*>(v.data), v.width, v.rows, v.cols, v.ld, v.stride, v.batch,
+        salt, prints_.data());
+    FORGE_CUDA_CHECK(cudaGetLastError());
+  }
+  void poison(const OutputView& v) {
+    poison_kernel<<<v.blocks(), 256, 0, ctx_.stream()>>>(static_cast<uint8_t*>(v.data), v.width,
+                                                         v.rows, v.cols, v.ld, v.stride, v.batch);
+    FORGE_CUDA_CHECK(cudaGetLastError());
+  }
+  void copy(void* to, const void* from, size_t bytes) {
+    FORGE_CUDA_CHECK(cudaMemcpyAsync(to, from, bytes, cudaMemcpyDeviceToDevice, ctx_.stream()));
+  }
+  Context& ctx_;
+  const GemmArgs& g_;
+  const Plan& p_;
+  const void *a_, *b_;
+  void* c_;
+  OutputView c_view_, aux_view_;
+  bool has_aux_;
+  DeviceBuffer<uint8_t> saved_;
+  DeviceBuffer<Fingerprint> prints_;
+  Fingerprint start_{}, ref_{};
+};
 
 // Under a timed GemmAlgo: times each candidate on the call's own operands (a warm-up, then kReps
 // calls between two events) and returns the fastest's index; 0 (the heuristic's first) when
@@ -323,8 +412,11 @@ int time_candidates(Context& ctx, const GemmArgs& g, const Stored& st, const Pla
   const bool same_bits = ctx.gemm_algo() == GemmAlgo::kTimed;
   std::optional<BitCheck> check;
   try {
-    check.emplace(ctx, g, p, c_span_bytes(g, st), a, b, c);
-    if (same_bits && !check->prepare()) return 0;
+    check.emplace(ctx, g, p, st, a, b, c);
+    if (same_bits && !check->prepare()) {
+      check->restore();
+      return 0;
+    }
   } catch (const Error&) {
     log_debug("gemm: no memory to copy C for timing M=", g.M, " N=", g.N, " K=", g.K,
               "; the heuristic's algorithm is kept");
@@ -357,7 +449,7 @@ int time_candidates(Context& ctx, const GemmArgs& g, const Stored& st, const Pla
   log_debug("gemm: M=", g.M, " N=", g.N, " K=", g.K, " epilogue ", static_cast<int>(g.epilogue),
             ": candidate ", best, " of ", p.candidates.size(), ", ", 1e3 * best_ms / kReps,
             " us a call (the heuristic's first: ", 1e3 * first_ms / kReps, " us); ", other_bits,
-            " candidates skipped for other bits");
+            " candidates skipped (other bits, or not runnable here)");
   return best;
 }
 
@@ -469,8 +561,12 @@ bool gemm_candidate_same_bits(Context& ctx, const GemmArgs& g, const void* a, co
   FORGE_CHECK(k >= 0 && k < static_cast<int>(plan.candidates.size()), "[gemm] candidate ", k,
               " of ", plan.candidates.size());
   set_call_pointers(plan, g);
-  BitCheck check(ctx, g, plan, c_span_bytes(g, stored_shapes(g)), a, b, c);
-  FORGE_CHECK(check.prepare(), "[gemm] the heuristic's first algorithm does not run here");
+  BitCheck check(ctx, g, plan, stored_shapes(g), a, b, c);
+  if (!check.prepare()) {
+    check.restore();
+    throw Error("[gemm] candidates cannot be compared on these operands (the heuristic's first does "
+                "not run, or its output is all zeros or C unchanged)");
+  }
   const bool same = k == 0 || check.matches(k);
   check.restore();
   return same;

@@ -74,7 +74,9 @@ int gemm_candidates(Context& ctx, const GemmArgs& g, const void* a, const void* 
 // Whether the heuristic's k-th candidate writes the same bits as its first on these operands (C,
 // and the aux output under kBiasGeluAux), each run from C as it is now; C is put back where the
 // call accumulates, else left as a candidate wrote it. Synchronises the stream. What
-// GemmAlgo::kTimed asks of a candidate; forge bench gemm --algos prints it.
+// GemmAlgo::kTimed asks of a candidate; forge bench gemm --algos prints it. Throws forge::Error
+// where the first does not run or the comparison would be blind: its output all zero bits, or
+// C unchanged where the call accumulates (GemmAlgo::kTimed keeps the first there).
 bool gemm_candidate_same_bits(Context& ctx, const GemmArgs& g, const void* a, const void* b,
                               void* c, int k);
 
