@@ -4,9 +4,10 @@
 //   FORGE_QKV=fused|separate                                    separate: the Llama family's q, k, v
 //                                                               as three products (A/B comparison)
 //   FORGE_CUDA_GRAPH=0|1                                        0: every GPU step runs eagerly
-//   FORGE_GEMM_ALGO=heuristic|timed|timed-any                   timed: cuBLASLt's algorithm per shape
-//                                                               timed on its first call among those
-//                                                               with the heuristic's bits; timed-any:
+//   FORGE_GEMM_ALGO=heuristic|timed|timed-any                   timed (the default): cuBLASLt's
+//                                                               algorithm per shape timed on its
+//                                                               first call among those with the
+//                                                               heuristic's bits; timed-any:
 //                                                               among all (not bit-reproducible
 //                                                               across processes)
 //   FORGE_FAULT_INJECT=nan_grad@STEP,nan_loss@FIRST-LAST,kill@STEP  a testing hook: faults injected

@@ -212,7 +212,8 @@ class CudaRunner final : public StepRunner {
       lora = str(", lora r=", at->lora().r, " alpha=", at->lora().alpha, " (", at->total(), " trainable parameters)");
     return str("cuda ", dt == DType::kF32 ? "fp32" : dt == DType::kBF16 ? "bf16" : "fp16", " on ",
                cuda::device_summary(), graphs_ ? ", CUDA graph" : ", eager",
-               be().flash_attention() ? ", flash attention" : ", unfused attention", lora,
+               be().flash_attention() ? ", flash attention" : ", unfused attention",
+               ", gemm ", gemm_algo_name(be().context().gemm_algo()), lora,
                dp_ ? str(", zero-1 over ", comm_->describe(), " (", dp_->plan().buckets().size(),
                          " gradient buckets)")
                    : "");

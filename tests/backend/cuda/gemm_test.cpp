@@ -308,9 +308,10 @@ TEST_F(GemmTest, EveryCandidateMatchesCpu) {
 // GemmAlgo::kTimed keeps the heuristic's results bit for bit, whichever candidate its timing
 // picks: the same products through a heuristic context and a kTimed one, compared exactly — an
 // accumulating f32 weight gradient, a forward with bias + GELU and its aux output, and the DGELU
-// backward, at shapes where the heuristic offers several candidates.
+// backward, at shapes where the heuristic offers several candidates, with outputs enough
+// (M·N ≥ 2²⁰) that kTimed compares candidates instead of keeping the first (gemm.cu).
 TEST_F(GemmTest, TimedKeepsTheHeuristicsBits) {
-  const int M = 256, N = 384, K = 1024;
+  const int M = 2048, N = 768, K = 1024;
   const auto a = to_bf16(random_normal<float>(M * K, 81, 0.2)), b = to_bf16(random_normal<float>(N * K, 82, 0.2));
   const auto bias = to_bf16(random_normal<float>(N, 83)), pre = to_bf16(random_normal<float>(M * N, 84, 1.5));
   const auto c0 = random_normal<float>(M * N, 85);

@@ -394,6 +394,18 @@ class BitCheck {
   Fingerprint start_{}, ref_{};
 };
 
+// Whether a product has outputs enough for BitCheck to tell apart two algorithms that sum in
+// different orders. The f32 sums of two such orders differ by about one rounding (2⁻²⁴
+// relative) in many elements; written as f32 most of those differences show, but rounded to a
+// 16-bit type an element shows one only with odds near 2⁻²⁴ / 2⁻⁸·⁵ ≈ 2⁻¹⁵·⁵. 2²⁰ 16-bit outputs
+// then show about 20 differences (missing all of them: odds near e⁻²⁰), 2¹⁶ only one or two, so
+// below 2²⁰ (2¹² for f32) GemmAlgo::kTimed keeps the heuristic's first. Every product of a
+// training step is far above these; decoding's small products are not, and keep the first.
+bool large_enough_to_compare(const GemmArgs& g) {
+  const int64_t outputs = static_cast<int64_t>(g.M) * g.N * g.batch;
+  return outputs >= (dtype_size(g.c_type) >= 4 ? int64_t{1} << 12 : int64_t{1} << 20);
+}
+
 // Under a timed GemmAlgo: times each candidate on the call's own operands (a warm-up, then kReps
 // calls between two events) and returns the fastest's index; 0 (the heuristic's first) when
 // there is nothing to choose, while the stream is being captured (no timing or synchronising
@@ -410,6 +422,11 @@ int time_candidates(Context& ctx, const GemmArgs& g, const Stored& st, const Pla
   FORGE_CUDA_CHECK(cudaStreamIsCapturing(ctx.stream(), &capture));
   if (capture != cudaStreamCaptureStatusNone) return 0;
   const bool same_bits = ctx.gemm_algo() == GemmAlgo::kTimed;
+  if (same_bits && !large_enough_to_compare(g)) {
+    log_debug("gemm: M=", g.M, " N=", g.N, " K=", g.K, ": too few outputs to tell summation orders "
+              "apart; the heuristic's algorithm is kept");
+    return 0;
+  }
   std::optional<BitCheck> check;
   try {
     check.emplace(ctx, g, p, st, a, b, c);
