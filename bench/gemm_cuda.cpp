@@ -146,6 +146,9 @@ void gemm_cuda(const BenchOptions& o) {
       int same_n = 0;
       nlohmann::json cands = nlohmann::json::array(), sames = nlohmann::json::array();
       for (int k = 0; k < n; ++k) {
+        // From C zeroed: the timing's repeated products have accumulated into it (beta 1), a bf16
+        // C up to inf or NaN, where every candidate leaves it unchanged and the check refuses.
+        FORGE_CUDA_CHECK(cudaMemsetAsync(c.data(), 0, c_n * 4, ctx.stream()));
         const bool same = cuda::gemm_candidate_same_bits(ctx, g, a.data(), b.data(), c.data(), k);
         cuda::GemmArgs gk = g;
         gk.candidate = k;

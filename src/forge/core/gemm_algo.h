@@ -8,14 +8,15 @@
 namespace forge {
 
 enum class GemmAlgo {
-  // cuBLASLt's heuristic's first algorithm (a cuda::Context's default, and generation's).
+  // cuBLASLt's heuristic's first algorithm (a cuda::Context's default, and GenOptions': forge
+  // generate and serve).
   kHeuristic,
   // The plan's first eager call runs every candidate the heuristic offers on the call's own
   // operands and keeps the fastest of those whose output (and GELU aux output) equals the
   // heuristic's first algorithm's bit for bit. So the results are the heuristic's, in every
   // process, whichever candidate wins the timing. Products with too few outputs for the
   // comparison to tell summation orders apart keep the first (gemm.cu). The default of the
-  // training settings (CudaSettings: forge train, eval, quickstart, bench train).
+  // CLI's CudaSettings (forge train, eval, quickstart, bench train, bench generate).
   kTimed,
   // The fastest candidate, whatever its bits: another process may time differently, pick
   // another algorithm and differ in the last bits.
