@@ -74,7 +74,7 @@ struct Alignment {
 };
 
 using PlanKey = std::tuple<int, int, int, bool, bool, int, int, int, int, int64_t, int64_t, int64_t,
-                           int64_t, int64_t, int64_t, uint32_t, uint32_t, uint32_t, bool, int, bool>;
+                           int64_t, int64_t, int64_t, uint32_t, uint32_t, uint32_t, bool, int, bool, bool>;
 
 // B's element type: b_type for FP8 products, else ab_type.
 DType b_type_of(const GemmArgs& g) { return is_fp8(g.ab_type) ? g.b_type : g.ab_type; }
@@ -161,6 +161,13 @@ Plan make_plan(Context& ctx, const GemmArgs& g, const Stored& st, const Alignmen
     FORGE_CUBLAS_CHECK(
         cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_FAST_ACCUM, &on, sizeof(on)));
   }
+  if (is_fp8(g.ab_type) && g.row_scales) {
+    const int32_t mode = CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F;
+    FORGE_CUBLAS_CHECK(
+        cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &mode, sizeof(mode)));
+    FORGE_CUBLAS_CHECK(
+        cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, &mode, sizeof(mode)));
+  }
   if (uses_bias(g.epilogue)) {
     const cudaDataType_t bt = to_cuda(g.c_type);
     FORGE_CUBLAS_CHECK(
@@ -189,8 +196,14 @@ Plan make_plan(Context& ctx, const GemmArgs& g, const Stored& st, const Alignmen
   cublasLtMatmulPreferenceDestroy(pref);
   for (int i = 0; i < found; ++i)
     if (results[i].state == CUBLAS_STATUS_SUCCESS) p.candidates.push_back(results[i].algo);
-  FORGE_CHECK(!p.candidates.empty(), "[gemm] cuBLASLt has no algorithm for M=", g.M, " N=", g.N,
-              " K=", g.K, " alignments ", al.b, "/", al.a, "/", al.c, " bytes");
+  if (p.candidates.empty()) {  // a product this cuBLASLt does not offer (e.g. an FP8 epilogue)
+    cublasLtMatmulDescDestroy(p.op);
+    for (cublasLtMatrixLayout_t l : {p.la, p.lb, p.lc}) cublasLtMatrixLayoutDestroy(l);
+    throw Error(str("[gemm] cuBLASLt has no algorithm for M=", g.M, " N=", g.N, " K=", g.K, " ",
+                    dtype_name(g.ab_type), " x ", dtype_name(b_type_of(g)), " -> ", dtype_name(g.c_type),
+                    " epilogue ", static_cast<int>(g.epilogue), g.row_scales ? " row scales" : "",
+                    " alignments ", al.b, "/", al.a, "/", al.c, " bytes"));
+  }
   return p;
 }
 
@@ -539,7 +552,8 @@ Plan& plan_for(Context& ctx, GemmPlanCache& cache, const GemmArgs& g, const void
                     al.c,
                     g.beta != 0.0f,
                     static_cast<int>(b_type_of(g)),
-                    is_fp8(g.ab_type) && g.fast_accum};
+                    is_fp8(g.ab_type) && g.fast_accum,
+                    is_fp8(g.ab_type) && g.row_scales};
   auto it = cache.plans.find(key);
   if (it == cache.plans.end()) {
     it = cache.plans.emplace(key, make_plan(ctx, g, st, al)).first;

@@ -57,6 +57,10 @@ struct GemmArgs {
   const float* a_scale = nullptr;
   const float* b_scale = nullptr;
   bool fast_accum = false;  // FP8: cuBLASLt's faster accumulation (fewer f32 promotions)
+  // FP8: a_scale holds M floats (one per row of A) and b_scale N (one per row of B), C[i][j] =
+  // a_scale[i]·b_scale[j]·α·Σ_k A[i][k]·B[j][k] (+ βC): cuBLASLt's OUTER_VEC_32F scale mode, the
+  // per-row scales of cast_fp8_rows (ops.h). false: each a single float.
+  bool row_scales = false;
 };
 
 inline bool is_fp8(DType t) { return t == DType::kF8E4M3 || t == DType::kF8E5M2; }
