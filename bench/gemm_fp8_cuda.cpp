@@ -9,7 +9,9 @@
 // bf16 (its accuracy matters most, and FP8 recipes keep it there).
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstdio>
+#include <vector>
 #include <fstream>
 #include <string>
 
@@ -64,8 +66,8 @@ void gemm_fp8_cuda(const BenchOptions& o) {
   std::printf("device %s; preset %s, %d x %d = %d rows; TN layout for both dtypes; 'fast': FP8 fast "
               "accumulation\n\n",
               cuda::device_summary().c_str(), o.preset.c_str(), o.batch, o.seq_len, R);
-  std::printf("%-22s %6s %6s %6s %9s %8s %9s %8s %9s %6s\n", "product", "M", "N", "K", "bf16 us", "TFLOP/s",
-              "fp8 us", "TFLOP/s", "fast us", "x bf16");
+  std::printf("%-22s %6s %6s %6s %9s %8s %9s %8s %9s %6s %9s\n", "product", "M", "N", "K", "bf16 us", "TFLOP/s",
+              "fp8 us", "TFLOP/s", "fast us", "x bf16", "rows us");
   nlohmann::json rows = nlohmann::json::array();
   // Unit scales, each in its own allocation (as the tests pass them: a scale pointer 4 bytes into
   // a buffer is not what cuBLASLt is given anywhere else).
@@ -75,6 +77,9 @@ void gemm_fp8_cuda(const BenchOptions& o) {
   FORGE_CUDA_CHECK(cudaMemcpy(scale_b.data(), &one, sizeof(one), cudaMemcpyHostToDevice));
   cuda::DeviceBuffer<float> amax(ctx.allocator(), 1);
   double step_bf16 = 0, step_fp8 = 0, step_casts = 0;
+  // FORGE_FP8=rows as built (backend_fp8.cpp): forward and dX products with row scales, each call
+  // casting its activation (or gradient) rows and its weight; against the same two bf16 products.
+  double rows_bf16 = 0, rows_products = 0, rows_casts = 0;
   for (const Linear& l : linears) {
     const std::vector<Product> products = {
         {l.name + " fwd", R, l.out, l.in, DType::kF8E4M3, DType::kF8E4M3, DType::kBF16},
@@ -101,11 +106,24 @@ void gemm_fp8_cuda(const BenchOptions& o) {
       const double t8 = time_op(ctx, [&] { cuda::gemm(ctx, g8, a8.data(), b8.data(), c.data()); });
       g8.fast_accum = true;
       const double t8f = time_op(ctx, [&] { cuda::gemm(ctx, g8, a8.data(), b8.data(), c.data()); });
+      double t8r = 0;  // row scales (all ones), fast accumulation: the rows recipe's fwd and dX
+      if (p.c != DType::kF32) {
+        cuda::DeviceBuffer<float> ra(ctx.allocator(), p.M), rb(ctx.allocator(), p.N);
+        const std::vector<float> ones(std::max(p.M, p.N), 1.0f);
+        FORGE_CUDA_CHECK(cudaMemcpy(ra.data(), ones.data(), p.M * sizeof(float), cudaMemcpyHostToDevice));
+        FORGE_CUDA_CHECK(cudaMemcpy(rb.data(), ones.data(), p.N * sizeof(float), cudaMemcpyHostToDevice));
+        cuda::GemmArgs gr = g8;
+        gr.ab_type = DType::kF8E4M3, gr.a_scale = ra.data(), gr.b_scale = rb.data(), gr.row_scales = true;
+        t8r = time_op(ctx, [&] { cuda::gemm(ctx, gr, a8.data(), b8.data(), c.data()); });
+        rows_bf16 += t16 * l.calls;
+        rows_products += t8r * l.calls;
+      }
       const double flop = 2.0 * p.M * p.N * p.K;
-      std::printf("%-22s %6d %6d %6d %9.1f %8.1f %9.1f %8.1f %9.1f %6.2f\n", p.what.c_str(), p.M, p.N, p.K,
-                  t16 * 1e6, flop / t16 / 1e12, t8 * 1e6, flop / t8 / 1e12, t8f * 1e6, t16 / t8);
+      std::printf("%-22s %6d %6d %6d %9.1f %8.1f %9.1f %8.1f %9.1f %6.2f %9.1f\n", p.what.c_str(), p.M, p.N, p.K,
+                  t16 * 1e6, flop / t16 / 1e12, t8 * 1e6, flop / t8 / 1e12, t8f * 1e6, t16 / t8, t8r * 1e6);
       rows.push_back({{"product", p.what}, {"M", p.M}, {"N", p.N}, {"K", p.K}, {"calls_per_step", l.calls},
-                      {"bf16_seconds", t16}, {"fp8_seconds", t8}, {"fp8_fast_seconds", t8f}});
+                      {"bf16_seconds", t16}, {"fp8_seconds", t8}, {"fp8_fast_seconds", t8f},
+                      {"fp8_rows_seconds", t8r}});
       step_bf16 += t16 * l.calls;
       step_fp8 += (p.c == DType::kF32 ? t8 : t8f) * l.calls;  // fast accumulation for fwd and dX only
     }
@@ -132,6 +150,28 @@ void gemm_fp8_cuda(const BenchOptions& o) {
     });
     std::printf("%-22s casts: X %.1f us, dY %.1f us, X^T %.1f us, dY^T %.1f us (%.1f GB/s for X)\n",
                 l.name.c_str(), cx * 1e6, cdy * 1e6, tx * 1e6, tdy * 1e6, 3.0 * R * l.in / cx / 1e9);
+    // The rows recipe's casts of this layer a call: X and dY rows, the weight's rows and its
+    // transposed rows (backend_fp8.cpp casts both operands at every call).
+    cuda::DeviceBuffer<float> dsc(ctx.allocator(), std::max<size_t>(R, std::max(l.in, l.out)));
+    cuda::DeviceBuffer<uint16_t> w16(ctx.allocator(), size_t(l.out) * l.in);
+    cuda::DeviceBuffer<uint8_t> w8(ctx.allocator(), size_t(l.out) * l.in);
+    fill_random_bf16(ctx, w16.data(), size_t(l.out) * l.in, 7, 0.05f);
+    const double rx = time_op(ctx, [&] {
+      cuda::cast_fp8_rows(ctx, DType::kF8E4M3, x8.data(), dsc.data(), DType::kBF16, x16.data(), R, l.in);
+    });
+    const double rdy = time_op(ctx, [&] {
+      cuda::cast_fp8_rows(ctx, DType::kF8E4M3, dy8.data(), dsc.data(), DType::kBF16, dy16.data(), R, l.out);
+    });
+    const double rw = time_op(ctx, [&] {
+      cuda::cast_fp8_rows(ctx, DType::kF8E4M3, w8.data(), dsc.data(), DType::kBF16, w16.data(), l.out, l.in);
+    });
+    const double rwt = time_op(ctx, [&] {
+      cuda::cast_transpose_fp8_rows(ctx, DType::kF8E4M3, w8.data(), dsc.data(), DType::kBF16, w16.data(), l.out,
+                                    l.in);
+    });
+    std::printf("%-22s row casts: X %.1f us, dY %.1f us, W %.1f us, W^T %.1f us (%.1f GB/s for X)\n",
+                l.name.c_str(), rx * 1e6, rdy * 1e6, rw * 1e6, rwt * 1e6, 3.0 * R * l.in / rx / 1e9);
+    rows_casts += (rx + rdy + rw + rwt) * l.calls;
     rows.push_back({{"casts", l.name}, {"x_seconds", cx}, {"dy_seconds", cdy}, {"xt_seconds", tx},
                     {"dyt_seconds", tdy}, {"calls_per_step", l.calls}});
     step_casts += (cx + cdy + tx + tdy) * l.calls;
@@ -141,6 +181,10 @@ void gemm_fp8_cuda(const BenchOptions& o) {
               step_bf16 * 1e3, step_fp8 * 1e3, step_casts * 1e3, (step_fp8 + step_casts) * 1e3,
               (step_fp8 + step_casts - step_bf16) * 1e3);
   std::printf("Not counted: the weights' casts (once a step, small), amax bookkeeping, the LM head (bf16).\n");
+  std::printf("FORGE_FP8=rows as built (fwd and dX in FP8 with row scales, casts at every call): bf16 %.2f ms; "
+              "FP8 %.2f ms of products + %.2f ms of row casts = %.2f ms (%+.2f ms a step).\n",
+              rows_bf16 * 1e3, rows_products * 1e3, rows_casts * 1e3, (rows_products + rows_casts) * 1e3,
+              (rows_products + rows_casts - rows_bf16) * 1e3);
   if (!o.json_out.empty())
     std::ofstream(o.json_out) << nlohmann::json{{"bench", "gemm-fp8"}, {"rows", rows}}.dump(2) << "\n";
 }

@@ -25,6 +25,10 @@ CudaSettings cuda_settings_from_env() {
     if (v != "fused" && v != "separate") throw Error(str("FORGE_QKV=", quote(v), " (expected fused or separate)"));
     s.fuse_qkv = v == "fused";
   }
+  if (const char* f = std::getenv("FORGE_FP8")) {
+    const std::string v = f;
+    if (!parse_fp8_recipe(v, s.fp8)) throw Error(str("FORGE_FP8=", quote(v), " (expected off, rows or rows-e5m2)"));
+  }
   return s;
 }
 

@@ -10,6 +10,9 @@
 //                                                               heuristic's bits; timed-any:
 //                                                               among all (not bit-reproducible
 //                                                               across processes)
+//   FORGE_FP8=off|rows|rows-e5m2                                rows: the blocks' forward and dX
+//                                                               products in FP8, per-row scales
+//                                                               (core/fp8_recipe.h; bf16, Hopper)
 //   FORGE_FAULT_INJECT=nan_grad@STEP,nan_loss@FIRST-LAST,kill@STEP  a testing hook: faults injected
 //                                                               into training steps (forge
 //                                                               train; train/fault_inject.h)

@@ -12,6 +12,7 @@
 
 #include "forge/core/dtype.h"
 #include "forge/core/error.h"
+#include "forge/core/fp8_recipe.h"
 #include "forge/core/gemm_algo.h"
 #include "forge/dist/buckets.h"
 #include "forge/model/config.h"
@@ -157,6 +158,8 @@ struct CudaSettings {
   // The Llama family's q|k|v as one product in training and prefill (CudaModelOptions::fuse_qkv);
   // false: three, the A/B comparison.
   bool fuse_qkv = true;
+  // FP8 forward and dX products of the blocks (core/fp8_recipe.h; CudaModelOptions::fp8).
+  Fp8Recipe fp8 = Fp8Recipe::kOff;
   // The training step is captured as a CUDA graph once its shapes repeat and replayed from then
   // on; false runs every step eagerly (same kernels, same results).
   bool graphs = true;

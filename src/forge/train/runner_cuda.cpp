@@ -171,7 +171,7 @@ class CudaRunner final : public StepRunner {
       : ctx_(s.device),
         model_(cfg, ctx_,
                CudaModelOptions{dt, s.loss_scale, s.attention, lora_host != nullptr,
-                                /*adam_state=*/comm == nullptr, s.gemm_algo, s.fuse_qkv}),
+                                /*adam_state=*/comm == nullptr, s.gemm_algo, s.fuse_qkv, s.fp8}),
         graphs_(s.graphs),
         eval_sum_dev_(ctx_.allocator(), 1),
         eval_sum_(1) {
@@ -181,6 +181,7 @@ class CudaRunner final : public StepRunner {
     FORGE_CUDA_CHECK(cudaEventCreateWithFlags(&losses_ready_, cudaEventDisableTiming));
     FORGE_CUDA_CHECK(cudaEventCreateWithFlags(&losses_summed_, cudaEventDisableTiming));
     if (lora_host != nullptr) {
+      if (s.fp8 != Fp8Recipe::kOff) throw Error("FP8 products (FORGE_FP8) are not available with LoRA adapters");
       const AdapterTable* at = lora_host->adapter_table();
       FORGE_CHECK(at != nullptr, "make_lora_cuda_runner: the model has no adapters");
       model_.set_weights(lora_host->weights());
@@ -213,7 +214,8 @@ class CudaRunner final : public StepRunner {
     return str("cuda ", dt == DType::kF32 ? "fp32" : dt == DType::kBF16 ? "bf16" : "fp16", " on ",
                cuda::device_summary(), graphs_ ? ", CUDA graph" : ", eager",
                be().flash_attention() ? ", flash attention" : ", unfused attention",
-               ", gemm ", gemm_algo_name(be().context().gemm_algo()), lora,
+               ", gemm ", gemm_algo_name(be().context().gemm_algo()),
+               be().fp8() != Fp8Recipe::kOff ? str(", fp8 ", fp8_recipe_name(be().fp8())) : "", lora,
                dp_ ? str(", zero-1 over ", comm_->describe(), " (", dp_->plan().buckets().size(),
                          " gradient buckets)")
                    : "");

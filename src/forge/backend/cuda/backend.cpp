@@ -34,6 +34,7 @@ CudaBackend::CudaBackend(const ModelConfig& cfg, const ParamTable& table, cuda::
                                                                     : cuda::FlashKernels::kAuto;
   ctx.set_gemm_algo(o.gemm_algo);
   fuse_qkv_ = o.fuse_qkv;
+  init_fp8(o.fp8);
   auto& a = ctx.allocator();
   const size_t P = table_.total();
   // A frozen base (LoRA) has no gradients or Adam state, and in 16-bit modes the working copy
@@ -284,22 +285,31 @@ void CudaBackend::embedding_bwd(Grad dwte, Grad dwpe, Act dout, const int32_t* t
                                 const int32_t* pos) {
   cuda::embedding_bwd(ctx_, dt_, dwte, dwpe, dout, tokens, B, T_, C, pos);
 }
+// The norm forwards also write their output's E4M3 rows for the FP8 product that reads it next
+// (backend_fp8.cpp: fp8_norm_out / fp8_norm_done).
 void CudaBackend::layernorm_fwd(Act out, Stat mean, Stat rstd, Act inp, Act w, Act b, int N, int C, float eps) {
-  cuda::layernorm_fwd(ctx_, dt_, out, mean, rstd, inp, w, b, N, C, eps);
+  const Fp8Rows o = fp8_norm_out(N, C);
+  fp8_norm_done(cuda::layernorm_fwd(ctx_, dt_, out, mean, rstd, inp, w, b, N, C, eps, o.q, o.descale), out, N, C);
 }
 void CudaBackend::residual_layernorm_fwd(Act res, Act out, Stat mean, Stat rstd, Act a, Act b, Act w, Act bias, int N,
                                          int C, float eps) {
-  cuda::residual_layernorm_fwd(ctx_, dt_, res, out, mean, rstd, a, b, w, bias, N, C, eps);
+  const Fp8Rows o = fp8_norm_out(N, C);
+  fp8_norm_done(
+      cuda::residual_layernorm_fwd(ctx_, dt_, res, out, mean, rstd, a, b, w, bias, N, C, eps, o.q, o.descale), out,
+      N, C);
 }
 void CudaBackend::layernorm_bwd(Act dinp, Grad dw, Grad db, Act dout, Act inp, Act w, Stat mean, Stat rstd, int N,
                                 int C, Grad dres) {
   cuda::layernorm_bwd(ctx_, dt_, dinp, dw, db, dout, inp, w, mean, rstd, N, C, dres);
 }
 void CudaBackend::rmsnorm_fwd(Act out, Stat rstd, Act inp, Act w, int N, int C, float eps) {
-  cuda::rmsnorm_fwd(ctx_, dt_, out, rstd, inp, w, N, C, eps);
+  const Fp8Rows o = fp8_norm_out(N, C);
+  fp8_norm_done(cuda::rmsnorm_fwd(ctx_, dt_, out, rstd, inp, w, N, C, eps, o.q, o.descale), out, N, C);
 }
 void CudaBackend::residual_rmsnorm_fwd(Act res, Act out, Stat rstd, Act a, Act b, Act w, int N, int C, float eps) {
-  cuda::residual_rmsnorm_fwd(ctx_, dt_, res, out, rstd, a, b, w, N, C, eps);
+  const Fp8Rows o = fp8_norm_out(N, C);
+  fp8_norm_done(cuda::residual_rmsnorm_fwd(ctx_, dt_, res, out, rstd, a, b, w, N, C, eps, o.q, o.descale), out, N,
+                C);
 }
 void CudaBackend::rmsnorm_bwd(Act dinp, Grad dw, Act dout, Act inp, Act w, Stat rstd, int N, int C, Grad dres) {
   cuda::rmsnorm_bwd(ctx_, dt_, dinp, dw, dout, inp, w, rstd, N, C, dres);
@@ -328,6 +338,7 @@ void CudaBackend::linear_fwd(Act out, Act inp, Act w, Act bias, int N, int C, in
   g.M = N, g.N = OC, g.K = C, g.trans_b = layout == WeightLayout::kOutIn;
   g.ab_type = g.c_type = dt_;
   if (bias) g.epilogue = cuda::GemmEpilogue::kBias, g.bias = bias;
+  if (fp8_eligible(w, N, C, OC)) return fp8_gemm(g, inp, false, w, layout == WeightLayout::kInOut, out);
   cuda::gemm(ctx_, g, inp, w, out);
 }
 
@@ -344,6 +355,7 @@ void CudaBackend::linear_gelu_fwd(Act hidden, Act fc, Act inp, Act w, Act bias, 
   g.M = N, g.N = OC, g.K = C, g.trans_b = layout == WeightLayout::kOutIn;
   g.ab_type = g.c_type = dt_;
   g.epilogue = cuda::GemmEpilogue::kBiasGeluAux, g.bias = bias, g.aux = fc;
+  if (fp8_eligible(w, N, C, OC)) return fp8_gemm(g, inp, false, w, layout == WeightLayout::kInOut, hidden);
   cuda::gemm(ctx_, g, inp, w, hidden);
 }
 
@@ -370,7 +382,10 @@ void CudaBackend::linear_bwd(Act dinp, Grad dw, Grad db, Act dout, Act inp, Act 
     GemmArgs g;  // dinp (+)= dout (N, OC) · op(W) (OC, C)
     g.M = N, g.N = C, g.K = OC, g.trans_b = layout == WeightLayout::kInOut, g.beta = accumulate ? 1.0f : 0.0f;
     g.ab_type = g.c_type = dt_;
-    cuda::gemm(ctx_, g, dout, w, dinp);
+    if (fp8_eligible(w, N, OC, C))
+      fp8_gemm(g, dout, true, w, layout == WeightLayout::kOutIn, dinp);
+    else
+      cuda::gemm(ctx_, g, dout, w, dinp);
   }
   weight_grads(dw, db, dout, inp, N, C, OC, layout);
 }
@@ -387,7 +402,10 @@ void CudaBackend::linear_dgelu_bwd(Act dfc, Grad dw, Grad db, Act dout, Act inp,
   g.M = N, g.N = C, g.K = OC, g.trans_b = layout == WeightLayout::kInOut;
   g.ab_type = g.c_type = dt_;
   g.epilogue = cuda::GemmEpilogue::kDGelu, g.aux = fc;
-  cuda::gemm(ctx_, g, dout, w, dfc);
+  if (fp8_eligible(w, N, OC, C))
+    fp8_gemm(g, dout, true, w, layout == WeightLayout::kOutIn, dfc);
+  else
+    cuda::gemm(ctx_, g, dout, w, dfc);
   weight_grads(dw, db, dout, inp, N, C, OC, layout);
 }
 

@@ -40,6 +40,7 @@
 #include "forge/backend/cuda/context.h"
 #include "forge/backend/cuda/ops.h"
 #include "forge/core/dtype.h"
+#include "forge/core/fp8_recipe.h"
 #include "forge/model/config.h"
 #include "forge/model/params.h"
 #include "forge/ops/adamw.h"
@@ -51,6 +52,7 @@
 
 namespace forge::cuda {
 class Graph;
+struct GemmArgs;
 }
 
 namespace forge {
@@ -71,6 +73,8 @@ struct CudaModelOptions {
   // The Llama family's q|k|v as one (N, (NH + 2·NKV)·HS) product in training and prefill; false:
   // three products (the A/B comparison; LoRA targets always take three).
   bool fuse_qkv = true;
+  // FP8 products (core/fp8_recipe.h; backend_fp8.cpp): bf16 only, compute capability 9.0.
+  Fp8Recipe fp8 = Fp8Recipe::kOff;
 };
 
 class CudaBackend {
@@ -181,6 +185,8 @@ class CudaBackend {
   // The Llama family's q|k|v as one product. An A/B setting while it is measured
   // (FORGE_QKV=separate: three products; the CPU backend always fuses).
   bool fuses_qkv() const { return fuse_qkv_; }
+  // The FP8 recipe of the blocks' products (CudaModelOptions::fp8; backend_fp8.cpp).
+  Fp8Recipe fp8() const { return fp8_; }
   const Real* scale_dloss(const Real* dloss);
   void synchronize() { ctx_.synchronize(); }
 
@@ -304,6 +310,21 @@ class CudaBackend {
   void upload_bytes(void* dst, const void* host, size_t bytes);
   void download_bytes(void* host, const void* src, size_t bytes);
   void weight_grads(Grad dw, Grad db, Act dout, Act inp, int N, int C, int OC, WeightLayout layout);
+  // FP8 (backend_fp8.cpp): the recipe's checks at construction; whether a product x (N, K) ·
+  // Wᵀ -> (N, OUT) runs in FP8; that product, g holding the bf16 call's shape, epilogue and beta,
+  // w (OUT, K) or, w_transposed, (K, OUT); x_is_grad: x is an output gradient (the dX product).
+  void init_fp8(Fp8Recipe r);
+  bool fp8_eligible(Act w, int N, int K, int OUT) const;
+  void fp8_gemm(cuda::GemmArgs g, Act x, bool x_is_grad, Act w, bool w_transposed, Act out);
+  // Where a norm forward writes its (N, C) output's E4M3 rows (null when FP8 is off or the
+  // shape is not eligible), and, once it did (written), that they hold `out`: the next FP8
+  // product reading `out` takes them instead of casting it.
+  struct Fp8Rows {
+    uint8_t* q = nullptr;
+    float* descale = nullptr;
+  };
+  Fp8Rows fp8_norm_out(int N, int C);
+  void fp8_norm_done(bool written, Act out, int N, int C);
   bool dense(const AttentionShape& s, const AttentionStrides& st) const;
   void* decode_scratch(const DecodeShape& s);
   void to_dense(Act dst, Act src, int64_t stride, int64_t width, int64_t rows, bool from_strided);
@@ -330,6 +351,16 @@ class CudaBackend {
   // Unfused attention on strided q/k/v (GPT-2's fused projection): dense copies and gradients.
   Buf<uint8_t> dense_q_, dense_k_, dense_v_, dense_dq_, dense_dk_, dense_dv_;
   Buf<uint8_t> decode_scratch_;  // split-KV partials of decode_attention
+  // FP8 products: the recipe, the cast operands and their row descales, grown as needed;
+  // grown-out buffers are kept (a captured graph may hold them).
+  Fp8Recipe fp8_ = Fp8Recipe::kOff;
+  Buf<uint8_t> fp8_x_, fp8_w_;
+  // Whose rows fp8_x_ holds, written by a norm forward and not yet read (fp8_norm_done).
+  const void* fp8_x_of_ = nullptr;
+  int fp8_x_rows_ = 0, fp8_x_cols_ = 0;
+  Buf<float> fp8_xs_, fp8_ws_;
+  std::vector<Buf<uint8_t>> fp8_retired_;
+  std::vector<Buf<float>> fp8_retired_s_;
 };
 
 }  // namespace forge

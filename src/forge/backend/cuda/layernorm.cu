@@ -60,6 +60,7 @@
 #include <cuda_runtime.h>
 
 #include "forge/backend/cuda/context.h"
+#include "forge/backend/cuda/fp8_row.cuh"
 #include "forge/backend/cuda/kernel_utils.cuh"
 #include "forge/backend/cuda/norm_bwd_fused.cuh"
 #include "forge/backend/cuda/ops.h"
@@ -77,12 +78,13 @@ constexpr int kThreads = 32 * kRowsPerBlock;
 // into registers, every load of the row issued before the first sum; kChunks = 0: any C, the
 // second and third sweeps re-read the row (from L1). The arithmetic, and so the result, is the
 // same either way: lane l's values in the same order, the same shuffle sums.
-template <typename T, int kN, bool kResidual, int kChunks>
+template <typename T, int kN, bool kResidual, int kChunks, bool kFp8 = false>
 __global__ void __launch_bounds__(kThreads)
     layernorm_fwd_kernel(T* __restrict__ out, float* __restrict__ mean, float* __restrict__ rstd,
                          T* __restrict__ res, const T* __restrict__ inp, const T* __restrict__ inp2,
                          const T* __restrict__ weight, const T* __restrict__ bias, int N, int C,
-                         float eps) {
+                         float eps, uint8_t* __restrict__ y8, float* __restrict__ d8) {
+  static_assert(!kFp8 || kChunks > 0, "the E4M3 copy needs the row in registers");
   const int lane = threadIdx.x % 32;
   const int row = blockIdx.x * kRowsPerBlock + threadIdx.x / 32;
   if (row >= N) return;  // whole warp exits together: no shuffles are left half-empty
@@ -114,13 +116,18 @@ __global__ void __launch_bounds__(kThreads)
     for (int j = 0; j < kChunks; ++j) {
       const int c = row_chunk<kN>(lane, j);
       if (c >= C) continue;
-      float w[kN], b[kN], o[kN];
+      float w[kN], b[kN];
       load<T, kN>(weight + c, w);
       load<T, kN>(bias + c, b);
 #pragma unroll
-      for (int k = 0; k < kN; ++k) o[k] = (v[j][k] - m) * s * w[k] + b[k];
-      store<T, kN>(y + c, o);
+      for (int k = 0; k < kN; ++k) v[j][k] = (v[j][k] - m) * s * w[k] + b[k];
+      store<T, kN>(y + c, v[j]);
+      if constexpr (kFp8) {
+#pragma unroll
+        for (int k = 0; k < kN; ++k) v[j][k] = to_f32(from_f32<T>(v[j][k]));  // what y holds
+      }
     }
+    if constexpr (kFp8) store_e4m3_row<kN, kChunks>(y8 + off, d8 + row, v, lane, C);
     if (lane == 0) mean[row] = m, rstd[row] = s;
     return;
   }
@@ -208,10 +215,13 @@ __global__ void __launch_bounds__(kThreads)
 }
 
 // Shared by layernorm_fwd (kResidual = false: res and inp2 null) and residual_layernorm_fwd.
+// y8, d8 (bf16 rows held in registers only): the output's E4M3 copy too (fp8_row.cuh); returns
+// whether it was written.
 template <bool kResidual>
-void launch_fwd(Context& ctx, DType dt, void* res, void* out, float* mean, float* rstd,
+bool launch_fwd(Context& ctx, DType dt, void* res, void* out, float* mean, float* rstd,
                 const void* inp, const void* inp2, const void* weight, const void* bias, int N,
-                int C, float eps, const char* op) {
+                int C, float eps, const char* op, uint8_t* y8, float* d8) {
+  bool fp8 = false;
   dispatch_dtype(dt, op, [&](auto tag) {
     using T = decltype(tag);
     const bool vec = C % kVec<T> == 0 && aligned16(out) && aligned16(inp) && aligned16(weight) &&
@@ -221,9 +231,22 @@ void launch_fwd(Context& ctx, DType dt, void* res, void* out, float* mean, float
       kernel<<<grid, kThreads, 0, ctx.stream()>>>(
           static_cast<T*>(out), mean, rstd, static_cast<T*>(res), static_cast<const T*>(inp),
           static_cast<const T*>(inp2), static_cast<const T*>(weight), static_cast<const T*>(bias),
-          N, C, eps);
+          N, C, eps, y8, d8);
     };
     const int chunks = (C + 32 * kVec<T> - 1) / (32 * kVec<T>);
+    if constexpr (std::is_same_v<T, bf16>) {
+      if (y8 != nullptr && vec && chunks <= kRowMaxChunks<T> && aligned16(y8)) {
+        switch (chunks) {
+          case 1: args(layernorm_fwd_kernel<T, kVec<T>, kResidual, 1, true>); break;
+          case 2: args(layernorm_fwd_kernel<T, kVec<T>, kResidual, 2, true>); break;
+          case 3: args(layernorm_fwd_kernel<T, kVec<T>, kResidual, 3, true>); break;
+          default: args(layernorm_fwd_kernel<T, kVec<T>, kResidual, kRowMaxChunks<T>, true>); break;
+        }
+        FORGE_CUDA_CHECK_LAUNCH();
+        fp8 = true;
+        return;
+      }
+    }
     if (vec && chunks <= kRowMaxChunks<T>) {
       switch (chunks) {  // the row in registers
         case 1: args(layernorm_fwd_kernel<T, kVec<T>, kResidual, 1>); break;
@@ -238,27 +261,29 @@ void launch_fwd(Context& ctx, DType dt, void* res, void* out, float* mean, float
     }
     FORGE_CUDA_CHECK_LAUNCH();
   });
+  return fp8;
 }
 
 }  // namespace
 
-void layernorm_fwd(Context& ctx, DType dt, void* out, float* mean, float* rstd, const void* inp,
-                   const void* weight, const void* bias, int N, int C, float eps) {
+bool layernorm_fwd(Context& ctx, DType dt, void* out, float* mean, float* rstd, const void* inp,
+                   const void* weight, const void* bias, int N, int C, float eps, uint8_t* out8,
+                   float* descale8) {
   FORGE_CHECK(N >= 0 && C > 0, "[layernorm_fwd] bad dims N=", N, " C=", C);
-  if (N == 0) return;
-  launch_fwd<false>(ctx, dt, nullptr, out, mean, rstd, inp, nullptr, weight, bias, N, C, eps,
-                    "layernorm_fwd");
+  if (N == 0) return false;
+  return launch_fwd<false>(ctx, dt, nullptr, out, mean, rstd, inp, nullptr, weight, bias, N, C, eps,
+                           "layernorm_fwd", out8, descale8);
 }
 
-void residual_layernorm_fwd(Context& ctx, DType dt, void* res, void* out, float* mean, float* rstd,
+bool residual_layernorm_fwd(Context& ctx, DType dt, void* res, void* out, float* mean, float* rstd,
                             const void* a, const void* b, const void* weight, const void* bias,
-                            int N, int C, float eps) {
+                            int N, int C, float eps, uint8_t* out8, float* descale8) {
   FORGE_CHECK(N >= 0 && C > 0, "[residual_layernorm_fwd] bad dims N=", N, " C=", C);
   FORGE_CHECK(res != a && res != b && res != out,
               "[residual_layernorm_fwd] res must be its own buffer (not a, b or out)");
-  if (N == 0) return;
-  launch_fwd<true>(ctx, dt, res, out, mean, rstd, a, b, weight, bias, N, C, eps,
-                   "residual_layernorm_fwd");
+  if (N == 0) return false;
+  return launch_fwd<true>(ctx, dt, res, out, mean, rstd, a, b, weight, bias, N, C, eps,
+                          "residual_layernorm_fwd", out8, descale8);
 }
 
 void layernorm_bwd(Context& ctx, DType dt, void* dinp, float* dweight, float* dbias,

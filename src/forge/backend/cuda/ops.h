@@ -59,6 +59,14 @@ void cast_fp8(Context& ctx, DType y_t, uint8_t* y, DType x_t, const void* x, int
 // (gemm.h). rows must be a multiple of 16 and y 16-byte aligned.
 void cast_transpose_fp8(Context& ctx, DType y_t, uint8_t* y, DType x_t, const void* x, int rows, int cols,
                         const float* scale, float* amax);
+// Per-row scaled (ops/fp8_rows.h; twins cpu::cast_fp8_rows / cast_transpose_fp8_rows): y (rows,
+// cols) with row r = fp8(x[r] · s_r), descale (rows) = 1/s_r, x packed (rows, cols) of x_t; the
+// transposed variant writes y (cols, rows) and descale (cols), one scale per output row (rows a
+// multiple of 16, y 16-byte aligned). The row scales of gemm.h's FP8 products.
+void cast_fp8_rows(Context& ctx, DType y_t, uint8_t* y, float* descale, DType x_t, const void* x, int rows,
+                   int cols);
+void cast_transpose_fp8_rows(Context& ctx, DType y_t, uint8_t* y, float* descale, DType x_t, const void* x,
+                             int rows, int cols);
 
 // ---- embedding ------------------------------------------------------------------------------
 // out (B, T, C) = wte[tokens] + wpe[p] (wpe may be null), p = pos[b, t] when pos (B, T, device)
@@ -72,27 +80,34 @@ void embedding_bwd(Context& ctx, DType dt, float* dwte, float* dwpe, const void*
                    const int32_t* tokens, int B, int T_, int C, const int32_t* pos = nullptr);
 
 // ---- norms ----------------------------------------------------------------------------------
-void layernorm_fwd(Context& ctx, DType dt, void* out, float* mean, float* rstd, const void* inp,
-                   const void* weight, const void* bias, int N, int C, float eps);
+// The forwards' out8 / descale8 (optional; bf16 rows of C ≤ 1,024, which a warp holds in
+// registers): out's E4M3 copy (N, C) and its row descales (N) as well, the bytes
+// cast_fp8_rows(out) would give (fp8_row.cuh), for CudaBackend's FP8 products. They return
+// whether they wrote it (false: not given, or a row the kernels do not hold whole).
+bool layernorm_fwd(Context& ctx, DType dt, void* out, float* mean, float* rstd, const void* inp,
+                   const void* weight, const void* bias, int N, int C, float eps, uint8_t* out8 = nullptr,
+                   float* descale8 = nullptr);
 // res (N, C) = a + b rounded to dt (what residual_fwd stores), then layernorm_fwd of the stored
 // res, bit for bit, in one kernel. res must not alias a, b or out. No fused backward is needed:
 // the add's backward is the identity, and layernorm_bwd already accumulates (+=) dinp into the
 // residual stream's gradient.
-void residual_layernorm_fwd(Context& ctx, DType dt, void* res, void* out, float* mean, float* rstd,
+bool residual_layernorm_fwd(Context& ctx, DType dt, void* res, void* out, float* mean, float* rstd,
                             const void* a, const void* b, const void* weight, const void* bias,
-                            int N, int C, float eps);
+                            int N, int C, float eps, uint8_t* out8 = nullptr, float* descale8 = nullptr);
 // The norms' backward accumulates (+=) dinp; dres (f32, C), when not null, += Σ_rows of the
 // updated dinp as stored: the bias gradient of the linear layer whose output the residual
 // stream's gradient is (cpu::bias_grad of dinp after the call), summed in the same pass.
 void layernorm_bwd(Context& ctx, DType dt, void* dinp, float* dweight, float* dbias,
                    const void* dout, const void* inp, const void* weight, const float* mean,
                    const float* rstd, int N, int C, float* dres = nullptr);
-void rmsnorm_fwd(Context& ctx, DType dt, void* out, float* rstd, const void* inp,
-                 const void* weight, int N, int C, float eps);
+bool rmsnorm_fwd(Context& ctx, DType dt, void* out, float* rstd, const void* inp,
+                 const void* weight, int N, int C, float eps, uint8_t* out8 = nullptr,
+                 float* descale8 = nullptr);
 // res (N, C) = a + b rounded to dt, then rmsnorm_fwd of the stored res, bit for bit, in one
 // kernel (same contract as residual_layernorm_fwd).
-void residual_rmsnorm_fwd(Context& ctx, DType dt, void* res, void* out, float* rstd, const void* a,
-                          const void* b, const void* weight, int N, int C, float eps);
+bool residual_rmsnorm_fwd(Context& ctx, DType dt, void* res, void* out, float* rstd, const void* a,
+                          const void* b, const void* weight, int N, int C, float eps, uint8_t* out8 = nullptr,
+                          float* descale8 = nullptr);
 // In place over H heads of HS per row, rows `stride` elements apart (cpu::head_rmsnorm).
 void head_rmsnorm(Context& ctx, DType dt, void* x, const void* weight, int N, int H, int HS,
                   int64_t stride, float eps);

@@ -56,6 +56,7 @@
 #include <cuda_runtime.h>
 
 #include "forge/backend/cuda/context.h"
+#include "forge/backend/cuda/fp8_row.cuh"
 #include "forge/backend/cuda/kernel_utils.cuh"
 #include "forge/backend/cuda/norm_bwd_fused.cuh"
 #include "forge/backend/cuda/ops.h"
@@ -83,11 +84,13 @@ int lanes_for(int C) {
 // kChunks > 0 (a warp a row): the row fits kChunks 16-byte pieces a lane and is loaded once into
 // registers, all its loads issued together (as layernorm_fwd_kernel; the same arithmetic in the
 // same order as the two sweeps, so the same result); kChunks = 0: the second sweep re-reads it.
-template <typename T, int kN, bool kResidual, int kLanes = 32, int kChunks = 0>
+template <typename T, int kN, bool kResidual, int kLanes = 32, int kChunks = 0, bool kFp8 = false>
 __global__ void __launch_bounds__(kThreads)
     rmsnorm_fwd_kernel(T* __restrict__ out, float* __restrict__ rstd, T* __restrict__ res,
                        const T* __restrict__ inp, const T* __restrict__ inp2,
-                       const T* __restrict__ weight, int N, int C, float eps) {
+                       const T* __restrict__ weight, int N, int C, float eps, uint8_t* __restrict__ y8,
+                       float* __restrict__ d8) {
+  static_assert(!kFp8 || kChunks > 0, "the E4M3 copy needs the row in registers");
   static_assert(kChunks == 0 || kLanes == 32, "a cached row takes a whole warp");
   const int lane = threadIdx.x % kLanes;
   const int row_id = blockIdx.x * (kThreads / kLanes) + threadIdx.x / kLanes;
@@ -114,12 +117,17 @@ __global__ void __launch_bounds__(kThreads)
     for (int j = 0; j < kChunks; ++j) {
       const int c = row_chunk<kN>(lane, j);
       if (c >= C) continue;
-      float w[kN], o[kN];
+      float w[kN];
       load<T, kN>(weight + c, w);
 #pragma unroll
-      for (int k = 0; k < kN; ++k) o[k] = v[j][k] * s * w[k];
-      store<T, kN>(y + c, o);
+      for (int k = 0; k < kN; ++k) v[j][k] = v[j][k] * s * w[k];
+      store<T, kN>(y + c, v[j]);
+      if constexpr (kFp8) {
+#pragma unroll
+        for (int k = 0; k < kN; ++k) v[j][k] = to_f32(from_f32<T>(v[j][k]));  // what y holds
+      }
     }
+    if constexpr (kFp8) store_e4m3_row<kN, kChunks>(y8 + off, d8 + row, v, lane, C);
     if (lane == 0) rstd[row] = s;
     return;
   }
@@ -220,8 +228,10 @@ __global__ void __launch_bounds__(kThreads)
 
 // Shared by rmsnorm_fwd (kResidual = false: res and inp2 null) and residual_rmsnorm_fwd.
 template <bool kResidual>
-void launch_fwd(Context& ctx, DType dt, void* res, void* out, float* rstd, const void* inp,
-                const void* inp2, const void* weight, int N, int C, float eps, const char* op) {
+bool launch_fwd(Context& ctx, DType dt, void* res, void* out, float* rstd, const void* inp,
+                const void* inp2, const void* weight, int N, int C, float eps, const char* op,
+                uint8_t* y8 = nullptr, float* d8 = nullptr) {
+  bool fp8 = false;
   dispatch_dtype(dt, op, [&](auto tag) {
     using T = decltype(tag);
     const bool vec = C % kVec<T> == 0 && aligned16(out) && aligned16(inp) && aligned16(weight) &&
@@ -234,8 +244,22 @@ void launch_fwd(Context& ctx, DType dt, void* res, void* out, float* rstd, const
     auto args = [&](auto kernel) {
       kernel<<<grid, kThreads, 0, ctx.stream()>>>(
           static_cast<T*>(out), rstd, static_cast<T*>(res), static_cast<const T*>(inp),
-          static_cast<const T*>(inp2), static_cast<const T*>(weight), N, C, eps);
+          static_cast<const T*>(inp2), static_cast<const T*>(weight), N, C, eps, y8, d8);
     };
+    // The E4M3 copy (bf16 rows held in registers, lanes == 32): the same kernels with kFp8.
+    if constexpr (std::is_same_v<T, bf16>) {
+      if (y8 != nullptr && vec && lanes == 32 && chunks <= kRowMaxChunks<T> && aligned16(y8)) {
+        switch (chunks) {
+          case 1: args(rmsnorm_fwd_kernel<T, kVec<T>, kResidual, 32, 1, true>); break;
+          case 2: args(rmsnorm_fwd_kernel<T, kVec<T>, kResidual, 32, 2, true>); break;
+          case 3: args(rmsnorm_fwd_kernel<T, kVec<T>, kResidual, 32, 3, true>); break;
+          default: args(rmsnorm_fwd_kernel<T, kVec<T>, kResidual, 32, kRowMaxChunks<T>, true>); break;
+        }
+        FORGE_CUDA_CHECK_LAUNCH();
+        fp8 = true;
+        return;
+      }
+    }
     if (vec && lanes == 8) {
       args(rmsnorm_fwd_kernel<T, kVec<T>, false, 8>);
     } else if (vec && lanes == 16) {
@@ -254,24 +278,28 @@ void launch_fwd(Context& ctx, DType dt, void* res, void* out, float* rstd, const
     }
     FORGE_CUDA_CHECK_LAUNCH();
   });
+  return fp8;
 }
 
 }  // namespace
 
-void rmsnorm_fwd(Context& ctx, DType dt, void* out, float* rstd, const void* inp,
-                 const void* weight, int N, int C, float eps) {
+bool rmsnorm_fwd(Context& ctx, DType dt, void* out, float* rstd, const void* inp,
+                 const void* weight, int N, int C, float eps, uint8_t* out8, float* descale8) {
   FORGE_CHECK(N >= 0 && C > 0, "[rmsnorm_fwd] bad dims N=", N, " C=", C);
-  if (N == 0) return;
-  launch_fwd<false>(ctx, dt, nullptr, out, rstd, inp, nullptr, weight, N, C, eps, "rmsnorm_fwd");
+  if (N == 0) return false;
+  return launch_fwd<false>(ctx, dt, nullptr, out, rstd, inp, nullptr, weight, N, C, eps, "rmsnorm_fwd", out8,
+                           descale8);
 }
 
-void residual_rmsnorm_fwd(Context& ctx, DType dt, void* res, void* out, float* rstd, const void* a,
-                          const void* b, const void* weight, int N, int C, float eps) {
+bool residual_rmsnorm_fwd(Context& ctx, DType dt, void* res, void* out, float* rstd, const void* a,
+                          const void* b, const void* weight, int N, int C, float eps, uint8_t* out8,
+                          float* descale8) {
   FORGE_CHECK(N >= 0 && C > 0, "[residual_rmsnorm_fwd] bad dims N=", N, " C=", C);
   FORGE_CHECK(res != a && res != b && res != out,
               "[residual_rmsnorm_fwd] res must be its own buffer (not a, b or out)");
-  if (N == 0) return;
-  launch_fwd<true>(ctx, dt, res, out, rstd, a, b, weight, N, C, eps, "residual_rmsnorm_fwd");
+  if (N == 0) return false;
+  return launch_fwd<true>(ctx, dt, res, out, rstd, a, b, weight, N, C, eps, "residual_rmsnorm_fwd", out8,
+                          descale8);
 }
 
 void head_rmsnorm(Context& ctx, DType dt, void* x, const void* weight, int N, int H, int HS,
