@@ -10,11 +10,21 @@ namespace forge {
 enum class Fp8Recipe {
   kOff,  // every product in the training dtype (the default)
   // The blocks' linear products' forward and input-gradient (dX) GEMMs in FP8 with per-row
-  // power-of-two scales (ops/fp8_rows.h): activations, weights and output gradients E4M3, f32
-  // accumulation, bf16 out; weight gradients (dW) and the LM head stay bf16. bf16 runs only.
+  // power-of-two scales (ops/fp8_rows.h) where the operand casts pay (kFp8MinOutForCast):
+  // activations, weights and output gradients E4M3, f32 accumulation, bf16 out; weight
+  // gradients (dW) and the LM head stay bf16. bf16 runs only.
   kRows,
   kRowsE5M2,  // the same with the output gradients in E5M2 (more range, one mantissa bit less)
 };
+
+// Under kRows / kRowsE5M2, a product whose x operand must be cast by a separate pass (not a norm's
+// output, whose E4M3 rows the norm writes) runs in FP8 only when its output is at least this
+// wide. The pass costs ~3 bytes of traffic an element of x (~1.1 ns per 1,000 elements at ~2.8
+// TB/s); FP8 saves ~2·OUT flops an element at the difference of the two rates (bf16 ~660, FP8
+// ~1,000 TFLOP/s in the H100's GPT-2 products, docs/perf-notes.md): even at OUT ≈ 1,040. Twice
+// that, so the cast clearly pays: of GPT-2 124M's products the MLP projection's dX (OUT =
+// 3,072); the attention output's and q|k|v's dX (OUT = 768) would lose.
+inline constexpr int kFp8MinOutForCast = 2048;
 
 // "off", "rows", "rows-e5m2".
 inline const char* fp8_recipe_name(Fp8Recipe r) {

@@ -338,7 +338,7 @@ void CudaBackend::linear_fwd(Act out, Act inp, Act w, Act bias, int N, int C, in
   g.M = N, g.N = OC, g.K = C, g.trans_b = layout == WeightLayout::kOutIn;
   g.ab_type = g.c_type = dt_;
   if (bias) g.epilogue = cuda::GemmEpilogue::kBias, g.bias = bias;
-  if (fp8_eligible(w, N, C, OC)) return fp8_gemm(g, inp, false, w, layout == WeightLayout::kInOut, out);
+  if (fp8_eligible(w, inp, N, C, OC)) return fp8_gemm(g, inp, false, w, layout == WeightLayout::kInOut, out);
   cuda::gemm(ctx_, g, inp, w, out);
 }
 
@@ -355,7 +355,7 @@ void CudaBackend::linear_gelu_fwd(Act hidden, Act fc, Act inp, Act w, Act bias, 
   g.M = N, g.N = OC, g.K = C, g.trans_b = layout == WeightLayout::kOutIn;
   g.ab_type = g.c_type = dt_;
   g.epilogue = cuda::GemmEpilogue::kBiasGeluAux, g.bias = bias, g.aux = fc;
-  if (fp8_eligible(w, N, C, OC)) return fp8_gemm(g, inp, false, w, layout == WeightLayout::kInOut, hidden);
+  if (fp8_eligible(w, inp, N, C, OC)) return fp8_gemm(g, inp, false, w, layout == WeightLayout::kInOut, hidden);
   cuda::gemm(ctx_, g, inp, w, hidden);
 }
 
@@ -382,7 +382,7 @@ void CudaBackend::linear_bwd(Act dinp, Grad dw, Grad db, Act dout, Act inp, Act 
     GemmArgs g;  // dinp (+)= dout (N, OC) · op(W) (OC, C)
     g.M = N, g.N = C, g.K = OC, g.trans_b = layout == WeightLayout::kInOut, g.beta = accumulate ? 1.0f : 0.0f;
     g.ab_type = g.c_type = dt_;
-    if (fp8_eligible(w, N, OC, C))
+    if (fp8_eligible(w, dout, N, OC, C))
       fp8_gemm(g, dout, true, w, layout == WeightLayout::kOutIn, dinp);
     else
       cuda::gemm(ctx_, g, dout, w, dinp);
@@ -402,7 +402,7 @@ void CudaBackend::linear_dgelu_bwd(Act dfc, Grad dw, Grad db, Act dout, Act inp,
   g.M = N, g.N = C, g.K = OC, g.trans_b = layout == WeightLayout::kInOut;
   g.ab_type = g.c_type = dt_;
   g.epilogue = cuda::GemmEpilogue::kDGelu, g.aux = fc;
-  if (fp8_eligible(w, N, OC, C))
+  if (fp8_eligible(w, dout, N, OC, C))
     fp8_gemm(g, dout, true, w, layout == WeightLayout::kOutIn, dfc);
   else
     cuda::gemm(ctx_, g, dout, w, dfc);

@@ -311,10 +311,13 @@ class CudaBackend {
   void download_bytes(void* host, const void* src, size_t bytes);
   void weight_grads(Grad dw, Grad db, Act dout, Act inp, int N, int C, int OC, WeightLayout layout);
   // FP8 (backend_fp8.cpp): the recipe's checks at construction; whether a product x (N, K) ·
-  // Wᵀ -> (N, OUT) runs in FP8; that product, g holding the bf16 call's shape, epilogue and beta,
-  // w (OUT, K) or, w_transposed, (K, OUT); x_is_grad: x is an output gradient (the dX product).
+  // Wᵀ -> (N, OUT) runs in FP8 (x's E4M3 rows written by a norm, or an output wide enough to
+  // pay for casting x); whether a norm wrote x's rows; the product, g holding the bf16 call's
+  // shape, epilogue and beta, w (OUT, K) or, w_transposed, (K, OUT); x_is_grad: x is an output
+  // gradient (the dX product).
   void init_fp8(Fp8Recipe r);
-  bool fp8_eligible(Act w, int N, int K, int OUT) const;
+  bool fp8_eligible(Act w, Act x, int N, int K, int OUT) const;
+  bool fp8_rows_written(Act x, int N, int K) const;
   void fp8_gemm(cuda::GemmArgs g, Act x, bool x_is_grad, Act w, bool w_transposed, Act out);
   // Where a norm forward writes its (N, C) output's E4M3 rows (null when FP8 is off or the
   // shape is not eligible), and, once it did (written), that they hold `out`: the next FP8

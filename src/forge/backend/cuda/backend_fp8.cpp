@@ -37,11 +37,18 @@ void CudaBackend::init_fp8(Fp8Recipe r) {
                     ctx_.props().major, ".", ctx_.props().minor));
 }
 
-bool CudaBackend::fp8_eligible(Act w, int N, int K, int OUT) const {
+
+bool CudaBackend::fp8_eligible(Act w, Act x, int N, int K, int OUT) const {
   // The LM head (the product with its weight) keeps bf16; cuBLASLt's FP8 kernels want every
   // dimension a multiple of 16 (16-byte rows), which every block product of Forge's presets is.
-  return fp8_ != Fp8Recipe::kOff && w != this->w(table_.lm_head()) && N % 16 == 0 && K % 16 == 0 &&
-         OUT % 16 == 0;
+  if (fp8_ == Fp8Recipe::kOff || w == this->w(table_.lm_head()) || N % 16 != 0 || K % 16 != 0 ||
+      OUT % 16 != 0)
+    return false;
+  return fp8_rows_written(x, N, K) || OUT >= kFp8MinOutForCast;
+}
+
+bool CudaBackend::fp8_rows_written(Act x, int N, int K) const {
+  return x == fp8_x_of_ && N == fp8_x_rows_ && K == fp8_x_cols_;
 }
 
 namespace {
@@ -81,8 +88,7 @@ void CudaBackend::fp8_gemm(GemmArgs g, Act x, bool x_is_grad, Act w, bool w_tran
   uint8_t* w8 = grown(fp8_w_, static_cast<size_t>(OUT) * K, fp8_retired_, ctx_);
   float* ws = grown(fp8_ws_, static_cast<size_t>(OUT), fp8_retired_s_, ctx_);
   // A norm's output whose E4M3 rows the norm wrote: read once, then the buffer is free again.
-  const bool written =
-      x == fp8_x_of_ && xt == DType::kF8E4M3 && M == fp8_x_rows_ && K == fp8_x_cols_;
+  const bool written = xt == DType::kF8E4M3 && fp8_rows_written(x, M, K);
   fp8_x_of_ = nullptr;
   if (!written) cuda::cast_fp8_rows(ctx_, xt, x8, xs, dt_, x, M, K);
   if (w_transposed)
