@@ -64,8 +64,9 @@ TEST_F(Fp8RowsTest, CastRowsMatchesTheCpuBitForBit) {
         auto dd = poisoned<float>(rows);
         cast_fp8_rows(ctx(), yt, dy.data(), dd.data(), xt, dx.data(), rows, cols);
         const std::vector<uint8_t> got = download(dy);
-        size_t diff = 0;
-        for (size_t i = 0; i < got.size(); ++i) diff += got[i] != want[i];
+        size_t diff = 0;  // a NaN's code is not specified (io/fp8.h): any NaN for a NaN
+        for (size_t i = 0; i < got.size(); ++i)
+          diff += got[i] != want[i] && !(std::isnan(decode(yt, got[i])) && std::isnan(decode(yt, want[i])));
         EXPECT_EQ(diff, 0u);
         EXPECT_EQ(download(dd), want_d);
       }

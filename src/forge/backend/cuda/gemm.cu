@@ -118,6 +118,8 @@ Stored stored_shapes(const GemmArgs& g) {
   return s;
 }
 
+void set_call_pointers(const Plan& p, const GemmArgs& g);
+
 Plan make_plan(Context& ctx, const GemmArgs& g, const Stored& st, const Alignment& al) {
   Plan p;
   const cublasComputeType_t compute = CUBLAS_COMPUTE_32F;  // f32 accumulate; no TF32 for f32
@@ -176,6 +178,9 @@ Plan make_plan(Context& ctx, const GemmArgs& g, const Stored& st, const Alignmen
   p.la = layout(b_type_of(g), st.b_rows, st.b_cols, st.ldb, g.batch, g.stride_b);
   p.lb = layout(g.ab_type, st.a_rows, st.a_cols, st.lda, g.batch, g.stride_a);
   p.lc = layout(g.c_type, g.M, g.N, st.ldc, g.batch, g.stride_c);
+  // The call's pointers before the heuristic: with FP8 row scales (OUTER_VEC) cuBLASLt refuses a
+  // descriptor whose scale vectors are not set yet (CUBLAS_STATUS_INVALID_VALUE on an H200).
+  set_call_pointers(p, g);
 
   cublasLtMatmulPreference_t pref;
   FORGE_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
