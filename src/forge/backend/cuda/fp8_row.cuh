@@ -1,19 +1,41 @@
-// Device side of the per-row scaled FP8 casts (ops/fp8_rows.h), for kernels that hold a whole row
-// in a warp's registers: the norm forwards write their output's E4M3 copy and its descale in the
-// same kernel (CudaBackend's FP8 products read them instead of casting the output again).
+// Device side of the FP8 casts: the conversion and the format dispatch every FP8 cast kernel
+// uses (fp8_cast.cu, fp8_rows.cu), and the per-row scaled store (ops/fp8_rows.h) for kernels that
+// hold a whole row in a warp's registers: the norm forwards write their output's E4M3 copy and
+// its descale in the same kernel (CudaBackend's FP8 products read them instead of casting the
+// output again).
 #pragma once
 
 #include <cuda_fp8.h>
 
 #include <cstdint>
 
+#include <type_traits>
+
 #include "forge/backend/cuda/kernel_utils.cuh"
+#include "forge/core/dtype.h"
+#include "forge/core/error.h"
 #include "forge/ops/fp8_rows.h"
 
 namespace forge::cuda::kernels {
 
-__device__ __forceinline__ uint8_t to_e4m3(float v) {
-  return static_cast<uint8_t>(__nv_cvt_float_to_fp8(v, __NV_SATFINITE, __NV_E4M3));
+// fp8(v) by the hardware's cvt.rn.satfinite (io/fp8.h encodes the same way): E4M3 or E5M2.
+template <bool kE4M3>
+__device__ __forceinline__ uint8_t to_fp8(float v) {
+  return static_cast<uint8_t>(
+      __nv_cvt_float_to_fp8(v, __NV_SATFINITE, kE4M3 ? __NV_E4M3 : __NV_E5M2));
+}
+__device__ __forceinline__ uint8_t to_e4m3(float v) { return to_fp8<true>(v); }
+
+// f(std::true_type) for E4M3, f(std::false_type) for E5M2; any other y_t is an internal error.
+template <typename F>
+void dispatch_fp8(DType y_t, const char* op, F&& f) {
+  if (y_t == DType::kF8E4M3)
+    f(std::true_type{});
+  else if (y_t == DType::kF8E5M2)
+    f(std::false_type{});
+  else
+    FORGE_CHECK(false, "[", op, "] the output type must be f8e4m3 or f8e5m2, not ",
+                dtype_name(y_t));
 }
 
 // The warp's row, lane `lane`'s chunk j at row_chunk<kN>(lane, j) (chunks at or past C skipped),

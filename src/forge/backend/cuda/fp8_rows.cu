@@ -15,6 +15,7 @@
 
 #include "forge/backend/cuda/check.h"
 #include "forge/backend/cuda/context.h"
+#include "forge/backend/cuda/fp8_row.cuh"
 #include "forge/backend/cuda/kernel_utils.cuh"
 #include "forge/backend/cuda/ops.h"
 #include "forge/core/error.h"
@@ -26,12 +27,6 @@ namespace {
 using namespace kernels;
 
 constexpr int kThreads = 256;
-
-template <bool kE4M3>
-__device__ __forceinline__ uint8_t to_fp8(float v) {
-  return static_cast<uint8_t>(
-      __nv_cvt_float_to_fp8(v, __NV_SATFINITE, kE4M3 ? __NV_E4M3 : __NV_E5M2));
-}
 
 template <bool kE4M3>
 __device__ __forceinline__ int scale_exponent(float amax) {
@@ -138,17 +133,6 @@ __global__ void __launch_bounds__(kThreads)
   if (gc < cols && gr < rows)
     *reinterpret_cast<uint4*>(y + static_cast<int64_t>(gc) * rows + gr) =
         *reinterpret_cast<const uint4*>(&tile[c][16 * part]);
-}
-
-template <typename F>
-void dispatch_fp8(DType y_t, const char* op, F&& f) {
-  if (y_t == DType::kF8E4M3)
-    f(std::true_type{});
-  else if (y_t == DType::kF8E5M2)
-    f(std::false_type{});
-  else
-    FORGE_CHECK(false, "[", op, "] the output type must be f8e4m3 or f8e5m2, not ",
-                dtype_name(y_t));
 }
 
 }  // namespace
