@@ -6,7 +6,11 @@
 // FP8 step adds (X and dY to fp8 for the first two, both transposed for dW). The sums at the end
 // are one step's linear layers in bf16 against FP8 plus its casts: the most FP8 could take off a
 // step before scaling bookkeeping (amax history), which is not modelled. The LM head is left in
-// bf16 (its accuracy matters most, and FP8 recipes keep it there).
+// bf16 (its accuracy matters most, and FP8 recipes keep it there). GPT-2's products carry their
+// training epilogues ("+bias", "+gelu": bias, GELU and its aux output; "+dgelu": the GELU
+// backward), in every column. "rows us": FORGE_FP8=rows's product (per-row scales, fast
+// accumulation) with the algorithm cuBLASLt's heuristic ranks first, which training runs;
+// "rows best": the fastest of the heuristic's candidates (whatever their bits).
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -39,7 +43,8 @@ struct Linear {
 struct Product {
   std::string what;
   int M, N, K;
-  DType a, b, c;  // FP8 operand formats and the output type
+  DType a, b, c;          // FP8 operand formats and the output type
+  cuda::GemmEpilogue ep;  // the training call's (bias, GELU aux, DGELU): timed with it
 };
 
 }  // namespace
@@ -71,8 +76,9 @@ void gemm_fp8_cuda(const BenchOptions& o) {
       "device %s; preset %s, %d x %d = %d rows; TN layout for both dtypes; 'fast': FP8 fast "
       "accumulation\n\n",
       cuda::device_summary().c_str(), o.preset.c_str(), o.batch, o.seq_len, R);
-  std::printf("%-22s %6s %6s %6s %9s %8s %9s %8s %9s %6s %9s\n", "product", "M", "N", "K",
-              "bf16 us", "TFLOP/s", "fp8 us", "TFLOP/s", "fast us", "x bf16", "rows us");
+  std::printf("%-22s %6s %6s %6s %9s %8s %9s %8s %9s %6s %9s %9s\n", "product", "M", "N", "K",
+              "bf16 us", "TFLOP/s", "fp8 us", "TFLOP/s", "fast us", "x bf16", "rows us",
+              "rows best");
   nlohmann::json rows = nlohmann::json::array();
   // Unit scales, each in its own allocation (as the tests pass them: a scale pointer 4 bytes into
   // a buffer is not what cuBLASLt is given anywhere else).
@@ -90,13 +96,19 @@ void gemm_fp8_cuda(const BenchOptions& o) {
   double rows_bf16 = 0, rows_fp8 = 0;
   for (const Linear& l : linears) {
     const bool from_norm = l.name == "qkv" || l.name == "mlp-fc" || l.name == "mlp-gate|up";
+    // GPT-2's products carry their epilogues (bias; the MLP's GELU aux forward and DGELU dX), as
+    // in training: FP8 runs an epilogue cuBLASLt does not fuse as a separate kernel.
+    using Ep = cuda::GemmEpilogue;
+    const bool gpt2 = cfg.family == Family::kGpt2, dgelu = gpt2 && l.name == "mlp-proj";
+    const Ep fwd_ep = !gpt2 ? Ep::kNone : l.name == "mlp-fc" ? Ep::kBiasGeluAux : Ep::kBias;
     const bool fwd_fp8 = from_norm || l.out >= kFp8MinOutForCast,
-               dx_fp8 = l.in >= kFp8MinOutForCast;
+               dx_fp8 = l.in >= kFp8MinOutForCast && !dgelu;  // backend.cpp: DGELU stays bf16
     double t16_fwd = 0, t16_dx = 0, t8r_fwd = 0, t8r_dx = 0;
     const std::vector<Product> products = {
-        {l.name + " fwd", R, l.out, l.in, DType::kF8E4M3, DType::kF8E4M3, DType::kBF16},
-        {l.name + " dX", R, l.in, l.out, DType::kF8E5M2, DType::kF8E4M3, DType::kBF16},
-        {l.name + " dW", l.out, l.in, R, DType::kF8E5M2, DType::kF8E4M3, DType::kF32},
+        {l.name + " fwd", R, l.out, l.in, DType::kF8E4M3, DType::kF8E4M3, DType::kBF16, fwd_ep},
+        {l.name + " dX", R, l.in, l.out, DType::kF8E5M2, DType::kF8E4M3, DType::kBF16,
+         dgelu ? Ep::kDGelu : Ep::kNone},
+        {l.name + " dW", l.out, l.in, R, DType::kF8E5M2, DType::kF8E4M3, DType::kF32, Ep::kNone},
     };
     for (const Product& p : products) {
       const size_t a_n = size_t(p.M) * p.K, b_n = size_t(p.N) * p.K, c_n = size_t(p.M) * p.N;
@@ -114,6 +126,14 @@ void gemm_fp8_cuda(const BenchOptions& o) {
       g.M = p.M, g.N = p.N, g.K = p.K, g.trans_b = true;
       g.ab_type = DType::kBF16, g.c_type = p.c == DType::kF32 ? DType::kF32 : DType::kBF16;
       g.beta = p.c == DType::kF32 ? 1.0f : 0.0f;
+      cuda::DeviceBuffer<uint16_t> bias(ctx.allocator(), p.ep == Ep::kNone ? 1 : p.N),
+          aux(ctx.allocator(), p.ep == Ep::kBiasGeluAux || p.ep == Ep::kDGelu ? c_n : 1);
+      if (p.ep != Ep::kNone) {
+        fill_random_bf16(ctx, bias.data(), bias.size(), 3, 0.05f);
+        fill_random_bf16(ctx, aux.data(), aux.size(), 4);
+        g.epilogue = p.ep, g.bias = p.ep == Ep::kDGelu ? nullptr : bias.data();
+        g.aux = p.ep == Ep::kBiasGeluAux || p.ep == Ep::kDGelu ? aux.data() : nullptr;
+      }
       const double t16 =
           time_op(ctx, [&] { cuda::gemm(ctx, g, a16.data(), b16.data(), c.data()); });
       cuda::GemmArgs g8 = g;
@@ -121,7 +141,8 @@ void gemm_fp8_cuda(const BenchOptions& o) {
       const double t8 = time_op(ctx, [&] { cuda::gemm(ctx, g8, a8.data(), b8.data(), c.data()); });
       g8.fast_accum = true;
       const double t8f = time_op(ctx, [&] { cuda::gemm(ctx, g8, a8.data(), b8.data(), c.data()); });
-      double t8r = 0;  // row scales (all ones), fast accumulation: the rows recipe's fwd and dX
+      double t8r = 0, t8r_best = 0;  // row scales (all ones), fast accumulation: the rows
+                                     // recipe's fwd and dX; the heuristic's first, the fastest
       if (p.c != DType::kF32) {
         cuda::DeviceBuffer<float> ra(ctx.allocator(), p.M), rb(ctx.allocator(), p.N);
         const std::vector<float> ones(std::max(p.M, p.N), 1.0f);
@@ -133,13 +154,25 @@ void gemm_fp8_cuda(const BenchOptions& o) {
         gr.ab_type = DType::kF8E4M3, gr.a_scale = ra.data(), gr.b_scale = rb.data(),
         gr.row_scales = true;
         t8r = time_op(ctx, [&] { cuda::gemm(ctx, gr, a8.data(), b8.data(), c.data()); });
+        t8r_best = t8r;
+        const int n = cuda::gemm_candidates(ctx, gr, a8.data(), b8.data(), c.data());
+        for (int k = 1; k < n; ++k) {
+          cuda::GemmArgs gk = gr;
+          gk.candidate = k;
+          t8r_best = std::min(
+              t8r_best, time_op(ctx, [&] { cuda::gemm(ctx, gk, a8.data(), b8.data(), c.data()); }));
+        }
         (&p == &products[0] ? t16_fwd : t16_dx) = t16;
         (&p == &products[0] ? t8r_fwd : t8r_dx) = t8r;
       }
       const double flop = 2.0 * p.M * p.N * p.K;
-      std::printf("%-22s %6d %6d %6d %9.1f %8.1f %9.1f %8.1f %9.1f %6.2f %9.1f\n", p.what.c_str(),
-                  p.M, p.N, p.K, t16 * 1e6, flop / t16 / 1e12, t8 * 1e6, flop / t8 / 1e12,
-                  t8f * 1e6, t16 / t8, t8r * 1e6);
+      const std::string what = p.what + (p.ep == Ep::kBias          ? " +bias"
+                                         : p.ep == Ep::kBiasGeluAux ? " +gelu"
+                                         : p.ep == Ep::kDGelu       ? " +dgelu"
+                                                                    : "");
+      std::printf("%-22s %6d %6d %6d %9.1f %8.1f %9.1f %8.1f %9.1f %6.2f %9.1f %9.1f\n",
+                  what.c_str(), p.M, p.N, p.K, t16 * 1e6, flop / t16 / 1e12, t8 * 1e6,
+                  flop / t8 / 1e12, t8f * 1e6, t16 / t8, t8r * 1e6, t8r_best * 1e6);
       rows.push_back({{"product", p.what},
                       {"M", p.M},
                       {"N", p.N},
@@ -148,7 +181,8 @@ void gemm_fp8_cuda(const BenchOptions& o) {
                       {"bf16_seconds", t16},
                       {"fp8_seconds", t8},
                       {"fp8_fast_seconds", t8f},
-                      {"fp8_rows_seconds", t8r}});
+                      {"fp8_rows_seconds", t8r},
+                      {"fp8_rows_best_seconds", t8r_best}});
       step_bf16 += t16 * l.calls;
       step_fp8 +=
           (p.c == DType::kF32 ? t8 : t8f) * l.calls;  // fast accumulation for fwd and dX only

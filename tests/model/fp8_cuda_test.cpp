@@ -65,7 +65,7 @@ ModelConfig fp8_config(Family f) {
   c.n_embd = 256;  // RMSNorm rows of ≤ 128 share warps, whose kernels write no E4M3 rows
   c.n_head = 4;  // head size 64: the flash kernels (Qwen3's variant: 128)
   c.n_kv_head = f == Family::kGpt2 ? 4 : 2;
-  c.ffn_hidden = kFp8MinOutForCast;  // the MLP's last dX runs in FP8 too (its output this wide)
+  c.ffn_hidden = kFp8MinOutForCast;  // Llama's down projection's dX in FP8 too (output this wide)
   return c;
 }
 

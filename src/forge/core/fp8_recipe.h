@@ -12,7 +12,8 @@ enum class Fp8Recipe {
   // The blocks' linear products' forward and input-gradient (dX) GEMMs in FP8 with per-row
   // power-of-two scales (ops/fp8_rows.h) where the operand casts pay (kFp8MinOutForCast):
   // activations, weights and output gradients E4M3, f32 accumulation, bf16 out; weight
-  // gradients (dW) and the LM head stay bf16. bf16 runs only.
+  // gradients (dW), the LM head and the dX product with the GELU backward in its epilogue (which
+  // cuBLASLt does not fuse in FP8) stay bf16. bf16 runs only.
   kRows,
   kRowsE5M2,  // the same with the output gradients in E5M2 (more range, one mantissa bit less)
 };
@@ -22,8 +23,9 @@ enum class Fp8Recipe {
 // wide. The pass costs ~3 bytes of traffic an element of x (~1.1 ns per 1,000 elements at ~2.8
 // TB/s); FP8 saves ~2·OUT flops an element at the difference of the two rates (bf16 ~660, FP8
 // ~1,000 TFLOP/s in the H100's GPT-2 products, docs/perf-notes.md): even at OUT ≈ 1,040. Twice
-// that, so the cast clearly pays: of GPT-2 124M's products the MLP projection's dX (OUT =
-// 3,072); the attention output's and q|k|v's dX (OUT = 768) would lose.
+// that, so the cast clearly pays: a Llama MLP's down projection's dX when the hidden width is ≥
+// 2,048 (GPT-2's MLP projection's dX, OUT = 3,072, would be one but carries the DGELU epilogue);
+// the attention output's and q|k|v's dX (OUT = the model width) would lose.
 inline constexpr int kFp8MinOutForCast = 2048;
 
 // "off", "rows", "rows-e5m2".
