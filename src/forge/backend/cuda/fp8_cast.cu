@@ -81,40 +81,19 @@ __global__ void __launch_bounds__(kThreads) cast_fp8_kernel(uint8_t* __restrict_
   if (amax) block_amax(m, amax);
 }
 
-constexpr int kTile = 64;
-constexpr int kTilePitch = kTile + 16;  // bytes a transposed row in shared memory (16-byte aligned)
-
-// Block (bx, by): x rows by·64 .. +64, columns bx·64 .. +64. Thread (tx = t % 32, ty = t / 32)
-// reads columns 2·tx, 2·tx + 1 of rows ty + 8·k; the tile is stored transposed, then thread t
-// writes 16 bytes of output row (column of x) t / 4.
+// Block (bx, by): the 64 × 64 tile of x at rows by·64, columns bx·64 (fp8_row.cuh's tile
+// helpers), every value times the tensor's scale.
 template <typename T, bool kE4M3>
-__global__ void __launch_bounds__(kThreads) cast_transpose_fp8_kernel(uint8_t* __restrict__ y,
-                                                                      const T* __restrict__ x, int rows,
-                                                                      int cols, const float* __restrict__ scale,
-                                                                      float* __restrict__ amax) {
-  __shared__ __align__(16) uint8_t tile[kTile][kTilePitch];  // [column][row]
-  const float s = *scale;
-  const int r0 = blockIdx.y * kTile, c0 = blockIdx.x * kTile;
-  const int tx = threadIdx.x % 32, ty = threadIdx.x / 32;
+__global__ void __launch_bounds__(kThreads)
+    cast_transpose_fp8_kernel(uint8_t* __restrict__ y, const T* __restrict__ x, int rows, int cols,
+                              const float* __restrict__ scale, float* __restrict__ amax) {
+  __shared__ __align__(16) Fp8Tile tile;
+  const float s[2] = {*scale, *scale};
+  const int r0 = blockIdx.y * kFp8Tile, c0 = blockIdx.x * kFp8Tile;
   float m = 0.0f;
-#pragma unroll
-  for (int k = 0; k < kTile / 8; ++k) {
-    const int r = ty + 8 * k, gr = r0 + r;
-#pragma unroll
-    for (int e = 0; e < 2; ++e) {
-      const int c = 2 * tx + e, gc = c0 + c;
-      float v = 0.0f;
-      if (gr < rows && gc < cols) v = to_f32(x[static_cast<int64_t>(gr) * cols + gc]);
-      m = fold_abs(m, v);
-      tile[c][r] = to_fp8<kE4M3>(v * s);
-    }
-  }
+  fp8_tile_load<kE4M3>(tile, x, rows, cols, r0, c0, s, [&](float v) { m = fold_abs(m, v); });
   __syncthreads();
-  const int c = threadIdx.x / 4, part = threadIdx.x % 4;  // output row c0 + c, bytes 16·part ..
-  const int gc = c0 + c, gr = r0 + 16 * part;
-  if (gc < cols && gr < rows)  // rows % 16 == 0: a 16-byte chunk is wholly inside or outside
-    *reinterpret_cast<uint4*>(y + static_cast<int64_t>(gc) * rows + gr) =
-        *reinterpret_cast<const uint4*>(&tile[c][16 * part]);
+  fp8_tile_store(y, tile, rows, cols, r0, c0);
   if (amax) block_amax(m, amax);
 }
 
@@ -149,7 +128,7 @@ void cast_transpose_fp8(Context& ctx, DType y_t, uint8_t* y, DType x_t, const vo
               " (rows must be a positive multiple of 16: the output rows are written 16 bytes at a time)");
   FORGE_CHECK(reinterpret_cast<uintptr_t>(y) % 16 == 0, "[cast_transpose_fp8] y is not 16-byte aligned");
   if (amax) FORGE_CUDA_CHECK(cudaMemsetAsync(amax, 0, sizeof(float), ctx.stream()));
-  const dim3 grid((cols + kTile - 1) / kTile, (rows + kTile - 1) / kTile);
+  const dim3 grid((cols + kFp8Tile - 1) / kFp8Tile, (rows + kFp8Tile - 1) / kFp8Tile);
   dispatch_fp8(y_t, "cast_transpose_fp8", [&](auto e4m3) {
     constexpr bool kE4M3 = decltype(e4m3)::value;
     dispatch_dtype(x_t, "cast_transpose_fp8", [&](auto tag) {

@@ -8,7 +8,6 @@
 #include <cuda_fp8.h>
 
 #include <cstdint>
-
 #include <type_traits>
 
 #include "forge/backend/cuda/kernel_utils.cuh"
@@ -24,7 +23,9 @@ __device__ __forceinline__ uint8_t to_fp8(float v) {
   return static_cast<uint8_t>(
       __nv_cvt_float_to_fp8(v, __NV_SATFINITE, kE4M3 ? __NV_E4M3 : __NV_E5M2));
 }
-__device__ __forceinline__ uint8_t to_e4m3(float v) { return to_fp8<true>(v); }
+__device__ __forceinline__ uint8_t to_e4m3(float v) {
+  return to_fp8<true>(v);
+}
 
 // f(std::true_type) for E4M3, f(std::false_type) for E5M2; any other y_t is an internal error.
 template <typename F>
@@ -69,6 +70,45 @@ __device__ __forceinline__ void store_e4m3_row(uint8_t* y8, float* d8,
       w[k / 4] |= static_cast<uint32_t>(to_e4m3(__fmul_rn(o[j][k], s))) << (8 * (k % 4));
     *reinterpret_cast<uint2*>(y8 + c) = make_uint2(w[0], w[1]);
   }
+}
+
+// The transposed casts' 64 × 64 tiles (cast_transpose_fp8 in fp8_cast.cu, a scale for the
+// tensor; cast_transpose_fp8_rows in fp8_rows.cu, one a column of x): a block of 256 threads
+// takes x rows r0 .. +64, columns c0 .. +64. fp8_tile_load: thread (tx = t % 32, ty = t / 32)
+// reads columns 2·tx, 2·tx + 1 (scales s[0], s[1]) of rows ty + 8·k, calls seen(v) on each value
+// (0 outside x) and writes fp8(v · s) into the tile transposed; after a barrier, fp8_tile_store:
+// thread t writes 16 bytes of output row (column of x) c0 + t / 4. rows % 16 == 0, y 16-byte
+// aligned: a 16-byte chunk is wholly inside or outside.
+constexpr int kFp8Tile = 64;
+constexpr int kFp8TilePitch = kFp8Tile + 16;       // bytes a transposed row in shared memory
+using Fp8Tile = uint8_t[kFp8Tile][kFp8TilePitch];  // [column][row]
+
+template <bool kE4M3, typename T, typename Seen>
+__device__ __forceinline__ void fp8_tile_load(Fp8Tile& tile, const T* __restrict__ x, int rows,
+                                              int cols, int r0, int c0, const float (&s)[2],
+                                              Seen&& seen) {
+  const int tx = threadIdx.x % 32, ty = threadIdx.x / 32;
+#pragma unroll
+  for (int k = 0; k < kFp8Tile / 8; ++k) {
+    const int r = ty + 8 * k, gr = r0 + r;
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+      const int c = 2 * tx + e, gc = c0 + c;
+      float v = 0.0f;
+      if (gr < rows && gc < cols) v = to_f32(x[static_cast<int64_t>(gr) * cols + gc]);
+      seen(v);
+      tile[c][r] = to_fp8<kE4M3>(__fmul_rn(v, s[e]));
+    }
+  }
+}
+
+__device__ __forceinline__ void fp8_tile_store(uint8_t* __restrict__ y, const Fp8Tile& tile,
+                                               int rows, int cols, int r0, int c0) {
+  const int c = threadIdx.x / 4, part = threadIdx.x % 4;
+  const int gc = c0 + c, gr = r0 + 16 * part;
+  if (gc < cols && gr < rows)
+    *reinterpret_cast<uint4*>(y + static_cast<int64_t>(gc) * rows + gr) =
+        *reinterpret_cast<const uint4*>(&tile[c][16 * part]);
 }
 
 }  // namespace forge::cuda::kernels

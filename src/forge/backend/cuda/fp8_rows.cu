@@ -98,41 +98,23 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-constexpr int kTile = 64;
-constexpr int kTilePitch = kTile + 16;
-
-// As cast_transpose_fp8_kernel (fp8_cast.cu), each column c of x scaled by 1 / descale[c] (exact:
-// a power of two).
+// As cast_transpose_fp8_kernel (fp8_cast.cu; fp8_row.cuh's tile helpers), each column c of x
+// scaled by 1 / descale[c] (exact: a power of two).
 template <typename T, bool kE4M3>
 __global__ void __launch_bounds__(kThreads)
     cast_transpose_rows_kernel(uint8_t* __restrict__ y, const float* __restrict__ descale,
                                const T* __restrict__ x, int rows, int cols) {
-  __shared__ __align__(16) uint8_t tile[kTile][kTilePitch];  // [column][row]
-  const int r0 = blockIdx.y * kTile, c0 = blockIdx.x * kTile;
-  const int tx = threadIdx.x % 32, ty = threadIdx.x / 32;
+  __shared__ __align__(16) Fp8Tile tile;
+  const int r0 = blockIdx.y * kFp8Tile, c0 = blockIdx.x * kFp8Tile;
   float s[2];
 #pragma unroll
   for (int e = 0; e < 2; ++e) {
-    const int gc = c0 + 2 * tx + e;
+    const int gc = c0 + 2 * (threadIdx.x % 32) + e;
     s[e] = gc < cols ? __frcp_rn(descale[gc]) : 1.0f;
   }
-#pragma unroll
-  for (int k = 0; k < kTile / 8; ++k) {
-    const int r = ty + 8 * k, gr = r0 + r;
-#pragma unroll
-    for (int e = 0; e < 2; ++e) {
-      const int c = 2 * tx + e, gc = c0 + c;
-      float v = 0.0f;
-      if (gr < rows && gc < cols) v = to_f32(x[static_cast<int64_t>(gr) * cols + gc]);
-      tile[c][r] = to_fp8<kE4M3>(__fmul_rn(v, s[e]));
-    }
-  }
+  fp8_tile_load<kE4M3>(tile, x, rows, cols, r0, c0, s, [](float) {});
   __syncthreads();
-  const int c = threadIdx.x / 4, part = threadIdx.x % 4;
-  const int gc = c0 + c, gr = r0 + 16 * part;
-  if (gc < cols && gr < rows)
-    *reinterpret_cast<uint4*>(y + static_cast<int64_t>(gc) * rows + gr) =
-        *reinterpret_cast<const uint4*>(&tile[c][16 * part]);
+  fp8_tile_store(y, tile, rows, cols, r0, c0);
 }
 
 }  // namespace
@@ -174,7 +156,7 @@ void cast_transpose_fp8_rows(Context& ctx, DType y_t, uint8_t* y, float* descale
       const T* xt = static_cast<const T*>(x);
       column_descale_kernel<T, kE4M3>
           <<<(cols + 31) / 32, kThreads, 0, ctx.stream()>>>(descale, xt, rows, cols);
-      const dim3 grid((cols + kTile - 1) / kTile, (rows + kTile - 1) / kTile);
+      const dim3 grid((cols + kFp8Tile - 1) / kFp8Tile, (rows + kFp8Tile - 1) / kFp8Tile);
       cast_transpose_rows_kernel<T, kE4M3>
           <<<grid, kThreads, 0, ctx.stream()>>>(y, descale, xt, rows, cols);
     });
