@@ -14,6 +14,9 @@ bin=${1:-dev-out/bin}
 out=${OUT:-/tmp/forge-device}
 mkdir -p "$out"
 export NCCL_NVLS_ENABLE=0
+# The CLI tests run this forge (tests/forge_bin.h), not the CPU machine's build path, which does
+# not exist here; the golden data is read from this checkout.
+export FORGE_TEST_BIN="$PWD/$bin/forge" FORGE_SOURCE_DIR="${FORGE_SOURCE_DIR:-$PWD}"
 [[ -f dev-out/bundle.tar.xz ]] && tar -xJf dev-out/bundle.tar.xz -C dev-out
 # Debian-built binaries: carry OpenBLAS and its Fortran runtime in case the image lacks them.
 [[ -d dev-out/lib ]] && export LD_LIBRARY_PATH="$PWD/dev-out/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"

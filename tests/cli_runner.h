@@ -23,6 +23,8 @@
 #include <sstream>
 #include <string>
 
+#include "forge_bin.h"
+
 namespace forge::testing {
 
 struct CmdResult {

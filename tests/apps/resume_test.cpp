@@ -19,6 +19,7 @@
 #include "forge/data/shard.h"
 #include "testing.h"
 #include "stride_shards.h"
+#include "forge_bin.h"
 
 namespace forge {
 namespace {

@@ -13,6 +13,7 @@
 
 #include "testing.h"
 #include "train/counting_corpus.h"
+#include "forge_bin.h"
 
 namespace forge {
 namespace {

@@ -16,6 +16,7 @@
 #include "forge/backend/cuda/runtime.h"
 #include "forge/data/shard.h"
 #include "stride_shards.h"
+#include "forge_bin.h"
 
 namespace forge {
 namespace {

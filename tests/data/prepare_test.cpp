@@ -18,6 +18,7 @@
 #include "forge/core/error.h"
 #include "forge/data/shard.h"
 #include "testing.h"
+#include "forge_bin.h"
 
 namespace forge {
 namespace {

@@ -31,6 +31,7 @@
 #include "forge/tokenizer/tokenizer.h"
 #include "stride_shards.h"
 #include "tiny_chat_model.h"
+#include "forge_bin.h"
 
 namespace forge {
 namespace {

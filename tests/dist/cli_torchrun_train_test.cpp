@@ -18,6 +18,7 @@
 #include "forge/data/shard.h"
 #include "forge/dist/local_launch.h"
 #include "stride_shards.h"
+#include "forge_bin.h"
 
 namespace forge {
 namespace {

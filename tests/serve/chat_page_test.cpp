@@ -14,6 +14,7 @@
 
 #include "serve/headless_chromium.h"
 #include "serve/serve_test_model.h"
+#include "forge_bin.h"
 
 namespace forge {
 namespace {

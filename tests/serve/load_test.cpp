@@ -17,6 +17,7 @@
 #include "forge/serve/load_client.h"
 #include "serve/child_process.h"
 #include "serve/serve_test_model.h"
+#include "forge_bin.h"
 
 namespace forge {
 namespace {
