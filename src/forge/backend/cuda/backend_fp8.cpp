@@ -4,7 +4,8 @@
 // gradient, cast_fp8_rows or cast_transpose_fp8_rows for the weight, whichever gives the (OUT, K)
 // rows cuBLASLt's TN layout needs) and runs cuBLASLt's FP8 GEMM with those scales as its
 // OUTER_VEC scale vectors, f32 accumulation, the bf16 output and epilogue of the bf16 product it
-// replaces.
+// replaces (bias, GELU aux; the DGELU product never comes here: cuBLASLt does not fuse that
+// epilogue in FP8, so linear_dgelu_bwd keeps it bf16).
 //
 // Where the operands come from: a norm forward's output (what q|k|v and the first MLP product
 // read) has its E4M3 rows written by the norm kernel itself (fp8_norm_out / fp8_norm_done: the
@@ -36,7 +37,6 @@ void CudaBackend::init_fp8(Fp8Recipe r) {
                     "not ",
                     ctx_.props().major, ".", ctx_.props().minor));
 }
-
 
 bool CudaBackend::fp8_eligible(Act w, Act x, int N, int K, int OUT) const {
   // The LM head (the product with its weight) keeps bf16; cuBLASLt's FP8 kernels want every
