@@ -5,8 +5,8 @@
 // take, with and without fast accumulation, beside the same products in bf16; and the casts an
 // FP8 step adds (X and dY to fp8 for the first two, both transposed for dW). The sums at the end
 // are one step's linear layers in bf16 against FP8 plus its casts: the most FP8 could take off a
-// step before scaling bookkeeping (amax history), which is not modelled. The LM head is left in
-// bf16 (its accuracy matters most, and FP8 recipes keep it there). GPT-2's products carry their
+// step before scaling bookkeeping (amax history), which is not modelled. Then the LM head's
+// products as FORGE_FP8 runs them (lm_head_fp8 below). GPT-2's products carry their
 // training epilogues ("+bias", "+gelu": bias, GELU and its aux output; "+dgelu": the GELU
 // backward), in every column. "rows us": FORGE_FP8=rows's product (per-row scales, fast
 // accumulation) with the algorithm cuBLASLt's heuristic ranks first, which training runs;
@@ -23,6 +23,7 @@
 #include "bench.h"
 #include "cuda_timing.h"
 #include "forge/backend/cuda/context.h"
+#include "forge/backend/cuda/cross_entropy.h"
 #include "forge/backend/cuda/gemm.h"
 #include "forge/backend/cuda/ops.h"
 #include "forge/backend/cuda/runtime.h"
@@ -46,6 +47,97 @@ struct Product {
   DType a, b, c;          // FP8 operand formats and the output type
   cuda::GemmEpilogue ep;  // the training call's (bias, GELU aux, DGELU): timed with it
 };
+
+// The LM head as FORGE_FP8's recipes run it (cross_entropy.cu): per row chunk, the logits product
+// (x's E4M3 rows from the final norm, w's rows; fast accumulation) and the dx product (the chunk's
+// FP8 dlogits, wᵀ's rows; full accumulation, K = Vp), against bf16; the row kernel writing the FP8
+// dlogits beside the bf16 ones; w's two casts once a call. Returns the step's change in seconds.
+double lm_head_fp8(cuda::Context& ctx, int R, int C, int V, int Vp, nlohmann::json& rows) {
+  const int Nc = cuda::lm_head_chunk_rows(R, Vp), chunks = (R + Nc - 1) / Nc;
+  const int ld = (Vp + 63) / 64 * 64;
+  cuda::Allocator& al = ctx.allocator();
+  cuda::DeviceBuffer<uint16_t> x16(al, size_t(Nc) * C), w16(al, size_t(Vp) * C),
+      logits(al, size_t(Nc) * ld), dx(al, size_t(Nc) * C);
+  cuda::DeviceBuffer<uint8_t> x8(al, size_t(Nc) * C), w8(al, size_t(Vp) * C),
+      wt8(al, size_t(C) * Vp), d8(al, size_t(Nc) * ld);
+  cuda::DeviceBuffer<float> xs(al, Nc), ws(al, Vp), wts(al, C), ds(al, Nc), losses(al, Nc),
+      dloss(al, 1);
+  cuda::DeviceBuffer<int32_t> targets(al, Nc);
+  fill_random_bf16(ctx, x16.data(), x16.size(), 11);
+  fill_random_bf16(ctx, w16.data(), w16.size(), 12, 0.05f);
+  fill_random_bf16(ctx, logits.data(), logits.size(), 13);
+  FORGE_CUDA_CHECK(cudaMemsetAsync(dx.data(), 0, dx.bytes(), ctx.stream()));
+  FORGE_CUDA_CHECK(cudaMemsetAsync(targets.data(), 0, targets.bytes(), ctx.stream()));
+  const float g = 1.0f / static_cast<float>(R);
+  FORGE_CUDA_CHECK(cudaMemcpy(dloss.data(), &g, sizeof(g), cudaMemcpyHostToDevice));
+  const double cw = time_op(ctx, [&] {
+    cuda::cast_fp8_rows(ctx, DType::kF8E4M3, w8.data(), ws.data(), DType::kBF16, w16.data(), Vp, C);
+  });
+  const double cwt = time_op(ctx, [&] {
+    cuda::cast_transpose_fp8_rows(ctx, DType::kF8E4M3, wt8.data(), wts.data(), DType::kBF16,
+                                  w16.data(), Vp, C);
+  });
+  cuda::cast_fp8_rows(ctx, DType::kF8E4M3, x8.data(), xs.data(), DType::kBF16, x16.data(), Nc, C);
+  const double ce = time_op(ctx, [&] {
+    cuda::ce_rows_bf16(ctx, logits.data(), ld, losses.data(), targets.data(), dloss.data(), Nc, V);
+  });
+  const double ce8 = time_op(ctx, [&] {
+    cuda::ce_rows_bf16(ctx, logits.data(), ld, losses.data(), targets.data(), dloss.data(), Nc, V,
+                       d8.data(), ds.data(), DType::kF8E4M3);
+  });
+  cuda::GemmArgs lg;  // logits (Nc, Vp; stride ld) = x · wᵀ
+  lg.M = Nc, lg.N = Vp, lg.K = C, lg.trans_b = true, lg.ldc = ld;
+  lg.ab_type = lg.c_type = DType::kBF16;
+  const double t_lg =
+      time_op(ctx, [&] { cuda::gemm(ctx, lg, x16.data(), w16.data(), logits.data()); });
+  cuda::GemmArgs lg8 = lg;
+  lg8.ab_type = lg8.b_type = DType::kF8E4M3, lg8.a_scale = xs.data(), lg8.b_scale = ws.data();
+  lg8.row_scales = true, lg8.fast_accum = true;
+  const double t_lg8 =
+      time_op(ctx, [&] { cuda::gemm(ctx, lg8, x8.data(), w8.data(), logits.data()); });
+  cuda::GemmArgs dg;  // dx (Nc, C) += dlogits (Nc, Vp; stride ld) · w
+  dg.M = Nc, dg.N = C, dg.K = Vp, dg.lda = ld, dg.beta = 1.0f;
+  dg.ab_type = dg.c_type = DType::kBF16;
+  const double t_dx =
+      time_op(ctx, [&] { cuda::gemm(ctx, dg, logits.data(), w16.data(), dx.data()); });
+  cuda::GemmArgs dg8 = dg;
+  dg8.trans_b = true, dg8.ab_type = dg8.b_type = DType::kF8E4M3;
+  dg8.a_scale = ds.data(), dg8.b_scale = wts.data(), dg8.row_scales = true;
+  const double t_dx8 =
+      time_op(ctx, [&] { cuda::gemm(ctx, dg8, d8.data(), wt8.data(), dx.data()); });
+  dg8.fast_accum = true;
+  const double t_dx8f =
+      time_op(ctx, [&] { cuda::gemm(ctx, dg8, d8.data(), wt8.data(), dx.data()); });
+  auto line = [&](const char* what, int M, int N, int K, double t16, double t8, double t8f) {
+    const double flop = 2.0 * M * N * K;
+    std::printf("%-22s %6d %6d %6d %9.1f %8.1f %9s %8s %9s %6.2f %9.1f %9s\n", what, M, N, K,
+                t16 * 1e6, flop / t16 / 1e12, "", "", "", t16 / t8, t8 * 1e6, "");
+    if (t8f > 0) std::printf("%-22s fast accumulation: %.1f us\n", what, t8f * 1e6);
+  };
+  std::printf("\nLM head, %d chunk(s) of %d rows (FP8 rows: logits fast accumulation, dx full):\n",
+              chunks, Nc);
+  line("lm-head logits", Nc, Vp, C, t_lg, t_lg8, 0);
+  line("lm-head dX", Nc, C, Vp, t_dx, t_dx8, t_dx8f);
+  std::printf(
+      "%-22s row kernel %.1f us, with FP8 dlogits %.1f us; casts a call: W %.1f us, W^T %.1f us\n",
+      "lm-head", ce * 1e6, ce8 * 1e6, cw * 1e6, cwt * 1e6);
+  const double bf16 = chunks * (t_lg + t_dx), fp8 = chunks * (t_lg8 + t_dx8 + ce8 - ce) + cw + cwt;
+  std::printf("%-22s a step: bf16 %.2f ms, FP8 %.2f ms (%+.2f ms)\n", "lm-head", bf16 * 1e3,
+              fp8 * 1e3, (fp8 - bf16) * 1e3);
+  rows.push_back({{"product", "lm-head"},
+                  {"chunks", chunks},
+                  {"chunk_rows", Nc},
+                  {"logits_bf16_seconds", t_lg},
+                  {"logits_fp8_rows_seconds", t_lg8},
+                  {"dx_bf16_seconds", t_dx},
+                  {"dx_fp8_rows_seconds", t_dx8},
+                  {"dx_fp8_rows_fast_seconds", t_dx8f},
+                  {"ce_rows_seconds", ce},
+                  {"ce_rows_fp8_seconds", ce8},
+                  {"w_cast_seconds", cw},
+                  {"wt_cast_seconds", cwt}});
+  return fp8 - bf16;
+}
 
 }  // namespace
 
@@ -259,14 +351,15 @@ void gemm_fp8_cuda(const BenchOptions& o) {
       "dX) + %.2f ms of casts = %.2f ms (%+.2f ms a step).\n",
       step_bf16 * 1e3, step_fp8 * 1e3, step_casts * 1e3, (step_fp8 + step_casts) * 1e3,
       (step_fp8 + step_casts - step_bf16) * 1e3);
-  std::printf(
-      "Not counted: the weights' casts (once a step, small), amax bookkeeping, the LM head "
-      "(bf16).\n");
+  std::printf("Not counted: the weights' casts (once a step, small), amax bookkeeping.\n");
   std::printf(
       "FORGE_FP8=rows (fwd and dX products, casts included; the norms' extra E4M3 writes not): "
       "bf16 "
       "%.2f ms, rows %.2f ms (%+.2f ms a step).\n",
       rows_bf16 * 1e3, rows_fp8 * 1e3, (rows_fp8 - rows_bf16) * 1e3);
+  const double head = lm_head_fp8(ctx, R, C, cfg.vocab_size, cfg.padded_vocab(), rows);
+  std::printf("FORGE_FP8=rows with the LM head: %+.2f ms a step against bf16.\n",
+              (rows_fp8 - rows_bf16 + head) * 1e3);
   if (!o.json_out.empty())
     std::ofstream(o.json_out) << nlohmann::json{{"bench", "gemm-fp8"}, {"rows", rows}}.dump(2)
                               << "\n";

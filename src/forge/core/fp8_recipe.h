@@ -11,9 +11,11 @@ enum class Fp8Recipe {
   kOff,  // every product in the training dtype (the default)
   // The blocks' linear products' forward and input-gradient (dX) GEMMs in FP8 with per-row
   // power-of-two scales (ops/fp8_rows.h) where the operand casts pay (kFp8MinOutForCast):
-  // activations, weights and output gradients E4M3, f32 accumulation, bf16 out; weight
-  // gradients (dW), the LM head and the dX product with the GELU backward in its epilogue (which
-  // cuBLASLt does not fuse in FP8) stay bf16. bf16 runs only.
+  // activations, weights and output gradients E4M3, f32 accumulation, bf16 out; and the LM
+  // head's logits and dx products (the final norm and the cross-entropy row kernel write their
+  // FP8 operands; cross_entropy.cu). Weight gradients (dW, the LM head's too) and the dX product
+  // with the GELU backward in its epilogue (which cuBLASLt does not fuse in FP8) stay bf16. bf16
+  // runs only.
   kRows,
   kRowsE5M2,  // the same with the output gradients in E5M2 (more range, one mantissa bit less)
 };

@@ -568,9 +568,18 @@ void CudaBackend::attention_bwd(Act dq, Act dk, Act dv, Act dout, Act q, Act k, 
   }
 }
 
+// Under an FP8 recipe the head's logits and dx products run in FP8 (cross_entropy.cu), x's E4M3
+// rows taken from the final norm when it wrote them.
 void CudaBackend::lm_head_cross_entropy(Stat losses, Act dx, Grad dw, Act x, Act w, const int32_t* targets,
                                         const Real* dloss, int N, int C, int V, int Vp) {
-  cuda::lm_head_cross_entropy(ctx_, dt_, losses, dx, dw, x, w, targets, dloss, N, C, V, Vp);
+  cuda::LmHeadFp8 f8;
+  const bool fp8 = fp8_ != Fp8Recipe::kOff && N % 16 == 0 && C % 16 == 0 && Vp % 16 == 0;
+  if (fp8) {
+    if (fp8_rows_written(x, N, C)) f8.x8 = fp8_x_.data(), f8.x_descale = fp8_xs_.data();
+    f8.grad_type = fp8_ == Fp8Recipe::kRowsE5M2 ? DType::kF8E5M2 : DType::kF8E4M3;
+    fp8_x_of_ = nullptr;
+  }
+  cuda::lm_head_cross_entropy(ctx_, dt_, losses, dx, dw, x, w, targets, dloss, N, C, V, Vp, fp8 ? &f8 : nullptr);
 }
 
 }  // namespace forge

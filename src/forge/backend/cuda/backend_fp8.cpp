@@ -1,5 +1,6 @@
-// CudaBackend's FP8 products (CudaModelOptions::fp8, core/fp8_recipe.h). A product eligible
-// under the recipe — a block's linear layer, not the LM head — casts its two operands to FP8 with
+// CudaBackend's FP8 products (CudaModelOptions::fp8, core/fp8_recipe.h). The LM head's products
+// run inside cuda::lm_head_cross_entropy (backend.cpp passes it the final norm's E4M3 rows).
+// A product eligible under the recipe — a block's linear layer — casts its two operands to FP8 with
 // per-row power-of-two scales (ops/fp8_rows.h: cast_fp8_rows for the activation or output
 // gradient, cast_fp8_rows or cast_transpose_fp8_rows for the weight, whichever gives the (OUT, K)
 // rows cuBLASLt's TN layout needs) and runs cuBLASLt's FP8 GEMM with those scales as its
@@ -39,8 +40,9 @@ void CudaBackend::init_fp8(Fp8Recipe r) {
 }
 
 bool CudaBackend::fp8_eligible(Act w, Act x, int N, int K, int OUT) const {
-  // The LM head (the product with its weight) keeps bf16; cuBLASLt's FP8 kernels want every
-  // dimension a multiple of 16 (16-byte rows), which every block product of Forge's presets is.
+  // The LM head's product here (logits outside training's fused head: generation) keeps bf16;
+  // cuBLASLt's FP8 kernels want every dimension a multiple of 16 (16-byte rows), which every
+  // block product of Forge's presets is.
   if (fp8_ == Fp8Recipe::kOff || w == this->w(table_.lm_head()) || N % 16 != 0 || K % 16 != 0 ||
       OUT % 16 != 0)
     return false;

@@ -44,6 +44,13 @@
 // does. A token's loss moves by at most 2^-8·(|l_target| + Σ p·|l|); the errors have random signs,
 // so the mean over a batch moves far less. The statistics, exp and loss are f32; dlogits are
 // rounded to bf16 once, as GEMM operands must be anyway.
+// FP8 (FORGE_FP8's recipes, bf16 only; ops.h's LmHeadFp8): the logits and dx products run on
+// FP8 tensor cores with per-row scales — x's E4M3 rows (the final norm writes them) times w's
+// E4M3 rows for the logits (fast accumulation, K = C, as the blocks' products), and the chunk's
+// FP8 dlogits times wᵀ's E4M3 rows for dx (full f32 accumulation: K = Vp is ~50k long). The row
+// kernel writes the FP8 dlogits beside the bf16 ones (ce_rows_kernel says how it knows the scale
+// before the first byte), one more byte an element instead of a separate cast pass (2 bytes read,
+// 1 written); w is cast both ways once a call. dw stays bf16: its operand would be dlogitsᵀ.
 // f16 (fp16 training) runs this same path on __half (ce_rows_kernel<T>): 11-bit logits, the
 // same chunking; dloss arrives multiplied by the loss scale, so dlogits stay clear of f16's
 // subnormals.
@@ -71,7 +78,7 @@
 // atomics, deterministic cuBLASLt algorithms, chunks accumulated in a fixed order.
 //
 // ptxas (sm_90a, CUDA 13.0, -O3), registers / spill bytes, all with 0 stack frame:
-//   ce_rows_kernel                  60 / 0  (256 B shared; 1024 threads, so ≤ 64 registers)
+//   ce_rows_kernel                  63 / 0  (384 B shared; 1024 threads, so ≤ 64 registers)
 //   ce_chunk_stats_kernel           32 / 0  (64 B shared)
 //   ce_chunk_grad_kernel            24 / 0
 #include <cuda_bf16.h>
@@ -79,11 +86,13 @@
 #include <algorithm>
 #include <cfloat>
 #include <cstdint>
+#include <optional>
 #include <type_traits>
 
 #include "forge/backend/cuda/check.h"
 #include "forge/backend/cuda/context.h"
 #include "forge/backend/cuda/cross_entropy.h"
+#include "forge/backend/cuda/fp8_row.cuh"
 #include "forge/backend/cuda/gemm.h"
 #include "forge/backend/cuda/kernel_utils.cuh"
 #include "forge/backend/cuda/ops.h"
@@ -110,6 +119,11 @@ struct RowArgs {
   const int32_t* targets;  // (rows)
   const float* dloss;      // one f32, or null for the forward only
   int V, ld;               // real columns; row stride (a multiple of 8)
+  // With dloss: the dlogits' FP8 rows too (T = bf16 only), (rows, ld) bytes and (rows) descales,
+  // E4M3 or (e5m2) E5M2; null: none.
+  uint8_t* d8 = nullptr;
+  float* d_descale = nullptr;
+  bool e5m2 = false;
 };
 
 // 2^x on the SFU, subnormal results flushed to 0: the softmax sums terms ≤ 1 of which one is
@@ -141,6 +155,25 @@ __device__ __forceinline__ int4 pack8_bf16(const float (&v)[8]) {
   return r;
 }
 
+// v rounded to bf16 (as pack8_bf16 rounds it), back in f32.
+__device__ __forceinline__ float bf16_rounded(float v) {
+  return __bfloat162float(__float2bfloat16_rn(v));
+}
+
+// The FP8 bytes of a pack of eight bf16 (fp8(x · s), cast_fp8_rows's products) at y (8 bytes).
+__device__ __forceinline__ void store_fp8_pack(uint8_t* y, const int4& pack, float s, bool e5m2) {
+  float v[8];
+  kernels::unpack16(pack, v, bf16{});
+  uint32_t w[2] = {0u, 0u};
+#pragma unroll
+  for (int k = 0; k < 8; ++k) {
+    const float x = __fmul_rn(v[k], s);
+    const uint32_t b = e5m2 ? kernels::to_fp8<false>(x) : kernels::to_fp8<true>(x);
+    w[k / 4] |= b << (8 * (k % 4));
+  }
+  *reinterpret_cast<uint2*>(y) = make_uint2(w[0], w[1]);
+}
+
 // Loads segment `seg` of a row into the thread's packs (pack i of the row is row16[i]).
 __device__ __forceinline__ void load_segment(int4 (&pack)[kRowPacks], const int4* row16, int seg,
                                              int packs) {
@@ -157,9 +190,22 @@ __device__ __forceinline__ void load_segment(int4 (&pack)[kRowPacks], const int4
 // the pack holding column V − 1 (and packs beyond it) pays for the column mask, and only the
 // pack holding the target for the onehot.
 // T: bf16, or f16 (fp16 training; f16 logits keep 11 bits, and |logit| < 65504 in practice).
+//
+// FP8 rows of dlogits (a.d8, bf16 only; FORGE_FP8's LM head): the scale must come from the row's
+// amax before the first byte is written, and a third sweep computing every exp2 again would
+// make the kernel SFU-bound (pass 1 and 2 already take ~half its time in ex2). So the amax comes
+// from the statistics: every dlogit off the target is dloss·2^(l·log2e − max·log2e)/Σ, rounded
+// to bf16 — non-decreasing in l, so the largest is the one at the largest logit off the target
+// (m2, kept in pass 1 beside m) — and the target's own is computed as pass 2 computes it. The
+// same instructions on the same values give the same bits, so the amax, hence the scale and the
+// bytes, are what cast_fp8_rows gives for the bf16 row (CrossEntropyFp8Test checks it bit for
+// bit). One caveat: ex2.approx is not documented as monotone; a non-monotone last ulp could put
+// the true amax one f32 ulp above m2's, which changes the scale only if that ulp also crosses a
+// bf16 rounding boundary and a power-of-two scale boundary at once (values stay ≤ the format's
+// maximum either way: the conversion saturates).
 template <typename T>
 __global__ void __launch_bounds__(kRowThreads, 1) ce_rows_kernel(RowArgs a) {
-  __shared__ float s_m[kRowWarps], s_s[kRowWarps];
+  __shared__ float s_m[kRowWarps], s_s[kRowWarps], s_m2[kRowWarps];
   const int n = blockIdx.x;
   const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
   const int32_t target = a.targets[n];
@@ -170,8 +216,14 @@ __global__ void __launch_bounds__(kRowThreads, 1) ce_rows_kernel(RowArgs a) {
 
   if (target < 0) {  // ignored: loss 0, zero gradient (whole block returns)
     if (tid == 0) a.losses[n] = 0.0f;
-    if (a.dloss)
+    if (a.dloss) {
       for (int i = tid; i < packs; i += kRowThreads) row16[i] = make_int4(0, 0, 0, 0);
+      if (a.d8) {  // zero bytes, descale 1 (cast_fp8_rows of a zero row)
+        uint2* row8 = reinterpret_cast<uint2*>(a.d8 + static_cast<int64_t>(n) * a.ld);
+        for (int i = tid; i < packs; i += kRowThreads) row8[i] = make_uint2(0u, 0u);
+        if (tid == 0) a.d_descale[n] = 1.0f;
+      }
+    }
     return;
   }
   // NaN for a target ≥ V (a caller bug): a visible wrong loss, and no read past the row.
@@ -180,6 +232,7 @@ __global__ void __launch_bounds__(kRowThreads, 1) ce_rows_kernel(RowArgs a) {
   // Pass 1. Masked columns (≥ V) count as −inf: exp2 gives 0 and they never raise the max.
   int4 pack[kRowPacks];
   float m = -FLT_MAX, s = 0.0f;
+  float m2 = -FLT_MAX;  // the largest logit off the target (the FP8 rows' amax, above)
   for (int seg = 0; seg < segs; ++seg) {
     load_segment(pack, row16, seg, packs);
 #pragma unroll
@@ -196,6 +249,16 @@ __global__ void __launch_bounds__(kRowThreads, 1) ce_rows_kernel(RowArgs a) {
       float pm = v[0];
 #pragma unroll
       for (int e = 1; e < 8; ++e) pm = fmaxf(pm, v[e]);
+      const int t = target - i * 8;
+      if (t >= 0 && t < 8) {  // the target's pack: its max without the target
+        float pm2 = -INFINITY;
+#pragma unroll
+        for (int e = 0; e < 8; ++e)
+          if (e != t) pm2 = fmaxf(pm2, v[e]);
+        m2 = fmaxf(m2, pm2);
+      } else {
+        m2 = fmaxf(m2, pm);
+      }
       if (pm > m) {
         s *= exp2_ftz((m - pm) * kLog2e);
         m = pm;
@@ -208,22 +271,35 @@ __global__ void __launch_bounds__(kRowThreads, 1) ce_rows_kernel(RowArgs a) {
   // Block merge: butterfly within each warp, then every warp merges the 32 warp results the same
   // way, so all threads hold the same (m, s) without a second barrier.
 #pragma unroll
-  for (int off = 16; off > 0; off /= 2)
+  for (int off = 16; off > 0; off /= 2) {
     merge_max_sum2(m, s, __shfl_xor_sync(0xffffffffu, m, off),
                    __shfl_xor_sync(0xffffffffu, s, off));
-  if (lane == 0) s_m[warp] = m, s_s[warp] = s;
+    m2 = fmaxf(m2, __shfl_xor_sync(0xffffffffu, m2, off));
+  }
+  if (lane == 0) s_m[warp] = m, s_s[warp] = s, s_m2[warp] = m2;
   __syncthreads();
-  m = s_m[lane], s = s_s[lane];
+  m = s_m[lane], s = s_s[lane], m2 = s_m2[lane];
 #pragma unroll
-  for (int off = 16; off > 0; off /= 2)
+  for (int off = 16; off > 0; off /= 2) {
     merge_max_sum2(m, s, __shfl_xor_sync(0xffffffffu, m, off),
                    __shfl_xor_sync(0xffffffffu, s, off));
+    m2 = fmaxf(m2, __shfl_xor_sync(0xffffffffu, m2, off));
+  }
   if (tid == 0) a.losses[n] = logf(s) + m - l_target;
   if (!a.dloss) return;
 
   // Pass 2, last segment first: it is still in registers (for GPT-2 sizes, the whole row).
   // dlogit = dloss·softmax, minus dloss at the target; exactly 0 in [V, ld).
   const float g = *a.dloss, g_inv = g / s, ml = m * kLog2e;
+  float s8 = 1.0f;  // the FP8 rows' scale (a.d8)
+  if (a.d8) {
+    const float off_target = bf16_rounded(exp2_ftz(fmaf(m2, kLog2e, -ml)) * g_inv);
+    const float at_target = bf16_rounded(exp2_ftz(fmaf(l_target, kLog2e, -ml)) * g_inv - g);
+    const float amax = fp8_rows::fold_abs(fp8_rows::fold_abs(0.0f, off_target), at_target);
+    const int e = a.e5m2 ? fp8_rows::scale_exponent<15>(amax) : fp8_rows::scale_exponent<8>(amax);
+    s8 = fp8_rows::pow2(e);
+    if (tid == 0) a.d_descale[n] = fp8_rows::pow2(-e);
+  }
   for (int seg = segs - 1; seg >= 0; --seg) {
     if (seg != segs - 1) load_segment(pack, row16, seg, packs);
 #pragma unroll
@@ -245,8 +321,13 @@ __global__ void __launch_bounds__(kRowThreads, 1) ce_rows_kernel(RowArgs a) {
         for (int e = 0; e < 8; ++e)
           if (i * 8 + e >= a.V) v[e] = 0.0f;
       }
-      if constexpr (std::is_same_v<T, bf16>) row16[i] = pack8_bf16(v);
-      else row16[i] = kernels::pack16(v, T{});
+      if constexpr (std::is_same_v<T, bf16>) {
+        const int4 out = pack8_bf16(v);
+        row16[i] = out;
+        if (a.d8) store_fp8_pack(a.d8 + static_cast<int64_t>(n) * a.ld + i * 8, out, s8, a.e5m2);
+      } else {
+        row16[i] = kernels::pack16(v, T{});
+      }
     }
   }
 }
@@ -439,20 +520,66 @@ void lm_head_cross_entropy_f32(Context& ctx, float* losses, float* dx, float* dw
 
 namespace {
 
-// The row-chunk path for a 16-bit T (bf16, or f16 in fp16 training); dt is T's DType.
+// FP8 operands of the bf16 path (ops.h's LmHeadFp8): E4M3 rows of x and w, w's transposed
+// rows (the dx product's B), and a chunk's FP8 dlogits, cast or allocated once a call.
+struct HeadFp8 {
+  DeviceBuffer<uint8_t> x8, w8, wt8, d8;
+  DeviceBuffer<float> xs, ws, wts, ds;
+  const uint8_t* x = nullptr;  // x8's or the caller's rows
+  const float* x_descale = nullptr;
+  DType grad_type = DType::kF8E4M3;
+
+  HeadFp8(Context& ctx, const LmHeadFp8& f, const void* xin, const void* w, int N, int C, int Vp,
+          int Nc, int ld, bool dx) {
+    FORGE_CHECK(N % 16 == 0 && C % 16 == 0 && Vp % 16 == 0,
+                "[lm_head_cross_entropy] FP8 needs N, C and Vp multiples of 16, not N=", N,
+                " C=", C, " Vp=", Vp);
+    FORGE_CHECK(f.grad_type == DType::kF8E4M3 || f.grad_type == DType::kF8E5M2,
+                "[lm_head_cross_entropy] FP8 dlogits must be f8e4m3 or f8e5m2, not ",
+                dtype_name(f.grad_type));
+    Allocator& alloc = ctx.allocator();
+    grad_type = f.grad_type;
+    x = f.x8, x_descale = f.x_descale;
+    if (x == nullptr) {
+      x8 = DeviceBuffer<uint8_t>(alloc, static_cast<size_t>(N) * C);
+      xs = DeviceBuffer<float>(alloc, N);
+      cast_fp8_rows(ctx, DType::kF8E4M3, x8.data(), xs.data(), DType::kBF16, xin, N, C);
+      x = x8.data(), x_descale = xs.data();
+    }
+    w8 = DeviceBuffer<uint8_t>(alloc, static_cast<size_t>(Vp) * C);
+    ws = DeviceBuffer<float>(alloc, Vp);
+    cast_fp8_rows(ctx, DType::kF8E4M3, w8.data(), ws.data(), DType::kBF16, w, Vp, C);
+    if (!dx) return;
+    wt8 = DeviceBuffer<uint8_t>(alloc, static_cast<size_t>(C) * Vp);  // (C, Vp) rows of wᵀ
+    wts = DeviceBuffer<float>(alloc, C);
+    cast_transpose_fp8_rows(ctx, DType::kF8E4M3, wt8.data(), wts.data(), DType::kBF16, w, Vp, C);
+    d8 = DeviceBuffer<uint8_t>(alloc, static_cast<size_t>(Nc) * ld);
+    ds = DeviceBuffer<float>(alloc, Nc);
+  }
+};
+
+// The row-chunk path for a 16-bit T (bf16, or f16 in fp16 training); dt is T's DType. fp8: bf16
+// only (lm_head_cross_entropy_bf16).
 template <typename T>
 void lm_head_cross_entropy_16(Context& ctx, DType dt, float* losses, void* dx, float* dw,
                               const void* x, const void* w, const int32_t* targets,
-                              const float* dloss, int N, int C, int V, int Vp, int chunk_rows) {
+                              const float* dloss, int N, int C, int V, int Vp, int chunk_rows,
+                              const LmHeadFp8* fp8) {
   FORGE_CHECK(N >= 0 && C > 0 && V > 0 && Vp >= V && chunk_rows > 0,
               "[lm_head_cross_entropy] bad shape N=", N, " C=", C, " V=", V, " Vp=", Vp,
               " chunk_rows=", chunk_rows);
   const bool backward = dx != nullptr || dw != nullptr;
   FORGE_CHECK(!backward || dloss != nullptr, "[lm_head_cross_entropy] backward without dloss");
+  FORGE_CHECK(fp8 == nullptr || dt == DType::kBF16, "[lm_head_cross_entropy] FP8 needs bf16, not ",
+              dtype_name(dt));
   if (N == 0) return;
   const int ld = row_stride(Vp);
   const int Nc = std::min(N, chunk_rows);
+  FORGE_CHECK(fp8 == nullptr || Nc % 16 == 0 || Nc == N,
+              "[lm_head_cross_entropy] FP8 row chunks must be multiples of 16, not ", Nc);
   DeviceBuffer<T> logits(ctx.allocator(), static_cast<size_t>(Nc) * ld);  // (Nc, ld)
+  std::optional<HeadFp8> f8;
+  if (fp8) f8.emplace(ctx, *fp8, x, w, N, C, Vp, Nc, ld, dx != nullptr);
   // Columns Vp..ld are never written by the GEMM but are read (and masked) by the row kernel's
   // 16-byte loads: zero them once, so nothing reads uninitialized memory (compute-sanitizer
   // initcheck). At most 63 columns a row.
@@ -468,9 +595,20 @@ void lm_head_cross_entropy_16(Context& ctx, DType dt, float* losses, void* dx, f
       g.M = rows, g.N = Vp, g.K = C, g.trans_b = true;
       g.ab_type = dt, g.c_type = dt;
       g.ldc = ld;
-      gemm(ctx, g, x_rows, w, logits.data());
+      if (f8) {  // E4M3 rows of both, fast accumulation (K = C, as the blocks' FP8 products)
+        g.ab_type = g.b_type = DType::kF8E4M3;
+        g.a_scale = f8->x_descale + r0, g.b_scale = f8->ws.data();
+        g.row_scales = true, g.fast_accum = true;
+        gemm(ctx, g, f8->x + static_cast<int64_t>(r0) * C, f8->w8.data(), logits.data());
+      } else {
+        gemm(ctx, g, x_rows, w, logits.data());
+      }
     }
-    const RowArgs a{logits.data(), losses + r0, targets + r0, backward ? dloss : nullptr, V, ld};
+    RowArgs a{logits.data(), losses + r0, targets + r0, backward ? dloss : nullptr, V, ld};
+    if (f8 && dx) {
+      a.d8 = f8->d8.data(), a.d_descale = f8->ds.data();
+      a.e5m2 = f8->grad_type == DType::kF8E5M2;
+    }
     ce_rows_kernel<T><<<rows, kRowThreads, 0, ctx.stream()>>>(a);
     FORGE_CUDA_CHECK_LAUNCH();
     if (dx) {  // dx[rows] (rows, C) += dlogits (rows, Vp) · w (Vp, C), bf16, rounded once
@@ -478,7 +616,16 @@ void lm_head_cross_entropy_16(Context& ctx, DType dt, float* losses, void* dx, f
       g.M = rows, g.N = C, g.K = Vp;
       g.ab_type = dt, g.c_type = dt, g.beta = 1.0f;
       g.lda = ld;
-      gemm(ctx, g, logits.data(), w, static_cast<T*>(dx) + static_cast<int64_t>(r0) * C);
+      T* dx_rows = static_cast<T*>(dx) + static_cast<int64_t>(r0) * C;
+      if (f8) {  // FP8 dlogits · (C, Vp) rows of wᵀ; K = Vp is long: full f32 accumulation
+        g.trans_b = true;
+        g.ab_type = f8->grad_type, g.b_type = DType::kF8E4M3;
+        g.a_scale = f8->ds.data(), g.b_scale = f8->wts.data();
+        g.row_scales = true;
+        gemm(ctx, g, f8->d8.data(), f8->wt8.data(), dx_rows);
+      } else {
+        gemm(ctx, g, logits.data(), w, dx_rows);
+      }
     }
     if (dw) {  // dw (Vp, C) += dlogitsᵀ (Vp, rows) · x[rows] (rows, C), f32
       GemmArgs g;
@@ -494,14 +641,30 @@ void lm_head_cross_entropy_16(Context& ctx, DType dt, float* losses, void* dx, f
 
 void lm_head_cross_entropy_bf16(Context& ctx, float* losses, void* dx, float* dw, const void* x,
                                 const void* w, const int32_t* targets, const float* dloss, int N,
-                                int C, int V, int Vp, int chunk_rows) {
+                                int C, int V, int Vp, int chunk_rows, const LmHeadFp8* fp8) {
   lm_head_cross_entropy_16<bf16>(ctx, DType::kBF16, losses, dx, dw, x, w, targets, dloss, N, C, V,
-                                 Vp, chunk_rows);
+                                 Vp, chunk_rows, fp8);
+}
+
+void ce_rows_bf16(Context& ctx, void* logits, int ld, float* losses, const int32_t* targets,
+                  const float* dloss, int rows, int V, uint8_t* d8, float* d_descale,
+                  DType grad_type) {
+  FORGE_CHECK(rows >= 0 && V > 0 && ld >= V && ld % 8 == 0, "[ce_rows_bf16] bad shape rows=", rows,
+              " V=", V, " ld=", ld);
+  FORGE_CHECK(d8 == nullptr || (dloss != nullptr && d_descale != nullptr),
+              "[ce_rows_bf16] FP8 rows need dloss and descales");
+  FORGE_CHECK(grad_type == DType::kF8E4M3 || grad_type == DType::kF8E5M2,
+              "[ce_rows_bf16] FP8 rows must be f8e4m3 or f8e5m2, not ", dtype_name(grad_type));
+  if (rows == 0) return;
+  RowArgs a{logits, losses, targets, dloss, V, ld};
+  a.d8 = d8, a.d_descale = d_descale, a.e5m2 = grad_type == DType::kF8E5M2;
+  ce_rows_kernel<bf16><<<rows, kRowThreads, 0, ctx.stream()>>>(a);
+  FORGE_CUDA_CHECK_LAUNCH();
 }
 
 void lm_head_cross_entropy(Context& ctx, DType dt, float* losses, void* dx, float* dw,
                            const void* x, const void* w, const int32_t* targets, const float* dloss,
-                           int N, int C, int V, int Vp) {
+                           int N, int C, int V, int Vp, const LmHeadFp8* fp8) {
   FORGE_CHECK(dt == DType::kF32 || dt == DType::kBF16 || dt == DType::kF16,
               "[lm_head_cross_entropy] unsupported dtype ", dtype_name(dt));
   FORGE_CHECK(N >= 0 && C > 0 && V > 0 && Vp >= V, "[lm_head_cross_entropy] bad shape N=", N,
@@ -509,12 +672,14 @@ void lm_head_cross_entropy(Context& ctx, DType dt, float* losses, void* dx, floa
   const bool backward = dx != nullptr || dw != nullptr;
   FORGE_CHECK(!backward || dloss != nullptr, "[lm_head_cross_entropy] backward without dloss");
   if (N == 0) return;
+  FORGE_CHECK(fp8 == nullptr || dt == DType::kBF16, "[lm_head_cross_entropy] FP8 needs bf16, not ",
+              dtype_name(dt));
   if (dt == DType::kBF16)
     lm_head_cross_entropy_bf16(ctx, losses, dx, dw, x, w, targets, dloss, N, C, V, Vp,
-                               chunk_rows(N, row_stride(Vp)));
+                               chunk_rows(N, row_stride(Vp)), fp8);
   else if (dt == DType::kF16)  // f16 is as wide as bf16: the same chunking
     lm_head_cross_entropy_16<kernels::f16>(ctx, dt, losses, dx, dw, x, w, targets, dloss, N, C, V,
-                                           Vp, chunk_rows(N, row_stride(Vp)));
+                                           Vp, chunk_rows(N, row_stride(Vp)), nullptr);
   else
     lm_head_cross_entropy_f32(ctx, losses, static_cast<float*>(dx), dw,
                               static_cast<const float*>(x), static_cast<const float*>(w), targets,

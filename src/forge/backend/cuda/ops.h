@@ -207,9 +207,23 @@ void flash_attention_bwd(Context& ctx, DType dt, void* dq, void* dk, void* dv, c
 // non-null, also the backward of Σ losses · dloss: dx (N, C, dt) += dloss·(softmax − onehot)·w
 // and dw (Vp, C, f32) += its transpose product (+= 0 on the padded rows).
 // `dloss` is read from device memory (one f32) so the step needs no host sync.
+//
+// FP8 (bf16 only, `fp8` non-null; CudaBackend under FORGE_FP8, core/fp8_recipe.h): the logits
+// product and the dx product run on FP8 tensor cores with per-row scales (ops/fp8_rows.h). x's
+// E4M3 rows come from fp8->x8 (the final norm wrote them) or are cast here; w's E4M3 rows and its
+// transposed rows are cast here once a call; the row kernel writes each chunk's dlogits' FP8 rows
+// (fp8->grad_type: E4M3 or E5M2) beside its bf16 ones, with the scale the cast of those bf16 rows
+// would give (cross_entropy.cu). dw stays a bf16 product of the bf16 dlogits. N, C and Vp must
+// be multiples of 16.
+struct LmHeadFp8 {
+  const uint8_t* x8 = nullptr;        // (N, C) E4M3 rows of x, or null: cast here
+  const float* x_descale = nullptr;   // (N), with x8
+  DType grad_type = DType::kF8E4M3;   // the dlogits' format: kF8E4M3 or kF8E5M2
+};
 void lm_head_cross_entropy(Context& ctx, DType dt, float* losses, void* dx, float* dw,
                            const void* x, const void* w, const int32_t* targets,
-                           const float* dloss, int N, int C, int V, int Vp);
+                           const float* dloss, int N, int C, int V, int Vp,
+                           const LmHeadFp8* fp8 = nullptr);
 
 // ---- optimizer ------------------------------------------------------------------------------
 // out[0] = Σ g² over n elements (f32 result, f64-free two-pass tree in fixed order).
