@@ -34,7 +34,7 @@ const Command kBenchGpu = {
      {"sft-lengths", "MIN,MAX", "train --sft: the synthetic examples' token counts (default 64,1024)"},
      {"rows", "N", "gemm: the small-N linear kernels vs cuBLASLt at these row counts (1..32)", true},
      {"sweep", "", "gemm --rows: also time every tiling of the small-N kernels"},
-     {"fp8", "", "gemm: the linear layers' products in FP8 (e4m3 / e5m2, TN) beside bf16, and the casts FP8 adds"},
+     {"fp8", "", "gemm: the linear layers' and the LM head's products in FP8 (e4m3 / e5m2, TN) beside bf16, and the casts FP8 adds"},
      {"algos", "", "gemm: time every algorithm cuBLASLt's heuristic offers each product and whether it gives the heuristic's bits (FORGE_GEMM_ALGO=timed picks the fastest of those)"},
      {"gpus", "N", "train: data-parallel scaling: one GPU, then N ranks (ZeRO-1 over NCCL) of B x T each"},
      {"rank-result", "FILE", "(set by --gpus for the ranks it starts) rank 0 writes its numbers here"},
@@ -52,7 +52,8 @@ const Command kBenchGpu = {
     "one row per --set recompute=LEVEL given (default none).\n"
     "gemm times each product of one training step of the preset as the CUDA backend calls it\n"
     "(epilogues included); --algos adds every candidate of cuBLASLt's heuristic and what the\n"
-    "fastest would save a step; --fp8 times the linear layers' products in FP8 beside bf16.\n"
+    "fastest would save a step; --fp8 times the linear layers' and the LM head's products in\n"
+    "FP8 beside bf16.\n"
     "gemm --rows 1 8 32 times a decode step's linear layers (smollm2-135m and gpt2-124m, or\n"
     "--preset) with the small-N kernels and with cuBLASLt, weights read from HBM.\n"
     "train --sft times the same model on SFT rows, padded and packed, built from synthetic examples\n"

@@ -1,7 +1,8 @@
 // FP8 products in training (CudaModelOptions::fp8, core/fp8_recipe.h): one forward and backward
 // of small GPT-2 and Llama models (every width a multiple of 16, as the FP8 kernels need; an MLP
 // wide enough that the last MLP product's dX takes FP8 too, with GPT-2's DGELU epilogue) with
-// the recipe on against the same step in plain bf16, from the same weights and tokens. FP8
+// the recipe on against the same step in plain bf16, from the same weights and tokens (the LM
+// head's logits and dx products run in FP8 too, x's rows from the final norm). FP8
 // products change the numbers — the test checks they did (the path ran) — but the loss and the
 // gradients stay close: E4M3 keeps 3 mantissa bits against bf16's 7, so each operand is within
 // 2^-4 relative, and over a step the loss moves by well under 1% and the gradient vector keeps a
