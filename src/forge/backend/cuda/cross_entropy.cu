@@ -160,18 +160,12 @@ __device__ __forceinline__ float bf16_rounded(float v) {
   return __bfloat162float(__float2bfloat16_rn(v));
 }
 
-// The FP8 bytes of a pack of eight bf16 (fp8(x · s), cast_fp8_rows's products) at y (8 bytes).
+// The FP8 bytes of a pack of eight bf16 (cast_fp8_rows's products) at y (8 bytes).
 __device__ __forceinline__ void store_fp8_pack(uint8_t* y, const int4& pack, float s, bool e5m2) {
   float v[8];
   kernels::unpack16(pack, v, bf16{});
-  uint32_t w[2] = {0u, 0u};
-#pragma unroll
-  for (int k = 0; k < 8; ++k) {
-    const float x = __fmul_rn(v[k], s);
-    const uint32_t b = e5m2 ? kernels::to_fp8<false>(x) : kernels::to_fp8<true>(x);
-    w[k / 4] |= b << (8 * (k % 4));
-  }
-  *reinterpret_cast<uint2*>(y) = make_uint2(w[0], w[1]);
+  *reinterpret_cast<uint2*>(y) =
+      e5m2 ? kernels::fp8_pack8<false>(v, s) : kernels::fp8_pack8<true>(v, s);
 }
 
 // Loads segment `seg` of a row into the thread's packs (pack i of the row is row16[i]).
@@ -296,7 +290,8 @@ __global__ void __launch_bounds__(kRowThreads, 1) ce_rows_kernel(RowArgs a) {
     const float off_target = bf16_rounded(exp2_ftz(fmaf(m2, kLog2e, -ml)) * g_inv);
     const float at_target = bf16_rounded(exp2_ftz(fmaf(l_target, kLog2e, -ml)) * g_inv - g);
     const float amax = fp8_rows::fold_abs(fp8_rows::fold_abs(0.0f, off_target), at_target);
-    const int e = a.e5m2 ? fp8_rows::scale_exponent<15>(amax) : fp8_rows::scale_exponent<8>(amax);
+    const int e =
+        a.e5m2 ? kernels::fp8_scale_exponent<false>(amax) : kernels::fp8_scale_exponent<true>(amax);
     s8 = fp8_rows::pow2(e);
     if (tid == 0) a.d_descale[n] = fp8_rows::pow2(-e);
   }
@@ -570,8 +565,6 @@ void lm_head_cross_entropy_16(Context& ctx, DType dt, float* losses, void* dx, f
               " chunk_rows=", chunk_rows);
   const bool backward = dx != nullptr || dw != nullptr;
   FORGE_CHECK(!backward || dloss != nullptr, "[lm_head_cross_entropy] backward without dloss");
-  FORGE_CHECK(fp8 == nullptr || dt == DType::kBF16, "[lm_head_cross_entropy] FP8 needs bf16, not ",
-              dtype_name(dt));
   if (N == 0) return;
   const int ld = row_stride(Vp);
   const int Nc = std::min(N, chunk_rows);

@@ -23,8 +23,31 @@ __device__ __forceinline__ uint8_t to_fp8(float v) {
   return static_cast<uint8_t>(
       __nv_cvt_float_to_fp8(v, __NV_SATFINITE, kE4M3 ? __NV_E4M3 : __NV_E5M2));
 }
-__device__ __forceinline__ uint8_t to_e4m3(float v) {
-  return to_fp8<true>(v);
+
+// The row scale's exponent (ops/fp8_rows.h) for E4M3 (largest value 1.75 · 2^8) or E5M2 (2^15).
+template <bool kE4M3>
+__device__ __forceinline__ int fp8_scale_exponent(float amax) {
+  return kE4M3 ? fp8_rows::scale_exponent<8>(amax) : fp8_rows::scale_exponent<15>(amax);
+}
+
+// The warp's largest of m (each lane's m ≥ 0 or NaN: the bits order as the magnitudes, NaN on
+// top), in every lane.
+__device__ __forceinline__ float fp8_warp_amax(float m) {
+  uint32_t b = __float_as_uint(m);
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) b = max(b, __shfl_xor_sync(0xffffffffu, b, o));
+  return __uint_as_float(b);
+}
+
+// Eight values as fp8(v · s), s a power of two (the per-row casts' products), in 8 bytes: value
+// k in byte k.
+template <bool kE4M3>
+__device__ __forceinline__ uint2 fp8_pack8(const float (&v)[8], float s) {
+  uint32_t w[2] = {0u, 0u};
+#pragma unroll
+  for (int k = 0; k < 8; ++k)
+    w[k / 4] |= static_cast<uint32_t>(to_fp8<kE4M3>(__fmul_rn(v[k], s))) << (8 * (k % 4));
+  return make_uint2(w[0], w[1]);
 }
 
 // f(std::true_type) for E4M3, f(std::false_type) for E5M2; any other y_t is an internal error.
@@ -54,21 +77,14 @@ __device__ __forceinline__ void store_e4m3_row(uint8_t* y8, float* d8,
 #pragma unroll
     for (int k = 0; k < kN; ++k) m = fp8_rows::fold_abs(m, o[j][k]);
   }
-  uint32_t b = __float_as_uint(m);
-#pragma unroll
-  for (int off = 16; off > 0; off >>= 1) b = max(b, __shfl_xor_sync(0xffffffffu, b, off));
-  const int e = fp8_rows::scale_exponent<8>(__uint_as_float(b));
+  const int e = fp8_scale_exponent<true>(fp8_warp_amax(m));
   const float s = fp8_rows::pow2(e);
   if (lane == 0) *d8 = fp8_rows::pow2(-e);
 #pragma unroll
   for (int j = 0; j < kChunks; ++j) {
     const int c = row_chunk<kN>(lane, j);
     if (c >= C) continue;
-    uint32_t w[2] = {0u, 0u};
-#pragma unroll
-    for (int k = 0; k < kN; ++k)
-      w[k / 4] |= static_cast<uint32_t>(to_e4m3(__fmul_rn(o[j][k], s))) << (8 * (k % 4));
-    *reinterpret_cast<uint2*>(y8 + c) = make_uint2(w[0], w[1]);
+    *reinterpret_cast<uint2*>(y8 + c) = fp8_pack8<true>(o[j], s);
   }
 }
 

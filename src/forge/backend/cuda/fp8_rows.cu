@@ -32,18 +32,6 @@ using namespace kernels;
 
 constexpr int kThreads = 256;
 
-template <bool kE4M3>
-__device__ __forceinline__ int scale_exponent(float amax) {
-  return kE4M3 ? fp8_rows::scale_exponent<8>(amax) : fp8_rows::scale_exponent<15>(amax);
-}
-
-__device__ __forceinline__ float warp_amax(float m) {
-  uint32_t b = __float_as_uint(m);  // m ≥ 0 or NaN: the bits order as the magnitudes (NaN on top)
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) b = max(b, __shfl_xor_sync(0xffffffffu, b, o));
-  return __uint_as_float(b);
-}
-
 template <typename T, bool kE4M3, bool kVector>
 __global__ void __launch_bounds__(kThreads)
     cast_fp8_rows_kernel(uint8_t* __restrict__ y, float* __restrict__ descale,
@@ -64,18 +52,14 @@ __global__ void __launch_bounds__(kThreads)
   } else {
     for (int c = lane; c < cols; c += 32) m = fp8_rows::fold_abs(m, to_f32(xr[c]));
   }
-  const int e = scale_exponent<kE4M3>(warp_amax(m));
+  const int e = fp8_scale_exponent<kE4M3>(fp8_warp_amax(m));
   const float s = fp8_rows::pow2(e);
   if (lane == 0) descale[r] = fp8_rows::pow2(-e);
   if constexpr (kVector) {
     for (int c = 8 * lane; c < cols; c += 256) {
       float v[8];
       load<T, 8>(xr + c, v);
-      uint32_t w[2] = {0u, 0u};
-#pragma unroll
-      for (int k = 0; k < 8; ++k)
-        w[k / 4] |= static_cast<uint32_t>(to_fp8<kE4M3>(__fmul_rn(v[k], s))) << (8 * (k % 4));
-      *reinterpret_cast<uint2*>(yr + c) = make_uint2(w[0], w[1]);
+      *reinterpret_cast<uint2*>(yr + c) = fp8_pack8<kE4M3>(v, s);
     }
   } else {
     for (int c = lane; c < cols; c += 32) yr[c] = to_fp8<kE4M3>(__fmul_rn(to_f32(xr[c]), s));
@@ -119,7 +103,7 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
   for (int e = 0; e < 2; ++e) {
     const int gc = c0 + 2 * (threadIdx.x % 32) + e;
-    const int ex = gc < cols ? scale_exponent<kE4M3>(__uint_as_float(amax[gc])) : 0;
+    const int ex = gc < cols ? fp8_scale_exponent<kE4M3>(__uint_as_float(amax[gc])) : 0;
     s[e] = fp8_rows::pow2(ex);
     if (blockIdx.y == 0 && threadIdx.x < 32 && gc < cols) descale[gc] = fp8_rows::pow2(-ex);
   }
