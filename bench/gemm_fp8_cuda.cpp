@@ -193,8 +193,13 @@ void gemm_fp8_cuda(const BenchOptions& o) {
     using Ep = cuda::GemmEpilogue;
     const bool gpt2 = cfg.family == Family::kGpt2, dgelu = gpt2 && l.name == "mlp-proj";
     const Ep fwd_ep = !gpt2 ? Ep::kNone : l.name == "mlp-fc" ? Ep::kBiasGeluAux : Ep::kBias;
+    // GPT-2's q|k|v and fc take their bias gradients from dY (the projections' are summed in
+    // the norm backward): under FP8 dY's cast takes them in the same read (cast_fp8_rows_bias).
+    const bool bias_dx = gpt2 && (l.name == "qkv" || l.name == "mlp-fc") &&
+                         cuda::cast_fp8_rows_bias_fused(DType::kBF16, l.out);
     const bool fwd_fp8 = from_norm || l.out >= kFp8MinOutForCast,
-               dx_fp8 = l.in >= kFp8MinOutForCast && !dgelu;  // backend.cpp: DGELU stays bf16
+               dx_fp8 = l.in >= (bias_dx ? kFp8MinOutWithBiasSum : kFp8MinOutForCast) &&
+                        !dgelu;  // backend.cpp: DGELU stays bf16
     double t16_fwd = 0, t16_dx = 0, t8r_fwd = 0, t8r_dx = 0;
     const std::vector<Product> products = {
         {l.name + " fwd", R, l.out, l.in, DType::kF8E4M3, DType::kF8E4M3, DType::kBF16, fwd_ep},
@@ -330,14 +335,30 @@ void gemm_fp8_cuda(const BenchOptions& o) {
     std::printf(
         "%-22s row casts: X %.1f us, dY %.1f us, W %.1f us, W^T %.1f us (%.1f GB/s for X)\n",
         l.name.c_str(), rx * 1e6, rdy * 1e6, rw * 1e6, rwt * 1e6, 3.0 * R * l.in / rx / 1e9);
-    rows_bf16 += (t16_fwd + t16_dx) * l.calls;
+    double bg = 0, rdyb = 0;  // the bias gradient's pass; dY's row cast with the sums
+    if (bias_dx) {
+      cuda::DeviceBuffer<float> db(ctx.allocator(), l.out);
+      FORGE_CUDA_CHECK(cudaMemsetAsync(db.data(), 0, db.bytes(), ctx.stream()));
+      bg = time_op(ctx, [&] { cuda::bias_grad(ctx, DType::kBF16, db.data(), dy16.data(), R, l.out); });
+      rdyb = time_op(ctx, [&] {
+        cuda::cast_fp8_rows_bias(ctx, DType::kF8E4M3, dy8.data(), dsc.data(), db.data(),
+                                 DType::kBF16, dy16.data(), R, l.out);
+      });
+      std::printf(
+          "%-22s bias gradient: bias_grad pass %.1f us; dY row cast + pass %.1f us; the cast with "
+          "the sums %.1f us (%.1f GB/s)\n",
+          l.name.c_str(), bg * 1e6, (rdy + bg) * 1e6, rdyb * 1e6, 3.0 * R * l.out / rdyb / 1e9);
+    }
+    rows_bf16 += (t16_fwd + t16_dx + bg) * l.calls;
     rows_fp8 += ((fwd_fp8 ? t8r_fwd + (from_norm ? 0.0 : rx) + rw : t16_fwd) +
-                 (dx_fp8 ? t8r_dx + rdy + rwt : t16_dx)) *
+                 (dx_fp8 ? t8r_dx + (bias_dx ? rdyb : rdy) + rwt : t16_dx + bg)) *
                 l.calls;
     std::printf("%-22s FORGE_FP8=rows runs: fwd %s, dX %s\n", l.name.c_str(),
                 fwd_fp8 ? (from_norm ? "FP8 (rows from the norm)" : "FP8 (x cast)") : "bf16",
-                dx_fp8 ? "FP8 (dY cast)" : "bf16");
+                dx_fp8 ? (bias_dx ? "FP8 (dY cast with the bias sums)" : "FP8 (dY cast)") : "bf16");
     rows.push_back({{"casts", l.name},
+                    {"bias_grad_seconds", bg},
+                    {"dy_rows_bias_seconds", rdyb},
                     {"x_seconds", cx},
                     {"dy_seconds", cdy},
                     {"xt_seconds", tx},
@@ -353,7 +374,8 @@ void gemm_fp8_cuda(const BenchOptions& o) {
       (step_fp8 + step_casts - step_bf16) * 1e3);
   std::printf("Not counted: the weights' casts (once a step, small), amax bookkeeping.\n");
   std::printf(
-      "FORGE_FP8=rows (fwd and dX products, casts included; the norms' extra E4M3 writes not): "
+      "FORGE_FP8=rows (fwd and dX products, casts and GPT-2's q|k|v and fc bias gradients "
+      "included; the norms' extra E4M3 writes not): "
       "bf16 "
       "%.2f ms, rows %.2f ms (%+.2f ms a step).\n",
       rows_bf16 * 1e3, rows_fp8 * 1e3, (rows_fp8 - rows_bf16) * 1e3);

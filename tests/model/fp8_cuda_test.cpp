@@ -2,7 +2,8 @@
 // of small GPT-2 and Llama models (every width a multiple of 16, as the FP8 kernels need; an MLP
 // wide enough that the last MLP product's dX takes FP8 too, with GPT-2's DGELU epilogue) with
 // the recipe on against the same step in plain bf16, from the same weights and tokens (the LM
-// head's logits and dx products run in FP8 too, x's rows from the final norm). FP8
+// head's logits and dx products run in FP8 too, x's rows from the final norm; GPT-2's q|k|v and
+// fc dX products too, their bias gradients summed by the output gradients' casts). FP8
 // products change the numbers — the test checks they did (the path ran) — but the loss and the
 // gradients stay close: E4M3 keeps 3 mantissa bits against bf16's 7, so each operand is within
 // 2^-4 relative, and over a step the loss moves by well under 1% and the gradient vector keeps a
@@ -57,14 +58,37 @@ class Fp8CudaTest : public CudaTest {
     Outcome out;
     for (float l : losses) out.loss += l / losses.size();
     out.grads = m.grads_host();
+    biases_.clear();  // GPT-2's q|k|v and MLP fc biases: their dX products' casts sum them
+    const ParamTable table(cfg);
+    for (int l = 0; l < cfg.n_layer && cfg.family == Family::kGpt2; ++l) {
+      const LayerOffsets& o = table.layer(l);
+      biases_.push_back({o.qkv_b, 3 * cfg.n_embd});
+      biases_.push_back({o.fc_b, cfg.ffn_hidden});
+    }
     return out;
   }
+
+  std::vector<std::pair<int64_t, int>> biases_;  // (offset, size) of the last run's checked biases
 };
+
+double cosine(const std::vector<float>& a, const std::vector<float>& b, int64_t off, int64_t n) {
+  double dot = 0, n1 = 0, n2 = 0;
+  for (int64_t i = off; i < off + n; ++i) {
+    dot += double{a[i]} * b[i];
+    n1 += double{a[i]} * a[i];
+    n2 += double{b[i]} * b[i];
+  }
+  return dot / std::sqrt(n1 * n2);
+}
 
 ModelConfig fp8_config(Family f) {
   ModelConfig c = small_config(f);
   c.n_embd = 256;  // RMSNorm rows of ≤ 128 share warps, whose kernels write no E4M3 rows
   c.n_head = 4;  // head size 64: the flash kernels (Qwen3's variant: 128)
+  if (f == Family::kGpt2) {  // q|k|v's and fc's dX (OUT = C) in FP8, their biases from the casts
+    c.n_embd = kFp8MinOutWithBiasSum;
+    c.n_head = c.n_embd / 64;
+  }
   c.n_kv_head = f == Family::kGpt2 ? 4 : 2;
   c.ffn_hidden = kFp8MinOutForCast;  // Llama's down projection's dX in FP8 too (output this wide)
   return c;
@@ -90,9 +114,10 @@ TEST_F(Fp8CudaTest, AStepStaysCloseToBf16) {
         n2 += double{fp8.grads[i]} * fp8.grads[i];
         differ += bf16.grads[i] != fp8.grads[i];
       }
-      const double cosine = dot / std::sqrt(n1 * n2);
-      EXPECT_GT(cosine, 0.99);
+      EXPECT_GT(dot / std::sqrt(n1 * n2), 0.99);
       EXPECT_GT(differ, bf16.grads.size() / 2) << "the FP8 products did not run";
+      for (const auto& [off, n] : biases_)  // a bias gradient lost or doubled would be far off
+        EXPECT_GT(cosine(bf16.grads, fp8.grads, off, n), 0.99) << "bias at " << off;
     }
 }
 

@@ -10,7 +10,8 @@ namespace forge {
 enum class Fp8Recipe {
   kOff,  // every product in the training dtype (the default)
   // The blocks' linear products' forward and input-gradient (dX) GEMMs in FP8 with per-row
-  // power-of-two scales (ops/fp8_rows.h) where the operand casts pay (kFp8MinOutForCast):
+  // power-of-two scales (ops/fp8_rows.h) where the operand casts pay (kFp8MinOutForCast,
+  // kFp8MinOutWithBiasSum):
   // activations, weights and output gradients E4M3, f32 accumulation, bf16 out; and the LM
   // head's logits and dx products (the final norm and the cross-entropy row kernel write their
   // FP8 operands; cross_entropy.cu). Weight gradients (dW, the LM head's too) and the dX product
@@ -29,6 +30,13 @@ enum class Fp8Recipe {
 // 2,048 (GPT-2's MLP projection's dX, OUT = 3,072, would be one but carries the DGELU epilogue);
 // the attention output's and q|k|v's dX (OUT = the model width) would lose.
 inline constexpr int kFp8MinOutForCast = 2048;
+
+// The dX product of a layer with a bias (GPT-2's q|k|v and MLP fc) reads its output gradient for
+// the bias gradient anyway: cast_fp8_rows_bias (backend/cuda/ops.h) takes both from one read, so
+// the cast costs the 1 byte an element it writes instead of 3, and FP8 pays from an output a
+// third as wide (~350). GPT-2 124M's two (OUT = 768) then save ~130 and ~170 µs a product (the
+// bf16 / FP8 figures of docs/perf-notes.md) against ~30–60 µs of E4M3 writes.
+inline constexpr int kFp8MinOutWithBiasSum = 512;
 
 // "off", "rows", "rows-e5m2".
 inline const char* fp8_recipe_name(Fp8Recipe r) {

@@ -1,7 +1,7 @@
 // Per-row scaled FP8 (ops/fp8_rows.h): cuda::cast_fp8_rows / cast_transpose_fp8_rows against their
-// CPU twins bit for bit (bytes and descales), and cuBLASLt's FP8 products with row scales
-// (gemm.h's row_scales: OUTER_VEC_32F) against a double-precision product of the bytes the GPU
-// was given, decoded on the CPU and multiplied by the descales — with each epilogue the FP8
+// CPU twins bit for bit (bytes and descales), cast_fp8_rows_bias (those bytes and the column
+// sums), and cuBLASLt's FP8 products with row scales (gemm.h's row_scales: OUTER_VEC_32F) against
+// a double-precision product of the bytes the GPU was given, decoded on the CPU and multiplied by the descales — with each epilogue the FP8
 // training products use (none, bias, GELU aux + bias, DGELU) and beta 1.
 #include <gtest/gtest.h>
 
@@ -70,6 +70,74 @@ TEST_F(Fp8RowsTest, CastRowsMatchesTheCpuBitForBit) {
         EXPECT_EQ(diff, 0u);
         EXPECT_EQ(download(dd), want_d);
       }
+}
+
+// cast_fp8_rows_bias: the bytes and descales of cast_fp8_rows bit for bit, and dbias += the
+// column sums (pre-filled, so += is checked) against a double-precision sum, the f32 sums' bound
+// beside it; the same bits on a second call. Shapes: one pass for each register tier (cols ≤ 1,024,
+// 2,048, 3,072), a partial last block of rows (1,000 = 15 · 64 + 40) and a partial last chunk
+// (cols 776, 2,312: lanes past the row); the two-op fallback past 3,072 columns, for cols not a
+// multiple of 8 and for f32.
+TEST_F(Fp8RowsTest, CastRowsWithBiasSumsMatchesTheCpu) {
+  struct Shape {
+    int rows, cols;
+    DType xt;
+  };
+  const Shape shapes[] = {{1000, 768, DType::kBF16},  {130, 2304, DType::kBF16},
+                          {300, 3072, DType::kBF16},  {77, 776, DType::kBF16},
+                          {200, 2312, DType::kBF16},  {64, 1536, DType::kBF16},
+                          {90, 4096, DType::kBF16},   {50, 36, DType::kBF16},
+                          {70, 520, DType::kF32}};
+  for (DType yt : {DType::kF8E4M3, DType::kF8E5M2})
+    for (const Shape& sh : shapes) {
+      const int rows = sh.rows, cols = sh.cols;
+      SCOPED_TRACE(::testing::Message() << dtype_name(sh.xt) << " -> " << dtype_name(yt) << " "
+                                        << rows << "x" << cols);
+      // Rows of different magnitudes (no NaN: the sums are checked), a zero row.
+      std::vector<float> x = random_normal<float>(static_cast<size_t>(rows) * cols, 7 + cols);
+      for (int r = 0; r < rows; ++r)
+        for (int c = 0; c < cols; ++c)
+          x[static_cast<size_t>(r) * cols + c] *= std::pow(4.0f, float(r % 7) - 3.0f);
+      for (int c = 0; c < cols; ++c) x[static_cast<size_t>(1) * cols + c] = 0.0f;
+      x = round_to(sh.xt, x);
+      const std::vector<float> b0 = random_normal<float>(cols, 8 + cols);
+      std::vector<uint8_t> want(x.size());
+      std::vector<float> want_d(rows);
+      cpu::cast_fp8_rows(yt, want.data(), want_d.data(), x.data(), rows, cols);
+      auto dx = to_device(sh.xt, x);
+      std::vector<uint8_t> first;
+      std::vector<float> first_b;
+      for (int call = 0; call < 2; ++call) {
+        auto dy = poisoned<uint8_t>(x.size());
+        auto dd = poisoned<float>(rows);
+        auto db = upload(b0);
+        cast_fp8_rows_bias(ctx(), yt, dy.data(), dd.data(), db.data(), sh.xt, dx.data(), rows,
+                           cols);
+        const std::vector<uint8_t> got = download(dy);
+        const std::vector<float> got_b = download(db);
+        if (call == 1) {
+          EXPECT_EQ(got, first);
+          EXPECT_EQ(got_b, first_b) << "the sums' order changed between calls";
+          continue;
+        }
+        size_t diff = 0;
+        for (size_t i = 0; i < got.size(); ++i) diff += got[i] != want[i];
+        EXPECT_EQ(diff, 0u);
+        EXPECT_EQ(download(dd), want_d);
+        int bad = 0;
+        for (int c = 0; c < cols; ++c) {
+          double s = b0[c], a = std::fabs(b0[c]);
+          for (int r = 0; r < rows; ++r) {
+            s += x[static_cast<size_t>(r) * cols + c];
+            a += std::fabs(x[static_cast<size_t>(r) * cols + c]);
+          }
+          // f32 sums of ≤ 1,001 terms in any order: within rows · 2^-24 of Σ|terms| (×4 margin).
+          if (std::fabs(got_b[c] - s) > 4.0 * (rows + 1) * 0x1p-24 * a && ++bad <= 3)
+            ADD_FAILURE() << "dbias[" << c << "] " << got_b[c] << " vs " << s;
+        }
+        first = got, first_b = got_b;
+      }
+    }
 }
 
 TEST_F(Fp8RowsTest, CastTransposeRowsMatchesTheCpuBitForBit) {

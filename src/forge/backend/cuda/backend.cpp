@@ -378,16 +378,20 @@ void CudaBackend::weight_grads(Grad dw, Grad db, Act dout, Act inp, int N, int C
 // The first product into a gradient buffer overwrites it (beta 0): no memset, no read.
 void CudaBackend::linear_bwd(Act dinp, Grad dw, Grad db, Act dout, Act inp, Act w, int N, int C, int OC,
                              WeightLayout layout, bool accumulate) {
+  bool bias_summed = false;  // by the FP8 cast of dout (cast_fp8_rows_bias): one read for both
   if (dinp) {
     GemmArgs g;  // dinp (+)= dout (N, OC) · op(W) (OC, C)
     g.M = N, g.N = C, g.K = OC, g.trans_b = layout == WeightLayout::kInOut, g.beta = accumulate ? 1.0f : 0.0f;
     g.ab_type = g.c_type = dt_;
-    if (fp8_eligible(w, dout, N, OC, C))
-      fp8_gemm(g, dout, true, w, layout == WeightLayout::kOutIn, dinp);
-    else
+    const bool bias_sum = db != nullptr && cuda::cast_fp8_rows_bias_fused(dt_, OC);
+    if (fp8_eligible(w, dout, N, OC, C, bias_sum)) {
+      fp8_gemm(g, dout, true, w, layout == WeightLayout::kOutIn, dinp, bias_sum ? db : nullptr);
+      bias_summed = bias_sum;
+    } else {
       cuda::gemm(ctx_, g, dout, w, dinp);
+    }
   }
-  weight_grads(dw, db, dout, inp, N, C, OC, layout);
+  weight_grads(dw, bias_summed ? nullptr : db, dout, inp, N, C, OC, layout);
 }
 
 void CudaBackend::linear_dgelu_bwd(Act dfc, Grad dw, Grad db, Act dout, Act inp, Act w, Act fc, Act scratch, int N,

@@ -312,13 +312,15 @@ class CudaBackend {
   void weight_grads(Grad dw, Grad db, Act dout, Act inp, int N, int C, int OC, WeightLayout layout);
   // FP8 (backend_fp8.cpp): the recipe's checks at construction; whether a product x (N, K) ·
   // Wᵀ -> (N, OUT) runs in FP8 (x's E4M3 rows written by a norm, or an output wide enough to
-  // pay for casting x); whether a norm wrote x's rows; the product, g holding the bf16 call's
-  // shape, epilogue and beta, w (OUT, K) or, w_transposed, (K, OUT); x_is_grad: x is an output
-  // gradient (the dX product).
+  // pay for casting x; bias_sum: the cast also takes the layer's bias gradient, a pass paid
+  // anyway, so narrower outputs pay); whether a norm wrote x's rows; the product, g holding the
+  // bf16 call's shape, epilogue and beta, w (OUT, K) or, w_transposed, (K, OUT); x_is_grad: x is
+  // an output gradient (the dX product); dbias: += x's column sums, taken by x's cast.
   void init_fp8(Fp8Recipe r);
-  bool fp8_eligible(Act w, Act x, int N, int K, int OUT) const;
+  bool fp8_eligible(Act w, Act x, int N, int K, int OUT, bool bias_sum = false) const;
   bool fp8_rows_written(Act x, int N, int K) const;
-  void fp8_gemm(cuda::GemmArgs g, Act x, bool x_is_grad, Act w, bool w_transposed, Act out);
+  void fp8_gemm(cuda::GemmArgs g, Act x, bool x_is_grad, Act w, bool w_transposed, Act out,
+                Grad dbias = nullptr);
   // Where a norm forward writes its (N, C) output's E4M3 rows (null when FP8 is off or the
   // shape is not eligible), and, once it did (written), that they hold `out`: the next FP8
   // product reading `out` takes them instead of casting it.

@@ -12,8 +12,10 @@
 // read) has its E4M3 rows written by the norm kernel itself (fp8_norm_out / fp8_norm_done: the
 // bytes cast_fp8_rows would give); every other operand — attention's output, the MLP's hidden
 // activation, output gradients, the weights — is cast at the call, a separate pass (X: ~55 µs
-// for 65,536 × 768 bf16 on an H100, docs/perf-notes.md). Those casts belong in the kernels that
-// produce the operands too (the norm backwards, the weights' optimizer step): the next steps.
+// for 65,536 × 768 bf16 on an H100, docs/perf-notes.md), except that an output gradient whose
+// layer has a bias is cast by the bias gradient's own pass (cast_fp8_rows_bias). Those casts
+// belong in the kernels that produce the operands too (the norm backwards, the weights'
+// optimizer step): the next steps.
 #include <algorithm>
 #include <vector>
 
@@ -39,14 +41,14 @@ void CudaBackend::init_fp8(Fp8Recipe r) {
                     ctx_.props().major, ".", ctx_.props().minor));
 }
 
-bool CudaBackend::fp8_eligible(Act w, Act x, int N, int K, int OUT) const {
+bool CudaBackend::fp8_eligible(Act w, Act x, int N, int K, int OUT, bool bias_sum) const {
   // The LM head's product here (logits outside training's fused head: generation) keeps bf16;
   // cuBLASLt's FP8 kernels want every dimension a multiple of 16 (16-byte rows), which every
   // block product of Forge's presets is.
   if (fp8_ == Fp8Recipe::kOff || w == this->w(table_.lm_head()) || N % 16 != 0 || K % 16 != 0 ||
       OUT % 16 != 0)
     return false;
-  return fp8_rows_written(x, N, K) || OUT >= kFp8MinOutForCast;
+  return fp8_rows_written(x, N, K) || OUT >= (bias_sum ? kFp8MinOutWithBiasSum : kFp8MinOutForCast);
 }
 
 bool CudaBackend::fp8_rows_written(Act x, int N, int K) const {
@@ -82,7 +84,8 @@ void CudaBackend::fp8_norm_done(bool written, Act out, int N, int C) {
 
 // out (M, OUT) = x (M, K) · Wᵀ with `g` holding the bf16 call's epilogue, bias, aux and beta;
 // w is (OUT, K) when !w_transposed, else (K, OUT).
-void CudaBackend::fp8_gemm(GemmArgs g, Act x, bool x_is_grad, Act w, bool w_transposed, Act out) {
+void CudaBackend::fp8_gemm(GemmArgs g, Act x, bool x_is_grad, Act w, bool w_transposed, Act out,
+                           Grad dbias) {
   const int M = g.M, OUT = g.N, K = g.K;
   const DType xt = x_is_grad && fp8_ == Fp8Recipe::kRowsE5M2 ? DType::kF8E5M2 : DType::kF8E4M3;
   uint8_t* x8 = grown(fp8_x_, static_cast<size_t>(M) * K, fp8_retired_, ctx_);
@@ -92,7 +95,13 @@ void CudaBackend::fp8_gemm(GemmArgs g, Act x, bool x_is_grad, Act w, bool w_tran
   // A norm's output whose E4M3 rows the norm wrote: read once, then the buffer is free again.
   const bool written = xt == DType::kF8E4M3 && fp8_rows_written(x, M, K);
   fp8_x_of_ = nullptr;
-  if (!written) cuda::cast_fp8_rows(ctx_, xt, x8, xs, dt_, x, M, K);
+  if (written) {
+    if (dbias) cuda::bias_grad(ctx_, dt_, dbias, x, M, K);
+  } else if (dbias) {
+    cuda::cast_fp8_rows_bias(ctx_, xt, x8, xs, dbias, dt_, x, M, K);
+  } else {
+    cuda::cast_fp8_rows(ctx_, xt, x8, xs, dt_, x, M, K);
+  }
   if (w_transposed)
     cuda::cast_transpose_fp8_rows(ctx_, DType::kF8E4M3, w8, ws, dt_, w, K, OUT);
   else

@@ -12,6 +12,15 @@
 // the scale of each output row from its amax, and writes the descales. The slices matter for
 // tall matrices: the LM head's (50,304, 768) weight had 24 blocks walking all rows (448 µs on an
 // H100, of a 77 MB read).
+// cast_fp8_rows_bias (a linear layer's output gradient: its E4M3/E5M2 rows for the dX product and
+// its bias gradient in one read): the same bytes and descales as cast_fp8_rows, the same rule and
+// products, and the column sums. A block of kSumWarps warps takes kSumRows consecutive rows, a
+// warp every kSumWarps-th of them; each lane holds its kChunks 16-byte pieces of the row as raw
+// words (both sweeps from one DRAM read; cast_fp8_rows' second sweep re-reads, from L1 only while
+// rows are short) and the f32 sums of its 8·kChunks columns in registers. The warps' sums meet
+// in shared memory in warp order, each block writes its row of partial sums, and
+// channel_grad_finish adds the blocks in order: a fixed order (another than bias_grad's), the
+// same bits run to run.
 #include <cuda_fp8.h>
 
 #include <algorithm>
@@ -112,6 +121,71 @@ __global__ void __launch_bounds__(kThreads)
   fp8_tile_store(y, tile, rows, cols, r0, c0);
 }
 
+
+constexpr int kSumWarps = 4;   // warps a block in cast_fp8_rows_sum_kernel
+constexpr int kSumRows = 64;   // rows a block (16 a warp), 1,024 blocks at 65,536 rows
+
+// ptxas (sm_90a, CUDA 13.0): kChunks 3 / 6 / 9 / 12 (rows up to 768 / 1,536 / 2,304 / 3,072 values)
+// 64 / 103 / 147 / 168 registers, no spills: 3 blocks of 128 threads a SM at the widest.
+template <bool kE4M3, int kChunks>
+__global__ void __launch_bounds__(32 * kSumWarps, 3)
+    cast_fp8_rows_sum_kernel(uint8_t* __restrict__ y, float* __restrict__ descale,
+                             float* __restrict__ partial, const bf16* __restrict__ x, int rows,
+                             int cols) {
+  __shared__ float total[kChunks * 256];
+  const int lane = threadIdx.x % 32, w = threadIdx.x / 32;
+  const int r0 = blockIdx.x * kSumRows, r1 = min(rows, r0 + kSumRows);
+  float acc[kChunks][8];
+#pragma unroll
+  for (int j = 0; j < kChunks; ++j)
+#pragma unroll
+    for (int k = 0; k < 8; ++k) acc[j][k] = 0.0f;
+  for (int r = r0 + w; r < r1; r += kSumWarps) {
+    const bf16* xr = x + static_cast<int64_t>(r) * cols;
+    int4 raw[kChunks];
+#pragma unroll
+    for (int j = 0; j < kChunks; ++j) {
+      const int c = row_chunk<8>(lane, j);
+      if (c < cols) raw[j] = *reinterpret_cast<const int4*>(xr + c);
+    }
+    float m = 0.0f;
+#pragma unroll
+    for (int j = 0; j < kChunks; ++j) {
+      if (row_chunk<8>(lane, j) >= cols) continue;
+      float v[8];
+      unpack16(raw[j], v, bf16{});
+#pragma unroll
+      for (int k = 0; k < 8; ++k) m = fp8_rows::fold_abs(m, v[k]);
+    }
+    const int e = fp8_scale_exponent<kE4M3>(fp8_warp_amax(m));
+    const float s = fp8_rows::pow2(e);
+    if (lane == 0) descale[r] = fp8_rows::pow2(-e);
+    uint8_t* yr = y + static_cast<int64_t>(r) * cols;
+#pragma unroll
+    for (int j = 0; j < kChunks; ++j) {
+      const int c = row_chunk<8>(lane, j);
+      if (c >= cols) continue;
+      float v[8];
+      unpack16(raw[j], v, bf16{});
+      *reinterpret_cast<uint2*>(yr + c) = fp8_pack8<kE4M3>(v, s);
+#pragma unroll
+      for (int k = 0; k < 8; ++k) acc[j][k] += v[k];
+    }
+  }
+  for (int ww = 0; ww < kSumWarps; ++ww) {  // the warps' sums in warp order
+    if (w == ww)
+#pragma unroll
+      for (int j = 0; j < kChunks; ++j) {
+        const int c = row_chunk<8>(lane, j);
+        if (c >= cols) continue;
+#pragma unroll
+        for (int k = 0; k < 8; ++k) total[c + k] = ww == 0 ? acc[j][k] : total[c + k] + acc[j][k];
+      }
+    __syncthreads();
+  }
+  float* out = partial + static_cast<int64_t>(blockIdx.x) * cols;
+  for (int c = threadIdx.x; c < cols; c += 32 * kSumWarps) out[c] = total[c];
+}
 }  // namespace
 
 void cast_fp8_rows(Context& ctx, DType y_t, uint8_t* y, float* descale, DType x_t, const void* x,
@@ -134,6 +208,39 @@ void cast_fp8_rows(Context& ctx, DType y_t, uint8_t* y, float* descale, DType x_
     });
   });
   FORGE_CUDA_CHECK(cudaGetLastError());
+}
+
+void cast_fp8_rows_bias(Context& ctx, DType y_t, uint8_t* y, float* descale, float* dbias,
+                        DType x_t, const void* x, int rows, int cols) {
+  FORGE_CHECK(rows >= 0 && cols > 0, "[cast_fp8_rows_bias] rows=", rows, " cols=", cols);
+  if (rows == 0) return;
+  if (!cast_fp8_rows_bias_fused(x_t, cols) || !aligned16(x) ||
+      reinterpret_cast<uintptr_t>(y) % 8 != 0) {
+    cast_fp8_rows(ctx, y_t, y, descale, x_t, x, rows, cols);
+    bias_grad(ctx, x_t, dbias, x, rows, cols);
+    return;
+  }
+  const int blocks = (rows + kSumRows - 1) / kSumRows;
+  DeviceBuffer<float> partial(ctx.allocator(), static_cast<size_t>(blocks) * cols);
+  const bf16* xb = static_cast<const bf16*>(x);
+  dispatch_fp8(y_t, "cast_fp8_rows_bias", [&](auto e4m3) {
+    constexpr bool kE4M3 = decltype(e4m3)::value;
+    auto launch = [&](auto kernel) {
+      kernel<<<blocks, 32 * kSumWarps, 0, ctx.stream()>>>(y, descale, partial.data(), xb, rows,
+                                                          cols);
+    };
+    if (cols <= 768)
+      launch(cast_fp8_rows_sum_kernel<kE4M3, 3>);
+    else if (cols <= 1536)
+      launch(cast_fp8_rows_sum_kernel<kE4M3, 6>);
+    else if (cols <= 2304)
+      launch(cast_fp8_rows_sum_kernel<kE4M3, 9>);
+    else
+      launch(cast_fp8_rows_sum_kernel<kE4M3, 12>);
+  });
+  FORGE_CUDA_CHECK(cudaGetLastError());
+  channel_grad_finish<1>(ctx, FinishOuts{{dbias, nullptr, nullptr}}, partial.data(), blocks, cols,
+                         1);
 }
 
 void cast_transpose_fp8_rows(Context& ctx, DType y_t, uint8_t* y, float* descale, DType x_t,

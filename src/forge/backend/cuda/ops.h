@@ -67,6 +67,17 @@ void cast_fp8_rows(Context& ctx, DType y_t, uint8_t* y, float* descale, DType x_
                    int cols);
 void cast_transpose_fp8_rows(Context& ctx, DType y_t, uint8_t* y, float* descale, DType x_t, const void* x,
                              int rows, int cols);
+// cast_fp8_rows of x and, from the same read, dbias (cols, f32) += Σ_r x[r, :] (x a linear
+// layer's output gradient: the FP8 rows of its dX product and its bias gradient). The bytes and
+// descales are cast_fp8_rows'; the sums run in a fixed order (another than bias_grad's), so the
+// same bits run to run. Twins: cpu::cast_fp8_rows and cpu::bias_grad. One pass where
+// cast_fp8_rows_bias_fused (bf16 rows of 8k ≤ 3,072 values, x 16-byte and y 8-byte aligned),
+// else the two ops.
+void cast_fp8_rows_bias(Context& ctx, DType y_t, uint8_t* y, float* descale, float* dbias, DType x_t,
+                        const void* x, int rows, int cols);
+inline bool cast_fp8_rows_bias_fused(DType x_t, int cols) {
+  return x_t == DType::kBF16 && cols % 8 == 0 && cols <= 3072;
+}
 
 // ---- embedding ------------------------------------------------------------------------------
 // out (B, T, C) = wte[tokens] + wpe[p] (wpe may be null), p = pos[b, t] when pos (B, T, device)
