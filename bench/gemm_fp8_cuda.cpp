@@ -185,7 +185,7 @@ void gemm_fp8_cuda(const BenchOptions& o) {
   // output in FP8 (the norm writes its E4M3 rows: not counted here), another product in FP8 only
   // where its output is at least kFp8MinOutForCast wide (its x cast at the call), each FP8
   // product casting its weight; against the same products in bf16.
-  double rows_bf16 = 0, rows_fp8 = 0;
+  double rows_bf16 = 0, rows_fp8 = 0, rowsdx_fp8 = 0;
   for (const Linear& l : linears) {
     const bool from_norm = l.name == "qkv" || l.name == "mlp-fc" || l.name == "mlp-gate|up";
     // GPT-2's products carry their epilogues (bias; the MLP's GELU aux forward and DGELU dX), as
@@ -194,12 +194,13 @@ void gemm_fp8_cuda(const BenchOptions& o) {
     const bool gpt2 = cfg.family == Family::kGpt2, dgelu = gpt2 && l.name == "mlp-proj";
     const Ep fwd_ep = !gpt2 ? Ep::kNone : l.name == "mlp-fc" ? Ep::kBiasGeluAux : Ep::kBias;
     // GPT-2's q|k|v and fc take their bias gradients from dY (the projections' are summed in
-    // the norm backward): under FP8 dY's cast takes them in the same read (cast_fp8_rows_bias).
+    // the norm backward): under rows-dx dY's cast takes them in the same read
+    // (cast_fp8_rows_bias), and their dX products run in FP8.
     const bool bias_dx = gpt2 && (l.name == "qkv" || l.name == "mlp-fc") &&
                          cuda::cast_fp8_rows_bias_fused(DType::kBF16, l.out);
     const bool fwd_fp8 = from_norm || l.out >= kFp8MinOutForCast,
-               dx_fp8 = l.in >= (bias_dx ? kFp8MinOutWithBiasSum : kFp8MinOutForCast) &&
-                        !dgelu;  // backend.cpp: DGELU stays bf16
+               dx_fp8 = l.in >= kFp8MinOutForCast && !dgelu,  // backend.cpp: DGELU stays bf16
+        dx_fp8_dx = dx_fp8 || (bias_dx && l.in >= kFp8MinOutWithBiasSum && !dgelu);
     double t16_fwd = 0, t16_dx = 0, t8r_fwd = 0, t8r_dx = 0;
     const std::vector<Product> products = {
         {l.name + " fwd", R, l.out, l.in, DType::kF8E4M3, DType::kF8E4M3, DType::kBF16, fwd_ep},
@@ -350,12 +351,15 @@ void gemm_fp8_cuda(const BenchOptions& o) {
           l.name.c_str(), bg * 1e6, (rdy + bg) * 1e6, rdyb * 1e6, 3.0 * R * l.out / rdyb / 1e9);
     }
     rows_bf16 += (t16_fwd + t16_dx + bg) * l.calls;
-    rows_fp8 += ((fwd_fp8 ? t8r_fwd + (from_norm ? 0.0 : rx) + rw : t16_fwd) +
-                 (dx_fp8 ? t8r_dx + (bias_dx ? rdyb : rdy) + rwt : t16_dx + bg)) *
-                l.calls;
-    std::printf("%-22s FORGE_FP8=rows runs: fwd %s, dX %s\n", l.name.c_str(),
+    const double fwd = fwd_fp8 ? t8r_fwd + (from_norm ? 0.0 : rx) + rw : t16_fwd;
+    rows_fp8 += (fwd + (dx_fp8 ? t8r_dx + rdy + rwt + bg : t16_dx + bg)) * l.calls;
+    rowsdx_fp8 += (fwd + (dx_fp8_dx ? t8r_dx + (bias_dx ? rdyb : rdy + bg) + rwt : t16_dx + bg)) *
+                  l.calls;
+    std::printf("%-22s FORGE_FP8=rows runs: fwd %s, dX %s; rows-dx: dX %s\n", l.name.c_str(),
                 fwd_fp8 ? (from_norm ? "FP8 (rows from the norm)" : "FP8 (x cast)") : "bf16",
-                dx_fp8 ? (bias_dx ? "FP8 (dY cast with the bias sums)" : "FP8 (dY cast)") : "bf16");
+                dx_fp8 ? "FP8 (dY cast)" : "bf16",
+                dx_fp8_dx ? (bias_dx ? "FP8 (dY cast with the bias sums)" : "FP8 (dY cast)")
+                          : "bf16");
     rows.push_back({{"casts", l.name},
                     {"bias_grad_seconds", bg},
                     {"dy_rows_bias_seconds", rdyb},
@@ -375,13 +379,13 @@ void gemm_fp8_cuda(const BenchOptions& o) {
   std::printf("Not counted: the weights' casts (once a step, small), amax bookkeeping.\n");
   std::printf(
       "FORGE_FP8=rows (fwd and dX products, casts and GPT-2's q|k|v and fc bias gradients "
-      "included; the norms' extra E4M3 writes not): "
-      "bf16 "
-      "%.2f ms, rows %.2f ms (%+.2f ms a step).\n",
-      rows_bf16 * 1e3, rows_fp8 * 1e3, (rows_fp8 - rows_bf16) * 1e3);
+      "included; the norms' extra E4M3 writes not): bf16 %.2f ms, rows %.2f ms (%+.2f ms a "
+      "step), rows-dx %.2f ms (%+.2f ms).\n",
+      rows_bf16 * 1e3, rows_fp8 * 1e3, (rows_fp8 - rows_bf16) * 1e3, rowsdx_fp8 * 1e3,
+      (rowsdx_fp8 - rows_bf16) * 1e3);
   const double head = lm_head_fp8(ctx, R, C, cfg.vocab_size, cfg.padded_vocab(), rows);
-  std::printf("FORGE_FP8=rows with the LM head: %+.2f ms a step against bf16.\n",
-              (rows_fp8 - rows_bf16 + head) * 1e3);
+  std::printf("FORGE_FP8=rows with the LM head: %+.2f ms a step against bf16; rows-dx %+.2f ms.\n",
+              (rows_fp8 - rows_bf16 + head) * 1e3, (rowsdx_fp8 - rows_bf16 + head) * 1e3);
   if (!o.json_out.empty())
     std::ofstream(o.json_out) << nlohmann::json{{"bench", "gemm-fp8"}, {"rows", rows}}.dump(2)
                               << "\n";

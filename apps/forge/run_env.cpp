@@ -27,7 +27,7 @@ CudaSettings cuda_settings_from_env() {
   }
   if (const char* f = std::getenv("FORGE_FP8")) {
     const std::string v = f;
-    if (!parse_fp8_recipe(v, s.fp8)) throw Error(str("FORGE_FP8=", quote(v), " (expected off, rows or rows-e5m2)"));
+    if (!parse_fp8_recipe(v, s.fp8)) throw Error(str("FORGE_FP8=", quote(v), " (expected off, rows, rows-e5m2 or rows-dx)"));
   }
   return s;
 }

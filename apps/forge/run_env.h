@@ -10,9 +10,11 @@
 //                                                               heuristic's bits; timed-any:
 //                                                               among all (not bit-reproducible
 //                                                               across processes)
-//   FORGE_FP8=off|rows|rows-e5m2                                rows: the blocks' forward and dX
+//   FORGE_FP8=off|rows|rows-e5m2|rows-dx                        rows: the blocks' forward and dX
 //                                                               products in FP8, per-row scales
-//                                                               (core/fp8_recipe.h; bf16, Hopper)
+//                                                               (core/fp8_recipe.h; bf16, Hopper);
+//                                                               rows-dx: also GPT-2's q|k|v and fc
+//                                                               dX
 //   FORGE_FAULT_INJECT=nan_grad@STEP,nan_loss@FIRST-LAST,kill@STEP  a testing hook: faults injected
 //                                                               into training steps (forge
 //                                                               train; train/fault_inject.h)

@@ -3,7 +3,7 @@
 // wide enough that the last MLP product's dX takes FP8 too, with GPT-2's DGELU epilogue) with
 // the recipe on against the same step in plain bf16, from the same weights and tokens (the LM
 // head's logits and dx products run in FP8 too, x's rows from the final norm; GPT-2's q|k|v and
-// fc dX products too, their bias gradients summed by the output gradients' casts). FP8
+// fc dX products too under rows-dx, their bias gradients summed by the output gradients' casts). FP8
 // products change the numbers — the test checks they did (the path ran) — but the loss and the
 // gradients stay close: E4M3 keeps 3 mantissa bits against bf16's 7, so each operand is within
 // 2^-4 relative, and over a step the loss moves by well under 1% and the gradient vector keeps a
@@ -85,11 +85,11 @@ ModelConfig fp8_config(Family f) {
   ModelConfig c = small_config(f);
   c.n_embd = 256;  // RMSNorm rows of ≤ 128 share warps, whose kernels write no E4M3 rows
   c.n_head = 4;  // head size 64: the flash kernels (Qwen3's variant: 128)
-  if (f == Family::kGpt2) {  // q|k|v's and fc's dX (OUT = C) in FP8, their biases from the casts
+  c.n_kv_head = 2;
+  if (f == Family::kGpt2) {  // rows-dx: q|k|v's and fc's dX (OUT = C) in FP8, biases from the casts
     c.n_embd = kFp8MinOutWithBiasSum;
-    c.n_head = c.n_embd / 64;
+    c.n_head = c.n_kv_head = c.n_embd / 64;
   }
-  c.n_kv_head = f == Family::kGpt2 ? 4 : 2;
   c.ffn_hidden = kFp8MinOutForCast;  // Llama's down projection's dX in FP8 too (output this wide)
   return c;
 }
@@ -100,10 +100,17 @@ TEST_F(Fp8CudaTest, AStepStaysCloseToBf16) {
                                                             {"llama", fp8_config(Family::kLlama)}};
   for (auto& [name, cfg] : testing::llama_family_variants(fp8_config(Family::kLlama)))
     cases.emplace_back(name, cfg);
-  for (const auto& [name, cfg] : cases)
-    for (Fp8Recipe r : {Fp8Recipe::kRows, Fp8Recipe::kRowsE5M2}) {
+  for (const auto& [name, cfg] : cases) {
+    std::vector<float> rows_grads;
+    for (Fp8Recipe r : {Fp8Recipe::kRows, Fp8Recipe::kRowsE5M2, Fp8Recipe::kRowsDx}) {
       SCOPED_TRACE(name + " " + fp8_recipe_name(r));
       const Outcome bf16 = run(cfg, Fp8Recipe::kOff), fp8 = run(cfg, r);
+      if (r == Fp8Recipe::kRows) rows_grads = fp8.grads;
+      if (r == Fp8Recipe::kRowsDx && cfg.family == Family::kGpt2) {  // its dX products ran in FP8
+        size_t other = 0;
+        for (size_t i = 0; i < rows_grads.size(); ++i) other += rows_grads[i] != fp8.grads[i];
+        EXPECT_GT(other, rows_grads.size() / 2) << "rows-dx gave rows' gradients";
+      }
       EXPECT_LT(std::fabs(fp8.loss - bf16.loss), 0.01 * std::fabs(bf16.loss))
           << fp8.loss << " vs " << bf16.loss;
       double dot = 0, n1 = 0, n2 = 0;
@@ -119,6 +126,7 @@ TEST_F(Fp8CudaTest, AStepStaysCloseToBf16) {
       for (const auto& [off, n] : biases_)  // a bias gradient lost or doubled would be far off
         EXPECT_GT(cosine(bf16.grads, fp8.grads, off, n), 0.99) << "bias at " << off;
     }
+  }
 }
 
 TEST_F(Fp8CudaTest, RefusedOutsideBf16) {

@@ -19,6 +19,11 @@ enum class Fp8Recipe {
   // runs only.
   kRows,
   kRowsE5M2,  // the same with the output gradients in E5M2 (more range, one mantissa bit less)
+  // kRows and the dX products of layers with a bias from a narrower output
+  // (kFp8MinOutWithBiasSum: GPT-2's q|k|v and fc), their output gradients' casts taking the bias
+  // gradients. Faster (GPT-2 124M +2% on an H100) but its 1,000-step loss curve sat further above
+  // bf16's than kRows' (docs/perf-notes.md, docs/quality/fp8/): a separate choice, not kRows.
+  kRowsDx,
 };
 
 // Under kRows / kRowsE5M2, a product whose x operand must be cast by a separate pass (not a norm's
@@ -31,20 +36,23 @@ enum class Fp8Recipe {
 // the attention output's and q|k|v's dX (OUT = the model width) would lose.
 inline constexpr int kFp8MinOutForCast = 2048;
 
-// The dX product of a layer with a bias (GPT-2's q|k|v and MLP fc) reads its output gradient for
-// the bias gradient anyway: cast_fp8_rows_bias (backend/cuda/ops.h) takes both from one read, so
-// the cast costs the 1 byte an element it writes instead of 3, and FP8 pays from an output a
-// third as wide (~350). GPT-2 124M's two (OUT = 768) then save ~130 and ~170 µs a product (the
-// bf16 / FP8 figures of docs/perf-notes.md) against ~30–60 µs of E4M3 writes.
+// Under kRowsDx: the dX product of a layer with a bias (GPT-2's q|k|v and MLP fc) reads its
+// output gradient for the bias gradient anyway: cast_fp8_rows_bias (backend/cuda/ops.h) takes
+// both from one read, so the cast costs the 1 byte an element it writes instead of 3, and FP8
+// pays from an output a third as wide (~350). GPT-2 124M's two (OUT = 768) then save ~130 and
+// ~170 µs a product (the bf16 / FP8 figures of docs/perf-notes.md) against ~70 and ~90 µs for
+// the casts beyond the bias passes.
 inline constexpr int kFp8MinOutWithBiasSum = 512;
 
-// "off", "rows", "rows-e5m2".
+// "off", "rows", "rows-e5m2", "rows-dx".
 inline const char* fp8_recipe_name(Fp8Recipe r) {
   switch (r) {
     case Fp8Recipe::kRows:
       return "rows";
     case Fp8Recipe::kRowsE5M2:
       return "rows-e5m2";
+    case Fp8Recipe::kRowsDx:
+      return "rows-dx";
     default:
       return "off";
   }
@@ -52,7 +60,7 @@ inline const char* fp8_recipe_name(Fp8Recipe r) {
 
 // The inverse of fp8_recipe_name; false for any other string.
 inline bool parse_fp8_recipe(const std::string& s, Fp8Recipe& out) {
-  for (Fp8Recipe r : {Fp8Recipe::kOff, Fp8Recipe::kRows, Fp8Recipe::kRowsE5M2})
+  for (Fp8Recipe r : {Fp8Recipe::kOff, Fp8Recipe::kRows, Fp8Recipe::kRowsE5M2, Fp8Recipe::kRowsDx})
     if (s == fp8_recipe_name(r)) {
       out = r;
       return true;

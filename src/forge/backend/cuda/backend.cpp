@@ -383,7 +383,8 @@ void CudaBackend::linear_bwd(Act dinp, Grad dw, Grad db, Act dout, Act inp, Act 
     GemmArgs g;  // dinp (+)= dout (N, OC) · op(W) (OC, C)
     g.M = N, g.N = C, g.K = OC, g.trans_b = layout == WeightLayout::kInOut, g.beta = accumulate ? 1.0f : 0.0f;
     g.ab_type = g.c_type = dt_;
-    const bool bias_sum = db != nullptr && cuda::cast_fp8_rows_bias_fused(dt_, OC);
+    const bool bias_sum =
+        fp8_ == Fp8Recipe::kRowsDx && db != nullptr && cuda::cast_fp8_rows_bias_fused(dt_, OC);
     if (fp8_eligible(w, dout, N, OC, C, bias_sum)) {
       fp8_gemm(g, dout, true, w, layout == WeightLayout::kOutIn, dinp, bias_sum ? db : nullptr);
       bias_summed = bias_sum;
