@@ -409,7 +409,7 @@ void CudaBackend::linear_dgelu_bwd(Act dfc, Grad dw, Grad db, Act dout, Act inp,
   g.epilogue = cuda::GemmEpilogue::kDGelu, g.aux = fc;
   // Stays bf16 under FORGE_FP8: cuBLASLt runs an FP8 product's DGELU as a separate epilogue
   // kernel over an f32 copy of the product (GPT-2 124M on an H100: 295 + 1,330 µs a call against
-  // 606 µs for the fused bf16 kernel; docs/perf-notes.md, "FP8 with per-row scales").
+  // 606 µs for the fused bf16 kernel; docs/perf/fp8.md, "FP8 with per-row scales").
   cuda::gemm(ctx_, g, dout, w, dfc);
   weight_grads(dw, db, dout, inp, N, C, OC, layout);
 }

@@ -60,8 +60,8 @@ constexpr int kThreads = 256;
 // a chunk are the same for every head of a position, so they are computed once instead of once
 // a head. The per-head kernel spent ~25 instructions an element on them by the PTX count (8
 // sincos for 16 elements), the cost that made the head norm's kernel issue-bound ("The head
-// norm's angles once per position" in docs/perf-notes.md; this kernel was not profiled). The
-// same helpers compute the angles and the rotation as the head-norm kernel's, so each element
+// norm's angles once per position" in docs/perf/training-llama.md; this kernel was not profiled).
+// The same helpers compute the angles and the rotation as the head-norm kernel's, so each element
 // gets the per-head kernel's arithmetic; the two were not compared bit for bit on a GPU.
 constexpr int kHG = 4;
 template <typename T, int kN, bool kRotateHalf>
