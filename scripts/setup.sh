@@ -3,8 +3,8 @@
 # Installs from Debian's packages only: the compiler and build tools, GoogleTest, nlohmann-json,
 # cpp-httplib (forge serve), Chromium with a font (the headless browser test of forge serve's
 # chat page), OpenBLAS, PCRE2, OpenMPI (data-parallel CPU ranks and their tests), and the `fortunes` corpus
-# that `forge quickstart` trains on; and for the sanitizer and fuzzing builds (README:
-# Reliability) clang with its runtimes (libclang-rt-14-dev: ASan, UBSan and libFuzzer, only
+# that `forge quickstart` trains on; and for the sanitizer and fuzzing builds (docs/reliability.md)
+# clang with its runtimes (libclang-rt-14-dev: ASan, UBSan and libFuzzer, only
 # recommended by clang-14) and LLVM's OpenMP (libomp-dev). CUDA is optional: when nvcc is found
 # (e.g. /usr/local/cuda/bin) the CUDA backend is built too.
 set -euo pipefail

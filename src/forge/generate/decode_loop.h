@@ -26,7 +26,7 @@
 // enqueued, and ids of a slot whose request changed since are not handed out), and a loop's
 // last step produces nothing. The device computes the same steps in the same order either way
 // (the step reads its input ids from the device), except that a row count can be one step late
-// in shrinking (on the GPU a row's rounding can depend on the row count: README).
+// in shrinking (on the GPU a row's rounding can depend on the row count: docs/serving.md).
 //
 // A request ends after max_new_tokens ids, after emitting one of its stop ids (which is
 // returned, as Hugging Face's generate returns the EOS), when on_token asks it to (stop strings

@@ -153,7 +153,8 @@ struct CudaSettings {
   AttentionPath attention = AttentionPath::kAuto;  // ops/attention.h
   // How cuBLASLt's algorithm is chosen per product shape (core/gemm_algo.h;
   // CudaModelOptions::gemm_algo). kTimed: the fastest candidate with the heuristic's bits, so
-  // the heuristic's results 1.4–2.2% faster (GPT-2 124M, SmolLM2-135M on an H100, README).
+  // the heuristic's results 1.4–2.2% faster (GPT-2 124M, SmolLM2-135M on an H100,
+  // docs/decisions.md).
   GemmAlgo gemm_algo = GemmAlgo::kTimed;
   // The Llama family's q|k|v as one product in training and prefill (CudaModelOptions::fuse_qkv);
   // false: three, the A/B comparison.

@@ -48,7 +48,7 @@ using namespace kernels;
 constexpr int kRowsWarps = 16;
 // Caches up to 2,048 rows (the serving default: each slot a model context's rows, of which a
 // request uses its length; the loop stops there). Up to 1,024 until 2026-12-04, when `forge
-// serve`'s 2,048-row slots still ran the split kernel (README, serving).
+// serve`'s 2,048-row slots still ran the split kernel (docs/serving.md).
 constexpr int kRowsMaxCap = 2048;
 constexpr int kRowsHS = 64;
 constexpr int kRowsMaxHeads = 4;  // query heads per block: keeps a lane's registers under 128
