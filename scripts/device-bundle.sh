@@ -10,7 +10,7 @@ stage=$(mktemp -d)
 mkdir -p "$stage/bin" "$stage/lib" dev-out
 cp "$build/forge" "$stage/bin/"
 [[ -x $build/tests/forge_cuda_tests ]] && cp "$build/tests/forge_cuda_tests" "$stage/bin/"
-for other in forge_base forge_prev; do  # earlier builds, for benchmarks side by side
+for other in forge_base forge_prev forge_exp; do  # earlier builds, for benchmarks side by side
   [[ -x $build/$other ]] && cp "$build/$other" "$stage/bin/"
 done
 for tool in decode_timeline train_timeline train_timeline_base train_timeline_prev; do  # dev/*_timeline.cpp and the CUPTI they load
