@@ -149,14 +149,19 @@ __global__ void __launch_bounds__(kWG * 128 + 128, 1)
       for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
         for (int e = 0; e < 4; ++e) s[nt][e] = fast_exp2<kFtz>(fmaf(s[nt][e], sl2, -lse2[e >> 1]));
-      if (masked) {
+      if (masked) {  // row r's visible keys as bounds on the column offset nt * 8 + (e & 1)
 #pragma unroll
-        for (int nt = 0; nt < NT; ++nt)
+        for (int r = 0; r < 2; ++r) {
+          const int qi = wq_lo + g + 8 * r;
+          IndexRange kv = vis.keys_of(qi);
+          if constexpr (kSeg) kv.lo = max(kv.lo, seg_lo<kSeg>(p, b, qi));
+          const int lo = kv.lo - (k0 + c), hi = kv.hi - (k0 + c);
 #pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            const int qi = wq_lo + g + 8 * (e >> 1), kj = k0 + nt * 8 + c + (e & 1);  // query, key
-            if (!vis(qi, kj) || (kSeg && kj < seg_lo<kSeg>(p, b, qi))) s[nt][e] = 0.0f;
-          }
+          for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+            for (int e = 0; e < 2; ++e)
+              if (nt * 8 + e < lo || nt * 8 + e >= hi) s[nt][2 * r + e] = 0.0f;
+        }
       }
 #pragma unroll
       for (int nt = 0; nt < NT; ++nt)
@@ -447,14 +452,19 @@ __global__ void __launch_bounds__(kWG * 128 + 128, 1)
 #pragma unroll
         for (int e = 0; e < 4; ++e) s[nt][e] = fast_exp2<kFtz>(fmaf(s[nt][e], sl2, -((e & 1) ? l2.y : l2.x)));
       }
-      if (masked) {
+      if (masked) {  // key row r's queries as bounds on the column offset nt * 8 + (e & 1)
 #pragma unroll
-        for (int nt = 0; nt < NT; ++nt)
+        for (int r = 0; r < 2; ++r) {
+          const int kj = wk_lo + g + 8 * r;
+          const IndexRange qv = vis.queries_of(kj);
+          const int lo = qv.lo - (q0 + c), hi = qv.hi - (q0 + c);
 #pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            const int qi = q0 + nt * 8 + c + (e & 1), kj = wk_lo + g + 8 * (e >> 1);  // query, key
-            if (!vis(qi, kj) || (kSeg && kj < seg_lo<kSeg>(p, b, qi))) s[nt][e] = 0.0f;
-          }
+          for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+            for (int e = 0; e < 2; ++e)
+              if (nt * 8 + e < lo || nt * 8 + e >= hi || (kSeg && kj < seg_lo<kSeg>(p, b, q0 + nt * 8 + c + e)))
+                s[nt][2 * r + e] = 0.0f;
+        }
       }
 #pragma unroll
       for (int nt = 0; nt < NT; ++nt) {

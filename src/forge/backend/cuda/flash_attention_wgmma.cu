@@ -198,14 +198,19 @@ __global__ void __launch_bounds__(kWG * 128 + 128, 1)
 
         const bool masked = k0 + BK > T_ || (p.causal && k0 + BK - 1 > wq_lo) ||
                             (p.window > 0 && k0 <= wq_hi - p.window) || (kSeg && k0 < seg_lo<kSeg>(p, b, wq_hi));
-        if (masked) {
+        if (masked) {  // row r's visible keys as bounds on the column offset nt * 8 + (e & 1)
 #pragma unroll
-          for (int nt = 0; nt < NT; ++nt)
+          for (int r = 0; r < 2; ++r) {
+            const int qi = wq_lo + g + 8 * r;
+            IndexRange kv = vis.keys_of(qi);
+            if constexpr (kSeg) kv.lo = max(kv.lo, seg_lo<kSeg>(p, b, qi));
+            const int lo = kv.lo - (k0 + c), hi = kv.hi - (k0 + c);
 #pragma unroll
-            for (int e = 0; e < 4; ++e) {
-              const int qi = wq_lo + g + (e >= 2 ? 8 : 0), kj = k0 + nt * 8 + c + (e & 1);  // query, key
-              if (!vis(qi, kj) || (kSeg && kj < seg_lo<kSeg>(p, b, qi))) s[nt][e] = -FLT_MAX;
-            }
+            for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+              for (int e = 0; e < 2; ++e)
+                if (nt * 8 + e < lo || nt * 8 + e >= hi) s[nt][2 * r + e] = -FLT_MAX;
+          }
         }
         // Online softmax, rows g (r = 0) and g + 8 (r = 1) of the warp's 16.
 #pragma unroll

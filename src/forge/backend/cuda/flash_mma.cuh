@@ -30,6 +30,7 @@
 #include "forge/core/dtype.h"
 #include "forge/core/error.h"
 #include "forge/ops/attention.h"
+#include "forge/ops/attention_mask.h"
 
 namespace forge::cuda {
 enum class FlashKernels;  // ops.h
@@ -265,6 +266,12 @@ struct Visibility {
   __device__ __forceinline__ bool operator()(int i, int j) const {
     return j < T_ && i < T_ && (!causal || j <= i) && (window <= 0 || j > i - window);
   }
+  // The same rule as intervals (ops/attention_mask.h), for the wgmma kernels' masked tiles: an
+  // element is then two compares of a compile-time column offset against its row's bounds,
+  // where operator() cost ~11 predicate and integer instructions an element (the PTX of the
+  // head-size-64 forward).
+  __device__ __forceinline__ IndexRange keys_of(int i) const { return keys_seen_by(i, T_, causal, window); }
+  __device__ __forceinline__ IndexRange queries_of(int j) const { return queries_seeing(j, T_, causal, window); }
 };
 
 // Kernel arguments shared by the three passes. Pointers are to element 0 of the tensors;
