@@ -13,7 +13,9 @@ bool rule(int i, int j, int T, bool causal, int window) {
   return i < T && j < T && (!causal || j <= i) && (window <= 0 || j > i - window);
 }
 
-bool in(IndexRange r, int x) { return r.lo <= x && x < r.hi; }
+bool in(IndexRange r, int x) {
+  return r.lo <= x && x < r.hi;
+}
 
 TEST(AttentionMaskTest, IntervalsAreTheRule) {
   int checked = 0, visible = 0;
@@ -24,11 +26,12 @@ TEST(AttentionMaskTest, IntervalsAreTheRule) {
           for (int j = 0; j < T + 5; ++j) {
             const bool want = rule(i, j, T, causal, window);
             ASSERT_EQ(in(keys_seen_by(i, T, causal, window), j), want)
-                << "keys_seen_by: T " << T << " causal " << causal << " window " << window << " i " << i << " j " << j;
+                << "keys_seen_by: T " << T << " causal " << causal << " window " << window << " i "
+                << i << " j " << j;
             if (i >= 0) {
               ASSERT_EQ(in(queries_seeing(j, T, causal, window), i), want)
-                  << "queries_seeing: T " << T << " causal " << causal << " window " << window << " i " << i
-                  << " j " << j;
+                  << "queries_seeing: T " << T << " causal " << causal << " window " << window
+                  << " i " << i << " j " << j;
             }
             ++checked;
             visible += want;

@@ -462,7 +462,8 @@ __global__ void __launch_bounds__(kWG * 128 + 128, 1)
           for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
             for (int e = 0; e < 2; ++e)
-              if (nt * 8 + e < lo || nt * 8 + e >= hi || (kSeg && kj < seg_lo<kSeg>(p, b, q0 + nt * 8 + c + e)))
+              if (nt * 8 + e < lo || nt * 8 + e >= hi ||
+                  (kSeg && kj < seg_lo<kSeg>(p, b, q0 + nt * 8 + c + e)))
                 s[nt][2 * r + e] = 0.0f;
         }
       }

@@ -270,8 +270,12 @@ struct Visibility {
   // element is then two compares of a compile-time column offset against its row's bounds,
   // where operator() cost ~11 predicate and integer instructions an element (the PTX of the
   // head-size-64 forward).
-  __device__ __forceinline__ IndexRange keys_of(int i) const { return keys_seen_by(i, T_, causal, window); }
-  __device__ __forceinline__ IndexRange queries_of(int j) const { return queries_seeing(j, T_, causal, window); }
+  __device__ __forceinline__ IndexRange keys_of(int i) const {
+    return keys_seen_by(i, T_, causal, window);
+  }
+  __device__ __forceinline__ IndexRange queries_of(int j) const {
+    return queries_seeing(j, T_, causal, window);
+  }
 };
 
 // Kernel arguments shared by the three passes. Pointers are to element 0 of the tensors;
