@@ -4,11 +4,7 @@
 // bounds (two compares an element) instead of the rule's four tests.
 #pragma once
 
-#if defined(__CUDACC__)
-#define FORGE_HOST_DEVICE __host__ __device__
-#else
-#define FORGE_HOST_DEVICE
-#endif
+#include "forge/core/host_device.h"
 
 namespace forge {
 

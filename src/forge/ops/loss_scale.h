@@ -13,11 +13,7 @@
 #include <cmath>
 #include <cstdint>
 
-#if defined(__CUDACC__)
-#define FORGE_HOST_DEVICE __host__ __device__
-#else
-#define FORGE_HOST_DEVICE
-#endif
+#include "forge/core/host_device.h"
 
 namespace forge {
 

@@ -21,11 +21,7 @@
 #include <cstdint>
 #include <cstring>
 
-#if defined(__CUDACC__)
-#define FORGE_HOST_DEVICE __host__ __device__
-#else
-#define FORGE_HOST_DEVICE
-#endif
+#include "forge/core/host_device.h"
 
 namespace forge::sampling {
 
