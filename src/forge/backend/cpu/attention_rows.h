@@ -9,6 +9,7 @@
 
 #include "forge/core/error.h"
 #include "forge/ops/attention.h"
+#include "forge/ops/attention_mask.h"
 
 namespace forge::cpu::attention_rows {
 
@@ -19,15 +20,13 @@ inline void check_shape(const AttentionShape& s, const char* op) {
   FORGE_CHECK(s.window >= 0, "[", op, "] negative window ", s.window);
 }
 
-// Visible keys of query i: [lo, hi). Masking by range, never by −inf.
-struct KeyRange {
-  int lo, hi;
-};
+// Visible keys of query i (0 <= i < T): [lo, hi), lo >= 0 — the rule of ops/attention_mask.h,
+// which the GPU kernels' masks use too. Masking by range, never by −inf.
+using KeyRange = IndexRange;
 
 inline KeyRange visible_keys(int i, const AttentionShape& s) {
-  const int hi = s.causal ? i + 1 : s.T;
-  const int lo = s.window > 0 ? std::max(0, i - s.window + 1) : 0;
-  return {lo, hi};
+  const IndexRange r = keys_seen_by(i, s.T, s.causal, s.window);
+  return {std::max(0, r.lo), r.hi};
 }
 
 // `omp simd` lets the compiler vectorise the reduction (it may reassociate within the vector
